@@ -1,0 +1,146 @@
+"""The adapter SPI: the protocols a scheduler backend implements.
+
+:class:`Backend` is required. The others are optional and discovered with ``isinstance`` (they are
+``runtime_checkable``); the conformance suite checks an optional protocol only where it is implemented.
+Every method that touches a cluster is ``async`` and must honour cancellation and ``asyncio.timeout``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, NewType, Protocol, runtime_checkable
+
+from dispatch.model import Capabilities, Change, Handle, Identity, JobSpec, Observation
+
+__all__ = [
+    "Backend",
+    "CessationSignal",
+    "DryRunner",
+    "HoldToken",
+    "Holder",
+    "IdentityWeakener",
+    "OutputReader",
+    "Watcher",
+]
+
+HoldToken = NewType("HoldToken", str)
+"""Proof of one hold, returned by :meth:`Holder.hold` and required by :meth:`Holder.release`."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One opened cluster, as an adapter sees it."""
+
+    @property
+    def name(self) -> str:
+        """The adapter's registered name (e.g. ``"kubeflow"``)."""
+        ...
+
+    async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
+        """What this cluster can do. With a ``spec``, also check that this cluster can run it and raise
+        ``UnsupportedError`` listing *every* reason (``InvalidError`` for a malformed spec, e.g. a missing
+        required extension), creating nothing."""
+        ...
+
+    async def start(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Handle:
+        """Create the incarnation ``identity`` of a job, held (created but not admitted to run) if asked.
+
+        Idempotent per identity: starting an identity that already exists adopts the existing object and
+        returns its handle; an object under the same native name with another identity is a
+        ``ConflictError``. A create whose response was lost raises ``OutcomeUnknownError``.
+        Raises ``ReadOnlyError`` on a read-only or observe-only backend."""
+        ...
+
+    async def observe(self, handle: Handle) -> Observation:
+        """The folded state, cause and evidence of the incarnation as of now. An incarnation that
+        vanished without us is reported as ``lost``, not raised."""
+        ...
+
+    async def stop(self, handle: Handle) -> None:
+        """Ask the cluster to end the incarnation (cancel). Idempotent; returns before the compute is
+        gone (see :class:`CessationSignal`)."""
+        ...
+
+    async def list(self) -> list[Observation]:
+        """An observation of every object that carries dispatch's identity (for reconciliation)."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class Holder(Protocol):
+    """Holds: keep an incarnation from running (or stop it running) until released."""
+
+    async def hold(self, handle: Handle) -> HoldToken:
+        """Hold the incarnation and return the token that proves this hold."""
+        ...
+
+    async def release(self, handle: Handle, token: HoldToken) -> None:
+        """Release a hold. A token that no longer matches what the cluster shows, or an older
+        incarnation, raises a ``ConflictError`` subclass."""
+        ...
+
+
+@runtime_checkable
+class Watcher(Protocol):
+    """A stream of changes for every incarnation carrying dispatch's identity."""
+
+    def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
+        """Yield a :class:`~dispatch.model.Change` only when the folded observation of an incarnation
+        changes. Resumable from the cursor of any change; survives dropped connections and expired
+        cursors by relisting, without losing a transition (a relist emits the current state of every
+        incarnation whose observation differs from the last one emitted)."""
+        ...
+
+
+@runtime_checkable
+class CessationSignal(Protocol):
+    """Tells when an incarnation's compute is really gone."""
+
+    async def ceased(self, handle: Handle) -> bool:
+        """True only when no compute of the incarnation remains (Kubernetes: no pod left). Until then
+        the next incarnation must not start: two running at once can corrupt a shared checkpoint."""
+        ...
+
+    async def wait_ceased(self, handle: Handle) -> None:
+        """Return once :meth:`ceased` is true. Bound it with ``asyncio.timeout``."""
+        ...
+
+
+@runtime_checkable
+class OutputReader(Protocol):
+    """Lines of output of one node of an incarnation."""
+
+    def output(
+        self, handle: Handle, *, node: int = 0, follow: bool = False, tail: int | None = None
+    ) -> AsyncIterator[str]:
+        """Yield the output lines of node ``node``; with ``follow``, keep yielding until it ends (waiting
+        for a pending node to start); ``tail`` limits to the last N lines already written."""
+        ...
+
+
+@runtime_checkable
+class IdentityWeakener(Protocol):
+    """For backends whose native names cannot hold the full identity."""
+
+    def native_name(self, identity: Identity) -> str:
+        """A deterministic, lossy native name: sanitised, shortened, with a hash of the full identity."""
+        ...
+
+    def identity_of(self, obj: Mapping[str, Any]) -> Identity | None:
+        """The identity a native object carries (from labels/annotations), or ``None`` if it carries none.
+        Raises ``ConflictError`` when what it carries is inconsistent (its name is not the native name
+        of the identity it claims)."""
+        ...
+
+
+@runtime_checkable
+class DryRunner(Protocol):
+    """Shows the native request :meth:`Backend.start` would send, without sending it."""
+
+    async def dry_run(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Mapping[str, Any]:
+        """The native object ``start`` would create (e.g. a TrainJob), after every check ``start`` makes."""
+        ...

@@ -1,0 +1,86 @@
+"""How a cluster is opened: :class:`Config` for :func:`dispatch.open`, :class:`AdapterConfig` for adapters."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dispatch.errors import InvalidError
+from dispatch.model import DEFAULT_POLICY, Policy
+
+if TYPE_CHECKING:
+    from dispatch.records import Store
+
+__all__ = ["AdapterConfig", "Config"]
+
+
+def _redacted(token: str | None) -> str:
+    return "None" if token is None else "'***'"
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterConfig:
+    """What an adapter's factory receives: its name, its settings as JSON bytes, read-only mode and an
+    optional bearer token. The token never appears in ``repr`` or ``str``."""
+
+    backend: str
+    settings: bytes = b"{}"
+    read_only: bool = False
+    token: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.backend, str) or not self.backend:
+            raise InvalidError("expected the adapter's name", path="backend")
+        if isinstance(self.settings, str):
+            object.__setattr__(self, "settings", self.settings.encode())
+        if not isinstance(self.settings, bytes):
+            raise InvalidError("expected JSON bytes", path="settings")
+        if self.token is not None and (not isinstance(self.token, str) or not self.token):
+            raise InvalidError("expected a non-empty string", path="token")
+
+    def __repr__(self) -> str:
+        return (
+            f"AdapterConfig(backend={self.backend!r}, settings=<{len(self.settings)} bytes>, "
+            f"read_only={self.read_only!r}, token={_redacted(self.token)})"
+        )
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """How :func:`dispatch.open` opens a cluster.
+
+    ``adapter`` (the adapter's settings) is serialised to JSON and handed to the adapter as bytes.
+    ``store`` defaults to a :class:`~dispatch.records.SqliteStore` under the user's state directory;
+    ``policy`` is the recovery policy of jobs that do not bring their own.
+    """
+
+    adapter: Mapping[str, Any] = field(default_factory=dict)
+    store: Store | None = None
+    policy: Policy = DEFAULT_POLICY
+    read_only: bool = False
+    token: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.adapter, Mapping):
+            raise InvalidError("expected a mapping of adapter settings", path="adapter")
+        if not isinstance(self.policy, Policy):
+            raise InvalidError("expected a Policy", path="policy")
+
+    def adapter_config(self, name: str) -> AdapterConfig:
+        try:
+            settings = json.dumps(self.adapter, allow_nan=False).encode()
+        except (TypeError, ValueError) as exc:
+            raise InvalidError(f"adapter settings are not JSON-serialisable: {exc}", path="adapter") from None
+        return AdapterConfig(name, settings, read_only=self.read_only, token=self.token)
+
+    def __repr__(self) -> str:
+        return (
+            f"Config(adapter={dict(self.adapter)!r}, store={self.store!r}, policy=<Policy>, "
+            f"read_only={self.read_only!r}, token={_redacted(self.token)})"
+        )
+
+    __str__ = __repr__

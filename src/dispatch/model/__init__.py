@@ -1,0 +1,62 @@
+"""Value types of dispatch: immutable, with a strict JSON form.
+
+This package imports nothing from ``dispatch`` but :mod:`dispatch.errors` (a leaf), so any part of the
+host or an adapter can depend on it.
+"""
+
+from dispatch.model._decode import load_json, load_yaml
+from dispatch.model.capabilities import Capabilities, Limits
+from dispatch.model.extensions import (
+    Extension,
+    Extensions,
+    Image,
+    OpaqueExtension,
+    SharedCheckpoint,
+    extension_types,
+    register_extension,
+)
+from dispatch.model.identity import ENV_PREFIX, EPOCH_BOUND, Epoch, Handle, Identity, check_job_id, new_job_id
+from dispatch.model.observation import Change, Observation
+from dispatch.model.outcome import TERMINAL_STATES, Cause, Evidence, Outcome, State
+from dispatch.model.policy import DEFAULT_POLICY, Action, Plan, PlanAction, Policy, Rule
+from dispatch.model.record import Actor, JobRecord, Lease, Transition
+from dispatch.model.spec import JobSpec
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "ENV_PREFIX",
+    "EPOCH_BOUND",
+    "TERMINAL_STATES",
+    "Action",
+    "Actor",
+    "Capabilities",
+    "Cause",
+    "Change",
+    "Epoch",
+    "Evidence",
+    "Extension",
+    "Extensions",
+    "Handle",
+    "Identity",
+    "Image",
+    "JobRecord",
+    "JobSpec",
+    "Lease",
+    "Limits",
+    "Observation",
+    "OpaqueExtension",
+    "Outcome",
+    "Plan",
+    "PlanAction",
+    "Policy",
+    "Rule",
+    "SharedCheckpoint",
+    "State",
+    "Transition",
+    "check_job_id",
+    "extension_types",
+    "load_json",
+    "load_yaml",
+    "new_job_id",
+    "register_extension",
+]

@@ -1,0 +1,215 @@
+"""Extensions: typed, namespaced additions to a :class:`~dispatch.model.JobSpec`.
+
+Each extension type has a name ``"<namespace>/<Type>"`` (``NAME``) and a strict JSON form. Types are
+registered so JSON can be decoded into typed values; an unknown name decodes into an
+:class:`OpaqueExtension`, which every backend refuses with ``UnsupportedError``, naming it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from dispatch.errors import InvalidError
+from dispatch.model._decode import Fields, as_str, check_plain, key_path
+
+__all__ = [
+    "Extension",
+    "Extensions",
+    "Image",
+    "OpaqueExtension",
+    "SharedCheckpoint",
+    "extension_types",
+    "register_extension",
+]
+
+_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?/[A-Z][A-Za-z0-9]*\Z")
+
+X = TypeVar("X", bound="Extension")
+
+
+class Extension:
+    """Base class of extension types. Subclasses are frozen dataclasses that set ``NAME`` and
+    implement :meth:`to_json` and :meth:`from_json`."""
+
+    NAME: ClassVar[str]
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_json(cls: type[X], value: Any, path: str) -> X:
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, type[Extension]] = {}
+
+
+def register_extension(cls: type[X]) -> type[X]:
+    """Register an extension type (usable as a class decorator). Re-registering the same class is a
+    no-op; registering another class under a taken name is refused."""
+    name = getattr(cls, "NAME", None)
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidError(
+            f'extension name {name!r} must look like "<namespace>/<Type>" (e.g. "acme/Thing")',
+            path=f"{cls.__qualname__}.NAME",
+        )
+    existing = _REGISTRY.get(name)
+    if existing is not None and existing is not cls and existing.__qualname__ != cls.__qualname__:
+        raise InvalidError(f"extension {name!r} is already registered by {existing.__qualname__}")
+    _REGISTRY[name] = cls
+    return cls
+
+
+def extension_types() -> Mapping[str, type[Extension]]:
+    """The registered extension types by name."""
+    return dict(_REGISTRY)
+
+
+@dataclass(frozen=True, slots=True)
+class OpaqueExtension(Extension):
+    """An extension whose type is not registered in this process: kept verbatim, refused by backends."""
+
+    name: str
+    value: Any
+
+    @property
+    def NAME(self) -> str:  # type: ignore[override]
+        return self.name
+
+    def to_json(self) -> Any:
+        return self.value
+
+
+@register_extension
+@dataclass(frozen=True, slots=True)
+class Image(Extension):
+    """``dispatch/Image``: the container image the job runs with."""
+
+    NAME: ClassVar[str] = "dispatch/Image"
+    ref: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ref, str) or not self.ref.strip():
+            raise InvalidError("expected a non-empty image reference", path=f'extensions["{self.NAME}"].ref')
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ref": self.ref}
+
+    @classmethod
+    def from_json(cls, value: Any, path: str) -> Image:
+        f = Fields(value, path)
+        ref = f.required("ref", as_str)
+        f.done()
+        if not ref.strip():
+            raise InvalidError("expected a non-empty image reference", path=f"{path}.ref")
+        return cls(ref)
+
+
+@register_extension
+@dataclass(frozen=True, slots=True)
+class SharedCheckpoint(Extension):
+    """``dispatch/SharedCheckpoint``: an absolute directory every node of every incarnation sees.
+
+    The job gets ``DISPATCH_CHECKPOINT_DIR`` set to it. How it is provided is the adapter's business.
+    """
+
+    NAME: ClassVar[str] = "dispatch/SharedCheckpoint"
+    dir: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dir, str) or not self.dir.startswith("/"):
+            raise InvalidError(
+                f"expected an absolute directory, got {self.dir!r}", path=f'extensions["{self.NAME}"].dir'
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dir": self.dir}
+
+    @classmethod
+    def from_json(cls, value: Any, path: str) -> SharedCheckpoint:
+        f = Fields(value, path)
+        d = f.required("dir", as_str)
+        f.done()
+        if not d.startswith("/"):
+            raise InvalidError(f"expected an absolute directory, got {d!r}", path=f"{path}.dir")
+        return cls(d)
+
+
+class Extensions(Mapping[str, Extension]):
+    """An immutable set of extensions, at most one per name, looked up by name or by type.
+
+    >>> ext = Extensions([Image("pytorch/pytorch:2.5")]); ext[Image].ref
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Any = ()) -> None:
+        values = items.values() if isinstance(items, Mapping) else items
+        found: dict[str, Extension] = {}
+        for item in values:
+            if not isinstance(item, Extension):
+                raise InvalidError(
+                    f"expected an extension value, got {type(item).__name__}", path="extensions"
+                )
+            name = item.NAME
+            if name in found:
+                raise InvalidError("at most one value per extension name", path=key_path("extensions", name))
+            found[name] = item
+        self._items = dict(sorted(found.items()))
+
+    def __getitem__(self, key: str | type[X]) -> Any:
+        name = key if isinstance(key, str) else key.NAME
+        return self._items[name]
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        name = key if isinstance(key, str) else key.NAME
+        return self._items.get(name, default)
+
+    def __contains__(self, key: object) -> bool:
+        name = key if isinstance(key, str) else getattr(key, "NAME", None)
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Extensions):
+            return self._items == other._items
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._items))
+
+    def __repr__(self) -> str:
+        return f"Extensions({list(self._items.values())!r})"
+
+    def opaque(self) -> list[str]:
+        """Names of the extensions whose type is unknown in this process."""
+        return [n for n, v in self._items.items() if isinstance(v, OpaqueExtension)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: value.to_json() for name, value in self._items.items()}
+
+    @classmethod
+    def from_json(cls, value: Any, path: str = "extensions") -> Extensions:
+        f = Fields(value, path)
+        items: list[Extension] = []
+        for name in list(f.obj):
+            where = key_path(path, name)
+            raw = f.obj[name]
+            if not _NAME.match(name):
+                raise InvalidError(
+                    'extension names look like "<namespace>/<Type>" (e.g. "dispatch/Image")', path=where
+                )
+            ext_type = _REGISTRY.get(name)
+            if ext_type is None:
+                items.append(OpaqueExtension(name, check_plain(raw, where)))
+            else:
+                items.append(ext_type.from_json(raw, where))
+        return cls(items)

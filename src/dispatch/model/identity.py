@@ -1,0 +1,157 @@
+"""Job ids, epochs and identities: how an incarnation of a job is named on a cluster."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from dispatch.errors import InvalidError
+from dispatch.model._decode import Fields, as_str
+
+__all__ = [
+    "ENV_PREFIX",
+    "EPOCH_BOUND",
+    "Epoch",
+    "Handle",
+    "Identity",
+    "check_job_id",
+    "new_job_id",
+]
+
+EPOCH_BOUND = 1_000_000
+"""Both parts of an epoch stay below this; a requeue that would reach it is refused."""
+
+ENV_PREFIX = "DISPATCH_"
+"""Environment variables with this prefix are reserved to dispatch."""
+
+_JOB_ID = re.compile(r"[A-Za-z0-9._-]{1,253}\Z")
+
+
+def check_job_id(job_id: Any, path: str = "job_id") -> str:
+    """Return ``job_id`` if it is a valid job id, else raise :class:`InvalidError`."""
+    text = as_str(job_id, path)
+    if not _JOB_ID.match(text):
+        raise InvalidError(
+            f"invalid job id {text[:60]!r}: use 1 to 253 characters from A-Z a-z 0-9 . _ -", path=path
+        )
+    return text
+
+
+def new_job_id() -> str:
+    """A fresh job id: ``job-`` and twelve random hex digits."""
+    return f"job-{secrets.token_hex(6)}"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Epoch:
+    """``(N, R)``: N counts incarnations (1 for the first), R counts automatic requeues since the user
+    last submitted or resubmitted the job. N is a fencing token for the job's own checkpoints."""
+
+    n: int = 1
+    r: int = 0
+
+    def __post_init__(self) -> None:
+        for name, value, low in (("n", self.n, 1), ("r", self.r, 0)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidError(f"expected an integer, got {value!r}", path=f"epoch.{name}")
+            if not low <= value < EPOCH_BOUND:
+                raise InvalidError(f"must be in [{low}, {EPOCH_BOUND})", path=f"epoch.{name}")
+        if self.r >= self.n:
+            raise InvalidError(
+                f"requeues ({self.r}) must be fewer than incarnations ({self.n})", path="epoch"
+            )
+
+    def requeued(self) -> Epoch:
+        """The epoch of the next automatic requeue. Raises :class:`InvalidError` at :data:`EPOCH_BOUND`."""
+        if self.n + 1 >= EPOCH_BOUND:
+            raise InvalidError(f"epoch {self} cannot be requeued: it would reach {EPOCH_BOUND}", path="epoch")
+        return Epoch(self.n + 1, self.r + 1)
+
+    def resubmitted(self) -> Epoch:
+        """The epoch of the next user (re)submission: a new incarnation, requeue count reset."""
+        if self.n + 1 >= EPOCH_BOUND:
+            raise InvalidError(
+                f"epoch {self} cannot be resubmitted: it would reach {EPOCH_BOUND}", path="epoch"
+            )
+        return Epoch(self.n + 1, 0)
+
+    def __str__(self) -> str:
+        return f"{self.n}.{self.r}"
+
+    @classmethod
+    def parse(cls, text: Any, path: str = "epoch") -> Epoch:
+        """Parse the ``"N.R"`` form that jobs see as ``DISPATCH_EPOCH``."""
+        value = as_str(text, path)
+        m = re.fullmatch(r"(\d{1,7})\.(\d{1,7})", value)
+        if not m:
+            raise InvalidError(f'expected "N.R" (two integers), got {value!r}', path=path)
+        try:
+            return cls(int(m.group(1)), int(m.group(2)))
+        except InvalidError as exc:
+            raise InvalidError(exc.detail, path=path) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """One incarnation of a job: the job id with its epoch.
+
+    Two identities name the same incarnation when the job id and ``N`` agree (see :meth:`same_incarnation`).
+    """
+
+    job_id: str
+    epoch: Epoch = Epoch()
+
+    def __post_init__(self) -> None:
+        check_job_id(self.job_id)
+        if not isinstance(self.epoch, Epoch):
+            raise InvalidError(f"expected an Epoch, got {self.epoch!r}", path="epoch")
+
+    def same_incarnation(self, other: Identity) -> bool:
+        return self.job_id == other.job_id and self.epoch.n == other.epoch.n
+
+    def env(self) -> dict[str, str]:
+        """The variables every incarnation sees."""
+        return {"DISPATCH_JOB_ID": self.job_id, "DISPATCH_EPOCH": str(self.epoch)}
+
+    def __str__(self) -> str:
+        return f"{self.job_id}@{self.epoch}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"jobId": self.job_id, "epoch": str(self.epoch)}
+
+    @classmethod
+    def from_json(cls, value: Any, path: str = "") -> Identity:
+        f = Fields(value, path)
+        job_id = f.required("jobId", check_job_id)
+        epoch = f.required("epoch", Epoch.parse)
+        f.done()
+        return cls(job_id, epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class Handle:
+    """A backend's reference to one incarnation: its identity and the backend's native reference
+    (Kubernetes: ``namespace/name``). Handles are stored in records and must survive restarts."""
+
+    backend: str
+    identity: Identity
+    ref: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "identity": self.identity.to_json(), "ref": self.ref}
+
+    @classmethod
+    def from_json(cls, value: Any, path: str = "") -> Handle:
+        f = Fields(value, path)
+        h = cls(
+            backend=f.required("backend", as_str),
+            identity=f.required("identity", Identity.from_json),
+            ref=f.required("ref", as_str),
+        )
+        f.done()
+        return h
+
+    def __str__(self) -> str:
+        return f"{self.backend}:{self.ref} ({self.identity})"

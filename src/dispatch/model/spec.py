@@ -1,0 +1,123 @@
+"""The portable description of a training job: :class:`JobSpec`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from dispatch.errors import InvalidError
+from dispatch.model._decode import Fields, as_int, as_list, as_mapping, as_str, key_path, load_json, load_yaml
+from dispatch.model.extensions import Extensions
+from dispatch.model.identity import ENV_PREFIX
+
+__all__ = ["ENV_NAME", "JobSpec"]
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What to run: the command on every node, how many nodes, environment, time limit, extensions.
+
+    Construction validates every rule and raises :class:`~dispatch.errors.InvalidError` naming the field.
+    """
+
+    command: tuple[str, ...]
+    nodes: int = 1
+    procs_per_node: int | None = None
+    env: Mapping[str, str] = field(default_factory=dict, hash=False)
+    time_limit: int | None = None
+    extensions: Extensions = field(default_factory=Extensions)
+
+    def __post_init__(self) -> None:
+        command = self.command
+        if isinstance(command, str) or not isinstance(command, list | tuple):
+            raise InvalidError("expected a list of strings", path="command")
+        if not command:
+            raise InvalidError("must not be empty", path="command")
+        for i, item in enumerate(command):
+            if not isinstance(item, str):
+                raise InvalidError(f"expected a string, got {type(item).__name__}", path=f"command[{i}]")
+        object.__setattr__(self, "command", tuple(command))
+        _check_count(self.nodes, "nodes")
+        if self.procs_per_node is not None:
+            _check_count(self.procs_per_node, "procsPerNode")
+        if self.time_limit is not None:
+            _check_count(self.time_limit, "timeLimit")
+        if not isinstance(self.env, Mapping):
+            raise InvalidError("expected a mapping of names to strings", path="env")
+        for name, value in self.env.items():
+            where = key_path("env", str(name))
+            if not isinstance(name, str) or not ENV_NAME.match(name):
+                raise InvalidError("not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", path=where)
+            if name.startswith(ENV_PREFIX):
+                raise InvalidError(f"names starting {ENV_PREFIX} are reserved to dispatch", path=where)
+            if not isinstance(value, str):
+                raise InvalidError(f"expected a string, got {type(value).__name__}", path=where)
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        ext = self.extensions
+        if not isinstance(ext, Extensions):
+            ext = Extensions(ext)
+        object.__setattr__(self, "extensions", ext)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, JobSpec):
+            return NotImplemented
+        return self.to_json() == other.to_json()
+
+    def __hash__(self) -> int:
+        return hash((self.command, self.nodes, self.procs_per_node, self.time_limit, self.extensions))
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form (camelCase keys; absent optional fields are omitted, never ``null``)."""
+        out: dict[str, Any] = {"command": list(self.command), "nodes": self.nodes}
+        if self.procs_per_node is not None:
+            out["procsPerNode"] = self.procs_per_node
+        if self.env:
+            out["env"] = dict(self.env)
+        if self.time_limit is not None:
+            out["timeLimit"] = self.time_limit
+        if self.extensions:
+            out["extensions"] = self.extensions.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, value: Any, path: str = "") -> JobSpec:
+        """Decode the JSON form (already parsed) strictly."""
+        f = Fields(value, path)
+        spec = cls(
+            command=tuple(f.required("command", lambda v, p: as_list(v, p, as_str))),
+            nodes=f.optional("nodes", as_int, 1),
+            procs_per_node=f.optional("procsPerNode", as_int, None),
+            env=f.optional("env", lambda v, p: as_mapping(v, p, as_str), {}),
+            time_limit=f.optional("timeLimit", as_int, None),
+            extensions=f.optional("extensions", Extensions.from_json, Extensions()),
+        )
+        f.done()
+        return spec
+
+    @classmethod
+    def loads(cls, data: bytes | str, *, format: str = "json") -> JobSpec:
+        """Parse a JSON or YAML document (``format="yaml"``) into a JobSpec, strictly."""
+        if format == "json":
+            raw = load_json(data, what="job spec")
+        elif format == "yaml":
+            raw = load_yaml(data, what="job spec")
+        else:
+            raise InvalidError(f'unknown format {format!r}; expected "json" or "yaml"', path="format")
+        return cls.from_json(raw)
+
+    def dumps(self) -> str:
+        import json
+
+        return json.dumps(self.to_json(), sort_keys=True)
+
+
+def _check_count(value: Any, path: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidError(f"expected an integer, got {type(value).__name__}", path=path)
+    if value < 1:
+        raise InvalidError(f"must be at least 1, got {value}", path=path)
