@@ -1,0 +1,176 @@
+"""The deciding parts every store shares: input checks, the JSON form of stored values, lease rules.
+
+Both stores run exactly these functions, so they refuse the same inputs with the same errors and take
+the same lease decisions; only where the bytes live differs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from dispatch.errors import ConflictError, InvalidError
+from dispatch.model import JobRecord, Lease, State, Transition, load_json
+
+__all__ = [
+    "check_cutoff",
+    "check_holder",
+    "check_states",
+    "check_ttl",
+    "checked_record",
+    "checked_transitions",
+    "decode_record",
+    "decode_transition",
+    "dumps",
+    "lease_after_acquire",
+    "lease_after_release",
+]
+
+
+def dumps(value: Any, what: str) -> str:
+    """The canonical text of a JSON value (sorted keys, no NaN/Infinity); ``InvalidError`` naming
+    ``what`` when ``value`` is not JSON."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidError(f"cannot be stored: its JSON form is not JSON ({exc})", path=what) from None
+
+
+def checked_record(record: JobRecord) -> JobRecord:
+    """``record`` as the store will keep it: encoded and decoded again with the strict decoders.
+
+    A record whose JSON form does not decode (a wrong type in a field, a non-JSON extension value, a
+    NaN timestamp) is refused with ``InvalidError`` naming the job and the field, before anything is
+    written. Returning the decoded copy means the caller sees exactly what a later ``get`` returns.
+    """
+    if not isinstance(record, JobRecord):
+        raise InvalidError(f"expected a JobRecord, got {type(record).__name__}", path="record")
+    what = f"record of job {record.job_id!r}"
+    try:
+        text = dumps(record.to_json(), "record")
+        return JobRecord.from_json(load_json(text, what="record"), path="")
+    except InvalidError as exc:
+        raise InvalidError(
+            f"{what} does not survive its JSON form: {exc.detail}",
+            path=exc.path if exc.path != "record" else None,
+        ) from None
+    except (TypeError, ValueError, AttributeError) as exc:  # a field holding something of the wrong kind
+        raise InvalidError(f"{what} cannot be encoded: {exc}") from None
+
+
+def checked_transitions(job_id: str, transitions: Sequence[Transition]) -> list[tuple[Transition, str]]:
+    """Each transition as it will be stored, with its canonical text; ``InvalidError`` naming the
+    job and the index of one that does not survive its JSON form."""
+    if isinstance(transitions, Transition) or not isinstance(transitions, Sequence):
+        raise InvalidError("expected a sequence of Transition values", path="transitions")
+    out: list[tuple[Transition, str]] = []
+    for i, t in enumerate(transitions):
+        where = f"transitions[{i}]"
+        if not isinstance(t, Transition):
+            raise InvalidError(f"expected a Transition, got {type(t).__name__}", path=where)
+        try:
+            text = dumps(t.to_json(), where)
+            decoded = Transition.from_json(load_json(text, what=where), path=where)
+        except InvalidError as exc:
+            raise InvalidError(
+                f"a transition of job {job_id!r} does not survive its JSON form: {exc.detail}",
+                path=exc.path or where,
+            ) from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise InvalidError(
+                f"a transition of job {job_id!r} cannot be encoded: {exc}", path=where
+            ) from None
+        out.append((decoded, text))
+    return out
+
+
+def decode_record(job_id: str, text: str, where: str) -> JobRecord:
+    """Decode a stored record strictly; any failure names the job and ``where`` it is stored."""
+    try:
+        record = JobRecord.from_json(load_json(text, what="record"), path="")
+    except (InvalidError, TypeError, ValueError, KeyError) as exc:
+        raise InvalidError(
+            f"the stored record of job {job_id!r} in {where} cannot be decoded: {exc}"
+        ) from None
+    if record.job_id != job_id:
+        raise InvalidError(
+            f"the stored record of job {job_id!r} in {where} names another job ({record.job_id!r})"
+        )
+    return record
+
+
+def decode_transition(job_id: str, seq: int, text: str, where: str) -> Transition:
+    """Decode one stored history entry strictly; any failure names the job, the entry and the store."""
+    try:
+        return Transition.from_json(load_json(text, what="transition"), path="")
+    except (InvalidError, TypeError, ValueError, KeyError) as exc:
+        raise InvalidError(
+            f"history entry {seq} of job {job_id!r} in {where} cannot be decoded: {exc}"
+        ) from None
+
+
+def check_states(states: Iterable[State] | None) -> frozenset[State] | None:
+    """The states to filter on, each checked to be a :class:`State`."""
+    if states is None:
+        return None
+    if isinstance(states, str | State):
+        states = [states]  # type: ignore[list-item]  # a lone state is an easy, harmless slip
+    out: set[State] = set()
+    for i, s in enumerate(states):
+        if not isinstance(s, State):
+            allowed = ", ".join(m.value for m in State)
+            raise InvalidError(f"expected a State ({allowed}), got {s!r}", path=f"states[{i}]")
+        out.add(s)
+    return frozenset(out)
+
+
+def check_cutoff(older_than: float) -> float:
+    if (
+        isinstance(older_than, bool)
+        or not isinstance(older_than, int | float)
+        or not math.isfinite(older_than)
+    ):
+        raise InvalidError(f"expected epoch seconds (a finite number), got {older_than!r}", path="older_than")
+    return float(older_than)
+
+
+def check_holder(holder: str) -> str:
+    if not isinstance(holder, str) or not holder.strip():
+        raise InvalidError(f"a lease holder is a non-empty string, got {holder!r}", path="holder")
+    return holder
+
+
+def check_ttl(ttl: float) -> float:
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl <= 0:
+        raise InvalidError(f"a lease lasts a positive, finite number of seconds, got {ttl!r}", path="ttl")
+    return float(ttl)
+
+
+def lease_after_acquire(job_id: str, current: Lease | None, holder: str, ttl: float, now: float) -> Lease:
+    """The lease after ``holder`` asks for it at ``now``: granted when free, expired or already
+    ``holder``'s; otherwise ``ConflictError`` naming the holder and when its lease ends."""
+    if current is not None and current.holder != holder and current.live(now):
+        raise ConflictError(
+            f"job {job_id!r} is leased by {current.holder!r} for another "
+            f"{current.expires_at - now:.3g}s; {holder!r} cannot take it"
+        )
+    return Lease(holder, now + ttl)
+
+
+def lease_after_release(
+    job_id: str, current: Lease | None, holder: str, now: float
+) -> tuple[bool, Lease | None]:
+    """``(changed, lease)`` after ``holder`` gives the lease up at ``now``.
+
+    Releasing a lease one does not hold is a no-op when nobody holds it live (nothing to give up, so
+    releasing twice is harmless); ``ConflictError`` when another holder has it now.
+    """
+    if current is None:
+        return False, None
+    if current.holder == holder:
+        return True, None
+    if current.live(now):
+        raise ConflictError(f"job {job_id!r} is leased by {current.holder!r}, not {holder!r}")
+    return False, current

@@ -1,0 +1,204 @@
+"""An in-process :class:`~dispatch.records.Store` for tests and simulations.
+
+Same semantics as :class:`~dispatch.records.SqliteStore` (the same checks and lease rules, from
+``_common``), kept in dictionaries. Records and transitions are frozen; the one mutable thing a record
+can carry, the value of an extension whose type is unknown here, is decoded afresh on every read, so no
+caller can change what the store holds.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from dispatch.clock import Clock, SystemClock
+from dispatch.errors import ConflictError, NotFoundError, UnavailableError
+from dispatch.model import JobRecord, State, Transition, check_job_id
+from dispatch.records._common import (
+    check_cutoff,
+    check_holder,
+    check_states,
+    check_ttl,
+    checked_record,
+    checked_transitions,
+    decode_record,
+    dumps,
+    lease_after_acquire,
+    lease_after_release,
+)
+
+__all__ = ["MemoryStore"]
+
+_WHERE = "the memory store"
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    record: JobRecord
+    text: str  # the canonical JSON, decoded afresh for records carrying opaque (mutable) values
+    opaque: bool
+
+
+class MemoryStore:
+    """Job records in process memory: fast, and gone when the process ends.
+
+    Every method completes without yielding to the event loop, and a lock guards the maps, so
+    concurrent tasks (and threads) see each write whole. ``clock`` stamps ``updated_at`` and judges
+    lease expiry (default: the system clock).
+    """
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._lock = threading.Lock()
+        self._records: dict[str, _Entry] = {}  # insertion order is creation order: oldest first
+        self._history: dict[str, builtins.list[Transition]] = {}
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({len(self._records)} records{', closed' if self._closed else ''})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UnavailableError("the memory store is closed")
+
+    def _entry(self, job_id: str) -> _Entry:
+        entry = self._records.get(job_id)
+        if entry is None:
+            raise NotFoundError(f"no record for job {job_id!r}")
+        return entry
+
+    def _put(self, record: JobRecord) -> JobRecord:
+        text = dumps(record.to_json(), f"record of job {record.job_id!r}")
+        opaque = bool(record.spec.extensions.opaque())
+        self._records[record.job_id] = _Entry(record, text, opaque)
+        return self._read(self._records[record.job_id])
+
+    @staticmethod
+    def _read(entry: _Entry) -> JobRecord:
+        if entry.opaque:
+            return decode_record(entry.record.job_id, entry.text, _WHERE)
+        return entry.record
+
+    async def create(self, record: JobRecord, transition: Transition) -> JobRecord:
+        """Insert a new record (stored with revision 1) and its first transition.
+        ``ConflictError`` if the job id is taken."""
+        checked = checked_record(record)
+        (first, _), *_ = checked_transitions(checked.job_id, [transition])
+        with self._lock:
+            self._check_open()
+            if checked.job_id in self._records:
+                raise ConflictError(f"a record for job {checked.job_id!r} already exists")
+            now = self._clock.now()
+            stored = self._put(checked.replace(revision=1, updated_at=now))
+            self._history[checked.job_id] = [first]
+            return stored
+
+    async def get(self, job_id: str) -> JobRecord:
+        """The current record. ``NotFoundError`` if there is none."""
+        check_job_id(job_id)
+        with self._lock:
+            self._check_open()
+            return self._read(self._entry(job_id))
+
+    async def list(self, *, states: Iterable[State] | None = None) -> builtins.list[JobRecord]:
+        """Every record (optionally only those in ``states``), oldest first."""
+        wanted = check_states(states)
+        with self._lock:
+            self._check_open()
+            return [
+                self._read(e)
+                for e in self._records.values()
+                if wanted is None or e.record.outcome.state in wanted
+            ]
+
+    async def update(
+        self, record: JobRecord, *, expected_revision: int, transitions: Sequence[Transition] = ()
+    ) -> JobRecord:
+        """Replace the record if its stored revision is ``expected_revision``, appending ``transitions``
+        atomically with it. ``ConflictError`` if the revision moved, ``NotFoundError`` if it is gone.
+
+        The stored ``created_at`` and lease are kept: the lease changes only through
+        :meth:`acquire_lease` and :meth:`release_lease`."""
+        checked = checked_record(record)
+        added = checked_transitions(checked.job_id, transitions)
+        with self._lock:
+            self._check_open()
+            current = self._entry(checked.job_id).record
+            if current.revision != expected_revision:
+                raise ConflictError(
+                    f"job {checked.job_id!r} is at revision {current.revision}, not {expected_revision}: "
+                    "it changed since it was read"
+                )
+            stored = self._put(
+                checked.replace(
+                    revision=current.revision + 1,
+                    updated_at=self._clock.now(),
+                    created_at=current.created_at,
+                    lease=current.lease,
+                )
+            )
+            self._history[checked.job_id].extend(t for t, _ in added)
+            return stored
+
+    async def history(self, job_id: str) -> builtins.list[Transition]:
+        """The record's transitions, oldest first. ``NotFoundError`` if there is no record."""
+        check_job_id(job_id)
+        with self._lock:
+            self._check_open()
+            self._entry(job_id)
+            return builtins.list(self._history[job_id])
+
+    async def acquire_lease(self, job_id: str, holder: str, ttl: float) -> JobRecord:
+        """Take or renew the lease on a record for ``ttl`` seconds. Succeeds when there is no lease, it
+        has expired, or ``holder`` already holds it; otherwise ``ConflictError`` naming the holder."""
+        check_job_id(job_id)
+        check_holder(holder)
+        seconds = check_ttl(ttl)
+        with self._lock:
+            self._check_open()
+            current = self._entry(job_id).record
+            now = self._clock.now()
+            lease = lease_after_acquire(job_id, current.lease, holder, seconds, now)
+            return self._put(current.replace(lease=lease, revision=current.revision + 1, updated_at=now))
+
+    async def release_lease(self, job_id: str, holder: str) -> JobRecord:
+        """Give up a lease held by ``holder``. ``ConflictError`` if another holder has it now.
+        Releasing when nobody holds a live lease changes nothing (and does not bump the revision)."""
+        check_job_id(job_id)
+        check_holder(holder)
+        with self._lock:
+            self._check_open()
+            entry = self._entry(job_id)
+            current = entry.record
+            now = self._clock.now()
+            changed, lease = lease_after_release(job_id, current.lease, holder, now)
+            if not changed:
+                return self._read(entry)
+            return self._put(current.replace(lease=lease, revision=current.revision + 1, updated_at=now))
+
+    async def purge(self, older_than: float) -> int:
+        """Delete terminal records (and their history) last updated before ``older_than`` (epoch
+        seconds). Returns how many were deleted. Non-terminal records are never purged, nor records
+        under a live lease."""
+        cutoff = check_cutoff(older_than)
+        with self._lock:
+            self._check_open()
+            now = self._clock.now()
+            doomed = [
+                job_id
+                for job_id, e in self._records.items()
+                if e.record.outcome.state.terminal
+                and e.record.updated_at < cutoff
+                and (e.record.lease is None or not e.record.lease.live(now))
+            ]
+            for job_id in doomed:
+                del self._records[job_id]
+                del self._history[job_id]
+            return len(doomed)
+
+    async def close(self) -> None:
+        """Forget nothing, accept nothing more. Idempotent."""
+        with self._lock:
+            self._closed = True

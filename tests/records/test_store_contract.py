@@ -1,0 +1,430 @@
+"""The Store contract, run against every implementation (the ``store`` fixture yields each)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+from records_samples import T0, counter_of, full_record, note, simple_record, with_counter
+
+from dispatch import (
+    Actor,
+    Cause,
+    ConflictError,
+    Epoch,
+    Extensions,
+    InvalidError,
+    JobSpec,
+    Lease,
+    ManualClock,
+    NotFoundError,
+    OpaqueExtension,
+    Outcome,
+    State,
+    Store,
+    Transition,
+    UnavailableError,
+)
+
+# ---- create / get / list ------------------------------------------------------------------------
+
+
+async def test_create_then_get_round_trips_every_field(store: Store, clock: ManualClock) -> None:
+    clock.advance(5)
+    original = full_record()
+    first = Transition(at=T0, actor=Actor.USER, what="submitted", why="by hand", state=State.PENDING)
+    created = await store.create(original, first)
+    assert created.revision == 1
+    assert created.updated_at == clock.now()
+    # Everything else is kept exactly, including the caller's created_at and the lease.
+    assert created == original.replace(revision=1, updated_at=clock.now())
+    got = await store.get(original.job_id)
+    assert got == created
+    assert got.to_json() == created.to_json()
+    assert got.spec.extensions["acme.example/Thing"].value == {"size": [1, 2, 3], "nested": {"on": True}}
+    assert got.outcome.evidence[0].exit_code == 137
+    assert got.lease == Lease("supervisor-a", T0 + 300.0)
+    assert await store.history(original.job_id) == [first]
+
+
+async def test_list_is_oldest_first_and_filters_by_state(store: Store, clock: ManualClock) -> None:
+    # created_at deliberately out of order: "oldest" means first created in the store.
+    for i, state in enumerate([State.RUNNING, State.PENDING, State.SUCCEEDED, State.RUNNING]):
+        await store.create(simple_record(f"job-{i}", state=state, at=T0 - i), note("created"))
+        clock.advance(1)
+    assert [r.job_id for r in await store.list()] == ["job-0", "job-1", "job-2", "job-3"]
+    running = await store.list(states=[State.RUNNING])
+    assert [r.job_id for r in running] == ["job-0", "job-3"]
+    some = await store.list(states={State.SUCCEEDED, State.PENDING})
+    assert [r.job_id for r in some] == ["job-1", "job-2"]
+    assert await store.list(states=[]) == []
+    assert await store.list(states=[State.FAILED]) == []
+
+
+async def test_an_empty_store_lists_nothing(store: Store) -> None:
+    assert await store.list() == []
+
+
+async def test_duplicate_create_is_a_conflict_and_changes_nothing(store: Store) -> None:
+    created = await store.create(simple_record("dup", counter=1), note("first"))
+    with pytest.raises(ConflictError, match="dup"):
+        await store.create(simple_record("dup", counter=2), note("second"))
+    assert await store.get("dup") == created
+    assert await store.history("dup") == [note("first")]
+
+
+# ---- update (compare-and-swap) and history ------------------------------------------------------
+
+
+async def test_update_bumps_revision_and_appends_history_in_order(store: Store, clock: ManualClock) -> None:
+    rec = await store.create(simple_record("job"), note("created"))
+    steps = []
+    for i in range(1, 4):
+        clock.advance(10)
+        ts = [note(f"step {i}a", at=clock.now()), note(f"step {i}b", at=clock.now(), cause=Cause.PREEMPTED)]
+        steps.extend(ts)
+        rec = await store.update(with_counter(rec, i), expected_revision=rec.revision, transitions=ts)
+        assert rec.revision == 1 + i
+        assert rec.updated_at == clock.now()
+        assert counter_of(rec) == i
+    assert await store.get("job") == rec
+    assert await store.history("job") == [note("created"), *steps]
+    # An update with no transitions still counts as a write.
+    rec2 = await store.update(rec.replace(hold_requested=True), expected_revision=rec.revision)
+    assert rec2.revision == rec.revision + 1 and rec2.hold_requested
+    assert len(await store.history("job")) == 7
+
+
+async def test_update_changes_every_field_but_created_at_and_lease(store: Store, clock: ManualClock) -> None:
+    await store.create(simple_record("job"), note("created"))
+    leased = await store.acquire_lease("job", "sup", 60)
+    target = full_record("job").replace(created_at=1.0, lease=None)
+    clock.advance(1)
+    stored = await store.update(target, expected_revision=leased.revision)
+    assert stored == target.replace(
+        created_at=T0, lease=Lease("sup", T0 + 60), revision=leased.revision + 1, updated_at=T0 + 1
+    )
+    assert await store.get("job") == stored
+
+
+async def test_stale_revision_is_a_conflict_and_changes_nothing(store: Store) -> None:
+    rec = await store.create(simple_record("job"), note("created"))
+    winner = await store.update(with_counter(rec, 1), expected_revision=1, transitions=[note("a")])
+    for stale in (1, 0, 3, -1):
+        with pytest.raises(ConflictError, match="revision 2"):
+            await store.update(with_counter(rec, 99), expected_revision=stale, transitions=[note("b")])
+    assert await store.get("job") == winner
+    assert await store.history("job") == [note("created"), note("a")]
+
+
+async def test_missing_records_are_not_found(store: Store) -> None:
+    with pytest.raises(NotFoundError, match="ghost"):
+        await store.get("ghost")
+    with pytest.raises(NotFoundError, match="ghost"):
+        await store.history("ghost")
+    with pytest.raises(NotFoundError, match="ghost"):
+        await store.update(simple_record("ghost"), expected_revision=1)
+    with pytest.raises(NotFoundError, match="ghost"):
+        await store.acquire_lease("ghost", "sup", 10)
+    with pytest.raises(NotFoundError, match="ghost"):
+        await store.release_lease("ghost", "sup")
+    assert await store.list() == []
+
+
+async def test_history_returned_is_a_copy(store: Store) -> None:
+    await store.create(simple_record("job"), note("created"))
+    h = await store.history("job")
+    h.append(note("forged"))
+    h.clear()
+    assert await store.history("job") == [note("created")]
+
+
+async def test_records_returned_do_not_share_mutable_parts(store: Store) -> None:
+    rec = await store.create(full_record("job"), note("created"))
+    rec.spec.extensions["acme.example/Thing"].value["size"].append(4)
+    again = await store.get("job")
+    assert again.spec.extensions["acme.example/Thing"].value["size"] == [1, 2, 3]
+    again.spec.extensions["acme.example/Thing"].value["nested"]["on"] = False
+    listed = await store.list()
+    assert listed[0].spec.extensions["acme.example/Thing"].value["nested"] == {"on": True}
+
+
+async def test_concurrent_tasks_lose_no_update(store: Store) -> None:
+    await store.create(simple_record("counter"), note("created"))
+    wins: list[int] = []
+
+    async def bump(times: int) -> None:
+        for _ in range(times):
+            while True:
+                cur = await store.get("counter")
+                await asyncio.sleep(0)  # let the others read the same revision
+                try:
+                    new = await store.update(
+                        with_counter(cur, counter_of(cur) + 1),
+                        expected_revision=cur.revision,
+                        transitions=[note("bump")],
+                    )
+                except ConflictError:
+                    continue
+                wins.append(new.revision)
+                break
+
+    await asyncio.gather(*(bump(5) for _ in range(6)))
+    final = await store.get("counter")
+    assert counter_of(final) == 30
+    assert final.revision == 31
+    assert sorted(wins) == list(range(2, 32))  # exactly one winner per revision
+    assert len(await store.history("counter")) == 31
+
+
+async def test_cancelled_updates_leave_the_store_consistent(store: Store) -> None:
+    """Cancel writers at many different moments: each write applied whole or not at all."""
+    await store.create(simple_record("job"), note("created"))
+
+    async def writer(n: int) -> None:
+        for _ in range(n):
+            while True:
+                cur = await store.get("job")
+                try:
+                    await store.update(
+                        with_counter(cur, counter_of(cur) + 1),
+                        expected_revision=cur.revision,
+                        transitions=[note("bump")],
+                    )
+                    break
+                except ConflictError:
+                    continue
+
+    for delay_steps in range(12):
+        task = asyncio.create_task(writer(50))
+        for _ in range(delay_steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        # The in-process store never yields inside a call, so its writer may finish before the cancel.
+        (result,) = await asyncio.gather(task, return_exceptions=True)
+        assert result is None or isinstance(result, asyncio.CancelledError)
+    # A write that was in flight when its caller was cancelled may still land; wait for it through
+    # the store's own ordering (the next call runs after it) and then check the invariants.
+    final = await store.get("job")
+    history = await store.history("job")
+    # Every applied update added one transition and one increment, nothing was half-applied.
+    assert len(history) == final.revision
+    assert counter_of(final) == final.revision - 1
+    # And the store is still usable.
+    after = await store.update(with_counter(final, 0), expected_revision=final.revision)
+    assert after.revision == final.revision + 1
+
+
+# ---- leases --------------------------------------------------------------------------------------
+
+
+async def test_lease_acquire_renew_refuse_takeover_release(store: Store, clock: ManualClock) -> None:
+    await store.create(simple_record("job"), note("created"))
+    a1 = await store.acquire_lease("job", "sup-a", 30)
+    assert a1.lease == Lease("sup-a", T0 + 30) and a1.revision == 2
+
+    clock.advance(10)
+    a2 = await store.acquire_lease("job", "sup-a", 30)  # renewal by the holder extends it
+    assert a2.lease == Lease("sup-a", T0 + 40) and a2.revision == 3
+    assert a2.updated_at == T0 + 10
+
+    clock.advance(29.5)  # still live for sup-a: another holder is refused, naming the holder
+    with pytest.raises(ConflictError, match="sup-a"):
+        await store.acquire_lease("job", "sup-b", 30)
+    with pytest.raises(ConflictError, match="sup-a"):
+        await store.release_lease("job", "sup-b")
+    assert await store.get("job") == a2
+
+    clock.advance(0.5)  # expired exactly now: sup-b takes over
+    b = await store.acquire_lease("job", "sup-b", 30)
+    assert b.lease == Lease("sup-b", T0 + 70) and b.revision == 4
+    with pytest.raises(ConflictError, match="sup-b"):
+        await store.acquire_lease("job", "sup-a", 30)
+
+    released = await store.release_lease("job", "sup-b")
+    assert released.lease is None and released.revision == 5
+    # Releasing again (or by someone who never held it) is a harmless no-op that writes nothing.
+    assert await store.release_lease("job", "sup-b") == released
+    assert await store.release_lease("job", "sup-a") == released
+    # Lease changes are writes, but not history: history stays what callers appended.
+    assert await store.history("job") == [note("created")]
+
+
+async def test_an_expired_lease_of_another_holder_can_be_released_as_a_no_op(
+    store: Store, clock: ManualClock
+) -> None:
+    await store.create(simple_record("job"), note("created"))
+    held = await store.acquire_lease("job", "sup-a", 5)
+    clock.advance(6)
+    assert await store.release_lease("job", "sup-b") == held
+    # The expired holder itself may still clear it.
+    cleared = await store.release_lease("job", "sup-a")
+    assert cleared.lease is None and cleared.revision == held.revision + 1
+
+
+async def test_a_lease_change_moves_the_revision_under_a_writer(store: Store) -> None:
+    rec = await store.create(simple_record("job"), note("created"))
+    await store.acquire_lease("job", "sup", 10)
+    with pytest.raises(ConflictError):
+        await store.update(with_counter(rec, 1), expected_revision=rec.revision)
+
+
+@pytest.mark.parametrize("ttl", [0, -1, math.inf, math.nan, "10", True])
+async def test_lease_ttl_must_be_positive_and_finite(store: Store, ttl: object) -> None:
+    await store.create(simple_record("job"), note("created"))
+    with pytest.raises(InvalidError, match="ttl"):
+        await store.acquire_lease("job", "sup", ttl)  # type: ignore[arg-type]
+    assert (await store.get("job")).lease is None
+
+
+@pytest.mark.parametrize("holder", ["", "   ", None, 7])
+async def test_lease_holder_must_be_a_non_empty_string(store: Store, holder: object) -> None:
+    await store.create(simple_record("job"), note("created"))
+    with pytest.raises(InvalidError, match="holder"):
+        await store.acquire_lease("job", holder, 10)  # type: ignore[arg-type]
+    with pytest.raises(InvalidError, match="holder"):
+        await store.release_lease("job", holder)  # type: ignore[arg-type]
+
+
+# ---- purge ---------------------------------------------------------------------------------------
+
+
+async def test_purge_deletes_only_old_terminal_records_with_their_history(
+    store: Store, clock: ManualClock
+) -> None:
+    states = {
+        "old-ok": State.SUCCEEDED,
+        "old-failed": State.FAILED,
+        "old-cancelled": State.CANCELLED,
+        "old-lost": State.LOST,
+        "old-running": State.RUNNING,
+        "old-pending": State.PENDING,
+        "old-held": State.HELD,
+        "old-leased": State.SUCCEEDED,
+    }
+    for job_id, state in states.items():
+        await store.create(simple_record(job_id, state=state), note("created"))
+    clock.advance(100)
+    await store.acquire_lease("old-leased", "sup", 1000)  # a live lease protects it
+    await store.create(simple_record("new-ok", state=State.SUCCEEDED), note("created"))
+    clock.advance(100)
+
+    assert await store.purge(T0 + 50) == 4
+    left = {r.job_id for r in await store.list()}
+    assert left == {"old-running", "old-pending", "old-held", "old-leased", "new-ok"}
+    for gone in ("old-ok", "old-failed", "old-cancelled", "old-lost"):
+        with pytest.raises(NotFoundError):
+            await store.get(gone)
+        with pytest.raises(NotFoundError):
+            await store.history(gone)
+    assert await store.purge(T0 + 50) == 0
+    # A purged job id can be used again, with a fresh history.
+    again = await store.create(simple_record("old-ok"), note("again"))
+    assert again.revision == 1
+    assert await store.history("old-ok") == [note("again")]
+    # The cutoff is strict: a record updated exactly at the cutoff stays.
+    assert await store.purge(T0 + 100) == 0
+    assert await store.purge(T0 + 100.001) == 1  # new-ok
+    # Non-terminal records are never purged, however old.
+    assert await store.purge(T0 + 1e9) == 0
+    assert {r.job_id for r in await store.list()} >= {"old-running", "old-pending", "old-held"}
+
+
+async def test_purge_cutoff_must_be_a_number(store: Store) -> None:
+    with pytest.raises(InvalidError, match="older_than"):
+        await store.purge("yesterday")  # type: ignore[arg-type]
+    with pytest.raises(InvalidError, match="older_than"):
+        await store.purge(math.nan)
+
+
+# ---- bad input -----------------------------------------------------------------------------------
+
+
+async def test_a_record_that_does_not_round_trip_is_refused_before_anything_is_written(store: Store) -> None:
+    bad_time = simple_record("job").replace(created_at="yesterday")
+    with pytest.raises(InvalidError, match=r"job 'job'") as info:
+        await store.create(bad_time, note("created"))
+    assert info.value.path == "createdAt"
+
+    not_json = simple_record("job").replace(
+        spec=JobSpec(command=("x",), extensions=Extensions([OpaqueExtension("acme/Thing", {1, 2})]))
+    )
+    with pytest.raises(InvalidError, match=r"job 'job'"):
+        await store.create(not_json, note("created"))
+
+    nan_time = simple_record("job").replace(updated_at=math.nan)
+    with pytest.raises(InvalidError, match=r"job 'job'"):
+        await store.create(nan_time, note("created"))
+    assert await store.list() == []
+
+    rec = await store.create(simple_record("job"), note("created"))
+    with pytest.raises(InvalidError, match=r"job 'job'") as info:
+        await store.update(rec.replace(epoch="two"), expected_revision=1)
+    assert info.value.path == "epoch"
+    assert await store.get("job") == rec
+
+
+async def test_a_transition_that_does_not_round_trip_is_refused(store: Store) -> None:
+    with pytest.raises(InvalidError, match=r"job 'job'") as info:
+        await store.create(simple_record("job"), Transition(at=math.nan, actor=Actor.USER, what="x"))
+    assert info.value.path == "transitions[0]"
+    rec = await store.create(simple_record("job"), note("created"))
+    bad = Transition(at=T0, actor="robot", what="x")  # type: ignore[arg-type]
+    with pytest.raises(InvalidError, match=r"transitions\[1\]"):
+        await store.update(rec, expected_revision=1, transitions=[note("fine"), bad])
+    with pytest.raises(InvalidError, match="transitions"):
+        await store.update(rec, expected_revision=1, transitions=note("not a list"))  # type: ignore[arg-type]
+    assert await store.get("job") == rec
+    assert await store.history("job") == [note("created")]
+
+
+async def test_other_bad_arguments_are_invalid(store: Store) -> None:
+    with pytest.raises(InvalidError, match="job id"):
+        await store.get("no spaces allowed")
+    with pytest.raises(InvalidError, match=r"states\[0\]"):
+        await store.list(states=["running"])  # type: ignore[list-item]
+    with pytest.raises(InvalidError, match="JobRecord"):
+        await store.create({"jobId": "x"}, note("created"))  # type: ignore[arg-type]
+
+
+async def test_transitions_keep_their_optional_fields(store: Store) -> None:
+    full = Transition(
+        at=T0 + 0.25,
+        actor=Actor.CLUSTER,
+        what="observed",
+        why="pod evicted",
+        state=State.FAILED,
+        cause=Cause.EVICTED,
+        epoch=Epoch(2, 1),
+    )
+    await store.create(simple_record("job"), full)
+    assert await store.history("job") == [full]
+
+
+async def test_outcome_states_are_stored_and_filtered(store: Store) -> None:
+    rec = await store.create(simple_record("job"), note("created"))
+    done = rec.replace(outcome=Outcome(State.SUCCEEDED))
+    await store.update(done, expected_revision=1)
+    assert [r.job_id for r in await store.list(states=[State.SUCCEEDED])] == ["job"]
+    assert await store.list(states=[State.PENDING]) == []
+
+
+# ---- lifecycle -----------------------------------------------------------------------------------
+
+
+async def test_a_closed_store_refuses_calls_and_close_is_idempotent(store: Store) -> None:
+    await store.create(simple_record("job"), note("created"))
+    await store.close()
+    await store.close()
+    with pytest.raises(UnavailableError, match="closed"):
+        await store.get("job")
+    with pytest.raises(UnavailableError, match="closed"):
+        await store.create(simple_record("other"), note("created"))
+
+
+def test_both_stores_satisfy_the_protocol(tmp_path: object) -> None:
+    from dispatch.records import MemoryStore, SqliteStore
+
+    assert isinstance(MemoryStore(), Store)
+    assert issubclass(SqliteStore, Store)
