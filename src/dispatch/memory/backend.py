@@ -1,0 +1,276 @@
+"""The ``memory`` backend: the adapter SPI over a :class:`~dispatch.memory.cluster.MemoryCluster`."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from dispatch.backend import HoldToken
+from dispatch.clock import Clock
+from dispatch.errors import InvalidError, ReadOnlyError, UnavailableError, UnsupportedError
+from dispatch.memory import naming
+from dispatch.memory.cluster import MemoryCluster, Overlap, native_object, shared_cluster
+from dispatch.memory.script import FAULTS, SCRIPT_ENV, Step, parse_script
+from dispatch.memory.settings import MemorySettings
+from dispatch.model import (
+    Capabilities,
+    Change,
+    Handle,
+    Identity,
+    Image,
+    JobSpec,
+    Limits,
+    Observation,
+    OpaqueExtension,
+    SharedCheckpoint,
+)
+
+__all__ = ["ACCEPTED_EXTENSIONS", "NAME", "MemoryBackend"]
+
+NAME = "memory"
+ACCEPTED_EXTENSIONS = frozenset({Image.NAME, SharedCheckpoint.NAME})
+
+
+class MemoryBackend:
+    """An in-process cluster for tests, examples and the supervisor's simulations.
+
+    Implements :class:`~dispatch.backend.Backend`, ``Holder``, ``Watcher``, ``CessationSignal``,
+    ``IdentityWeakener`` and ``DryRunner`` (every protocol but ``OutputReader``). Time comes from
+    ``clock`` (default: the system clock); there are no background tasks. Several backends may share
+    one ``cluster`` (e.g. a read-only view of a writable one, or a supervisor "restarted" on the same
+    cluster); ``settings`` and ``clock`` then come from the cluster and must not be passed.
+    """
+
+    def __init__(
+        self,
+        settings: MemorySettings | None = None,
+        *,
+        clock: Clock | None = None,
+        read_only: bool = False,
+        cluster: MemoryCluster | None = None,
+    ) -> None:
+        if cluster is not None:
+            if settings is not None or clock is not None:
+                raise InvalidError("pass a cluster, or settings and a clock, not both", path="cluster")
+            self.cluster = cluster
+        elif settings is not None and settings.cluster is not None:
+            from dispatch.clock import SystemClock
+
+            self.cluster = shared_cluster(settings, clock or SystemClock())
+        else:
+            self.cluster = MemoryCluster(settings, clock=clock)
+        self.read_only = read_only
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"MemoryBackend(nodes={self.cluster.settings.nodes}, read_only={self.read_only})"
+
+    @property
+    def name(self) -> str:
+        return NAME
+
+    @property
+    def settings(self) -> MemorySettings:
+        return self.cluster.settings
+
+    @property
+    def overlaps(self) -> builtins.list[Overlap]:
+        """Times two incarnations of one job had compute at once (see :class:`Overlap`)."""
+        return list(self.cluster.overlaps)
+
+    # --- Backend ----------------------------------------------------------------------------------
+
+    async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
+        self._open()
+        if spec is not None:
+            self._check(spec)
+        return Capabilities(
+            read_only=self.read_only,
+            holds=True,
+            watch=True,
+            output=False,
+            cessation=True,
+            shared_checkpoint=True,
+            queueing=True,
+            extensions=ACCEPTED_EXTENSIONS,
+            limits=Limits(max_nodes=self.settings.nodes),
+            notes=(
+                f"in-process memory cluster: {self.settings.nodes} nodes, strict FIFO queue",
+                "no output: jobs are scripted with env KUBESIM_SCRIPT, not run",
+            ),
+        )
+
+    async def start(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Handle:
+        self._writable("start")
+        steps = self._check(spec)
+        name = naming.native_name(identity)
+        return self.cluster.create(name, Handle(NAME, identity, name), spec, steps, held=held)
+
+    async def observe(self, handle: Handle) -> Observation:
+        self._open()
+        return self.cluster.observe(self._ours(handle))
+
+    async def stop(self, handle: Handle) -> None:
+        """Cancel the incarnation. Idempotent: stopping an ended or unknown incarnation does nothing."""
+        self._writable("stop")
+        self.cluster.stop(self._ours(handle))
+
+    async def list(self) -> builtins.list[Observation]:
+        self._open()
+        return self.cluster.observations()
+
+    async def close(self) -> None:
+        self._closed = True
+
+    # --- Holder -----------------------------------------------------------------------------------
+
+    async def hold(self, handle: Handle) -> HoldToken:
+        """Hold the incarnation: a queued one leaves the queue; a starting or running one gives its
+        nodes back (its compute lingers ``cessationDelay``) and starts from scratch once released.
+        Holding a held incarnation (e.g. one started ``held=True``) returns its current token."""
+        self._writable("hold")
+        return HoldToken(self.cluster.hold(self._ours(handle)))
+
+    async def release(self, handle: Handle, token: HoldToken) -> None:
+        """Release the hold proven by ``token``: the incarnation queues again. A token that is not the
+        current hold's raises ``ConflictError``."""
+        self._writable("release")
+        self.cluster.release(self._ours(handle), str(token))
+
+    # --- Watcher ----------------------------------------------------------------------------------
+
+    def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
+        """Changes of every incarnation. Without a cursor, first the current state of every incarnation,
+        then each change as it happens. With the cursor of a change, the changes after it; a cursor
+        older than ``watchHistory`` changes relists (the current state of every incarnation)."""
+        self._open()
+        return self.cluster.watch(cursor)
+
+    # --- CessationSignal ----------------------------------------------------------------------------
+
+    async def ceased(self, handle: Handle) -> bool:
+        self._open()
+        return self.cluster.ceased(self._ours(handle))
+
+    async def wait_ceased(self, handle: Handle) -> None:
+        self._open()
+        await self.cluster.wait_ceased(self._ours(handle))
+
+    # --- IdentityWeakener ---------------------------------------------------------------------------
+
+    def native_name(self, identity: Identity) -> str:
+        return naming.native_name(identity)
+
+    def identity_of(self, obj: Mapping[str, Any]) -> Identity | None:
+        return naming.identity_of(obj)
+
+    # --- DryRunner ----------------------------------------------------------------------------------
+
+    async def dry_run(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Mapping[str, Any]:
+        """The object ``start`` would create, after every check ``start`` makes (read-only included:
+        a dry run is refused where the real start would be)."""
+        self._writable("start")
+        self._check(spec)
+        return native_object(naming.native_name(identity), spec, identity, held=held)
+
+    # --- cluster events, for tests and demos (not part of the SPI) ---------------------------------
+
+    async def inject(self, handle: Handle, action: str, *, rank: int = 0) -> None:
+        """Make something happen to a starting or running incarnation now, as the cluster would.
+
+        ``action`` is one script step without guards: ``"preempt"``, ``"evict"``, ``"lose-node"`` (every
+        job with compute on that rank's node fails ``node_lost``), ``"oom"``, ``"exit <code>"`` (0: the
+        whole job succeeds; otherwise it fails ``exit_code``), ``"hang"`` (never end by itself) or
+        ``"slow-stop <seconds>"`` (stopping it takes that long; allowed in any state). ``rank`` picks the
+        node. A job that is not starting or running raises ``ConflictError``; a malformed action
+        ``InvalidError``. Cluster events are not writes by dispatch, so a read-only backend allows them."""
+        self._open()
+        steps = parse_script(action, path="action")
+        if len(steps) != 1 or steps[0].guards or steps[0].verb in ("sleep", "print"):
+            raise InvalidError(
+                f"expected one event: {', '.join(sorted(FAULTS))}, exit <code>, hang or slow-stop <seconds>; "
+                f"got {action!r}",
+                path="action",
+            )
+        step = steps[0]
+        self.cluster.inject(self._ours(handle), step.verb, rank=rank, code=step.code, seconds=step.seconds)
+
+    async def preempt(self, handle: Handle, *, rank: int = 0) -> None:
+        """The scheduler preempts the job: ``failed``/``preempted``."""
+        await self.inject(handle, "preempt", rank=rank)
+
+    async def evict(self, handle: Handle, *, rank: int = 0) -> None:
+        """The job is evicted: ``failed``/``evicted``."""
+        await self.inject(handle, "evict", rank=rank)
+
+    async def lose_node(self, handle: Handle, *, rank: int = 0) -> None:
+        """The node under ``rank`` is lost: every job on it fails ``node_lost``."""
+        await self.inject(handle, "lose-node", rank=rank)
+
+    async def oom(self, handle: Handle, *, rank: int = 0) -> None:
+        """The process on ``rank`` is OOM-killed: ``failed``/``out_of_memory`` (exit code 137)."""
+        await self.inject(handle, "oom", rank=rank)
+
+    async def exit(self, handle: Handle, code: int, *, rank: int = 0) -> None:
+        """The job exits with ``code``: 0 succeeds the whole job, anything else fails it ``exit_code``."""
+        if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 255:
+            raise InvalidError(f"expected an exit code 0..255, got {code!r}", path="code")
+        await self.inject(handle, f"exit {code}", rank=rank)
+
+    async def vanish(self, handle: Handle) -> None:
+        """The job's object disappears without dispatch deleting it: it is then observed ``lost``."""
+        self._open()
+        self.cluster.vanish(self._ours(handle))
+
+    def objects(self) -> builtins.list[dict[str, Any]]:
+        """The native object (with a ``status``) of every incarnation on the cluster."""
+        return self.cluster.objects()
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        if self._closed:
+            raise UnavailableError("this memory backend is closed; open a new one")
+
+    def _writable(self, what: str) -> None:
+        self._open()
+        if self.read_only:
+            raise ReadOnlyError(
+                f"{what}: this memory backend is read-only; open it without read_only to write"
+            )
+
+    def _ours(self, handle: Handle) -> Handle:
+        if not isinstance(handle, Handle):
+            raise InvalidError(f"expected a Handle, got {type(handle).__name__}", path="handle")
+        if handle.backend != NAME:
+            raise InvalidError(f"a handle of backend {handle.backend!r}, not {NAME!r}", path="handle.backend")
+        return handle
+
+    def _check(self, spec: JobSpec) -> tuple[Step, ...]:
+        """Every check ``start`` makes: the script parses (``InvalidError``), then every reason this
+        cluster cannot run the spec, all at once (``UnsupportedError``)."""
+        if not isinstance(spec, JobSpec):
+            raise InvalidError(f"expected a JobSpec, got {type(spec).__name__}", path="spec")
+        script = spec.env.get(SCRIPT_ENV, self.settings.default_script)
+        steps = parse_script(script)
+        reasons: list[str] = []
+        for ext_name, value in spec.extensions.items():
+            if isinstance(value, OpaqueExtension):
+                reasons.append(
+                    f'extension "{ext_name}" is unknown in this process (not registered) and the memory '
+                    f"adapter accepts only {', '.join(sorted(ACCEPTED_EXTENSIONS))}"
+                )
+            elif ext_name not in ACCEPTED_EXTENSIONS:
+                reasons.append(
+                    f'extension "{ext_name}" is not supported by the memory adapter; '
+                    f"it accepts {', '.join(sorted(ACCEPTED_EXTENSIONS))}"
+                )
+        if spec.nodes > self.settings.nodes:
+            reasons.append(
+                f"the job asks for {spec.nodes} nodes; this memory cluster has {self.settings.nodes} "
+                '(setting "nodes")'
+            )
+        if reasons:
+            raise UnsupportedError(reasons)
+        return steps
