@@ -1,0 +1,5 @@
+"""``python -m dispatch.cli``."""
+
+from dispatch.cli import main
+
+main()

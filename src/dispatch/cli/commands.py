@@ -1,0 +1,412 @@
+"""The ``dispatch`` commands (click). See ``docs/cli.md``.
+
+Exit codes: 0 success; 1 a job ended failed/lost/cancelled, or a dispatch error other than invalid input;
+2 usage or validation errors (``InvalidError``); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import sys
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from dispatch.cli.config import ClusterFile, load_config, open_cluster, read_token
+from dispatch.cli.render import Renderer
+from dispatch.cluster import Cluster
+from dispatch.errors import DispatchError, InvalidError, NotFoundError, UnsupportedError
+from dispatch.model import JobSpec, State
+from dispatch.registry import ENTRY_POINT_GROUP, adapters
+
+__all__ = ["EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "cli", "load_spec"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INVALID = 2
+EXIT_INTERRUPTED = 130
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The options every command takes."""
+
+    config: str | None
+    token_file: str | None
+    as_json: bool
+
+    @property
+    def out(self) -> Renderer:
+        return Renderer(as_json=self.as_json)
+
+    def cluster_file(self) -> ClusterFile:
+        return load_config(self.config)
+
+    async def open(self) -> tuple[Cluster, ClusterFile]:
+        cf = self.cluster_file()
+        token = read_token(self.token_file)
+        return await open_cluster(cf, token=token), cf
+
+
+def common(fn: F) -> F:
+    """Add ``--config``, ``--token-file`` and ``--json`` and pass them as one :class:`Options`."""
+
+    @click.option(
+        "--config",
+        "config",
+        metavar="PATH",
+        help="Cluster config file (YAML). Default: $DISPATCH_CONFIG, else the embedded default.",
+    )
+    @click.option(
+        "--token-file", metavar="PATH", help="File holding the bearer token (else $DISPATCH_TOKEN)."
+    )
+    @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+    @functools.wraps(fn)
+    def wrapper(config: str | None, token_file: str | None, as_json: bool, **kwargs: Any) -> Any:
+        return fn(Options(config, token_file, as_json), **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def execute(opts: Options, coro: Coroutine[Any, Any, int | None]) -> None:
+    """Run one command's coroutine; turn dispatch errors into one line and an exit code."""
+    try:
+        code = asyncio.run(coro)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+    except DispatchError as exc:
+        report_error(opts, exc)
+        raise click.exceptions.Exit(EXIT_INVALID if isinstance(exc, InvalidError) else EXIT_FAILED) from None
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+def report_error(opts: Options, exc: DispatchError) -> None:
+    click.echo(f"error: {exc}", err=True)
+    if opts.as_json:
+        body: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+        if isinstance(exc, InvalidError) and exc.path:
+            body["path"] = exc.path
+        if isinstance(exc, UnsupportedError):
+            body["reasons"] = list(exc.reasons)
+        click.echo(json.dumps({"error": body}, sort_keys=True))
+
+
+def load_spec(jobfile: str) -> JobSpec:
+    """Read a job file (YAML; JSON when it ends ``.json``) strictly. Errors name the file and the path."""
+    path = Path(jobfile)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InvalidError(f"cannot read the job file: {exc.strerror}", path=jobfile) from None
+    try:
+        return JobSpec.loads(data, format="json" if path.suffix == ".json" else "yaml")
+    except InvalidError as exc:
+        err = InvalidError(exc.detail, path=exc.path)
+        err.args = (f"{jobfile}: {exc}",)
+        raise err from None
+
+
+def load_adapter_extensions() -> None:
+    """Import every installed adapter, so that its extension types decode (e.g. ``kubeflow/RuntimeRef``)."""
+    from importlib import metadata
+
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except Exception:  # a broken plugin only means its extensions stay opaque
+            continue
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dispatch")
+def cli() -> None:
+    """dispatch: submit and supervise training jobs, with typed outcomes."""
+
+
+# ---------------------------------------------------------------------- jobs
+
+
+@cli.command()
+@click.argument("jobfile", type=click.Path(dir_okay=False))
+@click.option("--job-id", metavar="ID", help="Job id (default: generated).")
+@common
+def run(opts: Options, jobfile: str, job_id: str | None) -> None:
+    """Submit JOBFILE and follow it to its outcome, printing every transition."""
+    execute(opts, _run(opts, jobfile, job_id))
+
+
+async def _run(opts: Options, jobfile: str, job_id: str | None) -> int:
+    out = opts.out
+    cluster, _ = await opts.open()
+    async with cluster:
+        spec = load_spec(jobfile)
+        rec = await cluster.submit(spec, job_id=job_id)
+        printed = 0
+        async for rec in cluster.watch(rec.job_id):  # noqa: B020 - the last record is the outcome
+            history = await cluster.history(rec.job_id)
+            for t in history[printed:]:
+                out.transition(rec.job_id, t)
+            printed = len(history)
+        out.outcome(rec)
+        return EXIT_OK if rec.state is State.SUCCEEDED else EXIT_FAILED
+
+
+@cli.command()
+@click.argument("jobfile", type=click.Path(dir_okay=False))
+@common
+def validate(opts: Options, jobfile: str) -> None:
+    """Check JOBFILE strictly, without touching a cluster."""
+    execute(opts, _validate(opts, jobfile))
+
+
+async def _validate(opts: Options, jobfile: str) -> int:
+    spec = load_spec(jobfile)
+    if spec.extensions.opaque():
+        load_adapter_extensions()
+        spec = load_spec(jobfile)
+    opaque = spec.extensions.opaque()
+    if opaque:
+        raise UnsupportedError(
+            [f"{jobfile}: extension {name!r} is not known to any installed adapter" for name in opaque]
+        )
+    out = opts.out
+    if out.as_json:
+        out.json({"valid": True, "spec": spec.to_json()})
+    else:
+        exts = ", ".join(spec.extensions) or "none"
+        out.line(f"ok: {jobfile}: {spec.nodes} node(s), command {list(spec.command)}, extensions: {exts}")
+    return EXIT_OK
+
+
+@cli.command()
+@click.argument("jobfile", type=click.Path(dir_okay=False))
+@click.option("--held", is_flag=True, help="Create it held: it waits for `dispatch release`.")
+@click.option("--dry-run", is_flag=True, help="Print the native object it would create; create nothing.")
+@click.option("--job-id", metavar="ID", help="Job id (default: generated).")
+@common
+def submit(opts: Options, jobfile: str, held: bool, dry_run: bool, job_id: str | None) -> None:
+    """Submit JOBFILE and print its record (do not wait)."""
+    execute(opts, _submit(opts, jobfile, held, dry_run, job_id))
+
+
+async def _submit(opts: Options, jobfile: str, held: bool, dry_run: bool, job_id: str | None) -> int:
+    out = opts.out
+    cluster, _ = await opts.open()
+    async with cluster:
+        spec = load_spec(jobfile)
+        if dry_run:
+            out.mapping(await cluster.dry_run(spec, job_id=job_id, held=held))
+            return EXIT_OK
+        rec = await cluster.submit(spec, job_id=job_id, held=held)
+        out.summary(rec, "submitted")
+        return EXIT_OK
+
+
+@cli.command()
+@click.argument("job")
+@common
+def status(opts: Options, job: str) -> None:
+    """Show the record of JOB, refreshed from the cluster."""
+    execute(opts, _with_cluster(opts, lambda c: _status(opts, c, job)))
+
+
+async def _status(opts: Options, cluster: Cluster, job: str) -> int:
+    opts.out.record(await cluster.get(job))
+    return EXIT_OK
+
+
+@cli.command("list")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice([s.value for s in State]),
+    help="Only jobs in this state (repeatable).",
+)
+@common
+def list_(opts: Options, states: tuple[str, ...]) -> None:
+    """List every job."""
+    wanted = [State(s) for s in states] or None
+    execute(opts, _with_cluster(opts, lambda c: _list(opts, c, wanted)))
+
+
+async def _list(opts: Options, cluster: Cluster, states: list[State] | None) -> int:
+    opts.out.records(await cluster.list(states))
+    return EXIT_OK
+
+
+@cli.command()
+@click.argument("job", required=False)
+@common
+def watch(opts: Options, job: str | None) -> None:
+    """Print records as they change (one job until it ends, or every job until interrupted)."""
+    execute(opts, _with_cluster(opts, lambda c: _watch(opts, c, job)))
+
+
+async def _watch(opts: Options, cluster: Cluster, job: str | None) -> int:
+    out = opts.out
+    async for rec in cluster.watch(job):
+        out.summary(rec)
+    return EXIT_OK
+
+
+def _write_command(name: str, help_text: str) -> None:
+    @cli.command(name, help=help_text)
+    @click.argument("job")
+    @common
+    def command(opts: Options, job: str) -> None:
+        async def act(cluster: Cluster) -> int:
+            method = getattr(cluster, name)
+            rec = await method(job)
+            opts.out.summary(rec, name)
+            return EXIT_OK
+
+        execute(opts, _with_cluster(opts, act))
+
+
+_write_command("cancel", "Cancel JOB.")
+_write_command("hold", "Hold JOB (keep it from running) until released.")
+_write_command("release", "Release the hold on JOB.")
+
+
+@cli.command()
+@click.argument("job")
+@click.argument("jobfile", required=False, type=click.Path(dir_okay=False))
+@common
+def resubmit(opts: Options, job: str, jobfile: str | None) -> None:
+    """Start a new incarnation of finished JOB (with JOBFILE's spec, if given)."""
+
+    async def act(cluster: Cluster) -> int:
+        spec = load_spec(jobfile) if jobfile else None
+        opts.out.summary(await cluster.resubmit(job, spec), "resubmitted")
+        return EXIT_OK
+
+    execute(opts, _with_cluster(opts, act))
+
+
+@cli.command()
+@click.argument("job")
+@common
+def history(opts: Options, job: str) -> None:
+    """Show the transitions of JOB, oldest first."""
+
+    async def act(cluster: Cluster) -> int:
+        opts.out.transitions(job, await cluster.history(job))
+        return EXIT_OK
+
+    execute(opts, _with_cluster(opts, act))
+
+
+@cli.command()
+@click.argument("job")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the node's output ends.")
+@click.option("--node", default=0, show_default=True, type=click.IntRange(min=0), help="Node index.")
+@click.option("--tail", type=click.IntRange(min=0), help="Only the last N lines.")
+@common
+def logs(opts: Options, job: str, follow: bool, node: int, tail: int | None) -> None:
+    """Print the output of one node of JOB."""
+
+    async def act(cluster: Cluster) -> int:
+        out = opts.out
+        async for line in cluster.output(job, node=node, follow=follow, tail=tail):
+            if out.as_json:
+                out.json({"jobId": job, "node": node, "line": line})
+            else:
+                out.line(line)
+        return EXIT_OK
+
+    execute(opts, _with_cluster(opts, act))
+
+
+async def _with_cluster(opts: Options, act: Callable[[Cluster], Coroutine[Any, Any, int]]) -> int:
+    cluster, _ = await opts.open()
+    async with cluster:
+        return await act(cluster)
+
+
+# ---------------------------------------------------------------------- clusters and adapters
+
+
+@cli.command()
+@common
+def check(opts: Options) -> None:
+    """Open the configured cluster and print its capabilities."""
+    execute(opts, _check(opts))
+
+
+async def _check(opts: Options) -> int:
+    cluster, cf = await opts.open()
+    async with cluster:
+        caps = await cluster.capabilities()
+        opts.out.capabilities(cf.adapter, cf.source, str(cf.store), caps)
+    return EXIT_OK
+
+
+@cli.command()
+@click.argument("adapter")
+@common
+def schema(opts: Options, adapter: str) -> None:
+    """Print the JSON Schema of ADAPTER's settings."""
+
+    async def act() -> int:
+        value = adapter_schema(adapter)
+        opts.out.mapping(value, yaml_form=False)
+        return EXIT_OK
+
+    execute(opts, act())
+
+
+def adapter_schema(name: str) -> dict[str, Any]:
+    """The settings schema an installed adapter publishes: its module's ``schema()``."""
+    import importlib
+    from importlib import metadata
+
+    eps = {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    ep = eps.get(name)
+    if ep is None:
+        known = ", ".join(sorted(eps)) or "none"
+        raise NotFoundError(f"no installed adapter named {name!r}; installed: {known}")
+    try:
+        module = importlib.import_module(ep.module)
+    except Exception as exc:
+        raise NotFoundError(
+            f"adapter {name!r} ({ep.value}) failed to load: {type(exc).__name__}: {exc}"
+        ) from exc
+    fn = getattr(module, "schema", None)
+    if not callable(fn):
+        raise UnsupportedError(f"adapter {name!r} publishes no settings schema ({ep.module}.schema)")
+    value = fn()
+    if not isinstance(value, dict):
+        raise UnsupportedError(f"adapter {name!r}: {ep.module}.schema() did not return a JSON object")
+    return value
+
+
+@cli.command("adapters")
+@common
+def adapters_(opts: Options) -> None:
+    """List the adapters available: registered in this process or installed (entry points)."""
+    from importlib import metadata
+
+    eps = {ep.name: ep.value for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    names = adapters()
+    out = opts.out
+    if out.as_json:
+        out.json([{"name": n, "entryPoint": eps.get(n)} for n in names])
+        return
+    out.table(
+        ["adapter", "source"], [[n, f"entry point {eps[n]}" if n in eps else "registered"] for n in names]
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The console script's entry: run the CLI."""
+    cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="dispatch")

@@ -1,0 +1,222 @@
+"""How the CLI shows things: plain text for pipes, rich tables and colour on a terminal, JSON for programs.
+
+rich is imported only when stdout is a terminal, so scripts and ``--json`` never pay for it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TextIO
+
+from dispatch.model import Capabilities, Evidence, JobRecord, Outcome, State, Transition
+
+__all__ = ["Renderer", "when"]
+
+_COLOURS = {
+    State.SUCCEEDED: "green",
+    State.FAILED: "red",
+    State.LOST: "magenta",
+    State.CANCELLED: "yellow",
+    State.RUNNING: "cyan",
+    State.HELD: "blue",
+}
+
+
+def when(at: float | None) -> str:
+    """An epoch time as UTC ``YYYY-MM-DD HH:MM:SS``."""
+    if at is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
+
+
+def outcome_text(outcome: Outcome) -> str:
+    return str(outcome)
+
+
+class Renderer:
+    """Writes results to ``out`` (stdout) in the chosen form: JSON, rich (terminal) or plain."""
+
+    def __init__(
+        self, *, as_json: bool = False, out: TextIO | None = None, colour: bool | None = None
+    ) -> None:
+        self.out = out if out is not None else sys.stdout
+        self.as_json = as_json
+        tty = bool(getattr(self.out, "isatty", lambda: False)())
+        self.rich = (tty if colour is None else colour) and not as_json
+        self._console: Any = None
+
+    # ------------------------------------------------------------------ primitives
+
+    def line(self, text: str = "", *, style: str | None = None) -> None:
+        if self.rich and style:
+            self.console.print(text, style=style, highlight=False, markup=False)
+        else:
+            self.out.write(text + "\n")
+            self.out.flush()
+
+    def json(self, value: Any) -> None:
+        self.out.write(json.dumps(value, sort_keys=True) + "\n")
+        self.out.flush()
+
+    @property
+    def console(self) -> Any:
+        if self._console is None:
+            from rich.console import Console  # deferred: rich is only for terminals
+
+            self._console = Console(file=self.out)
+        return self._console
+
+    def table(
+        self, headers: Sequence[str], rows: Iterable[Sequence[str]], *, styles: Sequence[str] = ()
+    ) -> None:
+        rows = [list(r) for r in rows]
+        if self.rich:
+            from rich.table import Table
+
+            table = Table(show_edge=False, header_style="bold")
+            for h in headers:
+                table.add_column(h)
+            for i, row in enumerate(rows):
+                table.add_row(*row, style=styles[i] if i < len(styles) and styles[i] else None)
+            self.console.print(table)
+            return
+        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+        self.line("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+        for row in rows:
+            self.line("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+    # ------------------------------------------------------------------ dispatch's values
+
+    def record(self, rec: JobRecord) -> None:
+        if self.as_json:
+            self.json(rec.to_json())
+            return
+        pairs: list[tuple[str, str]] = [
+            ("job", rec.job_id),
+            ("state", rec.state.value),
+            ("cause", rec.outcome.cause.value),
+            ("epoch", str(rec.epoch)),
+            ("handle", str(rec.handle) if rec.handle else "-"),
+            ("created", when(rec.created_at)),
+            ("updated", when(rec.updated_at)),
+        ]
+        if rec.hold_requested:
+            pairs.append(("hold", "requested"))
+        if rec.cancel_requested:
+            pairs.append(("cancel", "requested"))
+        if rec.unknown_write:
+            pairs.append(("unknown", rec.unknown_write))
+        width = max(len(k) for k, _ in pairs) + 1
+        for key, value in pairs:
+            style = _COLOURS.get(rec.state) if key == "state" else None
+            self.line(f"{(key + ':').ljust(width)} {value}", style=style)
+        self.evidence(rec.outcome.evidence)
+
+    def evidence(self, evidence: Sequence[Evidence], indent: str = "") -> None:
+        for ev in evidence:
+            self.line(f"{indent}evidence: {ev}")
+            for out_line in ev.output:
+                self.line(f"{indent}  | {out_line}")
+
+    def records(self, recs: Sequence[JobRecord]) -> None:
+        if self.as_json:
+            self.json([r.to_json() for r in recs])
+            return
+        self.table(
+            ["job", "state", "cause", "epoch", "updated"],
+            [
+                [r.job_id, r.state.value, r.outcome.cause.value, str(r.epoch), when(r.updated_at)]
+                for r in recs
+            ],
+            styles=[_COLOURS.get(r.state, "") for r in recs],
+        )
+
+    def summary(self, rec: JobRecord, what: str = "") -> None:
+        """One line about a record (after a write)."""
+        if self.as_json:
+            self.json(rec.to_json())
+            return
+        prefix = f"{what} " if what else ""
+        self.line(
+            f"{prefix}{rec.job_id}@{rec.epoch}: {outcome_text(rec.outcome)}", style=_COLOURS.get(rec.state)
+        )
+
+    def transition(self, job_id: str, t: Transition) -> None:
+        if self.as_json:
+            self.json({"jobId": job_id, "transition": t.to_json()})
+            return
+        parts = [when(t.at), f"{job_id}@{t.epoch}" if t.epoch else job_id, t.actor.value, t.what]
+        if t.state is not None and t.state.value != t.what:
+            parts.append(t.state.value)
+        if t.cause is not None and t.cause.value != "none":
+            parts.append(f"({t.cause.value})")
+        text = "  ".join(parts)
+        if t.why:
+            text += f"  — {t.why}"
+        self.line(text, style=_COLOURS.get(t.state) if t.state else None)
+
+    def transitions(self, job_id: str, ts: Sequence[Transition]) -> None:
+        if self.as_json:
+            self.json([t.to_json() for t in ts])
+            return
+        for t in ts:
+            self.transition(job_id, t)
+
+    def outcome(self, rec: JobRecord) -> None:
+        """The final typed outcome of ``dispatch run``."""
+        if self.as_json:
+            self.json({"record": rec.to_json()})
+            return
+        o = rec.outcome
+        self.line(
+            f"outcome: {o.state.value} / {o.cause.value}  ({rec.job_id}@{rec.epoch})",
+            style=_COLOURS.get(o.state),
+        )
+        self.evidence(o.evidence, indent="  ")
+
+    def capabilities(self, adapter: str, source: str, store: str, caps: Capabilities) -> None:
+        if self.as_json:
+            self.json({"adapter": adapter, "config": source, "store": store, "capabilities": caps.to_json()})
+            return
+        self.line(f"adapter:  {adapter}")
+        self.line(f"config:   {source}")
+        self.line(f"store:    {store}")
+        flags = caps.to_json()
+        for key in (
+            "readOnly",
+            "observeOnly",
+            "holds",
+            "watch",
+            "output",
+            "cessation",
+            "sharedCheckpoint",
+            "queueing",
+        ):
+            self.line(f"{key + ':':<18}{'yes' if flags[key] else 'no'}")
+        self.line(f"{'extensions:':<18}{', '.join(sorted(caps.extensions)) or '-'}")
+        limits = caps.limits.to_json()
+        self.line(f"{'limits:':<18}{', '.join(f'{k}={v}' for k, v in limits.items()) or '-'}")
+        for note in caps.notes:
+            self.line(f"note: {note}")
+
+    def mapping(self, value: Mapping[str, Any], *, yaml_form: bool = True) -> None:
+        """A native object (dry run) or a schema: YAML for people, JSON with ``--json``."""
+        if self.as_json or not yaml_form:
+            self.out.write(json.dumps(value, indent=2, sort_keys=False) + "\n")
+            self.out.flush()
+            return
+        import yaml  # deferred: only this command needs it
+
+        self.out.write(yaml.safe_dump(_plain(value), sort_keys=False, default_flow_style=False))
+        self.out.flush()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

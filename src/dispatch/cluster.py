@@ -1,0 +1,568 @@
+"""Opening a cluster: :func:`open` and the :class:`Cluster` it returns (operator and observer).
+
+The operator writes (``submit``, ``cancel``, ``hold``, ``release``, ``resubmit``) go to the record
+first and then to the backend, so that a crash in between leaves a record saying what was asked; every
+record write is a compare-and-swap retried a bounded number of times. The observer reads (``get``,
+``list``, ``watch``) fold what the cluster reports into the records with :func:`dispatch.fold.fold`.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+from dispatch.backend import Backend, CessationSignal, DryRunner, Holder, HoldToken, OutputReader, Watcher
+from dispatch.clock import Clock, SystemClock
+from dispatch.config import Config
+from dispatch.errors import (
+    BusyError,
+    ConflictError,
+    InvalidError,
+    NotFoundError,
+    OutcomeUnknownError,
+    ReadOnlyError,
+    UnsupportedError,
+)
+from dispatch.fold import fold, matches
+from dispatch.model import (
+    DEFAULT_POLICY,
+    Actor,
+    Capabilities,
+    Cause,
+    Epoch,
+    Evidence,
+    Identity,
+    JobRecord,
+    JobSpec,
+    Observation,
+    Outcome,
+    Policy,
+    State,
+    Transition,
+    check_job_id,
+    new_job_id,
+)
+from dispatch.records import Store
+from dispatch.registry import new_backend
+
+__all__ = ["CAS_ATTEMPTS", "Cluster", "open"]
+
+CAS_ATTEMPTS = 8
+"""How many times a record write is retried when the record changed under it (``ConflictError``)."""
+
+POLL_MIN = 0.5
+POLL_MAX = 5.0
+"""Polling backoff of :meth:`Cluster.watch` on a backend without a watcher (seconds)."""
+
+_Step = tuple[JobRecord, list[Transition]]
+_Change = Callable[[JobRecord], _Step | None]
+
+
+async def open(name: str, config: Config | None = None, *, clock: Clock | None = None) -> Cluster:
+    """Open the cluster of adapter ``name`` with ``config`` and return a :class:`Cluster`.
+
+    The adapter is found in the registry (by import or through the ``dispatch.adapters`` entry points).
+    Without ``config.store`` the records go to a :class:`~dispatch.records.SqliteStore` under the user's
+    state directory. ``clock`` (tests: a :class:`~dispatch.clock.ManualClock`) times the records and the
+    polling of :meth:`Cluster.watch`.
+    """
+    config = config if config is not None else Config()
+    store = config.store
+    if store is None:
+        from dispatch.records import SqliteStore, default_store_path  # deferred: sqlite3 is not light
+
+        store = SqliteStore(default_store_path())
+    try:
+        backend = await new_backend(name, config.adapter_config(name))
+    except BaseException:
+        if config.store is None:
+            await store.close()
+        raise
+    return Cluster(backend, store, policy=config.policy, clock=clock)
+
+
+class Cluster:
+    """One opened cluster with its records: the operator, the observer and its capabilities.
+
+    An async context manager; :meth:`close` closes the backend and the store.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        store: Store,
+        *,
+        policy: Policy = DEFAULT_POLICY,
+        clock: Clock | None = None,
+    ) -> None:
+        self.backend = backend
+        self.store = store
+        self.policy = policy
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._closed = False
+
+    async def __aenter__(self) -> Cluster:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the backend and the store. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.backend.close()
+        finally:
+            await self.store.close()
+
+    def __repr__(self) -> str:
+        return f"Cluster(backend={self.backend.name!r}, store={type(self.store).__name__})"
+
+    # ------------------------------------------------------------------ capabilities
+
+    async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
+        """What this cluster can do; with ``spec``, also refuse (``UnsupportedError``, every reason) a
+        job it cannot run."""
+        return await self.backend.capabilities(spec)
+
+    async def _check_writable(self) -> Capabilities:
+        caps = await self.backend.capabilities()
+        if caps.read_only or caps.observe_only:
+            mode = "read-only" if caps.read_only else "observe-only"
+            raise ReadOnlyError(f"cluster {self.backend.name!r} is {mode}: it accepts no writes")
+        return caps
+
+    # ------------------------------------------------------------------ operator
+
+    async def submit(
+        self,
+        spec: JobSpec,
+        *,
+        job_id: str | None = None,
+        held: bool = False,
+        policy: Policy | None = None,
+    ) -> JobRecord:
+        """Record a new job and start its first incarnation (``job_id@1.0``); return its record.
+
+        The cluster checks the spec first (``capabilities(spec)``): a job it cannot run is refused
+        before anything is created. A taken job id is a ``ConflictError``. A start whose effect could
+        not be known leaves the record with ``unknown_write`` set (the job is not lost: an observation
+        settles it). A start the cluster refuses (``InvalidError``/``UnsupportedError``) leaves the
+        record ``failed``/``invalid_spec`` and raises.
+        """
+        if not isinstance(spec, JobSpec):
+            raise InvalidError(f"expected a JobSpec, got {type(spec).__name__}", path="spec")
+        if policy is not None and not isinstance(policy, Policy):
+            raise InvalidError(f"expected a Policy, got {type(policy).__name__}", path="policy")
+        job_id = check_job_id(job_id) if job_id is not None else new_job_id()
+        caps = await self._check_writable()
+        if held and not (caps.holds and isinstance(self.backend, Holder)):
+            raise UnsupportedError(f"cluster {self.backend.name!r} cannot hold jobs (capability 'holds')")
+        await self.backend.capabilities(spec)
+        now = self.clock.now()
+        epoch = Epoch()
+        record = JobRecord(
+            job_id=job_id,
+            spec=spec,
+            created_at=now,
+            updated_at=now,
+            policy=policy,
+            epoch=epoch,
+            hold_requested=held,
+        )
+        first = Transition(
+            at=now,
+            actor=Actor.USER,
+            what="submitted",
+            why="held" if held else "",
+            state=State.PENDING,
+            epoch=epoch,
+        )
+        await self.store.create(record, first)
+        return await self._start(job_id, spec, Identity(job_id, epoch), held=held)
+
+    async def _start(self, job_id: str, spec: JobSpec, identity: Identity, *, held: bool) -> JobRecord:
+        """Start ``identity`` and write the outcome of the start into the record."""
+        try:
+            handle = await self.backend.start(spec, identity, held=held)
+        except OutcomeUnknownError as exc:
+            reason = str(exc)
+            note = f"start of {identity}: {reason}"
+            return await self._update(
+                job_id,
+                lambda r: (
+                    r.replace(unknown_write=note),
+                    [self._t(Actor.USER, "start outcome unknown", why=reason, epoch=identity.epoch)],
+                ),
+            )
+        except (InvalidError, UnsupportedError) as exc:
+            reason = str(exc)
+            refused = Outcome(
+                State.FAILED,
+                Cause.INVALID_SPEC,
+                (Evidence(kind="Start", name=str(identity), reason=type(exc).__name__, message=reason),),
+            )
+            await self._update(
+                job_id,
+                lambda r: (
+                    r.replace(outcome=refused),
+                    [
+                        self._t(
+                            Actor.CLUSTER,
+                            "refused",
+                            why=reason,
+                            state=State.FAILED,
+                            cause=Cause.INVALID_SPEC,
+                            epoch=identity.epoch,
+                        )
+                    ],
+                ),
+            )
+            raise
+        except Exception as exc:
+            reason = str(exc)
+            # Unavailable, permission denied, a name taken by another identity...: the record stays
+            # pending (the job is not lost) and says why; the caller sees the error.
+            await self._update(
+                job_id,
+                lambda r: (r, [self._t(Actor.USER, "start failed", why=reason, epoch=identity.epoch)]),
+            )
+            raise
+        token: str | None = None
+        if held and isinstance(self.backend, Holder):
+            # Holding an incarnation created held is idempotent and yields the token release needs.
+            token = await self.backend.hold(handle)
+
+        def started(r: JobRecord) -> _Step:
+            rec = r.replace(handle=handle, hold_token=token if token is not None else r.hold_token)
+            return rec, [self._t(Actor.USER, "started", why=str(handle), epoch=identity.epoch)]
+
+        await self._update(job_id, started)
+        return await self.get(job_id)
+
+    async def cancel(self, job_id: str) -> JobRecord:
+        """Ask for the job to end. Records the intent first, then stops the incarnation. A job that is
+        already terminal is returned unchanged; one never placed on the cluster is cancelled at once."""
+        rec = await self.store.get(job_id)
+        if rec.outcome.terminal:
+            return rec
+        await self._check_writable()
+
+        def request(r: JobRecord) -> _Step | None:
+            if r.outcome.terminal or r.cancel_requested:
+                return None
+            return r.replace(cancel_requested=True), [self._t(Actor.USER, "cancel requested", epoch=r.epoch)]
+
+        rec = await self._update(job_id, request)
+        if rec.outcome.terminal:
+            return rec
+        handle = rec.handle if rec.handle is not None and rec.handle.identity.epoch.n == rec.epoch.n else None
+        if handle is None:
+            found = await self._find(rec)
+            handle = found.handle if found is not None else None
+        if handle is None:
+            # Never placed on the cluster (or its start is unknown and nothing carries its identity).
+            outcome = Outcome(State.CANCELLED, Cause.CANCELLED)
+
+            def cancelled(r: JobRecord) -> _Step | None:
+                if r.outcome.terminal:
+                    return None
+                t = self._t(
+                    Actor.USER,
+                    "cancelled",
+                    why="not on the cluster",
+                    state=State.CANCELLED,
+                    cause=Cause.CANCELLED,
+                    epoch=r.epoch,
+                )
+                return r.replace(outcome=outcome, unknown_write=None), [t]
+
+            return await self._update(job_id, cancelled)
+        await self.backend.stop(handle)
+        return await self.get(job_id)
+
+    async def hold(self, job_id: str) -> JobRecord:
+        """Hold the job's current incarnation (keep it from running, or stop it running) until
+        :meth:`release`. ``UnsupportedError`` when the cluster cannot hold."""
+        holder = self._holder()
+        rec = await self._live(job_id, "hold")
+        if rec.handle is None:
+            raise BusyError(f"job {job_id!r} is not on the cluster yet; retry once it is")
+        handle = rec.handle
+        token = await holder.hold(handle)
+
+        def held(r: JobRecord) -> _Step:
+            if r.handle != handle:
+                raise ConflictError(f"job {job_id!r} moved to another incarnation while being held")
+            return r.replace(hold_requested=True, hold_token=token), [
+                self._t(Actor.USER, "hold", epoch=r.epoch)
+            ]
+
+        await self._update(job_id, held)
+        return await self.get(job_id)
+
+    async def release(self, job_id: str) -> JobRecord:
+        """Release the job's hold. ``ConflictError`` if the job is not held by us, or the cluster shows
+        another hold than the one recorded."""
+        holder = self._holder()
+        rec = await self._live(job_id, "release")
+        if rec.handle is None or rec.hold_token is None:
+            raise ConflictError(f"job {job_id!r} is not held")
+        handle, token = rec.handle, rec.hold_token
+        await holder.release(handle, HoldToken(token))
+
+        def released(r: JobRecord) -> _Step:
+            return r.replace(hold_requested=False, hold_token=None), [
+                self._t(Actor.USER, "release", epoch=r.epoch)
+            ]
+
+        await self._update(job_id, released)
+        return await self.get(job_id)
+
+    async def resubmit(self, job_id: str, spec: JobSpec | None = None) -> JobRecord:
+        """Start a new incarnation of a finished job (epoch ``N+1.0``), with ``spec`` if given.
+
+        Only a terminal record can be resubmitted (``ConflictError`` otherwise). On a cluster that
+        signals cessation, the previous incarnation's compute must be gone (``BusyError`` until it is).
+        """
+        rec = await self.store.get(job_id)
+        if not rec.outcome.terminal:
+            raise ConflictError(
+                f"job {job_id!r} is {rec.state.value}; only a finished job can be resubmitted (cancel it first)"
+            )
+        if spec is not None and not isinstance(spec, JobSpec):
+            raise InvalidError(f"expected a JobSpec, got {type(spec).__name__}", path="spec")
+        new_spec = spec if spec is not None else rec.spec
+        await self._check_writable()
+        await self.backend.capabilities(new_spec)
+        if (
+            rec.handle is not None
+            and isinstance(self.backend, CessationSignal)
+            and not await self.backend.ceased(rec.handle)
+        ):
+            raise BusyError(
+                f"job {job_id!r}: incarnation {rec.handle.identity} still has compute on the cluster; "
+                "retry once it has ceased"
+            )
+        expected = rec.revision
+        epoch = rec.epoch.resubmitted()
+
+        def renew(r: JobRecord) -> _Step:
+            if r.revision != expected:
+                raise ConflictError(f"job {job_id!r} changed while being resubmitted; retry")
+            new = r.replace(
+                spec=new_spec,
+                epoch=epoch,
+                handle=None,
+                outcome=Outcome(State.PENDING),
+                hold_token=None,
+                hold_requested=False,
+                cancel_requested=False,
+                unknown_write=None,
+                plan=None,
+            )
+            t = self._t(Actor.USER, "resubmitted", state=State.PENDING, epoch=epoch)
+            return new, [t]
+
+        await self._update(job_id, renew)
+        return await self._start(job_id, new_spec, Identity(job_id, epoch), held=False)
+
+    async def dry_run(
+        self, spec: JobSpec, *, job_id: str | None = None, held: bool = False
+    ) -> Mapping[str, Any]:
+        """The native object a submit would create (e.g. a TrainJob), creating nothing.
+        ``UnsupportedError`` when the adapter cannot show it."""
+        if not isinstance(self.backend, DryRunner):
+            raise UnsupportedError(f"adapter {self.backend.name!r} cannot show a dry run")
+        job_id = check_job_id(job_id) if job_id is not None else new_job_id()
+        return await self.backend.dry_run(spec, Identity(job_id, Epoch()), held=held)
+
+    # ------------------------------------------------------------------ observer
+
+    async def get(self, job_id: str) -> JobRecord:
+        """The job's record, refreshed from the cluster when it is not terminal."""
+        rec = await self.store.get(job_id)
+        if rec.outcome.terminal:
+            return rec
+        obs = await self._observe(rec)
+        if obs is None:
+            return rec
+        return await self._fold(job_id, obs)
+
+    async def list(self, states: Iterable[State] | None = None) -> builtins.list[JobRecord]:
+        """Every record (optionally only in ``states``), oldest first; records that are not terminal are
+        refreshed from one listing of the cluster."""
+        wanted = None if states is None else frozenset(states)
+        records = await self.store.list()
+        live = [r for r in records if not r.outcome.terminal]
+        if live:
+            by_id: dict[str, JobRecord] = {r.job_id: r for r in records}
+            for obs in await self.backend.list():
+                rec = by_id.get(obs.handle.identity.job_id)
+                if rec is not None and not rec.outcome.terminal and matches(rec, obs):
+                    by_id[rec.job_id] = await self._fold(rec.job_id, obs)
+            records = [by_id[r.job_id] for r in records]
+        return [r for r in records if wanted is None or r.state in wanted]
+
+    async def watch(self, job_id: str | None = None) -> AsyncIterator[JobRecord]:
+        """Yield records as they change: first the current record(s), then each change.
+
+        With ``job_id`` the stream ends once the job's record is terminal. Uses the backend's
+        :class:`~dispatch.backend.Watcher` when it has one, else polls ``observe`` with a backoff.
+        """
+        if job_id is not None:
+            await self.store.get(job_id)  # NotFoundError early, before any waiting
+        if isinstance(self.backend, Watcher):
+            stream: AsyncIterator[JobRecord] = self._watch_changes(self.backend, job_id)
+        else:
+            stream = self._watch_polling(job_id)
+        async for rec in stream:
+            yield rec
+
+    async def _watch_changes(self, watcher: Watcher, job_id: str | None) -> AsyncIterator[JobRecord]:
+        changes = watcher.watch(None)
+        try:
+            last: dict[str, int] = {}
+            for rec in await self._snapshot(job_id):
+                last[rec.job_id] = rec.revision
+                yield rec
+                if job_id is not None and rec.outcome.terminal:
+                    return
+            async for change in changes:
+                ident = change.handle.identity
+                if job_id is not None and ident.job_id != job_id:
+                    continue
+                try:
+                    rec = await self._fold(ident.job_id, change.observation)
+                except NotFoundError:
+                    continue  # an object of ours that matches no record: the supervisor's business
+                if last.get(rec.job_id) != rec.revision:
+                    last[rec.job_id] = rec.revision
+                    yield rec
+                if job_id is not None and rec.outcome.terminal:
+                    return
+        finally:
+            aclose = getattr(changes, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def _watch_polling(self, job_id: str | None) -> AsyncIterator[JobRecord]:
+        last: dict[str, int] = {}
+        delay = POLL_MIN
+        while True:
+            changed = False
+            for rec in await self._snapshot(job_id):
+                if last.get(rec.job_id) != rec.revision:
+                    last[rec.job_id] = rec.revision
+                    changed = True
+                    yield rec
+                if job_id is not None and rec.outcome.terminal:
+                    return
+            delay = POLL_MIN if changed else min(delay * 2, POLL_MAX)
+            await self.clock.sleep(delay)
+
+    async def _snapshot(self, job_id: str | None) -> builtins.list[JobRecord]:
+        if job_id is not None:
+            return [await self.get(job_id)]
+        out = []
+        for rec in await self.store.list():
+            out.append(rec if rec.outcome.terminal else await self.get(rec.job_id))
+        return out
+
+    async def output(
+        self, job_id: str, *, node: int = 0, follow: bool = False, tail: int | None = None
+    ) -> AsyncIterator[str]:
+        """Lines of output of node ``node`` of the job's current incarnation.
+        ``UnsupportedError`` when the adapter cannot read output."""
+        if not isinstance(self.backend, OutputReader):
+            raise UnsupportedError(f"adapter {self.backend.name!r} cannot read job output")
+        if isinstance(node, bool) or not isinstance(node, int) or node < 0:
+            raise InvalidError(f"expected a node index >= 0, got {node!r}", path="node")
+        if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or tail < 0):
+            raise InvalidError(f"expected a line count >= 0, got {tail!r}", path="tail")
+        rec = await self.store.get(job_id)
+        if rec.handle is None:
+            raise BusyError(f"job {job_id!r} is not on the cluster yet; retry once it is")
+        async for line in self.backend.output(rec.handle, node=node, follow=follow, tail=tail):
+            yield line
+
+    async def history(self, job_id: str) -> builtins.list[Transition]:
+        """The job's transitions, oldest first."""
+        return await self.store.history(job_id)
+
+    # ------------------------------------------------------------------ internals
+
+    def _t(
+        self,
+        actor: Actor,
+        what: str,
+        *,
+        why: str = "",
+        state: State | None = None,
+        cause: Cause | None = None,
+        epoch: Epoch | None = None,
+    ) -> Transition:
+        return Transition(
+            at=self.clock.now(), actor=actor, what=what, why=why, state=state, cause=cause, epoch=epoch
+        )
+
+    def _holder(self) -> Holder:
+        if not isinstance(self.backend, Holder):
+            raise UnsupportedError(f"adapter {self.backend.name!r} cannot hold jobs")
+        return self.backend
+
+    async def _live(self, job_id: str, what: str) -> JobRecord:
+        rec = await self.get(job_id)
+        if rec.outcome.terminal:
+            raise ConflictError(f"job {job_id!r} is {rec.outcome}; cannot {what} a finished job")
+        await self._check_writable()
+        return rec
+
+    async def _observe(self, rec: JobRecord) -> Observation | None:
+        """Observe the record's current incarnation (by handle, else by identity lookup)."""
+        if rec.handle is not None and rec.handle.identity.epoch.n == rec.epoch.n:
+            return await self.backend.observe(rec.handle)
+        if rec.unknown_write is not None:
+            return await self._find(rec)
+        return None
+
+    async def _find(self, rec: JobRecord) -> Observation | None:
+        """The cluster's object of the record's current incarnation, looked up by identity."""
+        for obs in await self.backend.list():
+            if matches(rec, obs):
+                return obs
+        return None
+
+    async def _fold(self, job_id: str, obs: Observation) -> JobRecord:
+        return await self._update(job_id, lambda r: self._fold_change(r, obs))
+
+    def _fold_change(self, rec: JobRecord, obs: Observation) -> _Step | None:
+        new, transitions = fold(rec, obs, now=self.clock.now())
+        return None if new is rec else (new, transitions)
+
+    async def _update(self, job_id: str, change: _Change) -> JobRecord:
+        """Read, change and compare-and-swap the record; retry on ``ConflictError`` a bounded number of
+        times. ``change`` returns ``None`` for "nothing to write"."""
+        for _ in range(CAS_ATTEMPTS):
+            rec = await self.store.get(job_id)
+            result = change(rec)
+            if result is None:
+                return rec
+            new, transitions = result
+            try:
+                return await self.store.update(
+                    new.replace(updated_at=self.clock.now()),
+                    expected_revision=rec.revision,
+                    transitions=transitions,
+                )
+            except ConflictError:
+                continue
+        raise ConflictError(
+            f"job {job_id!r}: the record kept changing under this write ({CAS_ATTEMPTS} attempts); retry"
+        )
