@@ -4,7 +4,7 @@ Modes (each prints one line per acknowledged step, flushed, so the parent knows 
 - ``increment N``: N increments of the record ``counter``'s COUNTER, retrying on ConflictError;
   prints ``won REVISION`` after each successful update.
 - ``lease HOLDER JOB...``: try to take each job's lease once; prints ``got JOB`` or ``lost JOB``.
-- ``burst``: create ``burst-K`` records and update them forever; prints ``rev JOB REVISION`` after
+- ``burst PREFIX``: create ``PREFIX-K`` records and update them forever; prints ``rev JOB REVISION`` after
   each write returns. Meant to be killed.
 Every mode prints ``ready`` once the store is open, then waits for a line on stdin before starting.
 """
@@ -34,6 +34,7 @@ async def main(mode: str, path: str, args: list[str]) -> None:
         for _ in range(int(args[0])):
             while True:
                 current = await store.get("counter")
+                await asyncio.sleep(0.002)  # widen the window between read and write: races happen
                 try:
                     stored = await store.update(
                         with_counter(current, counter_of(current) + 1),
@@ -57,7 +58,7 @@ async def main(mode: str, path: str, args: list[str]) -> None:
         k = 0
         while True:
             k += 1
-            job = f"burst-{k}"
+            job = f"{args[0]}-{k}"
             rec = await store.create(simple_record(job), note("created"))
             say(f"rev {job} {rec.revision}")
             for i in range(1, 6):

@@ -13,6 +13,7 @@ from typing import Any
 
 from dispatch.errors import ConflictError, InvalidError
 from dispatch.model import JobRecord, Lease, State, Transition, load_json
+from dispatch.model._decode import check_plain
 
 __all__ = [
     "check_cutoff",
@@ -49,12 +50,12 @@ def checked_record(record: JobRecord) -> JobRecord:
         raise InvalidError(f"expected a JobRecord, got {type(record).__name__}", path="record")
     what = f"record of job {record.job_id!r}"
     try:
-        text = dumps(record.to_json(), "record")
+        text = dumps(check_plain(record.to_json(), ""), "record")
         return JobRecord.from_json(load_json(text, what="record"), path="")
     except InvalidError as exc:
         raise InvalidError(
             f"{what} does not survive its JSON form: {exc.detail}",
-            path=exc.path if exc.path != "record" else None,
+            path=exc.path if exc.path not in ("record", "document") else None,
         ) from None
     except (TypeError, ValueError, AttributeError) as exc:  # a field holding something of the wrong kind
         raise InvalidError(f"{what} cannot be encoded: {exc}") from None
@@ -71,7 +72,7 @@ def checked_transitions(job_id: str, transitions: Sequence[Transition]) -> list[
         if not isinstance(t, Transition):
             raise InvalidError(f"expected a Transition, got {type(t).__name__}", path=where)
         try:
-            text = dumps(t.to_json(), where)
+            text = dumps(check_plain(t.to_json(), where), where)
             decoded = Transition.from_json(load_json(text, what=where), path=where)
         except InvalidError as exc:
             raise InvalidError(
