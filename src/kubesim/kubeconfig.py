@@ -1,0 +1,56 @@
+"""Writing a kubeconfig that points kubectl, lightkube or the Kubernetes SDK at a running simulator."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["CONTEXT", "kubeconfig_dict", "write_kubeconfig"]
+
+CONTEXT = "kubesim"
+
+
+def kubeconfig_dict(
+    server: str, token: str, *, ca_pem: bytes | None = None, namespace: str = "default", user: str = "kubesim"
+) -> dict[str, Any]:
+    """A kubeconfig with one cluster, user and context (all named ``kubesim``, user as given)."""
+    cluster: dict[str, Any] = {"server": server}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": CONTEXT, "cluster": cluster}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [
+            {"name": CONTEXT, "context": {"cluster": CONTEXT, "user": user, "namespace": namespace}}
+        ],
+        "current-context": CONTEXT,
+        "preferences": {},
+    }
+
+
+def write_kubeconfig(
+    path: str | os.PathLike[str],
+    server: str,
+    token: str,
+    *,
+    ca_pem: bytes | None = None,
+    namespace: str = "default",
+    user: str = "kubesim",
+) -> Path:
+    """Write the kubeconfig to ``path`` (mode 0600, as it holds a token); returns the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(
+        kubeconfig_dict(server, token, ca_pem=ca_pem, namespace=namespace, user=user), sort_keys=False
+    )
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(p, 0o600)
+    return p

@@ -1,0 +1,136 @@
+"""Container logs of simulated pods: the kubelet side appends lines, the API server streams them.
+
+Lines are kept per (namespace, pod, container) until the pod object is deleted (``forget``), so a
+``GET .../log`` after the pod is gone is a 404 like on a real cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from kubesim.clock import Clock
+
+__all__ = ["LogLine", "PodLogs"]
+
+_MAX_LINES = 100_000  # per container; older lines are dropped (a kubelet rotates logs too)
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line with the simulated time it was written."""
+
+    time: float
+    text: str
+
+
+@dataclass
+class _Stream:
+    lines: list[LogLine] = field(default_factory=list)
+    dropped: int = 0  # lines rotated away (keeps follower offsets stable)
+    closed: bool = False
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+
+    def wake(self) -> None:
+        waiters, self.waiters = self.waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+
+class PodLogs:
+    """Log lines per container, with followers that see new lines as they are appended."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock = clock
+        self._streams: dict[tuple[str, str, str], _Stream] = {}
+
+    def __repr__(self) -> str:
+        return f"PodLogs(streams={len(self._streams)})"
+
+    def _stream(self, namespace: str, pod: str, container: str) -> _Stream:
+        key = (namespace, pod, container)
+        s = self._streams.get(key)
+        if s is None:
+            s = self._streams[key] = _Stream()
+        return s
+
+    def append(self, namespace: str, pod: str, container: str, line: str) -> None:
+        """Append one line (a trailing newline is implied; embedded newlines make several lines)."""
+        s = self._stream(namespace, pod, container)
+        now = self._clock.now() if self._clock is not None else 0.0
+        for part in line.rstrip("\n").split("\n"):
+            s.lines.append(LogLine(now, part))
+        if len(s.lines) > _MAX_LINES:
+            extra = len(s.lines) - _MAX_LINES
+            del s.lines[:extra]
+            s.dropped += extra
+        s.closed = False
+        s.wake()
+
+    def close(self, namespace: str, pod: str, container: str) -> None:
+        """The container terminated: followers get the remaining lines and end."""
+        s = self._stream(namespace, pod, container)
+        s.closed = True
+        s.wake()
+
+    def reopen(self, namespace: str, pod: str, container: str) -> None:
+        """The container (re)started: mark the stream live again."""
+        self._stream(namespace, pod, container).closed = False
+
+    def is_closed(self, namespace: str, pod: str, container: str) -> bool:
+        s = self._streams.get((namespace, pod, container))
+        return s is None or s.closed
+
+    def has(self, namespace: str, pod: str, container: str) -> bool:
+        return (namespace, pod, container) in self._streams
+
+    def lines(self, namespace: str, pod: str, container: str) -> list[str]:
+        """All retained lines of one container (without newlines)."""
+        s = self._streams.get((namespace, pod, container))
+        return [ln.text for ln in s.lines] if s else []
+
+    def entries(self, namespace: str, pod: str, container: str) -> list[LogLine]:
+        s = self._streams.get((namespace, pod, container))
+        return list(s.lines) if s else []
+
+    def forget(self, namespace: str, pod: str) -> None:
+        """The pod object is gone: drop its logs and end its followers."""
+        for key in [k for k in self._streams if k[0] == namespace and k[1] == pod]:
+            s = self._streams.pop(key)
+            s.closed = True
+            s.wake()
+
+    async def follow(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        *,
+        tail: int | None = None,
+        since: float | None = None,
+    ) -> AsyncIterator[LogLine]:
+        """Yield retained lines (the last ``tail``, those at/after ``since``), then new ones until the
+        container is closed or the pod forgotten."""
+        s = self._stream(namespace, pod, container)
+        start = 0
+        if since is not None:
+            while start < len(s.lines) and s.lines[start].time < since:
+                start += 1
+        if tail is not None:
+            start = max(start, len(s.lines) - max(tail, 0))
+        pos = s.dropped + start  # absolute line number
+        while True:
+            s_now = self._streams.get((namespace, pod, container))
+            if s_now is not s:
+                return
+            while pos - s.dropped < len(s.lines):
+                idx = max(pos - s.dropped, 0)
+                pos = s.dropped + idx + 1
+                yield s.lines[idx]
+            if s.closed:
+                return
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            s.waiters.append(fut)
+            await fut

@@ -1,0 +1,92 @@
+"""A bounded log of the HTTP requests the simulator answered (for tests such as "read-only sent no writes").
+
+Each record has the method, path, query, Kubernetes verb, identity name (never the token), status code
+and timestamps. The log is a bounded deque, so recording costs the same on the millionth request.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = ["WRITE_VERBS", "RequestLog", "RequestRecord"]
+
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One answered request. ``identity`` is the authenticated identity's name ("" if unauthenticated)."""
+
+    method: str
+    path: str
+    query: tuple[tuple[str, str], ...]
+    verb: str  # get/list/watch/create/update/patch/delete/deletecollection, or "" for non-resource paths
+    identity: str
+    status: int
+    time: float  # wall-clock seconds
+    sim_time: float  # simulated seconds
+    resource: str = ""  # plural[/subresource]
+    namespace: str = ""
+    name: str = ""
+
+    @property
+    def is_write(self) -> bool:
+        return self.verb in WRITE_VERBS
+
+    def query_dict(self) -> dict[str, str]:
+        return dict(self.query)
+
+
+class RequestLog:
+    """The last ``maxlen`` requests, oldest first."""
+
+    def __init__(self, maxlen: int = 100_000) -> None:
+        self._records: deque[RequestRecord] = deque(maxlen=maxlen)
+        self.total = 0  # requests seen since start (including those rotated away)
+
+    def __repr__(self) -> str:
+        return f"RequestLog(records={len(self._records)}, total={self.total})"
+
+    def record(self, rec: RequestRecord) -> None:
+        self._records.append(rec)
+        self.total += 1
+
+    def __iter__(self) -> Iterator[RequestRecord]:
+        return iter(list(self._records))
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def clear(self) -> None:
+        self._records.clear()
+
+    def filter(
+        self,
+        *,
+        verb: str | None = None,
+        identity: str | None = None,
+        status: int | None = None,
+        resource: str | None = None,
+        method: str | None = None,
+    ) -> list[RequestRecord]:
+        """Records matching every given attribute."""
+        out = []
+        for r in self._records:
+            if verb is not None and r.verb != verb:
+                continue
+            if identity is not None and r.identity != identity:
+                continue
+            if status is not None and r.status != status:
+                continue
+            if resource is not None and r.resource != resource:
+                continue
+            if method is not None and r.method != method:
+                continue
+            out.append(r)
+        return out
+
+    def writes(self, identity: str | None = None) -> list[RequestRecord]:
+        """Requests whose verb writes (create/update/patch/delete/deletecollection)."""
+        return [r for r in self._records if r.is_write and (identity is None or r.identity == identity)]

@@ -1,0 +1,1059 @@
+"""The HTTP face of kubesim: an aiohttp application speaking the Kubernetes REST API.
+
+Routing, authentication/authorization, discovery, CRUD/patch/delete, list paging, watch streams (with
+history replay, selectors, bookmarks, watch-list, timeouts), pod logs, SelfSubjectAccessReview, fault
+injection and the request log. Object semantics live in ``store.py``; this module translates HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import ssl
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from aiohttp import web
+
+from kubesim.auth import Permissions
+from kubesim.clock import rfc3339
+from kubesim.errors import ApiError, bad_request, forbidden, internal, method_not_allowed, unauthorized
+from kubesim.patch import APPLY, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
+from kubesim.requestlog import WRITE_VERBS, RequestRecord
+from kubesim.resources import PODS, REGISTRY, SELFSUBJECTACCESSREVIEWS, ResourceType, by_plural
+from kubesim.selectors import parse_field_selector, parse_label_selector
+from kubesim.store import WatchEvent
+
+if TYPE_CHECKING:
+    from kubesim.sim import Simulator
+
+__all__ = ["KUBE_VERSION", "ApiServer"]
+
+log = logging.getLogger(__name__)
+
+KUBE_VERSION = {
+    "major": "1",
+    "minor": "36",
+    "emulationMajor": "1",
+    "emulationMinor": "36",
+    "minCompatibilityMajor": "1",
+    "minCompatibilityMinor": "35",
+    "gitVersion": "v1.36.2-kubesim",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2026-11-01T00:00:00Z",
+    "goVersion": "go1.25.0",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+_HEALTH = ("healthz", "livez", "readyz")
+_BUILTIN_GROUPS = frozenset({"", "batch", "coordination.k8s.io", "authorization.k8s.io"})
+_RETURNS_DELETED = frozenset({("", "pods"), ("", "namespaces"), ("", "services")})
+_WATCH_QUEUE_LIMIT = 50_000
+_JSON = "application/json"
+
+
+@dataclass
+class RequestInfo:
+    """What a URL addresses."""
+
+    verb: str = ""
+    rt: ResourceType | None = None
+    namespace: str | None = None
+    name: str | None = None
+    subresource: str = ""
+    legacy_watch: bool = False
+
+
+class _Watcher:
+    __slots__ = ("abort", "queue")
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
+        self.abort = False
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=_dumps(body), status=status, content_type=_JSON, headers=headers)
+
+
+def _error_response(err: ApiError) -> web.Response:
+    headers = {}
+    if err.code in (429, 503) and err.details and "retryAfterSeconds" in err.details:
+        headers["Retry-After"] = str(err.details["retryAfterSeconds"])
+    return _json_response(err.status(), err.code, headers)
+
+
+def _not_found_path() -> ApiError:
+    return ApiError(404, "NotFound", "the server could not find the requested resource", details={})
+
+
+def _truthy(v: str | None) -> bool:
+    return v is not None and v.lower() in ("1", "true", "yes")
+
+
+def _int_param(q: dict[str, str], key: str) -> int | None:
+    v = q.get(key)
+    if v is None or v == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise bad_request(f"{key}: invalid value {v!r}: must be an integer") from None
+
+
+class ApiServer:
+    """Serves one Simulator over HTTP(S) on loopback."""
+
+    def __init__(
+        self, sim: Simulator, *, bookmark_interval: float = 10.0, watch_timeout: float = 1800.0
+    ) -> None:
+        self.sim = sim
+        self.bookmark_interval = bookmark_interval
+        self.watch_timeout = watch_timeout
+        self._watchers: set[_Watcher] = set()
+        self._ser_cache: OrderedDict[int, bytes] = OrderedDict()
+        self._runner: web.AppRunner | None = None
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.scheme = "http"
+        self.app = web.Application(client_max_size=16 * 1024 * 1024)
+        self.app.router.add_route("*", "/{tail:.*}", self._handle)
+        sim.faults.on_drop(self._drop_watches)
+
+    def __repr__(self) -> str:
+        return f"ApiServer({self.url or 'not started'}, watches={len(self._watchers)})"
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}" if self.port else ""
+
+    async def start(
+        self, host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None
+    ) -> str:
+        """Listen on ``host:port`` (0 = an ephemeral port); returns the base URL."""
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context)
+        await site.start()
+        server = site._server
+        assert server is not None
+        sockets = getattr(server, "sockets", None) or []
+        self.host = host
+        self.port = int(sockets[0].getsockname()[1]) if sockets else port
+        self.scheme = "https" if ssl_context is not None else "http"
+        return self.url
+
+    async def stop(self) -> None:
+        self._drop_watches(False)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def active_watches(self) -> int:
+        return len(self._watchers)
+
+    def _drop_watches(self, abort: bool) -> None:
+        for w in list(self._watchers):
+            w.abort = abort
+            w.queue.put_nowait(None)
+
+    # ------------------------------------------------------------------------------------ entry
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        sim = self.sim
+        info = RequestInfo()
+        perms: Permissions | None = None
+        status = 500
+        recorded = False
+
+        def record(code: int) -> None:
+            nonlocal recorded
+            if recorded:
+                return
+            recorded = True
+            res = ""
+            if info.rt is not None:
+                res = info.rt.plural + (f"/{info.subresource}" if info.subresource else "")
+            sim.requests.record(
+                RequestRecord(
+                    method=request.method,
+                    path=request.path,
+                    query=tuple(request.query.items()),
+                    verb=info.verb,
+                    identity=perms.name if perms is not None else "",
+                    status=code,
+                    time=time.time(),
+                    sim_time=sim.clock.now(),
+                    resource=res,
+                    namespace=info.namespace or "",
+                    name=info.name or "",
+                )
+            )
+
+        if log.isEnabledFor(logging.DEBUG):  # never the Authorization header
+            log.debug(
+                "%s %s content-type=%s accept=%s",
+                request.method,
+                request.path_qs,
+                request.headers.get("Content-Type"),
+                request.headers.get("Accept"),
+            )
+        try:
+            if sim.faults.latency > 0:
+                await asyncio.sleep(sim.faults.latency)
+            parts = [p for p in request.path.split("/") if p]
+            if parts and parts[0] in _HEALTH and len(parts) == 1:
+                status = 200
+                return web.Response(text="ok", content_type="text/plain")
+            info = self._parse(request, parts)
+            perms = sim.auth.authenticate(request.headers.get("Authorization"))
+            if perms is None:
+                raise unauthorized()
+            fault = sim.faults.check(info.verb or request.method.lower(), request.path)
+            if fault is not None:
+                raise fault
+            if info.rt is None:
+                resp: web.StreamResponse = self._non_resource(request, parts)
+            else:
+                self._authorize(perms, info)
+                resp = await self._resource(request, info, perms, record)
+            status = resp.status
+            return resp
+        except ApiError as err:
+            status = err.code
+            return _error_response(err)
+        except (ConnectionResetError, asyncio.CancelledError):
+            status = 499 if not recorded else status
+            raise
+        except Exception as exc:  # never leak a traceback (or anything else) to the client
+            log.exception("kubesim: unhandled error for %s %s", request.method, request.path)
+            status = 500
+            return _error_response(internal(f"{type(exc).__name__}: {exc}"))
+        finally:
+            record(status)
+            if info.verb in WRITE_VERBS and status < 400:
+                sim.kick()
+
+    # ---------------------------------------------------------------------------------- routing
+
+    def _parse(self, request: web.Request, parts: list[str]) -> RequestInfo:
+        info = RequestInfo()
+        if len(parts) >= 2 and parts[0] == "api" and parts[1] == "v1":
+            group, version, rest = "", "v1", parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            return info
+        if not rest:
+            return info
+        if rest[0] == "watch":
+            info.legacy_watch = True
+            rest = rest[1:]
+        if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
+            info.namespace = rest[1]
+            rest = rest[2:]
+        if not rest or len(rest) > 3:
+            raise _not_found_path()
+        rt = by_plural(group, rest[0])
+        if rt is None or rt.version != version:
+            raise _not_found_path()
+        info.rt = rt
+        info.name = rest[1] if len(rest) >= 2 else None
+        info.subresource = rest[2] if len(rest) == 3 else ""
+        if info.subresource and info.subresource not in rt.subresources:
+            raise _not_found_path()
+        if info.namespace is not None and not rt.namespaced:
+            raise _not_found_path()
+        if rt.namespaced and info.namespace is None and info.name is not None:
+            raise _not_found_path()
+        m = request.method
+        q = request.query
+        if m == "GET":
+            if info.legacy_watch or _truthy(q.get("watch")):
+                info.verb = "watch"
+            else:
+                info.verb = "get" if info.name else "list"
+        elif m == "POST":
+            if info.name:
+                raise method_not_allowed()
+            info.verb = "create"
+        elif m == "PUT":
+            info.verb = "update"
+        elif m == "PATCH":
+            info.verb = "patch"
+        elif m == "DELETE":
+            info.verb = "delete" if info.name else "deletecollection"
+        else:
+            raise method_not_allowed()
+        if info.verb not in rt.verbs:
+            raise method_not_allowed()
+        if info.verb in ("update", "patch") and not info.name:
+            raise method_not_allowed()
+        if info.subresource == "log" and info.verb != "get":
+            raise method_not_allowed()
+        return info
+
+    def _authorize(self, perms: Permissions, info: RequestInfo) -> None:
+        rt = info.rt
+        assert rt is not None
+        if rt is SELFSUBJECTACCESSREVIEWS:
+            return  # every authenticated user may ask what it may do
+        if not perms.allows(info.verb, rt.group, rt.plural, info.subresource, info.namespace):
+            raise forbidden(
+                perms.name,
+                info.verb,
+                rt,
+                namespace=info.namespace,
+                name=info.name,
+                subresource=info.subresource or None,
+            )
+
+    # ---------------------------------------------------------------------------- non-resource
+
+    def _non_resource(self, request: web.Request, parts: list[str]) -> web.Response:
+        if request.method != "GET":
+            raise method_not_allowed()
+        if not parts:
+            paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]
+            paths += sorted({f"/apis/{rt.group}" for rt in REGISTRY.values() if rt.group})
+            paths += sorted({f"/apis/{rt.api_version}" for rt in REGISTRY.values() if rt.group})
+            return _json_response({"paths": paths})
+        if parts == ["version"]:
+            return _json_response(KUBE_VERSION)
+        if parts == ["openapi", "v3"]:
+            return _json_response(self._openapi_root())
+        if len(parts) >= 3 and parts[:2] == ["openapi", "v3"]:
+            doc = self._openapi_gv("/".join(parts[2:]))
+            if doc is None:
+                raise _not_found_path()
+            return _json_response(doc)
+        if parts == ["api"]:
+            return _json_response(
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}
+                    ],
+                }
+            )
+        if parts == ["api", "v1"]:
+            return _json_response(self._resource_list("", "v1"))
+        if parts == ["apis"]:
+            return _json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": self._groups()})
+        if len(parts) == 2 and parts[0] == "apis":
+            for g in self._groups():
+                if g["name"] == parts[1]:
+                    return _json_response({"kind": "APIGroup", "apiVersion": "v1", **g})
+            raise _not_found_path()
+        if len(parts) == 3 and parts[0] == "apis":
+            body = self._resource_list(parts[1], parts[2])
+            if not body["resources"]:
+                raise _not_found_path()
+            return _json_response(body)
+        raise _not_found_path()
+
+    @staticmethod
+    def _gv_path(rt: ResourceType) -> str:
+        return f"apis/{rt.group}/{rt.version}" if rt.group else "api/v1"
+
+    def _openapi_root(self) -> dict[str, Any]:
+        """The OpenAPI v3 discovery document. kubesim publishes per group-version documents that list each
+        resource's operations (enough for kubectl to see server-side field validation is supported), but
+        no schemas (so kubectl does no client-side schema validation and uses merge patches for CRs)."""
+        paths = {}
+        for gvp in sorted({self._gv_path(rt) for rt in REGISTRY.values()}):
+            paths[gvp] = {"serverRelativeURL": f"/openapi/v3/{gvp}?hash=kubesim-{KUBE_VERSION['gitVersion']}"}
+        return {"paths": paths}
+
+    def _openapi_gv(self, gv_path: str) -> dict[str, Any] | None:
+        rts = [rt for rt in REGISTRY.values() if self._gv_path(rt) == gv_path]
+        if not rts:
+            return None
+        params = [
+            {"name": n, "in": "query", "schema": {"type": "string"}, "uniqueItems": True}
+            for n in ("dryRun", "fieldManager", "fieldValidation", "pretty")
+        ]
+        paths: dict[str, Any] = {}
+        for rt in rts:
+            gvk = {"group": rt.group, "version": rt.version, "kind": rt.kind}
+            base = "/" + gv_path + ("/namespaces/{namespace}" if rt.namespaced else "") + f"/{rt.plural}"
+            ok = {"200": {"description": "OK"}}
+            collection: dict[str, Any] = {
+                "get": {
+                    "x-kubernetes-action": "list",
+                    "x-kubernetes-group-version-kind": gvk,
+                    "responses": ok,
+                },
+                "post": {
+                    "x-kubernetes-action": "post",
+                    "x-kubernetes-group-version-kind": gvk,
+                    "parameters": params,
+                    "responses": ok,
+                },
+            }
+            item: dict[str, Any] = {
+                "get": {
+                    "x-kubernetes-action": "get",
+                    "x-kubernetes-group-version-kind": gvk,
+                    "responses": ok,
+                },
+                "put": {
+                    "x-kubernetes-action": "put",
+                    "x-kubernetes-group-version-kind": gvk,
+                    "parameters": params,
+                    "responses": ok,
+                },
+                "patch": {
+                    "x-kubernetes-action": "patch",
+                    "x-kubernetes-group-version-kind": gvk,
+                    "parameters": [*params, {"name": "force", "in": "query", "schema": {"type": "boolean"}}],
+                    "responses": ok,
+                },
+                "delete": {
+                    "x-kubernetes-action": "delete",
+                    "x-kubernetes-group-version-kind": gvk,
+                    "responses": ok,
+                },
+            }
+            if "create" not in rt.verbs or rt.verbs == ("create",):
+                collection = {"post": collection["post"]}
+                item = {}
+            paths[base] = collection
+            if item:
+                paths[base + "/{name}"] = item
+        return {
+            "openapi": "3.0.0",
+            "info": {"title": "Kubernetes (kubesim)", "version": KUBE_VERSION["gitVersion"]},
+            "paths": paths,
+            "components": {"schemas": {}},
+        }
+
+    def _groups(self) -> list[dict[str, Any]]:
+        groups: dict[str, list[str]] = {}
+        for rt in REGISTRY.values():
+            if rt.group and rt.version not in groups.setdefault(rt.group, []):
+                groups[rt.group].append(rt.version)
+        out = []
+        for g in sorted(groups):
+            versions = [{"groupVersion": f"{g}/{v}", "version": v} for v in groups[g]]
+            out.append({"name": g, "versions": versions, "preferredVersion": versions[0]})
+        return out
+
+    def _resource_list(self, group: str, version: str) -> dict[str, Any]:
+        resources: list[dict[str, Any]] = []
+        for rt in sorted(REGISTRY.values(), key=lambda r: r.plural):
+            if rt.group != group or rt.version != version:
+                continue
+            entry: dict[str, Any] = {
+                "name": rt.plural,
+                "singularName": rt.singular,
+                "namespaced": rt.namespaced,
+                "kind": rt.kind,
+                "verbs": sorted(rt.verbs),
+            }
+            if rt.short_names:
+                entry["shortNames"] = list(rt.short_names)
+            if rt.categories:
+                entry["categories"] = list(rt.categories)
+            resources.append(entry)
+            for sub in sorted(rt.subresources):
+                verbs = ["get"] if sub == "log" else ["get", "patch", "update"]
+                resources.append(
+                    {
+                        "name": f"{rt.plural}/{sub}",
+                        "singularName": "",
+                        "namespaced": rt.namespaced,
+                        "kind": rt.kind,
+                        "verbs": verbs,
+                    }
+                )
+        gv = f"{group}/{version}" if group else version
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
+
+    # ------------------------------------------------------------------------------ resources
+
+    async def _resource(
+        self, request: web.Request, info: RequestInfo, perms: Permissions, record: Callable[[int], None]
+    ) -> web.StreamResponse:
+        rt = info.rt
+        assert rt is not None
+        q = dict(request.query)
+        store = self.sim.store
+        dry_run = self._dry_run(q)
+        fv = q.get("fieldValidation")
+        if fv is not None and fv not in ("Ignore", "Warn", "Strict"):
+            raise bad_request(
+                f'fieldValidation: Unsupported value: "{fv}": supported values: "Ignore", "Warn", "Strict"'
+            )
+        if info.verb == "get":
+            if info.subresource == "log":
+                return await self._log(request, info, q, record)
+            return _json_response(store.get(rt, info.namespace, info.name or ""))
+        if info.verb == "list":
+            return _json_response(self._list(rt, info.namespace, q))
+        if info.verb == "watch":
+            return await self._watch(request, info, q, record)
+        if info.verb == "create":
+            body = await self._body(request)
+            if rt is SELFSUBJECTACCESSREVIEWS:
+                return _json_response(self._ssar(body, perms), 201)
+            self._check_body(rt, body, info)
+            obj = store.create(rt, body, dry_run=dry_run, reset_status=True)
+            return _json_response(obj, 201)
+        if info.verb == "update":
+            body = await self._body(request)
+            self._check_body(rt, body, info)
+            obj = store.replace(
+                rt,
+                body,
+                subresource=info.subresource or None,
+                dry_run=dry_run,
+                require_resource_version=rt.group not in _BUILTIN_GROUPS and not info.subresource,
+            )
+            return _json_response(obj)
+        if info.verb == "patch":
+            return await self._patch(request, info, q, dry_run)
+        if info.verb == "delete":
+            opts = await self._delete_options(request, q)
+            existed_rv = store.get(rt, info.namespace, info.name or "")["metadata"]["resourceVersion"]
+            obj = store.delete(
+                rt,
+                info.namespace,
+                info.name or "",
+                propagation=opts["propagation"],
+                grace_period_seconds=opts["grace"],
+                dry_run=dry_run or opts["dry_run"],
+                preconditions=opts["preconditions"],
+            )
+            del existed_rv
+            gone = not store.exists(rt, info.namespace, info.name or "") or (
+                store.get(rt, info.namespace, info.name or "")["metadata"]["uid"] != obj["metadata"]["uid"]
+            )
+            if dry_run or opts["dry_run"]:
+                return _json_response(obj)
+            if not gone:
+                return _json_response(obj, 202 if (obj["metadata"].get("deletionTimestamp")) else 200)
+            if (rt.group, rt.plural) in _RETURNS_DELETED or rt.group not in _BUILTIN_GROUPS:
+                return _json_response(obj)
+            return _json_response(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": {
+                        "name": info.name,
+                        **({"group": rt.group} if rt.group else {}),
+                        "kind": rt.plural,
+                        "uid": obj["metadata"]["uid"],
+                    },
+                }
+            )
+        if info.verb == "deletecollection":
+            opts = await self._delete_options(request, q)
+            items, _ = store.list(
+                rt,
+                info.namespace,
+                label_selector=q.get("labelSelector"),
+                field_selector=q.get("fieldSelector"),
+            )
+            deleted = []
+            for it in items:
+                m = it["metadata"]
+                try:
+                    deleted.append(
+                        store.delete(
+                            rt,
+                            m.get("namespace"),
+                            m["name"],
+                            propagation=opts["propagation"],
+                            grace_period_seconds=opts["grace"],
+                            dry_run=dry_run or opts["dry_run"],
+                        )
+                    )
+                except ApiError as err:
+                    if err.code != 404:
+                        raise
+            return _json_response(
+                {
+                    "kind": rt.list_kind,
+                    "apiVersion": rt.api_version,
+                    "metadata": {"resourceVersion": str(store.resource_version)},
+                    "items": deleted,
+                }
+            )
+        raise method_not_allowed()
+
+    @staticmethod
+    def _dry_run(q: dict[str, str]) -> bool:
+        v = q.get("dryRun")
+        if v is None or v == "":
+            return False
+        if v != "All":
+            raise bad_request(f'dryRun: Unsupported value: "{v}": supported values: "All"')
+        return True
+
+    async def _body(self, request: web.Request) -> Any:
+        ctype = request.content_type or _JSON
+        if "protobuf" in ctype or "cbor" in ctype:
+            # kubesim speaks JSON (and YAML) only; clients fall back to JSON on 415
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"{_JSON}, application/yaml",
+            )
+        raw = await request.read()
+        if not raw:
+            raise bad_request("the request body is empty")
+        try:
+            if "yaml" in ctype:
+                return yaml.safe_load(raw.decode())
+            return json.loads(raw)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise bad_request(
+                f"the request body is not valid {'YAML' if 'yaml' in ctype else 'JSON'}: {exc}"
+            ) from None
+
+    @staticmethod
+    def _check_body(rt: ResourceType, body: Any, info: RequestInfo) -> None:
+        if not isinstance(body, dict):
+            raise bad_request(f"the body must be a {rt.kind} object")
+        av, kind = body.get("apiVersion"), body.get("kind")
+        if av and av != rt.api_version:
+            raise bad_request(
+                f"the API version in the data ({av}) does not match the expected API version ({rt.api_version})"
+            )
+        if kind and kind != rt.kind:
+            raise bad_request(f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})")
+        meta = body.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise bad_request("metadata must be an object")
+        if rt.namespaced:
+            ns = meta.get("namespace")
+            if ns and ns != info.namespace:
+                raise bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            if info.namespace is None:
+                raise _not_found_path()
+            meta["namespace"] = info.namespace
+        if info.name is not None:
+            if meta.get("name") and meta["name"] != info.name:
+                raise bad_request(
+                    f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})"
+                )
+            meta["name"] = info.name
+
+    async def _patch(
+        self, request: web.Request, info: RequestInfo, q: dict[str, str], dry_run: bool
+    ) -> web.Response:
+        rt = info.rt
+        assert rt is not None
+        ctype = request.content_type
+        if ctype not in (MERGE_PATCH, JSON_PATCH, STRATEGIC_MERGE_PATCH, APPLY):
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"{JSON_PATCH}, {MERGE_PATCH}, {APPLY}, {STRATEGIC_MERGE_PATCH}",
+            )
+        force = q.get("force")
+        if force is not None and ctype != APPLY:
+            raise ApiError(422, "Invalid", "force: Forbidden: may not be specified for non-apply patch")
+        raw = await request.read()
+        try:
+            body = yaml.safe_load(raw.decode()) if ctype == APPLY else json.loads(raw or b"null")
+        except (ValueError, yaml.YAMLError) as exc:
+            raise bad_request(f"the patch body could not be decoded: {exc}") from None
+        store = self.sim.store
+        existed = store.exists(rt, info.namespace, info.name or "")
+        obj = store.patch(
+            rt,
+            info.namespace,
+            info.name or "",
+            body,
+            ctype,
+            subresource=info.subresource or None,
+            dry_run=dry_run,
+            field_manager=q.get("fieldManager"),
+            force=_truthy(force),
+        )
+        return _json_response(obj, 201 if ctype == APPLY and not existed else 200)
+
+    async def _delete_options(self, request: web.Request, q: dict[str, str]) -> dict[str, Any]:
+        opts: dict[str, Any] = {"propagation": None, "grace": None, "dry_run": False, "preconditions": None}
+        raw = await request.read() if request.can_read_body else b""
+        if raw.strip():
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                raise bad_request("the DeleteOptions body is not valid JSON") from None
+            if isinstance(body, dict):
+                opts["propagation"] = body.get("propagationPolicy")
+                opts["grace"] = body.get("gracePeriodSeconds")
+                opts["preconditions"] = body.get("preconditions")
+                dr = body.get("dryRun") or []
+                if dr and dr != ["All"]:
+                    raise bad_request(f'dryRun: Unsupported value: {dr!r}: supported values: "All"')
+                opts["dry_run"] = dr == ["All"]
+                if body.get("orphanDependents") is True and opts["propagation"] is None:
+                    opts["propagation"] = "Orphan"
+        if q.get("propagationPolicy"):
+            opts["propagation"] = q["propagationPolicy"]
+        g = _int_param(q, "gracePeriodSeconds")
+        if g is not None:
+            opts["grace"] = g
+        if _truthy(q.get("orphanDependents")) and opts["propagation"] is None:
+            opts["propagation"] = "Orphan"
+        return opts
+
+    # ---------------------------------------------------------------------------------- list
+
+    def _list(self, rt: ResourceType, namespace: str | None, q: dict[str, str]) -> dict[str, Any]:
+        store = self.sim.store
+        rv = q.get("resourceVersion")
+        if rv not in (None, "", "0"):
+            try:
+                rv_int = int(rv)
+            except ValueError:
+                raise bad_request(f"resourceVersion: Invalid value: {rv!r}: must be an integer") from None
+            if rv_int > store.resource_version:
+                raise ApiError(
+                    504,
+                    "Timeout",
+                    f"Timeout: Too large resource version: {rv_int}, current: {store.resource_version}",
+                    details={"retryAfterSeconds": 1},
+                )
+            if q.get("resourceVersionMatch") == "Exact" and rv_int != store.resource_version:
+                raise ApiError(
+                    410, "Expired", f"too old resource version: {rv_int} ({store.resource_version})"
+                )
+        items, list_rv = store.list(
+            rt, namespace, label_selector=q.get("labelSelector"), field_selector=q.get("fieldSelector")
+        )
+        meta: dict[str, Any] = {"resourceVersion": list_rv}
+        cont = q.get("continue")
+        if cont:
+            try:
+                token = json.loads(base64.urlsafe_b64decode(cont.encode() + b"==="))
+                start = str(token["start"])
+                list_rv = str(token["rv"])
+                meta["resourceVersion"] = list_rv
+            except (ValueError, KeyError, TypeError, binascii.Error):
+                raise bad_request(
+                    "continue key is not valid: incorrect encoded start resourceVersion"
+                ) from None
+            items = [i for i in items if self._key(i) > start]
+        limit = _int_param(q, "limit")
+        if limit is not None and limit > 0 and len(items) > limit:
+            rest = len(items) - limit
+            items = items[:limit]
+            token_body = {"rv": int(list_rv), "start": self._key(items[-1])}
+            meta["continue"] = base64.urlsafe_b64encode(_dumps(token_body)).decode().rstrip("=")
+            meta["remainingItemCount"] = rest
+        return {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": items}
+
+    @staticmethod
+    def _key(obj: dict[str, Any]) -> str:
+        m = obj["metadata"]
+        return f"{m.get('namespace', '')}/{m['name']}"
+
+    # --------------------------------------------------------------------------------- watch
+
+    def _event_line(self, etype: str, ev: WatchEvent) -> bytes:
+        rv = ev.resource_version
+        obj_json = self._ser_cache.get(rv)
+        if obj_json is None:
+            obj_json = _dumps(ev.obj)
+            self._ser_cache[rv] = obj_json
+            if len(self._ser_cache) > 4096:
+                self._ser_cache.popitem(last=False)
+        return b'{"type":"' + etype.encode() + b'","object":' + obj_json + b"}\n"
+
+    async def _watch(
+        self, request: web.Request, info: RequestInfo, q: dict[str, str], record: Callable[[int], None]
+    ) -> web.StreamResponse:
+        rt = info.rt
+        assert rt is not None
+        store = self.sim.store
+        lsel = parse_label_selector(q.get("labelSelector"))
+        fsel = parse_field_selector(rt, q.get("fieldSelector"))
+        name = info.name
+        bookmarks = _truthy(q.get("allowWatchBookmarks"))
+        send_initial = _truthy(q.get("sendInitialEvents"))
+        if send_initial and q.get("resourceVersionMatch") != "NotOlderThan":
+            raise ApiError(
+                422,
+                "Invalid",
+                'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents '
+                "requires setting resourceVersionMatch to NotOlderThan",
+            )
+        if send_initial and not bookmarks:
+            raise ApiError(
+                422,
+                "Invalid",
+                'ListOptions.meta.k8s.io "" is invalid: allowWatchBookmarks: Forbidden: sendInitialEvents '
+                "requires setting allowWatchBookmarks to true",
+            )
+        timeout_s = _int_param(q, "timeoutSeconds")
+        timeout = float(timeout_s) if timeout_s is not None and timeout_s > 0 else self.watch_timeout
+        rv_param = q.get("resourceVersion")
+
+        def matches(obj: dict[str, Any]) -> bool:
+            if name is not None and obj["metadata"].get("name") != name:
+                return False
+            return lsel.matches(obj["metadata"].get("labels")) and fsel.matches(obj)
+
+        watcher = _Watcher()
+        ns = info.namespace
+
+        def on_event(ev: WatchEvent) -> None:
+            if ns is not None and ev.namespace != ns:
+                return
+            if watcher.queue.qsize() >= _WATCH_QUEUE_LIMIT:
+                # An unresponsive consumer: close it, as the apiserver's watch cache does.
+                watcher.queue.put_nowait(None)
+                return
+            watcher.queue.put_nowait(ev)
+
+        unsubscribe = store.subscribe(on_event, rt=rt)
+        self._watchers.add(watcher)
+        try:
+            initial: list[dict[str, Any]] = []
+            replay: list[WatchEvent] = []
+            error: ApiError | None = None
+            if send_initial or rv_param in (None, "", "0"):
+                items, list_rv = store.list(rt, ns)
+                initial = [o for o in items if matches(o)]
+                last_rv = int(list_rv)
+            else:
+                try:
+                    replay = store.events_since(rt, ns, rv_param)
+                    last_rv = int(rv_param)
+                except ApiError as err:
+                    if err.code == 400:
+                        raise
+                    error = err
+                    last_rv = store.resource_version
+            resp = web.StreamResponse(
+                status=200, headers={"Content-Type": _JSON, "Cache-Control": "no-cache, private"}
+            )
+            resp.enable_chunked_encoding()
+            await resp.prepare(request)
+            record(200)
+            if error is not None:
+                await resp.write(_dumps({"type": "ERROR", "object": error.status()}) + b"\n")
+                await resp.write_eof()
+                return resp
+            for obj in initial:
+                await resp.write(b'{"type":"ADDED","object":' + _dumps(obj) + b"}\n")
+            for ev in replay:
+                line = self._transition(ev, matches)
+                if line is not None:
+                    await resp.write(line)
+                last_rv = max(last_rv, ev.resource_version)
+            if send_initial:
+                bm = {
+                    "kind": rt.kind,
+                    "apiVersion": rt.api_version,
+                    "metadata": {
+                        "resourceVersion": str(last_rv),
+                        "annotations": {"k8s.io/initial-events-end": "true"},
+                    },
+                }
+                await resp.write(_dumps({"type": "BOOKMARK", "object": bm}) + b"\n")
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                wait = min(remaining, self.bookmark_interval) if bookmarks else remaining
+                try:
+                    item = await asyncio.wait_for(watcher.queue.get(), wait)
+                except TimeoutError:
+                    if bookmarks and watcher.queue.empty() and loop.time() < deadline:
+                        bm = {
+                            "kind": rt.kind,
+                            "apiVersion": rt.api_version,
+                            "metadata": {"resourceVersion": str(store.resource_version)},
+                        }
+                        await resp.write(_dumps({"type": "BOOKMARK", "object": bm}) + b"\n")
+                    continue
+                if item is None:
+                    if watcher.abort and request.transport is not None:
+                        request.transport.close()
+                        return resp
+                    break
+                if item.resource_version <= last_rv:
+                    continue
+                last_rv = item.resource_version
+                line = self._transition(item, matches)
+                if line is not None:
+                    await resp.write(line)
+            await resp.write_eof()
+            return resp
+        finally:
+            unsubscribe()
+            self._watchers.discard(watcher)
+
+    def _transition(self, ev: WatchEvent, matches: Callable[[dict[str, Any]], bool]) -> bytes | None:
+        """The event a filtered watch sends: objects entering the filter are ADDED, leaving it DELETED."""
+        now = matches(ev.obj)
+        if ev.type == "ADDED":
+            return self._event_line("ADDED", ev) if now else None
+        if ev.type == "DELETED":
+            return self._event_line("DELETED", ev) if now else None
+        before = ev.old is not None and matches(ev.old)
+        if now and before:
+            return self._event_line("MODIFIED", ev)
+        if now:
+            return self._event_line("ADDED", ev)
+        if before:
+            return self._event_line("DELETED", ev)
+        return None
+
+    # ---------------------------------------------------------------------------------- logs
+
+    async def _log(
+        self, request: web.Request, info: RequestInfo, q: dict[str, str], record: Callable[[int], None]
+    ) -> web.StreamResponse:
+        store, logs = self.sim.store, self.sim.logs
+        ns, name = info.namespace or "", info.name or ""
+        pod = store.get(PODS, ns, name)
+        spec = pod.get("spec") or {}
+        containers = [c.get("name") for c in spec.get("containers") or []]
+        inits = [c.get("name") for c in spec.get("initContainers") or []]
+        container = q.get("container")
+        if not container:
+            if len(containers) != 1:
+                msg = f"a container name must be specified for pod {name}, choose one of: [{' '.join(containers)}]"
+                if inits:
+                    msg += f" or one of the init containers: [{' '.join(inits)}]"
+                raise bad_request(msg)
+            container = containers[0]
+        elif container not in containers and container not in inits:
+            raise bad_request(f"container {container} is not valid for pod {name}")
+        if _truthy(q.get("previous")):
+            raise bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
+        status = pod.get("status") or {}
+        statuses = (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
+        cs = next((s for s in statuses if s.get("name") == container), None)
+        if not spec.get("nodeName"):
+            raise bad_request(
+                f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating'
+            )
+        if cs is None:
+            raise bad_request(f'container "{container}" in pod "{name}" is not available')
+        state = cs.get("state") or {}
+        if "waiting" in state and not (cs.get("lastState") or {}).get("terminated"):
+            reason = (state.get("waiting") or {}).get("reason") or "ContainerCreating"
+            raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: {reason}')
+        running = "running" in state
+        tail = _int_param(q, "tailLines")
+        since_s = _int_param(q, "sinceSeconds")
+        since = self.sim.clock.now() - since_s if since_s is not None else None
+        if q.get("sinceTime"):
+            from kubesim.clock import parse_rfc3339
+
+            try:
+                since = parse_rfc3339(q["sinceTime"])
+            except ValueError as exc:
+                raise bad_request(str(exc)) from None
+        limit_bytes = _int_param(q, "limitBytes")
+        timestamps = _truthy(q.get("timestamps"))
+        follow = _truthy(q.get("follow")) and running
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        record(200)
+        sent = 0
+        if follow:
+            lines = logs.follow(ns, name, container, tail=tail, since=since)
+            async for ln in lines:
+                data = ((rfc3339(ln.time) + " ") if timestamps else "") + ln.text + "\n"
+                chunk = data.encode()
+                if limit_bytes is not None and sent + len(chunk) > limit_bytes:
+                    await resp.write(chunk[: limit_bytes - sent])
+                    break
+                await resp.write(chunk)
+                sent += len(chunk)
+        else:
+            entries = logs.entries(ns, name, container)
+            if since is not None:
+                entries = [e for e in entries if e.time >= since]
+            if tail is not None:
+                entries = entries[-tail:] if tail > 0 else []
+            out = "".join(
+                ((rfc3339(e.time) + " ") if timestamps else "") + e.text + "\n" for e in entries
+            ).encode()
+            if limit_bytes is not None:
+                out = out[:limit_bytes]
+            await resp.write(out)
+        await resp.write_eof()
+        return resp
+
+    # ----------------------------------------------------------------------------------- SSAR
+
+    def _ssar(self, body: Any, perms: Permissions) -> dict[str, Any]:
+        if not isinstance(body, dict) or not isinstance(body.get("spec"), dict):
+            raise ApiError(
+                422,
+                "Invalid",
+                'SelfSubjectAccessReview.authorization.k8s.io "" is invalid: spec: Required value',
+            )
+        spec = body["spec"]
+        ra = spec.get("resourceAttributes")
+        nra = spec.get("nonResourceAttributes")
+        if ra is None and nra is None:
+            raise ApiError(
+                422,
+                "Invalid",
+                'SelfSubjectAccessReview.authorization.k8s.io "" is invalid: spec.resourceAttributes: '
+                'Invalid value: "null": exactly one of nonResourceAttributes or resourceAttributes must be specified',
+            )
+        if ra is not None:
+            group = str(ra.get("group") or "")
+            resource = str(ra.get("resource") or "")
+            sub = str(ra.get("subresource") or "")
+            verb = str(ra.get("verb") or "")
+            ns = ra.get("namespace") or None
+            if (
+                group == "authorization.k8s.io"
+                and resource == "selfsubjectaccessreviews"
+                and verb == "create"
+            ):
+                allowed, reason = (
+                    True,
+                    "kubesim: every authenticated user may create selfsubjectaccessreviews",
+                )
+            else:
+                allowed, reason = perms.decide(verb, group, resource, sub, ns)
+        else:
+            allowed, reason = True, "kubesim: non-resource URLs are readable by every authenticated user"
+            if str((nra or {}).get("verb", "get")) not in ("get", "head"):
+                allowed, reason = False, ""
+        status: dict[str, Any] = {"allowed": allowed}
+        if reason:
+            status["reason"] = reason
+        return {
+            "kind": "SelfSubjectAccessReview",
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": status,
+        }
