@@ -1,0 +1,617 @@
+"""The backend contract as pytest checks: plain async test functions over a ``harness`` fixture.
+
+Each check opens backends through the harness, so it runs against any adapter. Checks of an optional
+protocol are skipped unless the backend implements it (``isinstance``) and its capabilities say so;
+checks that need a cluster event are skipped unless the harness lists it in ``injects``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import itertools
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pytest
+
+from dispatch.backend import Backend, CessationSignal, DryRunner, Holder, HoldToken, IdentityWeakener, Watcher
+from dispatch.conformance.harness import Harness
+from dispatch.errors import ConflictError, ReadOnlyError, UnsupportedError
+from dispatch.model import (
+    Capabilities,
+    Cause,
+    Change,
+    Epoch,
+    Extension,
+    Extensions,
+    Handle,
+    Identity,
+    JobSpec,
+    Observation,
+    OpaqueExtension,
+    State,
+    register_extension,
+)
+
+__all__ = [
+    "test_conformance_capabilities_of_a_spec_create_nothing",
+    "test_conformance_capabilities_shape",
+    "test_conformance_cessation",
+    "test_conformance_dry_run_creates_nothing",
+    "test_conformance_exit_code_in_evidence",
+    "test_conformance_held_start_never_runs_until_released",
+    "test_conformance_hold_running_then_release",
+    "test_conformance_identity_weakener",
+    "test_conformance_injected_cause",
+    "test_conformance_lifecycle_to_success",
+    "test_conformance_list_includes_every_incarnation",
+    "test_conformance_read_only_refuses_every_write",
+    "test_conformance_refuses_unsupported_extensions",
+    "test_conformance_start_is_idempotent_per_identity",
+    "test_conformance_stop_is_idempotent_and_cancels",
+    "test_conformance_time_limit_times_out",
+    "test_conformance_vanished_is_lost",
+    "test_conformance_watch_emits_changes_and_resumes",
+    "test_conformance_watch_without_cursor_lists_current",
+]
+
+_ids = itertools.count(1)
+_ORDER = {State.PENDING: 0, State.QUEUED: 1, State.STARTING: 2, State.RUNNING: 3}
+
+
+@register_extension
+@dataclass(frozen=True, slots=True)
+class ForeignExtension(Extension):
+    """A registered (typed) extension no backend accepts: checks that typed extensions are refused too."""
+
+    NAME: ClassVar[str] = "conformance.dispatch.dev/Foreign"
+    value: str = "x"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value}
+
+    @classmethod
+    def from_json(cls, value: Any, path: str) -> ForeignExtension:
+        return cls(str(dict(value).get("value", "x")))
+
+
+# --- helpers (not collected: no test_ prefix) ---------------------------------------------------
+
+
+def _identity(tag: str, epoch: Epoch = Epoch()) -> Identity:
+    return Identity(f"conf-{tag}-{next(_ids)}", epoch)
+
+
+def _with_extensions(spec: JobSpec, *extra: Extension) -> JobSpec:
+    return dataclasses.replace(spec, extensions=Extensions([*spec.extensions.values(), *extra]))
+
+
+def _check_observation(obs: Observation, handle: Handle) -> None:
+    assert isinstance(obs, Observation)
+    assert obs.handle.identity.same_incarnation(handle.identity), f"{obs.handle} is not {handle}"
+    if obs.outcome.terminal:
+        assert obs.outcome.evidence, f"terminal outcome {obs.outcome} carries no evidence"
+
+
+async def _until(
+    harness: Harness, backend: Backend, handle: Handle, done: Callable[[Observation], bool], what: str
+) -> list[Observation]:
+    """Observe (advancing cluster time by steps) until ``done``; every observation seen, in order."""
+    seen: list[Observation] = []
+    waited = 0.0
+    while True:
+        await harness.settle()
+        obs = await backend.observe(handle)
+        _check_observation(obs, handle)
+        seen.append(obs)
+        if done(obs):
+            return seen
+        if waited >= harness.patience:
+            pytest.fail(f"waiting for {what}: still {obs.outcome} after {waited:g} s of cluster time")
+        await harness.advance(harness.step)
+        waited += harness.step
+
+
+async def _running(harness: Harness, backend: Backend, handle: Handle) -> list[Observation]:
+    seen = await _until(
+        harness, backend, handle, lambda o: o.state is State.RUNNING or o.outcome.terminal, "running"
+    )
+    assert seen[-1].state is State.RUNNING, f"the job ended before running: {seen[-1].outcome}"
+    return seen
+
+
+async def _terminal(harness: Harness, backend: Backend, handle: Handle) -> Observation:
+    return (await _until(harness, backend, handle, lambda o: o.outcome.terminal, "a terminal state"))[-1]
+
+
+def _needs(harness: Harness, event: str) -> None:
+    if event not in harness.injects:
+        pytest.skip(f"the harness cannot inject {event!r}")
+
+
+async def _capable(backend: Backend, proto: type, flag: str) -> None:
+    if not isinstance(backend, proto):
+        pytest.skip(f"{type(backend).__name__} does not implement {proto.__name__}")
+    caps = await backend.capabilities()
+    if not getattr(caps, flag):
+        pytest.skip(f"this cluster reports {flag}=False")
+
+
+def _refs(observations: list[Observation]) -> list[Identity]:
+    return [o.handle.identity for o in observations]
+
+
+class _Collector:
+    """Consumes a watch stream in a task, so the check can drive the cluster meanwhile."""
+
+    def __init__(self, stream: AsyncIterator[Change]) -> None:
+        self.stream = stream
+        self.changes: list[Change] = []
+        self.error: BaseException | None = None
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        try:
+            async for change in self.stream:
+                self.changes.append(change)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # surfaced by the check, not lost in a task
+            self.error = exc
+
+    def of(self, handle: Handle) -> list[Change]:
+        if self.error is not None:
+            raise AssertionError(f"the watch stream failed: {self.error!r}") from self.error
+        return [c for c in self.changes if c.handle.identity.same_incarnation(handle.identity)]
+
+    async def until(
+        self, harness: Harness, handle: Handle, done: Callable[[Change], bool], what: str
+    ) -> list[Change]:
+        waited = 0.0
+        while True:
+            await harness.settle()
+            mine = self.of(handle)
+            if mine and done(mine[-1]):
+                return mine
+            if waited >= harness.patience:
+                pytest.fail(f"watch: waiting for {what}; saw {[str(c.observation.outcome) for c in mine]}")
+            await harness.advance(harness.step)
+            waited += harness.step
+
+    async def close(self) -> None:
+        self.task.cancel()
+        try:
+            await self.task
+        except asyncio.CancelledError:
+            pass
+        aclose = getattr(self.stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+# --- Backend ------------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_conformance_capabilities_shape(harness: Harness) -> None:
+    """``name`` is the harness's; capabilities are typed, round-trip through JSON, accept the harness
+    spec's extensions, and claim an optional protocol only where it is implemented."""
+    backend = await harness.open()
+    assert backend.name == harness.name
+    caps = await backend.capabilities()
+    assert isinstance(caps, Capabilities)
+    assert Capabilities.from_json(caps.to_json()) == caps
+    assert set(harness.spec().extensions) <= caps.extensions
+    assert caps.writable, "a backend opened writable reports read_only/observe_only"
+    for flag, proto in (("holds", Holder), ("watch", Watcher), ("cessation", CessationSignal)):
+        if getattr(caps, flag):
+            assert isinstance(backend, proto), (
+                f"capabilities say {flag} but {proto.__name__} is not implemented"
+            )
+
+
+@pytest.mark.asyncio
+async def test_conformance_capabilities_of_a_spec_create_nothing(harness: Harness) -> None:
+    backend = await harness.open()
+    before = _refs(await backend.list())
+    caps = await backend.capabilities(harness.spec())
+    assert isinstance(caps, Capabilities)
+    assert _refs(await backend.list()) == before
+
+
+@pytest.mark.asyncio
+async def test_conformance_refuses_unsupported_extensions(harness: Harness) -> None:
+    """Unknown (opaque) and unaccepted typed extensions are refused with every reason at once, by
+    ``capabilities(spec)`` and by ``start``, and nothing is created."""
+    backend = await harness.open()
+    spec = _with_extensions(
+        harness.spec(),
+        OpaqueExtension("acme.example/Thing", {"size": 1}),
+        OpaqueExtension("acme.example/Other", {}),
+        ForeignExtension(),
+    )
+    names = ("acme.example/Thing", "acme.example/Other", ForeignExtension.NAME)
+    before = _refs(await backend.list())
+    with pytest.raises(UnsupportedError) as caught:
+        await backend.capabilities(spec)
+    assert not isinstance(caught.value, ReadOnlyError)
+    text = "\n".join(caught.value.reasons)
+    for name in names:
+        assert name in text, f"the refusal does not name {name}: {caught.value.reasons}"
+    with pytest.raises(UnsupportedError) as caught_start:
+        await backend.start(spec, _identity("ext"))
+    for name in names:
+        assert name in "\n".join(caught_start.value.reasons)
+    assert _refs(await backend.list()) == before
+
+
+@pytest.mark.asyncio
+async def test_conformance_start_is_idempotent_per_identity(harness: Harness) -> None:
+    """Starting one incarnation twice (even with another requeue count) gives the same handle and
+    creates one object."""
+    backend = await harness.open()
+    identity = _identity("idem", Epoch(2, 0))
+    first = await backend.start(harness.spec(), identity)
+    assert isinstance(first, Handle)
+    assert first.backend == harness.name
+    assert first.identity == identity
+    again = await backend.start(harness.spec(), identity)
+    assert again == first
+    same_incarnation = await backend.start(harness.spec(), Identity(identity.job_id, Epoch(2, 1)))
+    assert same_incarnation.ref == first.ref
+    assert same_incarnation.identity.same_incarnation(identity)
+    mine = [o for o in await backend.list() if o.handle.identity.same_incarnation(identity)]
+    assert len(mine) == 1, f"one incarnation, {len(mine)} objects: {mine}"
+
+
+@pytest.mark.asyncio
+async def test_conformance_lifecycle_to_success(harness: Harness) -> None:
+    """A job goes forward through queued/starting to running, then succeeds with evidence."""
+    _needs(harness, "succeed")
+    backend = await harness.open()
+    handle = await backend.start(harness.spec(), _identity("ok"))
+    first = await backend.observe(handle)
+    _check_observation(first, handle)
+    assert first.state in _ORDER, f"a new job is {first.outcome}"
+    seen = [first, *await _running(harness, backend, handle)]
+    ranks = [_ORDER[o.state] for o in seen]
+    assert ranks == sorted(ranks), f"states went backwards: {[str(o.outcome) for o in seen]}"
+    await harness.succeed(backend, handle)
+    final = await _terminal(harness, backend, handle)
+    assert (final.state, final.cause) == (State.SUCCEEDED, Cause.NONE)
+
+
+_CAUSES = [
+    ("preempt", Cause.PREEMPTED),
+    ("lose_node", Cause.NODE_LOST),
+    ("oom", Cause.OUT_OF_MEMORY),
+    ("evict", Cause.EVICTED),
+    ("fail", Cause.EXIT_CODE),
+]
+# A cluster with its own queue (Kueue) may requeue a preempted, evicted or node-lost job itself.
+_REQUEUEABLE = {Cause.PREEMPTED, Cause.EVICTED, Cause.NODE_LOST}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("event", "cause"), _CAUSES, ids=[e for e, _ in _CAUSES])
+async def test_conformance_injected_cause(harness: Harness, event: str, cause: Cause) -> None:
+    """Each injected cluster event yields its typed cause, with evidence."""
+    _needs(harness, event)
+    backend = await harness.open()
+    handle = await backend.start(harness.spec(), _identity(event.replace("_", "-")))
+    await _running(harness, backend, handle)
+    if event == "fail":
+        await harness.fail(backend, handle, 3)
+    else:
+        await getattr(harness, event)(backend, handle)
+    seen = await _until(
+        harness, backend, handle, lambda o: o.cause is cause or o.outcome.terminal, str(cause)
+    )
+    obs = seen[-1]
+    assert obs.cause is cause, f"{event}: expected cause {cause}, got {obs.outcome}"
+    assert obs.outcome.evidence, f"{event}: {obs.outcome} carries no evidence"
+    allowed = {State.FAILED, State.QUEUED} if cause in _REQUEUEABLE else {State.FAILED}
+    assert obs.state in allowed, f"{event}: {obs.outcome}"
+
+
+@pytest.mark.asyncio
+async def test_conformance_exit_code_in_evidence(harness: Harness) -> None:
+    _needs(harness, "fail")
+    backend = await harness.open()
+    handle = await backend.start(harness.spec(), _identity("exit"))
+    await _running(harness, backend, handle)
+    await harness.fail(backend, handle, 42)
+    final = await _terminal(harness, backend, handle)
+    assert (final.state, final.cause) == (State.FAILED, Cause.EXIT_CODE)
+    assert 42 in [e.exit_code for e in final.outcome.evidence], final.outcome.evidence
+
+
+@pytest.mark.asyncio
+async def test_conformance_time_limit_times_out(harness: Harness) -> None:
+    """A job that runs past ``time_limit`` fails with cause ``timeout``."""
+    backend = await harness.open()
+    limit = max(1, int(harness.step * 3))
+    spec = dataclasses.replace(harness.spec(), time_limit=limit)
+    handle = await backend.start(spec, _identity("timeout"))
+    final = await _terminal(harness, backend, handle)
+    assert (final.state, final.cause) == (State.FAILED, Cause.TIMEOUT), final.outcome
+
+
+@pytest.mark.asyncio
+async def test_conformance_stop_is_idempotent_and_cancels(harness: Harness) -> None:
+    backend = await harness.open()
+    handle = await backend.start(harness.spec(), _identity("stop"))
+    await _running(harness, backend, handle)
+    await backend.stop(handle)
+    await backend.stop(handle)
+    final = await _terminal(harness, backend, handle)
+    assert (final.state, final.cause) == (State.CANCELLED, Cause.CANCELLED)
+    await backend.stop(handle)
+    after = await backend.observe(handle)
+    assert (after.state, after.cause) == (State.CANCELLED, Cause.CANCELLED)
+
+
+@pytest.mark.asyncio
+async def test_conformance_list_includes_every_incarnation(harness: Harness) -> None:
+    backend = await harness.open()
+    first = _identity("list")
+    second = Identity(first.job_id, first.epoch.requeued())
+    other = _identity("list-other")
+    handles = [await backend.start(harness.spec(), i) for i in (first, second, other)]
+    listed = await backend.list()
+    for handle in handles:
+        mine = [o for o in listed if o.handle.identity.same_incarnation(handle.identity)]
+        assert len(mine) == 1, f"list() shows {len(mine)} objects for {handle.identity}"
+        _check_observation(mine[0], handle)
+        assert mine[0].handle.ref == handle.ref
+
+
+@pytest.mark.asyncio
+async def test_conformance_vanished_is_lost(harness: Harness) -> None:
+    """An incarnation whose object vanished without dispatch is observed ``lost``, not raised."""
+    _needs(harness, "vanish")
+    backend = await harness.open()
+    handle = await backend.start(harness.spec(), _identity("vanish"))
+    await _running(harness, backend, handle)
+    await harness.vanish(backend, handle)
+    final = await _terminal(harness, backend, handle)
+    assert final.state is State.LOST, final.outcome
+
+
+# --- Holder -------------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_conformance_held_start_never_runs_until_released(harness: Harness) -> None:
+    """Started held, a job stays held however long; ``hold`` on it gives the token that releases it;
+    release runs it; a stale token is a ``ConflictError``."""
+    backend = await harness.open()
+    await _capable(backend, Holder, "holds")
+    assert isinstance(backend, Holder)
+    handle = await backend.start(harness.spec(), _identity("held"), held=True)
+    for _ in range(5):
+        obs = await backend.observe(handle)
+        _check_observation(obs, handle)
+        assert obs.state is State.HELD, f"a job started held is {obs.outcome}"
+        await harness.advance(harness.step * 3)
+    token = await backend.hold(handle)
+    assert isinstance(token, str) and token
+    await backend.release(handle, token)
+    await _running(harness, backend, handle)
+    with pytest.raises(ConflictError):
+        await backend.release(handle, token)
+
+
+@pytest.mark.asyncio
+async def test_conformance_hold_running_then_release(harness: Harness) -> None:
+    backend = await harness.open()
+    await _capable(backend, Holder, "holds")
+    assert isinstance(backend, Holder)
+    handle = await backend.start(harness.spec(), _identity("hold"))
+    await _running(harness, backend, handle)
+    token = await backend.hold(handle)
+    await _until(harness, backend, handle, lambda o: o.state is State.HELD, "held")
+    with pytest.raises(ConflictError):
+        await backend.release(handle, HoldToken(f"{token}-not-this-one"))
+    assert (await backend.observe(handle)).state is State.HELD
+    await backend.release(handle, token)
+    await _running(harness, backend, handle)
+    with pytest.raises(ConflictError):
+        await backend.release(handle, token)
+
+
+# --- Watcher ------------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_conformance_watch_emits_changes_and_resumes(harness: Harness) -> None:
+    """A watch emits only real changes (never the same outcome twice in a row for one incarnation, even
+    while compute lingers after a stop), misses no transition we observed, and resumes from a change's
+    cursor to the same end."""
+    backend = await harness.open()
+    await _capable(backend, Watcher, "watch")
+    assert isinstance(backend, Watcher)
+    live = _Collector(backend.watch())
+    try:
+        await harness.settle()
+        handle = await backend.start(harness.spec(), _identity("watch"))
+        observed = await _running(harness, backend, handle)
+        await live.until(harness, handle, lambda c: c.observation.state is State.RUNNING, "running")
+        await backend.stop(handle)
+        final = await _terminal(harness, backend, handle)
+        await live.until(harness, handle, lambda c: c.observation.outcome.terminal, "the end")
+        for _ in range(5):  # let lingering compute go: that is no change of the outcome
+            await harness.advance(harness.step)
+        changes = live.of(handle)
+    finally:
+        await live.close()
+    outcomes = [c.observation.outcome for c in changes]
+    for before, after in itertools.pairwise(outcomes):
+        assert before != after, f"an unchanged outcome was emitted twice: {after}"
+    for change in changes:
+        assert isinstance(change.cursor, str) and change.cursor
+    states = [o.state for o in outcomes]
+    for obs in [*observed, final]:
+        assert obs.state in states, f"watch missed {obs.state}: it emitted {[str(o) for o in outcomes]}"
+    assert (outcomes[-1].state, outcomes[-1].cause) == (final.state, final.cause)
+
+    resumed = _Collector(backend.watch(changes[0].cursor))
+    try:
+        tail = await resumed.until(
+            harness, handle, lambda c: c.observation.outcome.terminal, "the end, resumed"
+        )
+    finally:
+        await resumed.close()
+    later = [str(o) for o in outcomes[1:]]
+    for change in tail:
+        assert str(change.observation.outcome) in later, f"resumed watch emitted {change.observation.outcome}"
+    assert tail[-1].observation.outcome.state is final.state
+
+
+@pytest.mark.asyncio
+async def test_conformance_watch_without_cursor_lists_current(harness: Harness) -> None:
+    """A watch without a cursor starts with the current state of existing incarnations."""
+    backend = await harness.open()
+    await _capable(backend, Watcher, "watch")
+    assert isinstance(backend, Watcher)
+    handle = await backend.start(harness.spec(), _identity("relist"))
+    await _running(harness, backend, handle)
+    live = _Collector(backend.watch())
+    try:
+        mine = await live.until(harness, handle, lambda c: c.observation.state is State.RUNNING, "running")
+    finally:
+        await live.close()
+    assert mine[-1].observation.state is State.RUNNING
+
+
+# --- CessationSignal ----------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_conformance_cessation(harness: Harness) -> None:
+    """``ceased`` is false while compute remains (running, and right after stop when compute lingers),
+    then true; ``wait_ceased`` returns once it is."""
+    backend = await harness.open()
+    await _capable(backend, CessationSignal, "cessation")
+    assert isinstance(backend, CessationSignal)
+    handle = await backend.start(harness.spec(), _identity("cease"))
+    await _running(harness, backend, handle)
+    assert not await backend.ceased(handle), "a running job reports ceased"
+    waiter = asyncio.ensure_future(backend.wait_ceased(handle))
+    try:
+        await backend.stop(handle)
+        if harness.lingers:
+            assert not await backend.ceased(handle), "compute is gone the instant stop returns"
+            await harness.settle()
+            assert not waiter.done(), "wait_ceased returned while compute remains"
+        waited = 0.0
+        while not await backend.ceased(handle):
+            if waited >= harness.patience:
+                pytest.fail(f"still not ceased after {waited:g} s of cluster time")
+            await harness.advance(harness.step)
+            waited += harness.step
+        for _ in range(20):
+            if waiter.done():
+                break
+            await harness.settle()
+        assert waiter.done(), "wait_ceased did not return once ceased"
+        await waiter
+    finally:
+        waiter.cancel()
+    assert await backend.ceased(handle)
+
+
+# --- IdentityWeakener ---------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_conformance_identity_weakener(harness: Harness) -> None:
+    """Native names are deterministic, equal for one incarnation, distinct across incarnations (even
+    when sanitising makes the job ids alike); an object reads back to its identity; a mismatch is
+    refused with ``ConflictError``."""
+    backend = await harness.open()
+    if not isinstance(backend, IdentityWeakener):
+        pytest.skip(f"{type(backend).__name__} does not implement IdentityWeakener")
+    base = f"conf-Name_{next(_ids)}"
+    incarnations = [
+        Identity(base),
+        Identity(base, Epoch(2, 0)),
+        Identity(base.lower()),
+        Identity(base.replace("_", "-")),
+        Identity(base.replace("_", ".")),
+        Identity("9" + "x" * 252),
+        Identity("9" + "x" * 251 + "y"),
+    ]
+    names = [backend.native_name(i) for i in incarnations]
+    assert names == [backend.native_name(i) for i in incarnations], "native_name is not deterministic"
+    assert all(isinstance(n, str) and n for n in names)
+    assert len(set(names)) == len(names), f"distinct incarnations share a native name: {names}"
+    assert backend.native_name(Identity(base, Epoch(2, 1))) == names[1], "one incarnation, two names"
+    assert backend.identity_of({"metadata": {"name": "not-ours"}}) is None
+    if not isinstance(backend, DryRunner):
+        return
+    identity = Identity(base, Epoch(3, 1))
+    obj = await backend.dry_run(harness.spec(), identity)
+    read = backend.identity_of(obj)
+    assert read is not None and read.same_incarnation(identity), f"read back {read}, not {identity}"
+    forged: Any = copy.deepcopy(dict(obj))
+    assert isinstance(forged.get("metadata"), Mapping), "a native object carries metadata"
+    forged["metadata"]["name"] = backend.native_name(incarnations[0])
+    with pytest.raises(ConflictError):
+        backend.identity_of(forged)
+
+
+# --- DryRunner ----------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_conformance_dry_run_creates_nothing(harness: Harness) -> None:
+    backend = await harness.open()
+    if not isinstance(backend, DryRunner):
+        pytest.skip(f"{type(backend).__name__} does not implement DryRunner")
+    before = _refs(await backend.list())
+    identity = _identity("dry")
+    obj = await backend.dry_run(harness.spec(), identity)
+    assert isinstance(obj, Mapping) and obj
+    held = await backend.dry_run(harness.spec(), identity, held=True)
+    assert isinstance(held, Mapping) and held
+    with pytest.raises(UnsupportedError):
+        await backend.dry_run(
+            _with_extensions(harness.spec(), OpaqueExtension("acme.example/Thing", {})), identity
+        )
+    assert _refs(await backend.list()) == before
+
+
+# --- read-only ----------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_conformance_read_only_refuses_every_write(harness: Harness) -> None:
+    """A read-only backend says so, reads, and refuses every write with ``ReadOnlyError`` without
+    changing anything."""
+    writer = await harness.open()
+    handle = await writer.start(harness.spec(), _identity("ro"))
+    await _running(harness, writer, handle)
+    reader = await harness.open(read_only=True)
+    caps = await reader.capabilities()
+    assert caps.read_only or caps.observe_only
+    assert not caps.writable
+    before = _refs(await reader.list())
+    assert any(i.same_incarnation(handle.identity) for i in before)
+    obs = await reader.observe(handle)
+    assert obs.state is State.RUNNING
+    with pytest.raises(ReadOnlyError):
+        await reader.start(harness.spec(), _identity("ro-new"))
+    with pytest.raises(ReadOnlyError):
+        await reader.stop(handle)
+    if isinstance(reader, Holder):
+        with pytest.raises(ReadOnlyError):
+            await reader.hold(handle)
+        with pytest.raises(ReadOnlyError):
+            await reader.release(handle, HoldToken("any"))
+    await harness.settle()
+    assert _refs(await reader.list()) == before
+    assert (await writer.observe(handle)).state is State.RUNNING
