@@ -1,0 +1,40 @@
+"""kubesim's simulated controllers: Trainer, JobSet, Job, scheduler, kubelet, node lifecycle, Kueue.
+
+``default_controllers()`` returns a fresh instance of each, in the order a settle round runs them.
+"""
+
+from __future__ import annotations
+
+from kubesim.controllers.base import BaseController
+from kubesim.controllers.job import JobController
+from kubesim.controllers.jobset import JobSetController
+from kubesim.controllers.kubelet import Actions, KubeletController, NodeLifecycleController
+from kubesim.controllers.kueue import KueueController
+from kubesim.controllers.scheduler import SchedulerController
+from kubesim.controllers.trainer import TrainerController
+
+__all__ = [
+    "Actions",
+    "BaseController",
+    "JobController",
+    "JobSetController",
+    "KubeletController",
+    "KueueController",
+    "NodeLifecycleController",
+    "SchedulerController",
+    "TrainerController",
+    "default_controllers",
+]
+
+
+def default_controllers() -> list[BaseController]:
+    """Every simulated controller (Kueue's stays idle when the simulator has ``kueue=False``)."""
+    return [
+        TrainerController(),
+        KueueController(),
+        JobSetController(),
+        JobController(),
+        SchedulerController(),
+        KubeletController(),
+        NodeLifecycleController(),
+    ]

@@ -1,0 +1,208 @@
+"""The shape shared by kubesim's controllers: a de-duplicating work queue fed by store events, timers
+for "reconcile again at time T", and small helpers to write only what changed and to record Events.
+
+Controllers run synchronously inside ``Simulator.settle()``: a store event only enqueues a key; work is
+done in ``run_once``. A reconcile must be idempotent (the store drops no-op writes, so a settled system
+stops producing events).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from kubesim.clock import Clock, TimerHandle, rfc3339
+from kubesim.errors import ApiError
+from kubesim.resources import EVENTS, ResourceType
+
+if TYPE_CHECKING:
+    from kubesim.store import ObjectStore, WatchEvent
+
+__all__ = ["BaseController", "Key"]
+
+log = logging.getLogger("kubesim.controllers")
+
+Key = tuple[str, str]  # (namespace or "", name)
+
+
+class BaseController:
+    """A controller with a key queue; subclasses implement ``keys_for`` and ``reconcile``."""
+
+    name = "base"
+    _event_seq = 0  # shared: event names stay unique across controllers
+
+    def __init__(self) -> None:
+        self._queue: dict[Key, None] = {}
+        self._timers: dict[Key, tuple[float, TimerHandle]] = {}
+        self.sim: Any = None
+        self._unsubscribe: Any = None
+        self.errors: list[str] = []  # unexpected failures, kept for debugging (never raised into the sim)
+
+    # ---------------------------------------------------------------------------------- wiring
+
+    @property
+    def store(self) -> ObjectStore:
+        return self.sim.store  # type: ignore[no-any-return]
+
+    @property
+    def clock(self) -> Clock:
+        return self.sim.clock  # type: ignore[no-any-return]
+
+    def now(self) -> str:
+        return rfc3339(self.clock.now())
+
+    def attach(self, sim: Any) -> None:
+        """Subscribe to the simulator's store and register admission hooks (``setup``)."""
+        self.sim = sim
+        self._unsubscribe = sim.store.subscribe(self._on_event)
+        self.setup()
+        self.resync()
+
+    def setup(self) -> None:
+        """Register admission hooks and the like (override)."""
+
+    def resync(self) -> None:
+        """Enqueue existing objects once at attach time (override)."""
+
+    def keys_for(self, ev: WatchEvent) -> Iterable[Key]:
+        """Which keys an event concerns (override)."""
+        return ()
+
+    def reconcile(self, namespace: str, name: str) -> None:
+        """Bring the world in line for one key (override)."""
+
+    # ---------------------------------------------------------------------------------- queue
+
+    def _on_event(self, ev: WatchEvent) -> None:
+        for key in self.keys_for(ev):
+            self._queue[key] = None
+
+    def enqueue(self, namespace: str | None, name: str) -> None:
+        self._queue[(namespace or "", name)] = None
+
+    def pending(self) -> bool:
+        return bool(self._queue)
+
+    def run_once(self) -> bool:
+        """Reconcile every queued key once; True if there was work."""
+        if not self._queue:
+            return False
+        keys = list(self._queue)
+        self._queue.clear()
+        for ns, name in keys:
+            try:
+                self.reconcile(ns, name)
+            except ApiError as e:
+                if e.code == 409:
+                    self._queue[(ns, name)] = None  # stale read: try again
+                elif e.code != 404:
+                    log.warning("kubesim %s: reconcile %s/%s: %s", self.name, ns, name, e.message)
+                    self.errors.append(f"{ns}/{name}: {e.message}")
+            except Exception as e:  # a bug must not take the whole simulator down
+                log.exception("kubesim %s: reconcile %s/%s failed", self.name, ns, name)
+                self.errors.append(f"{ns}/{name}: {type(e).__name__}: {e}")
+        return True
+
+    def requeue_at(self, when: float, namespace: str | None, name: str) -> None:
+        """Reconcile ``(namespace, name)`` again once the clock reaches ``when`` (earliest request wins)."""
+        key = (namespace or "", name)
+        existing = self._timers.get(key)
+        if existing is not None and existing[0] <= when and not existing[1].cancelled:
+            return
+        if existing is not None:
+            existing[1].cancel()
+
+        def fire() -> None:
+            cur = self._timers.get(key)
+            if cur is not None and cur[0] == when:
+                del self._timers[key]
+            self._queue[key] = None
+
+        self._timers[key] = (when, self.clock.call_at(when, fire))
+
+    # ---------------------------------------------------------------------------------- writes
+
+    def write(self, rt: ResourceType, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+        """Write spec/metadata and status of ``after`` if they differ from ``before``."""
+        out = before
+        main_before = {k: v for k, v in before.items() if k != "status"}
+        main_after = {k: v for k, v in after.items() if k != "status"}
+        if main_before != main_after:
+            body = copy.deepcopy(after)
+            body["metadata"].pop("resourceVersion", None)
+            out = self.store.replace(rt, body)
+        if rt.has_status and before.get("status") != after.get("status"):
+            body = copy.deepcopy(out)
+            body["status"] = copy.deepcopy(after.get("status") or {})
+            out = self.store.update_status(rt, body)
+        return out
+
+    def get_or_none(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any] | None:
+        try:
+            return self.store.get(rt, namespace, name)
+        except ApiError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def record_event(
+        self, obj: dict[str, Any], etype: str, reason: str, message: str, *, component: str | None = None
+    ) -> None:
+        """Create a core/v1 Event about ``obj`` (in its namespace, or ``default`` for cluster objects)."""
+        meta = obj.get("metadata") or {}
+        ns = meta.get("namespace") or "default"
+        now = self.now()
+        BaseController._event_seq += 1
+        event: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta.get('name')}.{int(self.clock.now()):x}{BaseController._event_seq:06x}",
+                "namespace": ns,
+            },
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message,
+            "type": etype,
+            "source": {"component": component or self.name},
+            "reportingComponent": component or self.name,
+            "reportingInstance": "",
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.store.create(EVENTS, event)
+        except ApiError as e:
+            # Events are best effort, as in a real cluster (the namespace may be going away).
+            log.debug("kubesim %s: event %s not recorded: %s", self.name, reason, e.message)
+
+
+def owner_ref(obj: dict[str, Any], *, controller: bool = True, block: bool = True) -> dict[str, Any]:
+    """An ownerReference to ``obj``."""
+    meta = obj["metadata"]
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": block,
+    }
+
+
+def controller_of(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The controlling ownerReference of ``obj``, if any."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return dict(ref)
+    return None

@@ -1,0 +1,297 @@
+"""The batch/v1 Job controller for Indexed Jobs (the kind JobSet creates), with Kubernetes 1.31+ rules.
+
+Pods are ``<job>-<index>-<random5>`` with the Job's labels plus ``batch.kubernetes.io/job-completion-index``
+(label and annotation); a replacement for a failed or terminating pod is created at once. Failures count
+toward ``backoffLimit`` (default 6): under ``restartPolicy: OnFailure`` the container restarts of running
+pods count; under ``Never`` the failed pods. ``activeDeadlineSeconds`` → ``DeadlineExceeded``. A failing
+Job first gets ``FailureTarget`` and deletes its pods; ``Failed`` is added once they are gone. Suspending
+deletes the active pods (not counted as failures); resuming resets ``startTime``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from kubesim.clock import parse_rfc3339
+from kubesim.controllers import conditions as cond
+from kubesim.controllers.base import BaseController, Key, controller_of, owner_ref
+from kubesim.resources import JOBS, PODS
+
+if TYPE_CHECKING:
+    from kubesim.store import WatchEvent
+
+__all__ = ["JobController", "format_indexes"]
+
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+DEFAULT_TOLERATIONS = [
+    {
+        "key": "node.kubernetes.io/not-ready",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+    {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+]
+
+
+def format_indexes(indexes: Iterable[int]) -> str:
+    """``completedIndexes`` text: sorted, consecutive runs as ``a-b`` (e.g. ``0-2,5``)."""
+    xs = sorted(set(indexes))
+    parts: list[str] = []
+    i = 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        parts.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def _is_terminal(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _index(pod: dict[str, Any]) -> int:
+    try:
+        return int((pod["metadata"].get("annotations") or {}).get(INDEX_KEY, "-1"))
+    except ValueError:
+        return -1
+
+
+class JobController(BaseController):
+    """Creates and counts the pods of Indexed Jobs."""
+
+    name = "job"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._counted_failed: dict[str, set[str]] = {}  # job uid -> pod uids already counted as failed
+        self._ignored: set[str] = set()  # pod uids deleted by us for suspension/finish (not failures)
+
+    def resync(self) -> None:
+        for job in self.store.list(JOBS)[0]:
+            self.enqueue(job["metadata"].get("namespace"), job["metadata"]["name"])
+
+    def keys_for(self, ev: WatchEvent) -> Iterable[Key]:
+        if ev.rt == JOBS:
+            yield (ev.obj["metadata"].get("namespace", ""), ev.obj["metadata"]["name"])
+        elif ev.rt == PODS:
+            ref = controller_of(ev.obj)
+            if ref is not None and ref.get("kind") == "Job":
+                yield (ev.obj["metadata"].get("namespace", ""), str(ref.get("name")))
+
+    def _pods(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        uid = job["metadata"]["uid"]
+        pods, _ = self.store.list(
+            PODS, job["metadata"].get("namespace"), label_selector=f"batch.kubernetes.io/controller-uid={uid}"
+        )
+        return pods
+
+    def _delete_pod(self, pod: dict[str, Any]) -> None:
+        self._ignored.add(pod["metadata"]["uid"])
+        self.store.delete(PODS, pod["metadata"].get("namespace"), pod["metadata"]["name"])
+
+    def reconcile(self, namespace: str, name: str) -> None:
+        job = self.get_or_none(JOBS, namespace, name)
+        if job is None:
+            return
+        if job["metadata"].get("deletionTimestamp"):
+            return
+        before = copy.deepcopy(job)
+        spec = job.get("spec") or {}
+        status = job.setdefault("status", {})
+        pods = self._pods(job)
+        uid = job["metadata"]["uid"]
+        counted = self._counted_failed.setdefault(uid, set())
+        completions = int(spec.get("completions") or spec.get("parallelism") or 1)
+        now_s = self.clock.now()
+        now = self.now()
+
+        succeeded_idx = {_index(p) for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"}
+        for p in pods:
+            puid = p["metadata"]["uid"]
+            phase = (p.get("status") or {}).get("phase")
+            deleting = bool(p["metadata"].get("deletionTimestamp"))
+            if puid in counted or puid in self._ignored or phase == "Succeeded":
+                continue
+            if phase == "Failed" or deleting:
+                counted.add(puid)
+                status["failed"] = int(status.get("failed") or 0) + 1
+        active = [p for p in pods if not _is_terminal(p) and not p["metadata"].get("deletionTimestamp")]
+        terminating = [p for p in pods if not _is_terminal(p) and p["metadata"].get("deletionTimestamp")]
+
+        finished = cond.is_true(job, "Complete") or cond.is_true(job, "Failed")
+        failure_target = cond.find(job, "FailureTarget")
+        if finished:
+            for p in active:
+                self._delete_pod(p)
+        elif failure_target is not None and failure_target.get("status") == "True":
+            for p in active:
+                self._delete_pod(p)
+            if not active and not terminating:
+                cond.set_condition(
+                    job,
+                    "Failed",
+                    "True",
+                    str(failure_target.get("reason")),
+                    str(failure_target.get("message")),
+                    now,
+                    probe_time=True,
+                )
+        elif spec.get("suspend"):
+            for p in active:
+                self._delete_pod(p)
+            active = []
+            if cond.set_condition(
+                job, "Suspended", "True", "JobSuspended", "Job suspended", now, probe_time=True
+            ):
+                status.pop("startTime", None)
+        else:
+            if cond.find(job, "Suspended") is not None and cond.is_true(job, "Suspended"):
+                cond.set_condition(
+                    job, "Suspended", "False", "JobResumed", "Job resumed", now, probe_time=True
+                )
+                status["startTime"] = now
+            status.setdefault("startTime", now)
+            reason = self._failure_reason(job, active, now_s)
+            if reason is not None:
+                r, msg = reason
+                cond.set_condition(job, "FailureTarget", "True", r, msg, now, probe_time=True)
+                for p in active:
+                    self._delete_pod(p)
+                if not active and not terminating:
+                    cond.set_condition(job, "Failed", "True", r, msg, now, probe_time=True)
+                active = []
+            elif len(succeeded_idx & set(range(completions))) >= completions:
+                for p in active:
+                    self._delete_pod(p)
+                cond.set_condition(
+                    job,
+                    "SuccessCriteriaMet",
+                    "True",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                    now,
+                    probe_time=True,
+                )
+                if not terminating:
+                    cond.set_condition(
+                        job,
+                        "Complete",
+                        "True",
+                        "CompletionsReached",
+                        "Reached expected number of succeeded pods",
+                        now,
+                        probe_time=True,
+                    )
+                    status["completionTime"] = now
+                active = []
+            else:
+                active_idx = {_index(p) for p in active}
+                for i in range(completions):
+                    if i in succeeded_idx or i in active_idx:
+                        continue
+                    created = self.store.create(PODS, self._pod_for(job, i))
+                    active.append(created)
+                self._arm_deadline(job, now_s)
+
+        status["active"] = len(active)
+        status["ready"] = sum(1 for p in active if cond.is_true(p, "Ready"))
+        status["terminating"] = len(terminating)
+        status["succeeded"] = len(succeeded_idx & set(range(completions)))
+        status.setdefault("failed", 0)
+        status["completedIndexes"] = format_indexes(succeeded_idx & set(range(completions)))
+        status.setdefault("uncountedTerminatedPods", {})
+        if job.get("status") != before.get("status"):
+            body = copy.deepcopy(before)
+            body["status"] = job["status"]
+            self.store.update_status(JOBS, body)
+
+    def _failure_reason(
+        self, job: dict[str, Any], active: list[dict[str, Any]], now_s: float
+    ) -> tuple[str, str] | None:
+        spec = job.get("spec") or {}
+        status = job.get("status") or {}
+        limit = int(spec.get("backoffLimit", 6))
+        policy = (((spec.get("template") or {}).get("spec")) or {}).get("restartPolicy", "OnFailure")
+        exceeded = False
+        if policy == "OnFailure":
+            restarts = 0
+            for p in active:
+                for cs in (p.get("status") or {}).get("containerStatuses") or []:
+                    restarts += int(cs.get("restartCount") or 0)
+                for cs in (p.get("status") or {}).get("initContainerStatuses") or []:
+                    restarts += int(cs.get("restartCount") or 0)
+            exceeded = restarts > 0 if limit == 0 else restarts >= limit
+        if int(status.get("failed") or 0) > limit:
+            exceeded = True
+        if exceeded:
+            return "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+        ads = spec.get("activeDeadlineSeconds")
+        if ads and status.get("startTime") and now_s - parse_rfc3339(status["startTime"]) >= float(ads):
+            return "DeadlineExceeded", "Job was active longer than specified deadline"
+        return None
+
+    def _arm_deadline(self, job: dict[str, Any], now_s: float) -> None:
+        ads = (job.get("spec") or {}).get("activeDeadlineSeconds")
+        start = (job.get("status") or {}).get("startTime")
+        if ads and start:
+            self.requeue_at(
+                parse_rfc3339(start) + float(ads), job["metadata"].get("namespace"), job["metadata"]["name"]
+            )
+
+    def _pod_for(self, job: dict[str, Any], index: int) -> dict[str, Any]:
+        meta = job["metadata"]
+        tmpl = copy.deepcopy(((job.get("spec") or {}).get("template")) or {})
+        tmeta = tmpl.get("metadata") or {}
+        labels = dict(tmeta.get("labels") or {})
+        labels.update(
+            {
+                "batch.kubernetes.io/controller-uid": meta["uid"],
+                "batch.kubernetes.io/job-name": meta["name"],
+                "controller-uid": meta["uid"],
+                "job-name": meta["name"],
+                INDEX_KEY: str(index),
+            }
+        )
+        annotations = dict(tmeta.get("annotations") or {})
+        annotations[INDEX_KEY] = str(index)
+        pspec = tmpl.get("spec") or {}
+        pspec.setdefault("restartPolicy", "Never")
+        pspec.setdefault("terminationGracePeriodSeconds", 30)
+        pspec.setdefault("schedulerName", "default-scheduler")
+        pspec.setdefault("dnsPolicy", "ClusterFirst")
+        pspec.setdefault("serviceAccountName", "default")
+        if pspec.get("subdomain"):
+            pspec["hostname"] = f"{meta['name']}-{index}"
+        tolerations = list(pspec.get("tolerations") or [])
+        for t in DEFAULT_TOLERATIONS:
+            if not any(x.get("key") == t["key"] and x.get("effect") == "NoExecute" for x in tolerations):
+                tolerations.append(dict(t))
+        pspec["tolerations"] = tolerations
+        for c in pspec.get("containers") or []:
+            c.setdefault("imagePullPolicy", "IfNotPresent")
+            c.setdefault("terminationMessagePath", "/dev/termination-log")
+            c.setdefault("terminationMessagePolicy", "File")
+            c.setdefault("resources", {})
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": f"{meta['name']}-{index}-",
+                "namespace": meta.get("namespace"),
+                "labels": labels,
+                "annotations": annotations,
+                "ownerReferences": [owner_ref(job)],
+            },
+            "spec": pspec,
+            "status": {"phase": "Pending"},
+        }

@@ -1,0 +1,785 @@
+"""Simulated kubelets (one per Node, all in this controller) and the node lifecycle's taint manager.
+
+A bound pod's main container (the one named ``node``, else the first) runs its behaviour script
+(:mod:`kubesim.behaviour`): from ``sim.behaviours``, else env ``KUBESIM_SCRIPT``, else the default script.
+Phases Pending → Running → Succeeded/Failed; container states waiting/running/terminated with reasons and
+exit codes; under ``restartPolicy: OnFailure``/``Always`` a failed container restarts in place
+(``restartCount``, ``lastState``, ``CrashLoopBackOff`` with 10 s doubling back-off, capped at 300 s);
+images on registries whose host ends in ``.invalid`` fail with ``ErrImagePull``/``ImagePullBackOff``, and
+malformed references with ``InvalidImageName``. A deleted pod keeps running, terminating, for its grace
+period (or its scripted ``slow-stop``), then its containers end and it is removed.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kubesim.behaviour import (
+    DEFAULT_SCRIPT,
+    SCRIPT_ENV,
+    Behaviours,
+    ScriptError,
+    Step,
+    parse_script,
+    render_text,
+)
+from kubesim.clock import parse_rfc3339, rfc3339
+from kubesim.controllers import conditions as cond
+from kubesim.controllers.base import BaseController, Key
+from kubesim.controllers.scheduler import tolerates
+from kubesim.errors import ApiError
+from kubesim.resources import NODES, PODS
+
+if TYPE_CHECKING:
+    from kubesim.store import WatchEvent
+
+__all__ = ["Actions", "KubeletController", "NodeLifecycleController", "image_problem"]
+
+BACKOFF_START = 10.0
+BACKOFF_MAX = 300.0
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REFERENCE = re.compile(
+    rf"^(?:(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?)/)?"
+    rf"(?P<repo>{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
+)
+
+
+def image_problem(image: str) -> tuple[str, str] | None:
+    """``(reason, message)`` when the kubelet cannot get ``image``: InvalidImageName or ErrImagePull."""
+    m = _REFERENCE.match(image or "")
+    if not image or m is None:
+        return (
+            "InvalidImageName",
+            f'Failed to apply default image tag "{image}": couldn\'t parse image name "{image}": invalid reference format',
+        )
+    host = m.group("host")
+    first = image.split("/", 1)[0]
+    if host is not None and not ("." in first or ":" in first or first == "localhost"):
+        host = None  # "library/x" style: no registry host, Docker Hub
+    if host is not None and host.split(":")[0].endswith(".invalid"):
+        hostname = host.split(":")[0]
+        tag = m.group("tag") or "latest"
+        full = image if m.group("tag") or m.group("digest") else f"{image}:latest"
+        return (
+            "ErrImagePull",
+            f'failed to pull and unpack image "{full}": failed to resolve reference "{full}": failed to do request: '
+            f'Head "https://{host}/v2/{m.group("repo")}/manifests/{tag}": dial tcp: lookup {hostname}: no such host',
+        )
+    return None
+
+
+@dataclass
+class _Run:
+    """What the kubelet remembers about one pod it runs."""
+
+    uid: str
+    ns: str
+    name: str
+    node: str
+    main: str
+    image: str
+    restart_policy: str
+    rank: int
+    env: dict[str, str]
+    others: list[tuple[str, str]] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    script_error: str | None = None
+    mode: str = "new"  # new | pulling | running | crash | done
+    pc: int = 0
+    wake_at: float | None = None
+    started_at: str | None = None
+    restarts: int = 0
+    state: dict[str, Any] = field(default_factory=dict)
+    last_state: dict[str, Any] = field(default_factory=dict)
+    ready: bool = False
+    phase: str = "Pending"
+    pull_attempts: int = 0
+    slow_stop: float | None = None
+    stop_at: float | None = None
+    stop_code: int = 143
+    pod_ip: str = ""
+    host_ip: str = ""
+    container_seq: int = 0
+
+
+def _resolve_env(container: dict[str, Any], pod: dict[str, Any]) -> dict[str, str]:
+    meta = pod.get("metadata") or {}
+    out: dict[str, str] = {}
+    for e in container.get("env") or []:
+        name = str(e.get("name"))
+        if "value" in e:
+            out[name] = str(e.get("value") or "")
+            continue
+        ref = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if not ref:
+            continue
+        m = re.match(r"metadata\.(annotations|labels)\['([^']+)'\]", str(ref))
+        if m:
+            out[name] = str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
+        elif ref == "metadata.name":
+            out[name] = str(meta.get("name", ""))
+        elif ref == "metadata.namespace":
+            out[name] = str(meta.get("namespace", ""))
+        elif ref == "spec.nodeName":
+            out[name] = str((pod.get("spec") or {}).get("nodeName", ""))
+    return out
+
+
+class KubeletController(BaseController):
+    """Runs bound pods on their nodes (every simulated node's kubelet in one controller)."""
+
+    name = "kubelet"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: dict[str, _Run] = {}
+        self.dead_nodes: set[str] = set()
+        self.behaviours = Behaviours()
+        self._ip_seq = 0
+
+    def setup(self) -> None:
+        # Tests reach the scripting API through the simulator (sim.behaviours / sim.actions).
+        for attr, value in (("behaviours", self.behaviours), ("actions", Actions(self))):
+            if getattr(self.sim, attr, None) is None:
+                setattr(self.sim, attr, value)
+            elif attr == "behaviours":
+                self.behaviours = self.sim.behaviours
+
+    def resync(self) -> None:
+        for pod in self.store.list(PODS)[0]:
+            if (pod.get("spec") or {}).get("nodeName"):
+                self.enqueue(pod["metadata"].get("namespace"), pod["metadata"]["name"])
+
+    def keys_for(self, ev: WatchEvent) -> Iterable[Key]:
+        if ev.rt == PODS and (ev.obj.get("spec") or {}).get("nodeName"):
+            yield (ev.obj["metadata"].get("namespace", ""), ev.obj["metadata"]["name"])
+
+    @property
+    def logs(self) -> Any:
+        return self.sim.logs
+
+    # -------------------------------------------------------------------------------- reconcile
+
+    def reconcile(self, namespace: str, name: str) -> None:
+        pod = self.get_or_none(PODS, namespace, name)
+        if pod is None:
+            for gone_uid, gone in list(self.runs.items()):
+                if gone.ns == namespace and gone.name == name:
+                    del self.runs[gone_uid]
+            return
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            return
+        uid = pod["metadata"]["uid"]
+        run = self.runs.get(uid)
+        if node in self.dead_nodes:
+            self._on_dead_node(pod, run)
+            return
+        if run is None:
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                return
+            run = self._new_run(pod)
+            self.runs[uid] = run
+        if pod["metadata"].get("deletionTimestamp"):
+            self._terminate(pod, run)
+            return
+        self._advance(pod, run)
+        self._publish(run)
+
+    def _new_run(self, pod: dict[str, Any]) -> _Run:
+        spec = pod.get("spec") or {}
+        containers = list(spec.get("containers") or [])
+        main = next(
+            (c for c in containers if c.get("name") == "node"),
+            containers[0] if containers else {"name": "main"},
+        )
+        meta = pod["metadata"]
+        env = _resolve_env(main, pod)
+        try:
+            rank = int((meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", "0"))
+        except ValueError:
+            rank = 0
+        self._ip_seq += 1
+        run = _Run(
+            uid=meta["uid"],
+            ns=meta.get("namespace", ""),
+            name=meta["name"],
+            node=str(spec.get("nodeName")),
+            main=str(main.get("name")),
+            image=str(main.get("image") or ""),
+            restart_policy=str(spec.get("restartPolicy") or "Always"),
+            rank=rank,
+            env=env,
+            others=[(str(c.get("name")), str(c.get("image") or "")) for c in containers if c is not main],
+            pod_ip=f"10.244.{(self._ip_seq >> 8) & 255}.{self._ip_seq & 255}",
+            host_ip=self._host_ip(str(spec.get("nodeName"))),
+        )
+        script = self.behaviours.script_for(pod)
+        if script is None:
+            script = env.get(SCRIPT_ENV) or DEFAULT_SCRIPT
+        try:
+            run.steps = parse_script(script)
+        except ScriptError as e:
+            run.script_error = str(e)
+        return run
+
+    def _host_ip(self, node: str) -> str:
+        n = self.get_or_none(NODES, None, node)
+        for a in ((n or {}).get("status") or {}).get("addresses") or []:
+            if a.get("type") == "InternalIP":
+                return str(a.get("address"))
+        return "10.0.0.1"
+
+    # -------------------------------------------------------------------------------- running
+
+    def _advance(self, pod: dict[str, Any], run: _Run) -> None:
+        now_s = self.clock.now()
+        if run.wake_at is not None and now_s < run.wake_at:
+            return
+        run.wake_at = None
+        if run.mode in ("new", "pulling"):
+            problem = image_problem(run.image)
+            if problem is not None:
+                self._pull_failed(pod, run, problem)
+                return
+            if run.mode == "new" or run.mode == "pulling":
+                self.record_event(
+                    pod,
+                    "Normal",
+                    "Pulled",
+                    f'Container image "{run.image}" already present on machine',
+                    component="kubelet",
+                )
+            self._start_container(pod, run)
+        elif run.mode == "crash":
+            self._start_container(pod, run)
+        if run.mode == "running":
+            self._step(pod, run)
+
+    def _pull_failed(self, pod: dict[str, Any], run: _Run, problem: tuple[str, str]) -> None:
+        reason, message = problem
+        run.phase = "Pending"
+        run.ready = False
+        if reason == "InvalidImageName":
+            if run.mode != "pulling":
+                self.record_event(pod, "Warning", "InspectFailed", message, component="kubelet")
+                self.record_event(pod, "Warning", "Failed", "Error: InvalidImageName", component="kubelet")
+            run.mode = "pulling"
+            run.state = {"waiting": {"reason": "InvalidImageName", "message": message}}
+            return
+        run.mode = "pulling"
+        now_s = self.clock.now()
+        showing_backoff = run.state.get("waiting", {}).get("reason") == "ErrImagePull"
+        if showing_backoff:
+            delay = min(BACKOFF_START * 2 ** max(run.pull_attempts - 1, 0), BACKOFF_MAX)
+            run.state = {
+                "waiting": {
+                    "reason": "ImagePullBackOff",
+                    "message": f'Back-off pulling image "{run.image}": ErrImagePull: {message}',
+                }
+            }
+            self.record_event(
+                pod, "Normal", "BackOff", f'Back-off pulling image "{run.image}"', component="kubelet"
+            )
+            run.wake_at = now_s + delay
+        else:
+            run.pull_attempts += 1
+            run.state = {"waiting": {"reason": "ErrImagePull", "message": message}}
+            self.record_event(pod, "Normal", "Pulling", f'Pulling image "{run.image}"', component="kubelet")
+            self.record_event(
+                pod,
+                "Warning",
+                "Failed",
+                f'Failed to pull image "{run.image}": {message}',
+                component="kubelet",
+            )
+            self.record_event(pod, "Warning", "Failed", "Error: ErrImagePull", component="kubelet")
+            run.wake_at = now_s + 1.0
+        self.requeue_at(run.wake_at, run.ns, run.name)
+
+    def _start_container(self, pod: dict[str, Any], run: _Run) -> None:
+        run.mode = "running"
+        run.phase = "Running"
+        run.started_at = self.now()
+        run.container_seq += 1
+        run.pc = 0
+        run.state = {"running": {"startedAt": run.started_at}}
+        run.ready = True
+        if run.restarts == 0:
+            self.record_event(pod, "Normal", "Created", f"Created container: {run.main}", component="kubelet")
+        self.record_event(pod, "Normal", "Started", f"Started container {run.main}", component="kubelet")
+        if run.script_error is not None:
+            self.logs.append(run.ns, run.name, run.main, f"kubesim: bad behaviour script: {run.script_error}")
+            self._exit(pod, run, 2, "Error")
+
+    def _step(self, pod: dict[str, Any], run: _Run) -> None:
+        while run.mode == "running" and run.pc < len(run.steps):
+            step = run.steps[run.pc]
+            if not step.applies(run.rank, run.env):
+                run.pc += 1
+                continue
+            verb = step.verb
+            if verb == "print":
+                self.logs.append(run.ns, run.name, run.main, render_text(step.arg, run.rank, run.env))
+                run.pc += 1
+            elif verb == "sleep":
+                run.pc += 1
+                if step.seconds > 0:
+                    run.wake_at = self.clock.now() + step.seconds
+                    self.requeue_at(run.wake_at, run.ns, run.name)
+                    return
+            elif verb == "slow-stop":
+                run.slow_stop = step.seconds
+                run.pc += 1
+            elif verb == "exit":
+                self._exit(pod, run, step.code, "Completed" if step.code == 0 else "Error")
+                return
+            elif verb == "oom":
+                self._exit(pod, run, 137, "OOMKilled")
+                return
+            elif verb == "hang":
+                return
+            else:  # preempt / lose-node / evict: disruptions decided elsewhere in the cluster
+                run.pc += 1
+                self._publish(run)
+                actions = Actions(self)
+                if verb == "preempt":
+                    actions.preempt(run.ns, run.name)
+                elif verb == "evict":
+                    actions.evict(run.ns, run.name)
+                else:
+                    actions.lose_node(run.node)
+                return
+        if run.mode == "running":
+            self._exit(pod, run, 0, "Completed")
+
+    def _terminated(self, run: _Run, code: int, reason: str) -> dict[str, Any]:
+        return {
+            "terminated": {
+                "exitCode": code,
+                "reason": reason,
+                "startedAt": run.started_at or self.now(),
+                "finishedAt": self.now(),
+                "containerID": self._container_id(run),
+            }
+        }
+
+    def _container_id(self, run: _Run) -> str:
+        digest = hashlib.sha256(f"{run.uid}/{run.main}/{run.container_seq}".encode()).hexdigest()
+        return f"containerd://{digest}"
+
+    def _exit(self, pod: dict[str, Any], run: _Run, code: int, reason: str) -> None:
+        """The main container ended with ``code``: restart in place or finish the pod."""
+        term = self._terminated(run, code, reason)
+        restart = run.restart_policy == "Always" or (run.restart_policy == "OnFailure" and code != 0)
+        run.ready = False
+        if restart:
+            run.last_state = term
+            run.restarts += 1
+            delay = min(BACKOFF_START * 2 ** (run.restarts - 1), BACKOFF_MAX)
+            run.mode = "crash"
+            run.state = {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off {int(delay)}s restarting failed container={run.main} "
+                    f"pod={run.name}_{run.ns}({run.uid})",
+                }
+            }
+            run.wake_at = self.clock.now() + delay
+            self.requeue_at(run.wake_at, run.ns, run.name)
+            self.record_event(
+                pod,
+                "Warning",
+                "BackOff",
+                f"Back-off restarting failed container {run.main} in pod {run.name}_{run.ns}({run.uid})",
+                component="kubelet",
+            )
+            return
+        run.state = term
+        run.mode = "done"
+        run.phase = "Succeeded" if code == 0 else "Failed"
+        self.logs.close(run.ns, run.name, run.main)
+
+    # -------------------------------------------------------------------------------- termination
+
+    def _terminate(self, pod: dict[str, Any], run: _Run) -> None:
+        meta = pod["metadata"]
+        now_s = self.clock.now()
+        if run.mode == "done":
+            self._publish(run)
+            self.store.finalize_pod_deletion(run.ns, run.name)
+            self.runs.pop(run.uid, None)
+            return
+        if run.stop_at is None:
+            grace = float(meta.get("deletionGracePeriodSeconds") or 0)
+            if run.mode != "running":
+                linger = 0.0  # nothing running to stop
+            elif run.slow_stop is not None:
+                linger = min(run.slow_stop, grace)
+                run.stop_code = 137 if run.slow_stop > grace else 143
+            else:
+                linger = grace
+            run.stop_at = now_s + linger
+            if run.mode == "running":
+                self.record_event(
+                    pod, "Normal", "Killing", f"Stopping container {run.main}", component="kubelet"
+                )
+        if now_s < run.stop_at:
+            self.requeue_at(run.stop_at, run.ns, run.name)
+            self._publish(run)
+            return
+        if run.mode == "running":
+            run.state = self._terminated(run, run.stop_code, "Error")
+        elif run.mode in ("pulling", "crash", "new"):
+            waiting_reason = run.state.get("waiting", {}).get("reason")
+            if run.mode == "crash" or waiting_reason in (
+                "ErrImagePull",
+                "ImagePullBackOff",
+                "InvalidImageName",
+            ):
+                run.state = run.state  # a container that never ran stays as it was
+        run.ready = False
+        run.mode = "done"
+        if run.phase != "Succeeded":
+            run.phase = "Failed"
+        self.logs.close(run.ns, run.name, run.main)
+        self._publish(run)
+        self.store.finalize_pod_deletion(run.ns, run.name)
+        self.runs.pop(run.uid, None)
+
+    def _on_dead_node(self, pod: dict[str, Any], run: _Run | None) -> None:
+        """The node's kubelet is gone: nothing runs or reports; a deleted pod is removed after its grace
+        period (as PodGC does once the lost Node object is gone)."""
+        meta = pod["metadata"]
+        if not meta.get("deletionTimestamp"):
+            return
+        when = parse_rfc3339(meta["deletionTimestamp"])
+        if self.clock.now() < when:
+            self.requeue_at(when, meta.get("namespace"), meta["name"])
+            return
+        before = copy.deepcopy(pod)
+        status = pod.setdefault("status", {})
+        if status.get("phase") not in ("Succeeded", "Failed"):
+            status["phase"] = "Failed"
+            if not cond.is_true(pod, "DisruptionTarget"):
+                cond.set_pod_condition(
+                    pod,
+                    "DisruptionTarget",
+                    "True",
+                    "DeletionByPodGC",
+                    "PodGC: node no longer exists",
+                    self.now(),
+                )
+            body = copy.deepcopy(before)
+            body["status"] = status
+            self.store.update_status(PODS, body)
+        if run is not None:
+            self.logs.close(run.ns, run.name, run.main)
+            self.runs.pop(run.uid, None)
+        self.store.finalize_pod_deletion(meta.get("namespace", ""), meta["name"])
+
+    # -------------------------------------------------------------------------------- status
+
+    def _publish(self, run: _Run) -> None:
+        """Write the run's view (phase, container statuses, readiness) onto the current pod status."""
+        before = self.get_or_none(PODS, run.ns, run.name)
+        if before is None or before["metadata"].get("uid") != run.uid:
+            return
+        pod = copy.deepcopy(before)
+        status = pod.setdefault("status", {})
+        now = self.now()
+        status["phase"] = run.phase
+        status.setdefault("startTime", now)
+        status["hostIP"] = run.host_ip
+        status["hostIPs"] = [{"ip": run.host_ip}]
+        if run.mode not in ("new",):
+            status["podIP"] = run.pod_ip
+            status["podIPs"] = [{"ip": run.pod_ip}]
+        main_status: dict[str, Any] = {
+            "name": run.main,
+            "image": run.image,
+            "imageID": ""
+            if run.mode == "pulling"
+            else f"{run.image}@sha256:{hashlib.sha256(run.image.encode()).hexdigest()}",
+            "ready": run.ready,
+            "started": run.mode == "running",
+            "restartCount": run.restarts,
+            "state": copy.deepcopy(run.state) or {"waiting": {"reason": "ContainerCreating"}},
+            "lastState": copy.deepcopy(run.last_state),
+        }
+        if "running" in run.state or "terminated" in run.state:
+            main_status["containerID"] = self._container_id(run)
+        statuses = [main_status]
+        for cname, cimage in run.others:
+            if run.mode == "done":
+                cstate: dict[str, Any] = {
+                    "terminated": {
+                        "exitCode": 0,
+                        "reason": "Completed",
+                        "startedAt": run.started_at or now,
+                        "finishedAt": now,
+                    }
+                }
+            elif run.mode in ("running", "crash"):
+                cstate = {"running": {"startedAt": run.started_at or now}}
+            else:
+                cstate = {"waiting": {"reason": "PodInitializing"}}
+            statuses.append(
+                {
+                    "name": cname,
+                    "image": cimage,
+                    "imageID": "",
+                    "ready": run.mode == "running",
+                    "started": "running" in cstate,
+                    "restartCount": 0,
+                    "state": cstate,
+                    "lastState": {},
+                }
+            )
+        order = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        statuses.sort(key=lambda s: order.index(s["name"]) if s["name"] in order else 0)
+        status["containerStatuses"] = statuses
+        cond.set_pod_condition(pod, "PodReadyToStartContainers", "True", "", "", now)
+        cond.set_pod_condition(pod, "Initialized", "True", "", "", now)
+        all_ready = run.ready and run.mode == "running"
+        if run.mode == "done":
+            cond.set_pod_condition(pod, "Ready", "False", "PodCompleted", "", now)
+            cond.set_pod_condition(pod, "ContainersReady", "False", "PodCompleted", "", now)
+        elif all_ready:
+            cond.set_pod_condition(pod, "Ready", "True", "", "", now)
+            cond.set_pod_condition(pod, "ContainersReady", "True", "", "", now)
+        else:
+            unready = f"containers with unready status: [{run.main}]"
+            cond.set_pod_condition(pod, "Ready", "False", "ContainersNotReady", unready, now)
+            cond.set_pod_condition(pod, "ContainersReady", "False", "ContainersNotReady", unready, now)
+        if before.get("status") != pod.get("status"):
+            body = copy.deepcopy(before)
+            body["status"] = pod["status"]
+            try:
+                self.store.update_status(PODS, body)
+            except ApiError as e:
+                if e.code != 404:
+                    raise
+
+
+class Actions:
+    """Direct cluster disruptions for tests (``sim.actions``); each acts at once, like the real component.
+
+    - ``preempt(ns, pod)``: the scheduler preempts the pod (``DisruptionTarget``/``PreemptionByScheduler``,
+      then a graceful delete).
+    - ``evict(ns, pod)``: an Eviction API call (``DisruptionTarget``/``EvictionByEvictionAPI``, graceful delete).
+    - ``node_pressure_evict(ns, pod, resource="memory")``: the kubelet evicts under node pressure: the pod
+      fails with ``status.reason: Evicted`` and ``DisruptionTarget``/``TerminationByKubelet`` (not deleted).
+    - ``oom(ns, pod)``: the main container is OOM-killed (exit 137, ``OOMKilled``).
+    - ``exit(ns, pod, code)``: the main container exits with ``code`` now.
+    - ``lose_node(node)``: the node stops reporting (``Ready=Unknown``, unreachable taints); its pods are
+      deleted by the taint manager (``DeletionByTaintManager``) once their toleration runs out (300 s by
+      default).
+    - ``restore_node(node)``: the node comes back (Ready, taints removed).
+    """
+
+    def __init__(self, kubelet: KubeletController) -> None:
+        self._k = kubelet
+
+    def _pod(self, ns: str, pod: str) -> dict[str, Any]:
+        return self._k.store.get(PODS, ns, pod)
+
+    def _disrupt(self, ns: str, pod: str, reason: str, message: str) -> None:
+        obj = self._pod(ns, pod)
+        before = copy.deepcopy(obj)
+        cond.set_pod_condition(obj, "DisruptionTarget", "True", reason, message, self._k.now())
+        body = copy.deepcopy(before)
+        body["status"] = obj["status"]
+        self._k.store.update_status(PODS, body)
+        self._k.store.delete(PODS, ns, pod)
+
+    def preempt(self, ns: str, pod: str) -> None:
+        obj = self._pod(ns, pod)
+        self._disrupt(
+            ns,
+            pod,
+            "PreemptionByScheduler",
+            "default-scheduler: preempting to accommodate a higher priority pod",
+        )
+        self._k.record_event(
+            obj,
+            "Normal",
+            "Preempted",
+            "Preempted by pod on node " + str((obj.get("spec") or {}).get("nodeName")),
+            component="default-scheduler",
+        )
+
+    def evict(self, ns: str, pod: str) -> None:
+        self._disrupt(ns, pod, "EvictionByEvictionAPI", "Eviction API: evicting")
+
+    def node_pressure_evict(self, ns: str, pod: str, resource: str = "memory") -> None:
+        obj = self._pod(ns, pod)
+        run = self._k.runs.get(obj["metadata"]["uid"])
+        message = f"The node was low on resource: {resource}. Threshold quantity: 100Mi, available: 10Mi. "
+        before = copy.deepcopy(obj)
+        now = self._k.now()
+        cond.set_pod_condition(obj, "DisruptionTarget", "True", "TerminationByKubelet", message, now)
+        if run is not None and run.mode != "done":
+            run.state = self._k._terminated(run, 137, "Error")
+            run.ready = False
+            run.mode = "done"
+            run.phase = "Failed"
+            self._k.logs.close(run.ns, run.name, run.main)
+            self._k._publish(run)
+            obj = self._pod(ns, pod)
+            before = copy.deepcopy(obj)
+            cond.set_pod_condition(obj, "DisruptionTarget", "True", "TerminationByKubelet", message, now)
+        obj["status"]["phase"] = "Failed"
+        obj["status"]["reason"] = "Evicted"
+        obj["status"]["message"] = message
+        body = copy.deepcopy(before)
+        body["status"] = obj["status"]
+        self._k.store.update_status(PODS, body)
+        self._k.record_event(obj, "Warning", "Evicted", message, component="kubelet")
+
+    def _kill(self, ns: str, pod: str, code: int, reason: str) -> None:
+        obj = self._pod(ns, pod)
+        run = self._k.runs.get(obj["metadata"]["uid"])
+        if run is None or run.mode != "running":
+            raise ValueError(f"pod {ns}/{pod} has no running container to end (is it scheduled and started?)")
+        self._k._exit(obj, run, code, reason)
+        self._k._publish(run)
+
+    def oom(self, ns: str, pod: str) -> None:
+        self._kill(ns, pod, 137, "OOMKilled")
+
+    def exit(self, ns: str, pod: str, code: int) -> None:
+        self._kill(ns, pod, code, "Completed" if code == 0 else "Error")
+
+    def lose_node(self, node: str) -> None:
+        store = self._k.store
+        obj = store.get(NODES, None, node)
+        now = self._k.now()
+        before = copy.deepcopy(obj)
+        taints = [
+            t
+            for t in (obj.get("spec") or {}).get("taints") or []
+            if t.get("key") != "node.kubernetes.io/unreachable"
+        ]
+        taints.append({"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule", "timeAdded": now})
+        taints.append({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": now})
+        obj.setdefault("spec", {})["taints"] = taints
+        obj = self._k.write(NODES, before, obj)
+        before = copy.deepcopy(obj)
+        for c in (obj.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "Ready":
+                c.update(
+                    status="Unknown",
+                    reason="NodeStatusUnknown",
+                    message="Kubelet stopped posting node status.",
+                    lastTransitionTime=now,
+                )
+        self._k.write(NODES, before, obj)
+        self._k.dead_nodes.add(node)
+        self._k.record_event(
+            obj,
+            "Normal",
+            "NodeNotReady",
+            f"Node {node} status is now: NodeNotReady",
+            component="node-controller",
+        )
+
+    def restore_node(self, node: str) -> None:
+        store = self._k.store
+        obj = store.get(NODES, None, node)
+        before = copy.deepcopy(obj)
+        obj.setdefault("spec", {})["taints"] = [
+            t
+            for t in (obj.get("spec") or {}).get("taints") or []
+            if t.get("key") != "node.kubernetes.io/unreachable"
+        ]
+        if not obj["spec"]["taints"]:
+            del obj["spec"]["taints"]
+        obj = self._k.write(NODES, before, obj)
+        before = copy.deepcopy(obj)
+        for c in (obj.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "Ready":
+                c.update(
+                    status="True",
+                    reason="KubeletReady",
+                    message="kubelet is posting ready status",
+                    lastTransitionTime=self._k.now(),
+                )
+        self._k.write(NODES, before, obj)
+        self._k.dead_nodes.discard(node)
+
+
+class NodeLifecycleController(BaseController):
+    """The taint manager: deletes pods from nodes with ``NoExecute`` taints they do not tolerate (at once,
+    or after their ``tolerationSeconds``), marking them ``DisruptionTarget``/``DeletionByTaintManager``."""
+
+    name = "node-lifecycle"
+
+    def keys_for(self, ev: WatchEvent) -> Iterable[Key]:
+        if ev.rt == NODES:
+            yield ("", ev.obj["metadata"]["name"])
+        elif ev.rt == PODS and (ev.obj.get("spec") or {}).get("nodeName") and ev.type == "ADDED":
+            yield ("", str(ev.obj["spec"]["nodeName"]))
+
+    def reconcile(self, namespace: str, name: str) -> None:
+        node = self.get_or_none(NODES, None, name)
+        if node is None:
+            return
+        taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") == "NoExecute"]
+        if not taints:
+            return
+        pods, _ = self.store.list(PODS, field_selector=f"spec.nodeName={name}")
+        now_s = self.clock.now()
+        for pod in pods:
+            if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
+                "Succeeded",
+                "Failed",
+            ):
+                continue
+            tolerations = list((pod.get("spec") or {}).get("tolerations") or [])
+            evict_at: float | None = None
+            for taint in taints:
+                matching = [t for t in tolerations if tolerates([t], taint)]
+                if not matching:
+                    evict_at = now_s
+                    break
+                secs = [t.get("tolerationSeconds") for t in matching]
+                if any(s is None for s in secs):
+                    continue  # tolerated forever
+                added = parse_rfc3339(taint["timeAdded"]) if taint.get("timeAdded") else now_s
+                at = added + float(min(int(s) for s in secs if s is not None))
+                evict_at = at if evict_at is None else min(evict_at, at)
+            if evict_at is None:
+                continue
+            if now_s >= evict_at:
+                before = copy.deepcopy(pod)
+                cond.set_pod_condition(
+                    pod,
+                    "DisruptionTarget",
+                    "True",
+                    "DeletionByTaintManager",
+                    "Taint manager: deleting due to NoExecute taint",
+                    self.now(),
+                )
+                body = copy.deepcopy(before)
+                body["status"] = pod["status"]
+                self.store.update_status(PODS, body)
+                self.store.delete(PODS, pod["metadata"].get("namespace"), pod["metadata"]["name"])
+                self.record_event(
+                    pod,
+                    "Normal",
+                    "TaintManagerEviction",
+                    f"Marking for deletion Pod {pod['metadata'].get('namespace')}/{pod['metadata']['name']}",
+                    component="taint-eviction-controller",
+                )
+            else:
+                self.requeue_at(evict_at, None, name)
+
+
+__all__ += ["rfc3339"]

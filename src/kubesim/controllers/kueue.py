@@ -1,0 +1,961 @@
+"""A Kueue v0.19 stand-in for TrainJobs: Workloads, quota, admission checks, preemption, eviction.
+
+Per TrainJob with label ``kueue.x-k8s.io/queue-name`` (the job reconciler): a Workload
+``trainjob-<name>-<hash5>`` owned by it; on admission Kueue's runtime patch gets the flavor's node
+labels/tolerations and the TrainJob is unsuspended; on eviction the TrainJob is suspended, and once its
+jobs are inactive the patch is cleared and the Workload requeued; ``Finished`` follows the TrainJob.
+One scheduling pass (BestEffortFIFO by priority, then age) reserves quota in ClusterQueues
+(``nominalQuota`` per flavor and resource), preempts lower-priority workloads under
+``withinClusterQueue: LowerPriority``, and explains ``QuotaReserved=False`` (``WaitingForQuota``,
+``ExceedsMaxQuota``, ``NoMatchingFlavor``, ``Misconfigured``, ``Suspended``). Admission checks listed by
+the ClusterQueue must be ``Ready`` before ``Admitted``; ``Retry`` evicts and requeues; ``Rejected``
+deactivates. ``maximumExecutionTimeSeconds`` deactivates with ``MaximumExecutionTimeExceeded``; a lost
+node under an admitted workload evicts it with ``NodeFailures``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from kubesim.clock import parse_rfc3339
+from kubesim.controllers import conditions as cond
+from kubesim.controllers.base import BaseController, Key, controller_of
+from kubesim.controllers.quantity import parse_quantity, pod_requests
+from kubesim.controllers.trainjob_build import KUEUE_MANAGER, BuildError, build_jobset
+from kubesim.errors import ApiError
+from kubesim.resources import (
+    ADMISSIONCHECKS,
+    CLUSTERQUEUES,
+    CLUSTERTRAININGRUNTIMES,
+    LOCALQUEUES,
+    NODES,
+    PODS,
+    RESOURCEFLAVORS,
+    TRAININGRUNTIMES,
+    TRAINJOBS,
+    WORKLOADPRIORITYCLASSES,
+    WORKLOADS,
+)
+
+if TYPE_CHECKING:
+    from kubesim.store import WatchEvent
+
+__all__ = ["KueueController", "format_amount", "workload_name"]
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+MAX_EXEC_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+SCHEDULE: Key = ("", "*schedule*")
+
+
+def workload_name(trainjob_name: str, uid: str) -> str:
+    """Kueue's Workload name for a TrainJob: ``trainjob-<name>`` (≤ 247 chars) + ``-`` + 5 hex of a sha1."""
+    h = hashlib.sha1()
+    for part in ("TrainJob", "trainer.kubeflow.org", trainjob_name):
+        h.update(part.encode())
+        h.update(b"\n")
+    h.update(uid.encode())
+    prefix = f"trainjob-{trainjob_name}"[: 253 - 1 - 5]
+    return f"{prefix}-{h.hexdigest()[:5]}"
+
+
+def format_amount(resource: str, value: float) -> str:
+    """A quantity as Kubernetes prints it (``8``, ``500m``, ``64Gi``)."""
+    if resource == "cpu":
+        if abs(value - round(value)) < 1e-9:
+            return str(round(value))
+        return f"{round(value * 1000)}m"
+    v = round(value)
+    for suffix, mult in (
+        ("Ei", 2**60),
+        ("Pi", 2**50),
+        ("Ti", 2**40),
+        ("Gi", 2**30),
+        ("Mi", 2**20),
+        ("Ki", 2**10),
+    ):
+        if v >= mult and v % mult == 0:
+            return f"{v // mult}{suffix}"
+    return str(v)
+
+
+def _is_finished(obj: dict[str, Any]) -> bool:
+    return cond.is_true(obj, "Finished")
+
+
+def _quota_reserved(wl: dict[str, Any]) -> bool:
+    return cond.is_true(wl, "QuotaReserved")
+
+
+class KueueController(BaseController):
+    """Kueue's job reconciler, workload controller and scheduler for TrainJobs, in one controller."""
+
+    name = "kueue"
+
+    def attach(self, sim: Any) -> None:
+        if not bool(getattr(sim, "kueue", True)):
+            self.sim = sim
+            return  # Kueue is not installed on this cluster
+        super().attach(sim)
+
+    def resync(self) -> None:
+        for tj in self.store.list(TRAINJOBS)[0]:
+            self.enqueue(tj["metadata"].get("namespace"), tj["metadata"]["name"])
+        self._queue[SCHEDULE] = None
+
+    def keys_for(self, ev: WatchEvent) -> Iterable[Key]:
+        if ev.rt == TRAINJOBS:
+            yield (ev.obj["metadata"].get("namespace", ""), ev.obj["metadata"]["name"])
+            yield SCHEDULE
+        elif ev.rt == WORKLOADS:
+            ref = controller_of(ev.obj)
+            if ref is not None and ref.get("kind") == "TrainJob":
+                yield (ev.obj["metadata"].get("namespace", ""), str(ref.get("name")))
+            yield SCHEDULE
+        elif ev.rt in (CLUSTERQUEUES, LOCALQUEUES, RESOURCEFLAVORS, ADMISSIONCHECKS, WORKLOADPRIORITYCLASSES):
+            yield SCHEDULE
+        elif ev.rt == NODES:
+            yield ("", f"*node*{ev.obj['metadata']['name']}")
+
+    def reconcile(self, namespace: str, name: str) -> None:
+        if (namespace, name) == SCHEDULE:
+            self._schedule()
+        elif not namespace and name.startswith("*node*"):
+            self._node(name[len("*node*") :])
+        else:
+            self._job(namespace, name)
+
+    # ================================================================ job reconciler (per TrainJob)
+
+    def _workload_of(self, tj: dict[str, Any]) -> dict[str, Any] | None:
+        meta = tj["metadata"]
+        wls, _ = self.store.list(
+            WORKLOADS, meta.get("namespace"), label_selector=f"{JOB_UID_LABEL}={meta['uid']}"
+        )
+        for wl in wls:
+            if (controller_of(wl) or {}).get("uid") == meta["uid"]:
+                return wl
+        return None
+
+    def _runtime(self, tj: dict[str, Any]) -> dict[str, Any] | None:
+        ref = (tj.get("spec") or {}).get("runtimeRef") or {}
+        if ref.get("kind") == "ClusterTrainingRuntime":
+            return self.get_or_none(CLUSTERTRAININGRUNTIMES, None, str(ref.get("name")))
+        return self.get_or_none(TRAININGRUNTIMES, tj["metadata"].get("namespace"), str(ref.get("name")))
+
+    def _pod_sets(self, tj: dict[str, Any]) -> list[dict[str, Any]] | None:
+        runtime = self._runtime(tj)
+        if runtime is None:
+            return None
+        probe = copy.deepcopy(tj)
+        for p in probe["spec"].get("runtimePatches") or []:
+            if p.get("manager") == KUEUE_MANAGER:
+                p["trainingRuntimeSpec"] = {"template": {"spec": {}}}
+        try:
+            js = build_jobset(probe, runtime)
+        except BuildError:
+            return None
+        out = []
+        for rjob in js["spec"].get("replicatedJobs") or []:
+            job_spec = (rjob.get("template") or {}).get("spec") or {}
+            count = int(rjob.get("replicas", 1)) * int(job_spec.get("parallelism") or 1)
+            tmpl = copy.deepcopy(job_spec.get("template") or {})
+            out.append({"name": rjob["name"], "count": count, "template": tmpl})
+        return out
+
+    def _priority(self, tj: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+        pc = (tj["metadata"].get("labels") or {}).get(PRIORITY_LABEL)
+        if not pc:
+            return 0, None
+        wpc = self.get_or_none(WORKLOADPRIORITYCLASSES, None, pc)
+        value = int((wpc or {}).get("value") or 0)
+        return value, {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": pc}
+
+    def _job(self, namespace: str, name: str) -> None:
+        tj = self.get_or_none(TRAINJOBS, namespace, name)
+        if tj is None or tj["metadata"].get("deletionTimestamp"):
+            return
+        labels = tj["metadata"].get("labels") or {}
+        queue = labels.get(QUEUE_LABEL)
+        if not queue:
+            return
+        wl = self._workload_of(tj)
+        finished = cond.is_true(tj, "Complete") or cond.is_true(tj, "Failed")
+        if wl is None:
+            if finished:
+                return
+            wl = self._create_workload(tj, str(queue))
+            if wl is None:
+                return
+        if finished:
+            self._finish(wl, tj)
+            return
+        if _is_finished(wl):
+            return
+        suspended = bool((tj.get("spec") or {}).get("suspend"))
+        admitted = cond.is_true(wl, "Admitted")
+        evicted = cond.is_true(wl, "Evicted")
+        if admitted and not evicted:
+            if suspended:
+                self._start(tj, wl)
+            self._pods_ready(tj, wl)
+            return
+        # Not admitted (or being evicted): the job must not run.
+        if not suspended:
+            after = copy.deepcopy(tj)
+            after["spec"]["suspend"] = True
+            tj = self.write(TRAINJOBS, tj, after)
+        if self._jobs_active(tj):
+            return
+        self._clear_patch(tj)
+        if evicted and _quota_reserved(wl):
+            self._requeue(wl)
+        self._pods_ready(tj, wl)
+
+    def _create_workload(self, tj: dict[str, Any], queue: str) -> dict[str, Any] | None:
+        meta = tj["metadata"]
+        pod_sets = self._pod_sets(tj)
+        if pod_sets is None:
+            return None
+        priority, pc_ref = self._priority(tj)
+        spec: dict[str, Any] = {"active": True, "queueName": queue, "podSets": pod_sets, "priority": priority}
+        if pc_ref is not None:
+            spec["priorityClassRef"] = pc_ref
+        max_exec = (meta.get("labels") or {}).get(MAX_EXEC_LABEL)
+        if max_exec:
+            try:
+                spec["maximumExecutionTimeSeconds"] = int(max_exec)
+            except ValueError:
+                pass
+        wl: dict[str, Any] = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {
+                "name": workload_name(meta["name"], meta["uid"]),
+                "namespace": meta.get("namespace"),
+                "labels": {JOB_UID_LABEL: meta["uid"]},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                        "kind": "TrainJob",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": spec,
+        }
+        try:
+            created = self.store.create(WORKLOADS, wl)
+        except ApiError as e:
+            if e.code == 409:
+                return self.get_or_none(WORKLOADS, meta.get("namespace"), wl["metadata"]["name"])
+            raise
+        self.record_event(
+            tj,
+            "Normal",
+            "CreatedWorkload",
+            f"Created Workload: {meta.get('namespace')}/{created['metadata']['name']}",
+            component="kueue-admission",
+        )
+        return created
+
+    def _jobs_active(self, tj: dict[str, Any]) -> bool:
+        return any(int(s.get("active") or 0) > 0 for s in (tj.get("status") or {}).get("jobsStatus") or [])
+
+    def _kueue_patch_index(self, tj: dict[str, Any]) -> int | None:
+        for i, p in enumerate((tj.get("spec") or {}).get("runtimePatches") or []):
+            if p.get("manager") == KUEUE_MANAGER:
+                return i
+        return None
+
+    def _clear_patch(self, tj: dict[str, Any]) -> None:
+        i = self._kueue_patch_index(tj)
+        if i is None:
+            return
+        patch = tj["spec"]["runtimePatches"][i]
+        spec = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}
+        if not spec.get("replicatedJobs"):
+            return
+        after = copy.deepcopy(tj)
+        after["spec"]["runtimePatches"][i]["trainingRuntimeSpec"]["template"]["spec"].pop(
+            "replicatedJobs", None
+        )
+        self.write(TRAINJOBS, tj, after)
+
+    def _start(self, tj: dict[str, Any], wl: dict[str, Any]) -> None:
+        """RunWithPodSetsInfo: write the flavor's scheduling directives into Kueue's patch, then unsuspend."""
+        i = self._kueue_patch_index(tj)
+        after = copy.deepcopy(tj)
+        if i is None:
+            after["spec"].setdefault("runtimePatches", []).append(
+                {"manager": KUEUE_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {}}}}
+            )
+            i = len(after["spec"]["runtimePatches"]) - 1
+        rjob_patches = []
+        checks = {c.get("name"): c for c in (wl.get("status") or {}).get("admissionChecks") or []}
+        for psa in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+            node_selector: dict[str, str] = {}
+            tolerations: list[dict[str, Any]] = []
+            labels: dict[str, str] = {}
+            annotations: dict[str, str] = {}
+            for flavor_name in sorted(set((psa.get("flavors") or {}).values())):
+                rf = self.get_or_none(RESOURCEFLAVORS, None, flavor_name) or {}
+                node_selector.update((rf.get("spec") or {}).get("nodeLabels") or {})
+                tolerations += list((rf.get("spec") or {}).get("tolerations") or [])
+            for check in checks.values():
+                for upd in check.get("podSetUpdates") or []:
+                    if upd.get("name") == psa.get("name"):
+                        node_selector.update(upd.get("nodeSelector") or {})
+                        labels.update(upd.get("labels") or {})
+                        annotations.update(upd.get("annotations") or {})
+                        tolerations += list(upd.get("tolerations") or [])
+            pod_tmpl: dict[str, Any] = {
+                "metadata": {"labels": labels, "annotations": annotations},
+                "spec": {"nodeSelector": node_selector, "tolerations": tolerations},
+            }
+            rjob_patches.append({"name": psa.get("name"), "template": {"spec": {"template": pod_tmpl}}})
+        patch = after["spec"]["runtimePatches"][i]
+        patch.setdefault("trainingRuntimeSpec", {}).setdefault("template", {}).setdefault("spec", {})
+        patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"] = rjob_patches
+        tj = self.write(TRAINJOBS, tj, after)
+        after = copy.deepcopy(tj)
+        after["spec"]["suspend"] = False
+        self.write(TRAINJOBS, tj, after)
+        self.record_event(
+            tj,
+            "Normal",
+            "Started",
+            f"Admitted by clusterQueue {((wl.get('status') or {}).get('admission') or {}).get('clusterQueue')}",
+            component="kueue-admission",
+        )
+
+    def _pods_ready(self, tj: dict[str, Any], wl: dict[str, Any]) -> None:
+        after = copy.deepcopy(wl)
+        now = self.now()
+        if not cond.is_true(wl, "Admitted"):
+            if cond.find(wl, "PodsReady") is None and cond.find(wl, "Admitted") is None:
+                return
+            cond.set_condition(
+                after, "PodsReady", "False", "WaitForStart", "Not all pods are ready or succeeded", now
+            )
+        else:
+            replicas = sum(1 for _ in (wl.get("spec") or {}).get("podSets") or [])
+            ready = sum(
+                int(s.get("ready") or 0) + int(s.get("succeeded") or 0)
+                for s in (tj.get("status") or {}).get("jobsStatus") or []
+            )
+            if replicas and ready >= replicas:
+                prev = cond.find(wl, "PodsReady") or {}
+                reason = "Recovered" if prev.get("reason") in ("WaitForRecovery", "Recovered") else "Started"
+                cond.set_condition(
+                    after,
+                    "PodsReady",
+                    "True",
+                    reason,
+                    "All pods reached readiness and the workload is running",
+                    now,
+                )
+            elif cond.is_true(wl, "PodsReady"):
+                cond.set_condition(
+                    after,
+                    "PodsReady",
+                    "False",
+                    "WaitForRecovery",
+                    "At least one pod has failed, waiting for recovery",
+                    now,
+                )
+            else:
+                cond.set_condition(
+                    after, "PodsReady", "False", "WaitForStart", "Not all pods are ready or succeeded", now
+                )
+        self.write(WORKLOADS, wl, after)
+
+    def _finish(self, wl: dict[str, Any], tj: dict[str, Any]) -> None:
+        if _is_finished(wl):
+            return
+        after = copy.deepcopy(wl)
+        c = cond.find(tj, "Complete") if cond.is_true(tj, "Complete") else cond.find(tj, "Failed")
+        reason = "Succeeded" if cond.is_true(tj, "Complete") else "Failed"
+        cond.set_condition(
+            after,
+            "Finished",
+            "True",
+            reason,
+            str((c or {}).get("message") or ""),
+            self.now(),
+            observed_generation=True,
+        )
+        self.write(WORKLOADS, wl, after)
+
+    def _requeue(self, wl: dict[str, Any]) -> None:
+        """The evicted job stopped: give the quota back and put the Workload back in its queue."""
+        after = copy.deepcopy(wl)
+        status = after.setdefault("status", {})
+        evicted = cond.find(wl, "Evicted") or {}
+        now = self.now()
+        status.pop("admission", None)
+        cond.set_condition(
+            after,
+            "QuotaReserved",
+            "False",
+            "Pending",
+            str(evicted.get("message") or ""),
+            now,
+            observed_generation=True,
+        )
+        if cond.find(after, "Admitted") is not None:
+            cond.set_condition(
+                after,
+                "Admitted",
+                "False",
+                "NoReservation",
+                "The workload has no reservation",
+                now,
+                observed_generation=True,
+            )
+        reason = str(evicted.get("reason") or "")
+        if reason in ("Preempted", "NodeFailures"):
+            cond.set_condition(
+                after,
+                "Requeued",
+                "True",
+                reason,
+                str(evicted.get("message") or ""),
+                now,
+                observed_generation=True,
+            )
+        elif reason == "AdmissionCheck":
+            cond.set_condition(
+                after,
+                "Requeued",
+                "True",
+                "BackoffFinished",
+                "The workload backoff was finished",
+                now,
+                observed_generation=True,
+            )
+        for check in status.get("admissionChecks") or []:
+            if check.get("state") != "Pending":
+                check["state"] = "Pending"
+                check["message"] = "Reset to Pending after eviction. Previously: " + str(
+                    check.get("state") or ""
+                )
+                check["lastTransitionTime"] = now
+            check.pop("podSetUpdates", None)
+        self.write(WORKLOADS, wl, after)
+
+    # ================================================================ eviction helpers
+
+    def _evict(
+        self, wl: dict[str, Any], reason: str, message: str, *, underlying: str = ""
+    ) -> dict[str, Any]:
+        after = copy.deepcopy(wl)
+        now = self.now()
+        cond.set_condition(after, "Evicted", "True", reason, message, now, observed_generation=True)
+        status = after.setdefault("status", {})
+        stats = status.setdefault("schedulingStats", {}).setdefault("evictions", [])
+        for s in stats:
+            if s.get("reason") == reason and s.get("underlyingCause", "") == underlying:
+                s["count"] = int(s.get("count") or 0) + 1
+                break
+        else:
+            stats.append({"reason": reason, "underlyingCause": underlying, "count": 1})
+        out = self.write(WORKLOADS, wl, after)
+        self.record_event(wl, "Normal", "EvictedDueTo" + reason, message, component="kueue-admission")
+        owner = controller_of(wl)
+        if owner is not None:
+            self.enqueue(wl["metadata"].get("namespace"), str(owner.get("name")))
+        return out
+
+    def _node(self, node_name: str) -> None:
+        node = self.get_or_none(NODES, None, node_name)
+        if node is not None and cond.is_true(node, "Ready"):
+            return
+        pods, _ = self.store.list(PODS, field_selector=f"spec.nodeName={node_name}")
+        jobsets = {
+            (
+                p["metadata"].get("namespace"),
+                (p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name"),
+            )
+            for p in pods
+        }
+        for ns, js_name in jobsets:
+            if not js_name:
+                continue
+            tj = self.get_or_none(TRAINJOBS, ns, js_name)
+            if tj is None:
+                continue
+            wl = self._workload_of(tj)
+            if (
+                wl is None
+                or not cond.is_true(wl, "Admitted")
+                or cond.is_true(wl, "Evicted")
+                or _is_finished(wl)
+            ):
+                continue
+            self._evict(
+                wl,
+                "NodeFailures",
+                f"Workload eviction triggered due to multiple TAS assigned node failures, including: {node_name}",
+            )
+
+    # ================================================================ scheduler and workload controller
+
+    def _schedule(self) -> None:
+        wls = self.store.list(WORKLOADS)[0]
+        cqs = {c["metadata"]["name"]: c for c in self.store.list(CLUSTERQUEUES)[0]}
+        lqs = {
+            (q["metadata"].get("namespace"), q["metadata"]["name"]): q
+            for q in self.store.list(LOCALQUEUES)[0]
+        }
+        flavors = {f["metadata"]["name"]: f for f in self.store.list(RESOURCEFLAVORS)[0]}
+        checks = {c["metadata"]["name"]: c for c in self.store.list(ADMISSIONCHECKS)[0]}
+        now_s = self.clock.now()
+        usage: dict[str, dict[tuple[str, str], float]] = {}
+        admitted_by_cq: dict[str, list[dict[str, Any]]] = {}
+        for wl in wls:
+            if _quota_reserved(wl) and not _is_finished(wl):
+                cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue", "")
+                u = usage.setdefault(cq, {})
+                for psa in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+                    for res, flavor in (psa.get("flavors") or {}).items():
+                        amount = parse_quantity((psa.get("resourceUsage") or {}).get(res, 0))
+                        u[(flavor, res)] = u.get((flavor, res), 0.0) + amount
+                admitted_by_cq.setdefault(cq, []).append(wl)
+
+        # Workload controller duties on reserved workloads: checks, max execution time, deactivation.
+        for wl in wls:
+            if _is_finished(wl):
+                continue
+            if not (wl.get("spec") or {}).get("active", True):
+                self._deactivated(wl)
+                continue
+            if _quota_reserved(wl) and not cond.is_true(wl, "Evicted"):
+                cq = cqs.get(((wl.get("status") or {}).get("admission") or {}).get("clusterQueue", ""))
+                self._checks(wl, cq, now_s)
+        self._update_check_status(checks)
+
+        pending = [
+            w
+            for w in self.store.list(WORKLOADS)[0]
+            if not _quota_reserved(w) and not _is_finished(w) and (w.get("spec") or {}).get("active", True)
+        ]
+        pending.sort(
+            key=lambda w: (
+                -int((w.get("spec") or {}).get("priority") or 0),
+                w["metadata"].get("creationTimestamp", ""),
+                w["metadata"]["name"],
+            )
+        )
+        for wl in pending:
+            self._try_admit(wl, cqs, lqs, flavors, checks, usage, admitted_by_cq)
+
+    def _update_check_status(self, checks: dict[str, dict[str, Any]]) -> None:
+        # AdmissionChecks of other controllers (e.g. dispatch-admission) stay as written: their controller
+        # sets Active. Nothing to do here on purpose.
+        return
+
+    def _cq_problem(self, cq: dict[str, Any], flavors: dict[str, Any], checks: dict[str, Any]) -> bool:
+        for rg in (cq.get("spec") or {}).get("resourceGroups") or []:
+            for f in rg.get("flavors") or []:
+                if f.get("name") not in flavors:
+                    return True
+        for name in self._cq_checks(cq):
+            ac = checks.get(name)
+            if ac is None or not cond.is_true(ac, "Active"):
+                return True
+        return (cq.get("spec") or {}).get("stopPolicy", "None") not in ("None", None)
+
+    @staticmethod
+    def _cq_checks(cq: dict[str, Any]) -> list[str]:
+        spec = (cq or {}).get("spec") or {}
+        names = [
+            str(c.get("name"))
+            for c in (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []
+        ]
+        names += [str(c) for c in spec.get("admissionChecks") or [] if str(c) not in names]
+        return names
+
+    def _pending(self, wl: dict[str, Any], reason: str, message: str) -> None:
+        after = copy.deepcopy(wl)
+        cond.set_condition(
+            after, "QuotaReserved", "False", reason, message, self.now(), observed_generation=True
+        )
+        self.write(WORKLOADS, wl, after)
+
+    def _requests(self, wl: dict[str, Any]) -> list[tuple[str, int, dict[str, float]]]:
+        out = []
+        for ps in (wl.get("spec") or {}).get("podSets") or []:
+            count = int(ps.get("count", 1))
+            per_pod = pod_requests(((ps.get("template") or {}).get("spec")) or {})
+            out.append((str(ps.get("name")), count, {k: v * count for k, v in per_pod.items() if v > 0}))
+        return out
+
+    def _try_admit(
+        self,
+        wl: dict[str, Any],
+        cqs: dict[str, Any],
+        lqs: dict[tuple[Any, Any], Any],
+        flavors: dict[str, Any],
+        checks: dict[str, Any],
+        usage: dict[str, dict[tuple[str, str], float]],
+        admitted_by_cq: dict[str, list[dict[str, Any]]],
+    ) -> None:
+        spec = wl.get("spec") or {}
+        ns = wl["metadata"].get("namespace")
+        rs = (wl.get("status") or {}).get("requeueState") or {}
+        if rs.get("requeueAt") and parse_rfc3339(rs["requeueAt"]) > self.clock.now():
+            self.requeue_at(parse_rfc3339(rs["requeueAt"]), *SCHEDULE)
+            return
+        lq = lqs.get((ns, spec.get("queueName")))
+        if lq is None:
+            self._pending(wl, "Misconfigured", f"LocalQueue {spec.get('queueName')} doesn't exist")
+            return
+        cq_name = str((lq.get("spec") or {}).get("clusterQueue") or "")
+        cq = cqs.get(cq_name)
+        if cq is None:
+            self._pending(wl, "Misconfigured", f"ClusterQueue {cq_name} doesn't exist")
+            return
+        if self._cq_problem(cq, flavors, checks):
+            self._pending(wl, "Suspended", f"ClusterQueue {cq_name} is inactive")
+            return
+        used = usage.setdefault(cq_name, {})
+        assignment, reason, message, needed = self._assign(wl, cq, used)
+        if assignment is None and reason == "WaitingForQuota":
+            victims = self._victims(wl, cq, used, admitted_by_cq.get(cq_name, []), needed)
+            if victims:
+                for v in victims:
+                    self._preempt(v, wl, cq_name)
+                    admitted_by_cq[cq_name].remove(v)
+                self._pending(
+                    wl, "WaitingForPreemptedWorkloads", "Waiting for preempted workloads to release quota"
+                )
+                return
+        if assignment is None:
+            self._pending(wl, reason, message)
+            return
+        for psa in assignment:
+            for res, flavor in psa["flavors"].items():
+                used[(flavor, res)] = used.get((flavor, res), 0.0) + parse_quantity(psa["resourceUsage"][res])
+        admitted_by_cq.setdefault(cq_name, []).append(wl)
+        self._reserve(wl, cq, cq_name, assignment)
+
+    def _assign(
+        self, wl: dict[str, Any], cq: dict[str, Any], used: dict[tuple[str, str], float]
+    ) -> tuple[list[dict[str, Any]] | None, str, str, dict[tuple[str, str], float]]:
+        groups = (cq.get("spec") or {}).get("resourceGroups") or []
+        assignment: list[dict[str, Any]] = []
+        considered: dict[tuple[str, str], float] = {}
+        needed: dict[tuple[str, str], float] = {}
+        for ps_name, count, req in self._requests(wl):
+            flavors_of: dict[str, str] = {}
+            usage_of: dict[str, str] = {}
+            for res in sorted(req):
+                group = next((g for g in groups if res in (g.get("coveredResources") or [])), None)
+                if group is None:
+                    if res == "pods":
+                        continue  # not managed by this ClusterQueue
+                    return (
+                        None,
+                        "NoMatchingFlavor",
+                        f"couldn't assign flavors to pod set {ps_name}: resource {res} unavailable in ClusterQueue",
+                        needed,
+                    )
+                fail_reason, fail_msgs = "", []
+                chosen = None
+                for flavor in group.get("flavors") or []:
+                    fname = str(flavor.get("name"))
+                    quota = next((r for r in flavor.get("resources") or [] if r.get("name") == res), None)
+                    nominal = parse_quantity((quota or {}).get("nominalQuota", 0))
+                    borrow = (quota or {}).get("borrowingLimit")
+                    maximum = nominal + (parse_quantity(borrow) if borrow is not None else 0.0)
+                    prev = considered.get((fname, res), 0.0)
+                    val = prev + req[res]
+                    if val > maximum + 1e-9:
+                        fail_reason = fail_reason or "ExceedsMaxQuota"
+                        fail_msgs.append(
+                            f"insufficient quota for {res} in flavor {fname}, previously considered podsets requests "
+                            f"({format_amount(res, prev)}) + current podset request ({format_amount(res, req[res])}) > "
+                            f"maximum capacity ({format_amount(res, maximum)})"
+                        )
+                        continue
+                    available = nominal - used.get((fname, res), 0.0)
+                    if val > available + 1e-9:
+                        fail_reason = "WaitingForQuota"
+                        fail_msgs.append(
+                            f"insufficient unused quota for {res} in flavor {fname}, {format_amount(res, val - available)} more needed"
+                        )
+                        needed[(fname, res)] = val - available
+                        continue
+                    chosen = fname
+                    break
+                if chosen is None:
+                    return (
+                        None,
+                        fail_reason or "NoMatchingFlavor",
+                        f"couldn't assign flavors to pod set {ps_name}: " + ", ".join(fail_msgs),
+                        needed,
+                    )
+                considered[(chosen, res)] = considered.get((chosen, res), 0.0) + req[res]
+                flavors_of[res] = chosen
+                usage_of[res] = format_amount(res, req[res])
+            assignment.append(
+                {"name": ps_name, "flavors": flavors_of, "resourceUsage": usage_of, "count": count}
+            )
+        return assignment, "", "", needed
+
+    def _victims(
+        self,
+        wl: dict[str, Any],
+        cq: dict[str, Any],
+        used: dict[tuple[str, str], float],
+        admitted: list[dict[str, Any]],
+        needed: dict[tuple[str, str], float],
+    ) -> list[dict[str, Any]]:
+        policy = ((cq.get("spec") or {}).get("preemption") or {}).get("withinClusterQueue", "Never")
+        if policy not in ("LowerPriority", "LowerOrNewerEqualPriority") or not needed:
+            return []
+        prio = int((wl.get("spec") or {}).get("priority") or 0)
+        cands = [
+            w
+            for w in admitted
+            if not cond.is_true(w, "Evicted")
+            and (
+                int((w.get("spec") or {}).get("priority") or 0) < prio
+                or (
+                    policy == "LowerOrNewerEqualPriority"
+                    and int((w.get("spec") or {}).get("priority") or 0) == prio
+                    and w["metadata"].get("creationTimestamp", "")
+                    > wl["metadata"].get("creationTimestamp", "")
+                )
+            )
+        ]
+        # Lowest priority first, then the most recently admitted.
+        cands.sort(
+            key=lambda w: (
+                int((w.get("spec") or {}).get("priority") or 0),
+                -parse_rfc3339(
+                    (cond.find(w, "QuotaReserved") or {}).get("lastTransitionTime") or "1970-01-01T00:00:00Z"
+                ),
+            )
+        )
+        freed: dict[tuple[str, str], float] = {}
+        chosen: list[dict[str, Any]] = []
+        for w in cands:
+            if all(freed.get(k, 0.0) + 1e-9 >= v for k, v in needed.items()):
+                break
+            contributes = False
+            for psa in ((w.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+                for res, flavor in (psa.get("flavors") or {}).items():
+                    if (flavor, res) in needed:
+                        contributes = True
+                        freed[(flavor, res)] = freed.get((flavor, res), 0.0) + parse_quantity(
+                            (psa.get("resourceUsage") or {}).get(res, 0)
+                        )
+            if contributes:
+                chosen.append(w)
+        if all(freed.get(k, 0.0) + 1e-9 >= v for k, v in needed.items()):
+            return chosen
+        return []
+
+    def _preempt(self, victim: dict[str, Any], preemptor: dict[str, Any], cq_name: str) -> None:
+        pmeta = preemptor["metadata"]
+        job_uid = (pmeta.get("labels") or {}).get(JOB_UID_LABEL, "")
+        message = (
+            f"Preempted to accommodate a workload (UID: {pmeta.get('uid')}, JobUID: {job_uid}) due to prioritization "
+            f"in the ClusterQueue; preemptor path: /{cq_name}; preemptee path: /{cq_name}"
+        )
+        after = copy.deepcopy(victim)
+        cond.set_condition(
+            after, "Preempted", "True", "InClusterQueue", message, self.now(), observed_generation=True
+        )
+        victim = self.write(WORKLOADS, victim, after)
+        self._evict(victim, "Preempted", message)
+        self.record_event(victim, "Normal", "Preempted", message, component="kueue-admission")
+
+    def _reserve(
+        self, wl: dict[str, Any], cq: dict[str, Any], cq_name: str, assignment: list[dict[str, Any]]
+    ) -> None:
+        after = copy.deepcopy(wl)
+        now = self.now()
+        status = after.setdefault("status", {})
+        status["admission"] = {"clusterQueue": cq_name, "podSetAssignments": assignment}
+        cond.set_condition(
+            after,
+            "QuotaReserved",
+            "True",
+            "QuotaReserved",
+            f"Quota reserved in ClusterQueue {cq_name}",
+            now,
+            observed_generation=True,
+        )
+        for ctype in ("Evicted", "Preempted"):
+            prev = cond.find(after, ctype)
+            if prev is not None and prev.get("status") == "True":
+                cond.set_condition(
+                    after,
+                    ctype,
+                    "False",
+                    "QuotaReserved",
+                    "Previously: " + str(prev.get("message") or ""),
+                    now,
+                    observed_generation=True,
+                )
+        existing = {c.get("name"): c for c in status.get("admissionChecks") or []}
+        states = []
+        for name in self._cq_checks(cq):
+            states.append(
+                existing.get(name)
+                or {"name": name, "state": "Pending", "message": "", "lastTransitionTime": now}
+            )
+        if states:
+            status["admissionChecks"] = states
+        status.pop("requeueState", None) if not (status.get("requeueState") or {}).get("count") else None
+        self._admitted_condition(after, now)
+        self.write(WORKLOADS, wl, after)
+        self.record_event(
+            wl,
+            "Normal",
+            "QuotaReserved",
+            f"Quota reserved in ClusterQueue {cq_name}, wait time since queued was 0s",
+            component="kueue-admission",
+        )
+        if cond.is_true(after, "Admitted"):
+            self.record_event(
+                wl,
+                "Normal",
+                "Admitted",
+                f"Admitted by ClusterQueue {cq_name}, wait time since reservation was 0s",
+                component="kueue-admission",
+            )
+
+    @staticmethod
+    def _admitted_condition(wl: dict[str, Any], now: str) -> None:
+        states = (wl.get("status") or {}).get("admissionChecks") or []
+        all_ready = all(c.get("state") == "Ready" for c in states)
+        if not _quota_reserved(wl):
+            if cond.find(wl, "Admitted") is not None:
+                cond.set_condition(
+                    wl,
+                    "Admitted",
+                    "False",
+                    "NoReservation",
+                    "The workload has no reservation",
+                    now,
+                    observed_generation=True,
+                )
+        elif all_ready:
+            cond.set_condition(
+                wl, "Admitted", "True", "Admitted", "The workload is admitted", now, observed_generation=True
+            )
+        else:
+            cond.set_condition(
+                wl,
+                "Admitted",
+                "False",
+                "UnsatisfiedAdmissionChecks",
+                "The workload has not all checks ready",
+                now,
+                observed_generation=True,
+            )
+
+    def _checks(self, wl: dict[str, Any], cq: dict[str, Any] | None, now_s: float) -> None:
+        states = (wl.get("status") or {}).get("admissionChecks") or []
+        rejected = [c for c in states if c.get("state") == "Rejected"]
+        retry = [c for c in states if c.get("state") == "Retry"]
+        if rejected:
+            msg = self._checks_message(rejected, "Rejected")
+            after = copy.deepcopy(wl)
+            cond.set_condition(
+                after,
+                "DeactivationTarget",
+                "True",
+                "AdmissionCheck",
+                msg,
+                self.now(),
+                observed_generation=True,
+            )
+            after["spec"]["active"] = False
+            wl = self.write(WORKLOADS, wl, after)
+            self.record_event(
+                wl,
+                "Warning",
+                "AdmissionCheckRejected",
+                f"Deactivated due to {msg}",
+                component="kueue-admission",
+            )
+            return
+        if retry:
+            self._evict(wl, "AdmissionCheck", "Evicted due to " + self._checks_message(retry, "Retry"))
+            return
+        after = copy.deepcopy(wl)
+        self._admitted_condition(after, self.now())
+        max_exec = (wl.get("spec") or {}).get("maximumExecutionTimeSeconds")
+        adm = cond.find(after, "Admitted")
+        if max_exec and adm is not None and adm.get("status") == "True":
+            past = int((wl.get("status") or {}).get("accumulatedPastExecutionTimeSeconds") or 0)
+            deadline = parse_rfc3339(adm["lastTransitionTime"]) + float(max_exec) - past
+            if now_s >= deadline:
+                cond.set_condition(
+                    after,
+                    "DeactivationTarget",
+                    "True",
+                    "MaximumExecutionTimeExceeded",
+                    "exceeding the maximum execution time",
+                    self.now(),
+                    observed_generation=True,
+                )
+                after["spec"]["active"] = False
+                self.record_event(
+                    wl,
+                    "Warning",
+                    "MaximumExecutionTimeExceeded",
+                    f"The maximum execution time ({max_exec}s) exceeded",
+                    component="kueue-admission",
+                )
+            else:
+                self.requeue_at(deadline, *SCHEDULE)
+        was_admitted = cond.is_true(wl, "Admitted")
+        wl = self.write(WORKLOADS, wl, after)
+        if cond.is_true(after, "Admitted") and not was_admitted:
+            cq_name = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+            self.record_event(
+                wl, "Normal", "Admitted", f"Admitted by ClusterQueue {cq_name}", component="kueue-admission"
+            )
+            owner = controller_of(wl)
+            if owner is not None:
+                self.enqueue(wl["metadata"].get("namespace"), str(owner.get("name")))
+
+    @staticmethod
+    def _checks_message(checks: list[dict[str, Any]], state: str) -> str:
+        parts = []
+        for c in sorted(checks, key=lambda c: str(c.get("name"))):
+            parts.append(
+                f'"{c.get("name")}" ({c.get("message")})' if c.get("message") else f'"{c.get("name")}"'
+            )
+        noun = "AdmissionChecks" if len(checks) > 1 else "AdmissionCheck"
+        return f"{noun} in {state} state: {'; '.join(parts)}"
+
+    def _deactivated(self, wl: dict[str, Any]) -> None:
+        """``spec.active: false``: evict (reason ``Deactivated``) and keep the Workload out of the queue."""
+        if cond.is_true(wl, "Evicted"):
+            return
+        dt = cond.find(wl, "DeactivationTarget")
+        message = "The workload is deactivated"
+        underlying = ""
+        if dt is not None:
+            message = f"{message} due to {dt.get('message')}"
+            underlying = str(dt.get("reason") or "")
+        after = copy.deepcopy(wl)
+        cond.remove(after, "DeactivationTarget")
+        now = self.now()
+        cond.set_condition(after, "Requeued", "False", "Deactivated", message, now, observed_generation=True)
+        wl = self.write(WORKLOADS, wl, after)
+        self._evict(wl, "Deactivated", message, underlying=underlying)

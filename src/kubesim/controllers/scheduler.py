@@ -1,0 +1,250 @@
+"""A kube-scheduler stand-in: binds pending pods to simulated Nodes.
+
+Filters as the default plugins do (node Ready/unschedulable, taints and tolerations, nodeSelector and
+required node affinity, requested resources vs allocatable), scores by least allocated, and reports
+``PodScheduled=False``: ``SchedulingGated`` while a pod has scheduling gates (it is never bound then),
+``Unschedulable`` with the scheduler's message (``0/4 nodes are available: 4 Insufficient cpu.
+preemption: ...``) plus a ``FailedScheduling`` Event.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from kubesim.controllers import conditions as cond
+from kubesim.controllers.base import BaseController, Key
+from kubesim.controllers.quantity import parse_quantity, pod_requests
+from kubesim.resources import NODES, PODS
+
+if TYPE_CHECKING:
+    from kubesim.store import WatchEvent
+
+__all__ = ["SchedulerController", "fit_reasons", "tolerates", "unschedulable_message"]
+
+GATED_MSG = "Scheduling is blocked due to non-empty scheduling gates"
+
+
+def tolerates(tolerations: list[dict[str, Any]], taint: dict[str, Any]) -> bool:
+    """Whether a taint is tolerated (operator Exists/Equal, empty key with Exists tolerates all)."""
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        op = t.get("operator", "Equal")
+        if not t.get("key") and op == "Exists":
+            return True
+        if t.get("key") != taint.get("key"):
+            continue
+        if op == "Exists" or str(t.get("value", "")) == str(taint.get("value", "")):
+            return True
+    return False
+
+
+def _match_expr(labels: dict[str, str], expr: dict[str, Any]) -> bool:
+    key, op, values = expr.get("key"), expr.get("operator"), [str(v) for v in expr.get("values") or []]
+    present = key in labels
+    if op == "In":
+        return present and labels[str(key)] in values
+    if op == "NotIn":
+        return not present or labels[str(key)] not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt") and present and values:
+        try:
+            a, b = float(labels[str(key)]), float(values[0])
+        except ValueError:
+            return False
+        return a > b if op == "Gt" else a < b
+    return False
+
+
+def _selector_ok(pod_spec: dict[str, Any], labels: dict[str, str]) -> bool:
+    for k, v in (pod_spec.get("nodeSelector") or {}).items():
+        if labels.get(k) != str(v):
+            return False
+    required = (
+        ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        or {}
+    ).get("nodeSelectorTerms")
+    if required:
+        return any(
+            all(_match_expr(labels, e) for e in term.get("matchExpressions") or []) for term in required
+        )
+    return True
+
+
+def _node_ready(node: dict[str, Any]) -> bool:
+    return cond.is_true(node, "Ready")
+
+
+def fit_reasons(
+    pod_spec: dict[str, Any], node: dict[str, Any], used: dict[str, float]
+) -> tuple[list[str], bool]:
+    """Why ``pod_spec`` does not fit ``node`` (empty if it fits), and whether preemption could help."""
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return ["node(s) were unschedulable"], False
+    tolerations = list(pod_spec.get("tolerations") or [])
+    for taint in spec.get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
+            return [f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}}"], False
+    if not _selector_ok(pod_spec, (node.get("metadata") or {}).get("labels") or {}):
+        return ["node(s) didn't match Pod's node affinity/selector"], False
+    allocatable = (
+        (node.get("status") or {}).get("allocatable") or (node.get("status") or {}).get("capacity") or {}
+    )
+    reasons = []
+    for res, want in sorted(pod_requests(pod_spec).items()):
+        if want <= 0:
+            continue
+        have = parse_quantity(allocatable.get(res, 0)) - used.get(res, 0.0)
+        if want > have + 1e-9:
+            reasons.append("Too many pods" if res == "pods" else f"Insufficient {res}")
+    return reasons, True
+
+
+def unschedulable_message(n_nodes: int, per_node: list[tuple[list[str], bool]]) -> str:
+    """The scheduler's FitError text plus the preemption post-filter's summary."""
+    counts: dict[str, int] = {}
+    for reasons, _ in per_node:
+        for r in reasons:
+            counts[r] = counts.get(r, 0) + 1
+    parts = sorted(f"{v} {k}" for k, v in counts.items())
+    msg = f"0/{n_nodes} nodes are available"
+    msg += f": {', '.join(parts)}." if parts else "."
+    helpful = sum(1 for reasons, resource_only in per_node if resource_only)
+    post: dict[str, int] = {}
+    if helpful:
+        post["No preemption victims found for incoming pod."] = helpful
+    if n_nodes - helpful:
+        post["Preemption is not helpful for scheduling."] = n_nodes - helpful
+    if n_nodes:
+        msg += f" preemption: 0/{n_nodes} nodes are available: " + ", ".join(
+            sorted(f"{v} {k}" for k, v in post.items())
+        )
+    return msg
+
+
+class SchedulerController(BaseController):
+    """Binds pods to nodes, or explains why it cannot."""
+
+    name = "scheduler"
+
+    def resync(self) -> None:
+        for pod in self.store.list(PODS)[0]:
+            if not (pod.get("spec") or {}).get("nodeName"):
+                self.enqueue(pod["metadata"].get("namespace"), pod["metadata"]["name"])
+
+    def keys_for(self, ev: WatchEvent) -> Iterable[Key]:
+        if ev.rt == PODS:
+            spec = ev.obj.get("spec") or {}
+            if not spec.get("nodeName") and ev.type != "DELETED":
+                yield (ev.obj["metadata"].get("namespace", ""), ev.obj["metadata"]["name"])
+            elif spec.get("nodeName") and (
+                ev.type == "DELETED" or (ev.obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            ):
+                yield ("", "*")  # capacity was freed: retry every pending pod
+        elif ev.rt == NODES:
+            yield ("", "*")
+
+    def reconcile(self, namespace: str, name: str) -> None:
+        if name == "*" and not namespace:
+            pending = [p for p in self.store.list(PODS)[0] if not (p.get("spec") or {}).get("nodeName")]
+            pending.sort(
+                key=lambda p: (
+                    -int((p.get("spec") or {}).get("priority") or 0),
+                    p["metadata"].get("creationTimestamp", ""),
+                )
+            )
+            used = self._usage()
+            nodes = sorted(self.store.list(NODES)[0], key=lambda n: n["metadata"]["name"])
+            for p in pending:
+                self._schedule(p, used, nodes)
+            return
+        pod = self.get_or_none(PODS, namespace, name)
+        if pod is not None:
+            self._schedule(
+                pod, self._usage(), sorted(self.store.list(NODES)[0], key=lambda n: n["metadata"]["name"])
+            )
+
+    def _usage(self) -> dict[str, dict[str, float]]:
+        used: dict[str, dict[str, float]] = {}
+        for p in self.store.list(PODS)[0]:
+            node = (p.get("spec") or {}).get("nodeName")
+            if not node or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            u = used.setdefault(node, {})
+            for k, v in pod_requests(p.get("spec") or {}).items():
+                u[k] = u.get(k, 0.0) + v
+        return used
+
+    def _schedule(
+        self, pod: dict[str, Any], used: dict[str, dict[str, float]], nodes: list[dict[str, Any]]
+    ) -> None:
+        spec = pod.get("spec") or {}
+        meta = pod["metadata"]
+        if spec.get("nodeName") or meta.get("deletionTimestamp"):
+            return
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        ns, name = meta.get("namespace"), meta["name"]
+        before = copy.deepcopy(pod)
+        now = self.now()
+        if spec.get("schedulingGates"):
+            cond.set_pod_condition(pod, "PodScheduled", "False", "SchedulingGated", GATED_MSG, now)
+            self._write_status(before, pod)
+            return
+        per_node: list[tuple[list[str], bool]] = []
+        best: tuple[float, str] | None = None
+        for node in nodes:
+            nname = node["metadata"]["name"]
+            reasons, resource_only = fit_reasons(spec, node, used.get(nname, {}))
+            if not _node_ready(node) and not reasons:
+                reasons, resource_only = (
+                    ["node(s) had untolerated taint {node.kubernetes.io/not-ready: }"],
+                    False,
+                )
+            per_node.append((reasons, resource_only))
+            if reasons:
+                continue
+            alloc = (node.get("status") or {}).get("allocatable") or {}
+            cpu = parse_quantity(alloc.get("cpu", 1)) or 1.0
+            load = used.get(nname, {}).get("cpu", 0.0) / cpu
+            if best is None or (load, nname) < best:
+                best = (load, nname)
+        if best is None:
+            msg = unschedulable_message(len(nodes), per_node)
+            old = cond.find(pod, "PodScheduled") or {}
+            cond.set_pod_condition(pod, "PodScheduled", "False", "Unschedulable", msg, now)
+            if old.get("message") != msg:
+                self.record_event(pod, "Warning", "FailedScheduling", msg, component="default-scheduler")
+            self._write_status(before, pod)
+            return
+        node_name = best[1]
+        u = used.setdefault(node_name, {})
+        for k, v in pod_requests(spec).items():
+            u[k] = u.get(k, 0.0) + v
+        bound = copy.deepcopy(before)
+        bound["spec"]["nodeName"] = node_name
+        bound = self.write(PODS, before, bound)
+        after = copy.deepcopy(bound)
+        cond.set_pod_condition(after, "PodScheduled", "True", "", "", now)
+        self._write_status(bound, after)
+        self.record_event(
+            bound,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {ns}/{name} to {node_name}",
+            component="default-scheduler",
+        )
+
+    def _write_status(self, before: dict[str, Any], after: dict[str, Any]) -> None:
+        if before.get("status") != after.get("status"):
+            body = copy.deepcopy(before)
+            body["status"] = after["status"]
+            self.store.update_status(PODS, body)
