@@ -148,6 +148,10 @@ class SqliteStore:
         self._check_path()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dispatch-sqlite")
         self._conn: sqlite3.Connection | None = None  # touched only by the worker thread
+        # Decoded records by job id, with the exact stored text they were decoded from (worker thread
+        # only). An entry is used only when the row's text is still that text, so it can never be
+        # stale; it saves the strict decode (the bulk of a list) for rows that did not change.
+        self._decoded: dict[str, tuple[str, JobRecord]] = {}
         self._closed = False
         self._close_lock = threading.Lock()
 
@@ -321,11 +325,26 @@ class SqliteStore:
         row = conn.execute("SELECT body FROM records WHERE job_id = ?", (job_id,)).fetchone()
         if row is None:
             raise NotFoundError(f"no record for job {job_id!r}")
-        return decode_record(job_id, row[0], str(self._path))
+        return self._decode(job_id, row[0])
 
-    @staticmethod
-    def _columns(record: JobRecord) -> tuple[object, ...]:
+    def _decode(self, job_id: str, text: str) -> JobRecord:
+        hit = self._decoded.get(job_id)
+        if hit is not None and hit[0] == text:
+            return hit[1]
+        record = decode_record(job_id, text, str(self._path))
+        self._remember(text, record)
+        return record
+
+    def _remember(self, text: str, record: JobRecord) -> None:
+        # Records carrying an unknown extension's value (plain, mutable JSON) are decoded afresh on
+        # every read instead, so no caller can change what another one sees.
+        if not record.spec.extensions.opaque():
+            self._decoded[record.job_id] = (text, record)
+
+    def _columns(self, record: JobRecord) -> tuple[object, ...]:
         lease = record.lease
+        text = dumps(record.to_json(), f"record of job {record.job_id!r}")
+        self._remember(text, record)  # harmless if the transaction then rolls back: keyed by text
         return (
             record.outcome.state.value,
             int(record.outcome.state.terminal),
@@ -334,16 +353,15 @@ class SqliteStore:
             record.revision,
             lease.holder if lease is not None else None,
             lease.expires_at if lease is not None else None,
-            dumps(record.to_json(), f"record of job {record.job_id!r}"),
+            text,
         )
 
-    @classmethod
-    def _replace_row(cls, conn: sqlite3.Connection, record: JobRecord) -> None:
+    def _replace_row(self, conn: sqlite3.Connection, record: JobRecord) -> None:
         conn.execute(
             """UPDATE records SET state = ?, terminal = ?, created_at = ?, updated_at = ?, revision = ?,
                    lease_holder = ?, lease_expires_at = ?, body = ?
                WHERE job_id = ?""",
-            (*cls._columns(record), record.job_id),
+            (*self._columns(record), record.job_id),
         )
 
     # ---- the Store protocol --------------------------------------------------------------------
@@ -388,8 +406,7 @@ class SqliteStore:
                     f"SELECT job_id, body FROM records WHERE state IN ({marks}) ORDER BY seq",
                     sorted(s.value for s in wanted),
                 ).fetchall()
-            where = str(self._path)
-            return [decode_record(job_id, text, where) for job_id, text in rows]
+            return [self._decode(job_id, text) for job_id, text in rows]
 
         return await self._run(lambda conn: self._transaction(conn, body, write=False))
 
@@ -497,6 +514,8 @@ class SqliteStore:
             # Records first: the history trigger allows deleting history only once its record is gone.
             conn.executemany("DELETE FROM records WHERE job_id = ?", doomed)
             conn.executemany("DELETE FROM history WHERE job_id = ?", doomed)
+            for (job_id,) in doomed:
+                self._decoded.pop(job_id, None)
             return len(doomed)
 
         return await self._run(lambda conn: self._transaction(conn, body, write=True))
@@ -514,6 +533,7 @@ class SqliteStore:
             self._executor.shutdown(wait=False)
 
     def _disconnect(self) -> None:
+        self._decoded.clear()
         if self._conn is not None:
             try:
                 self._conn.close()
