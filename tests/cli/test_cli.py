@@ -1,0 +1,319 @@
+"""The ``dispatch`` CLI, in-process with click's CliRunner and once as a real subprocess.
+
+The memory adapter runs on real time here (a CLI is a real program), with delays of zero and short
+scripts; a named memory cluster (``settings.cluster``) lets several commands in this process share it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from dispatch.cli.commands import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+SECRET = "tok-3f1d9c-never-print-me"
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    """A cluster config: a memory cluster private to this test, records in a SQLite file."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        f"adapter: memory\n"
+        f"settings: {{cluster: cli-{uuid.uuid4().hex[:12]}, startDelay: 0, cessationDelay: 0.2}}\n"
+        f"store: {{sqlite: jobs.db}}\n"
+    )
+    return path
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISPATCH_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("DISPATCH_CONFIG", raising=False)
+    monkeypatch.delenv("DISPATCH_TOKEN", raising=False)
+
+
+def invoke(*args: str | Path) -> Result:
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def job(tmp_path: Path, text: str, name: str = "job.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+QUICK = (
+    "command: [python, train.py]\n"
+    "env: {KUBESIM_SCRIPT: '%s'}\n"
+    "extensions:\n  dispatch/Image: {ref: 'pytorch/pytorch:2.5'}\n"
+)
+
+
+# ---------------------------------------------------------------------- run: the quick start
+
+
+def test_run_hello_succeeds(config: Path) -> None:
+    result = invoke("run", "--config", config, EXAMPLES / "hello.yaml", "--job-id", "hello")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "submitted" in result.stdout
+    assert "running" in result.stdout
+    assert "outcome: succeeded / none" in result.stdout
+
+
+def test_run_preempted_shows_the_typed_cause_and_evidence(config: Path) -> None:
+    result = invoke("run", "--config", config, EXAMPLES / "preempted.yaml")
+    assert result.exit_code == 1
+    assert "outcome: failed / preempted" in result.stdout
+    assert "evidence:" in result.stdout
+    assert "(preempted)" in result.stdout  # the transition carries the cause too
+
+
+def test_run_oom_json_lines_parse_and_end_with_the_record(config: Path) -> None:
+    result = invoke("run", "--config", config, EXAMPLES / "oom.yaml", "--json")
+    assert result.exit_code == 1
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    transitions = [x["transition"] for x in lines[:-1]]
+    assert transitions[0]["what"] == "submitted"
+    assert transitions[-1]["state"] == "failed" and transitions[-1]["cause"] == "out_of_memory"
+    outcome = lines[-1]["record"]["outcome"]
+    assert (outcome["state"], outcome["cause"]) == ("failed", "out_of_memory")
+    assert outcome["evidence"][0]["exitCode"] == 137
+
+
+def test_run_with_the_embedded_default_config(tmp_path: Path) -> None:
+    result = invoke("run", job(tmp_path, QUICK % "sleep 0.2; exit 3"))
+    assert result.exit_code == 1
+    assert "outcome: failed / exit_code" in result.stdout
+    assert (tmp_path / "state" / "jobs.db").exists()
+
+
+def test_run_as_a_real_subprocess(tmp_path: Path) -> None:
+    env = {**os.environ, "DISPATCH_STATE_DIR": str(tmp_path / "state")}
+    env.pop("DISPATCH_CONFIG", None)
+    script = Path(sys.executable).parent / "dispatch"
+    proc = subprocess.run(
+        [str(script), "run", str(EXAMPLES / "hello.yaml")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "outcome: succeeded" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------------- validate
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ("command: [x]\nnodez: 2\n", "nodez"),
+        ("command: [x]\ntimeLimit: null\n", "timeLimit"),
+        ("command: [x]\nenv: {DISPATCH_JOB_ID: a}\n", 'env["DISPATCH_JOB_ID"]'),
+        (
+            "command: [x]\nextensions: {dispatch/Image: {ref: a, tag: b}}\n",
+            'extensions["dispatch/Image"].tag',
+        ),
+        ("command: [x, 3]\n", "command[1]"),
+    ],
+)
+def test_validate_refusals_name_the_path_and_exit_2(tmp_path: Path, text: str, path: str) -> None:
+    jobfile = job(tmp_path, text)
+    result = invoke("validate", jobfile)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {jobfile}: {path}: ")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+
+
+def test_validate_json_error_parses(tmp_path: Path) -> None:
+    result = invoke("validate", job(tmp_path, "command: [x]\nnodes: 0\n"), "--json")
+    assert result.exit_code == 2
+    body = json.loads(result.stdout)["error"]
+    assert body["type"] == "InvalidError" and body["path"] == "nodes"
+
+
+def test_validate_ok_and_json(tmp_path: Path) -> None:
+    result = invoke("validate", EXAMPLES / "hello.yaml")
+    assert result.exit_code == 0 and result.stdout.startswith("ok:")
+    result = invoke("validate", EXAMPLES / "hello.yaml", "--json")
+    assert json.loads(result.stdout)["spec"]["nodes"] == 2
+
+
+def test_validate_refuses_an_extension_no_adapter_knows(tmp_path: Path) -> None:
+    result = invoke("validate", job(tmp_path, "command: [x]\nextensions: {acme/Gpu: {count: 1}}\n"))
+    assert result.exit_code == 1
+    assert "acme/Gpu" in result.stderr
+
+
+def test_a_missing_job_file_is_a_clear_error(tmp_path: Path) -> None:
+    result = invoke("validate", tmp_path / "nope.yaml")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ") and "nope.yaml" in result.stderr
+
+
+# ---------------------------------------------------------------------- the other commands
+
+
+def test_submit_status_list_history_cancel_resubmit(tmp_path: Path, config: Path) -> None:
+    jobfile = job(tmp_path, QUICK % "hang")
+    result = invoke("submit", "--config", config, jobfile, "--job-id", "j1")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith("submitted j1@1.0:")
+
+    status = invoke("status", "--config", config, "j1", "--json")
+    assert json.loads(status.stdout)["outcome"]["state"] == "running"
+    assert "state:" in invoke("status", "--config", config, "j1").stdout
+
+    listed = invoke("list", "--config", config)
+    assert listed.stdout.splitlines()[0].split() == ["JOB", "STATE", "CAUSE", "EPOCH", "UPDATED"]
+    assert "j1" in listed.stdout
+    assert [r["jobId"] for r in json.loads(invoke("list", "--config", config, "--json").stdout)] == ["j1"]
+    assert json.loads(invoke("list", "--config", config, "--state", "failed", "--json").stdout) == []
+
+    cancelled = invoke("cancel", "--config", config, "j1")
+    assert cancelled.exit_code == 0
+    assert "cancelled" in cancelled.stdout
+
+    history = json.loads(invoke("history", "--config", config, "j1", "--json").stdout)
+    assert [t["what"] for t in history][:2] == ["submitted", "started"]
+    assert "cancel requested" in [t["what"] for t in history]
+
+    again = invoke("resubmit", "--config", config, "j1")
+    if again.exit_code == 1:  # its compute may still be stopping (cessation delay): that is BusyError
+        assert "retry" in again.stderr
+        import time
+
+        time.sleep(0.3)
+        again = invoke("resubmit", "--config", config, "j1")
+    assert again.exit_code == 0, again.stderr
+    assert "j1@2.0" in again.stdout
+
+
+def test_hold_and_release(tmp_path: Path, config: Path) -> None:
+    jobfile = job(tmp_path, QUICK % "hang")
+    assert invoke("submit", "--config", config, jobfile, "--job-id", "h1", "--held").exit_code == 0
+    assert (
+        json.loads(invoke("status", "--config", config, "h1", "--json").stdout)["outcome"]["state"] == "held"
+    )
+    released = invoke("release", "--config", config, "h1")
+    assert released.exit_code == 0, released.stderr
+    assert invoke("hold", "--config", config, "h1").exit_code == 0
+    again = invoke("release", "--config", config, "h1", "--json")
+    assert json.loads(again.stdout)["jobId"] == "h1"
+
+
+def test_submit_dry_run_prints_the_native_object(config: Path) -> None:
+    result = invoke("submit", "--config", config, EXAMPLES / "hello.yaml", "--dry-run", "--job-id", "dry")
+    assert result.exit_code == 0
+    import yaml
+
+    native = yaml.safe_load(result.stdout)
+    assert isinstance(native, dict) and "dry" in json.dumps(native)
+    as_json = invoke("submit", "--config", config, EXAMPLES / "hello.yaml", "--dry-run", "--json")
+    assert isinstance(json.loads(as_json.stdout), dict)
+    assert json.loads(invoke("list", "--config", config, "--json").stdout) == []
+
+
+def test_unknown_job_is_a_one_line_error(config: Path) -> None:
+    result = invoke("status", "--config", config, "nope")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: ") and "nope" in result.stderr
+
+
+def test_logs_on_the_memory_adapter_is_unsupported(tmp_path: Path, config: Path) -> None:
+    invoke("submit", "--config", config, job(tmp_path, QUICK % "hang"), "--job-id", "l1")
+    result = invoke("logs", "--config", config, "l1")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "error: adapter 'memory' cannot read job output"
+
+
+def test_watch_one_job_ends_with_it(tmp_path: Path, config: Path) -> None:
+    invoke("submit", "--config", config, job(tmp_path, QUICK % "sleep 0.2; exit 0"), "--job-id", "w1")
+    result = invoke("watch", "--config", config, "w1", "--json")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout.splitlines()[-1])["outcome"]["state"] == "succeeded"
+
+
+def test_check_prints_capabilities_and_never_the_token(tmp_path: Path, config: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(SECRET + "\n")
+    result = invoke("check", "--config", config, "--token-file", token_file)
+    assert result.exit_code == 0
+    assert "adapter:  memory" in result.stdout and "holds:" in result.stdout
+    assert SECRET not in result.stdout + result.stderr
+    as_json = json.loads(invoke("check", "--config", config, "--json", "--token-file", token_file).stdout)
+    assert as_json["capabilities"]["holds"] is True
+    assert SECRET not in json.dumps(as_json)
+
+
+def test_the_token_never_shows_in_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISPATCH_TOKEN", SECRET)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("adapter: memory\nsettings: {nodez: 1}\n")
+    result = invoke("check", "--config", bad)
+    assert result.exit_code == 2
+    assert SECRET not in result.stdout + result.stderr
+
+
+def test_schema_of_an_adapter(config: Path) -> None:
+    result = invoke("schema", "memory")
+    assert result.exit_code == 0
+    schema = json.loads(result.stdout)
+    assert schema["additionalProperties"] is False and "nodes" in schema["properties"]
+    missing = invoke("schema", "no-such")
+    assert missing.exit_code == 1 and missing.stderr.startswith("error: no installed adapter")
+
+
+def test_adapters_lists_registered_and_installed(config: Path) -> None:
+    result = invoke("adapters", "--json")
+    names = {a["name"]: a["entryPoint"] for a in json.loads(result.stdout)}
+    assert names["memory"] == "dispatch.memory:factory"
+    assert "kubeflow" in names
+    assert "memory" in invoke("adapters").stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ("adapter: memory\nstorage: {}\n", "storage"),
+        ("adapter: memory\nstore: {sqlite: a.db, memory: {}}\n", "store"),
+        ("adapter: memory\nstore: {postgres: x}\n", "store.postgres"),
+        ("adapter: memory\nreadOnly: 'no'\n", "readOnly"),
+        (
+            "adapter: memory\npolicy: {rules: {preempted: {action: retry}}}\n",
+            'policy.rules["preempted"].action',
+        ),
+        ("settings: {}\n", "adapter"),
+    ],
+)
+def test_config_files_are_decoded_strictly(tmp_path: Path, text: str, path: str) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    result = invoke("check", "--config", cfg)
+    assert result.exit_code == 2
+    assert f"{path}: " in result.stderr
+
+
+def test_config_from_the_environment(tmp_path: Path, config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISPATCH_CONFIG", str(config))
+    result = invoke("check", "--json")
+    assert json.loads(result.stdout)["config"] == str(config)
+
+
+def test_usage_errors_exit_2() -> None:
+    assert invoke("run").exit_code == 2
+    assert invoke("no-such-command").exit_code == 2
