@@ -1,0 +1,118 @@
+"""Our own Trainer runtime fixtures (written from the published v2.3.0 stock runtimes' shapes) and
+helpers shared by the kubeflow adapter tests."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from dispatch import AdapterConfig, Epoch, Identity, Image, JobSpec
+from dispatch_kubeflow import RuntimeRef
+
+TRAINER_STEP = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+
+
+def _node_job(name: str, image: str, *, trainer: bool = True, **container: Any) -> dict[str, Any]:
+    job: dict[str, Any] = {
+        "name": name,
+        "template": {
+            "spec": {"template": {"spec": {"containers": [{"name": "node", "image": image, **container}]}}}
+        },
+    }
+    if trainer:
+        job["template"]["metadata"] = {"labels": dict(TRAINER_STEP)}
+    return job
+
+
+def runtime(
+    name: str, framework: str, ml_policy: dict[str, Any], jobs: list[dict[str, Any]], **template_spec: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": framework}},
+        "spec": {"mlPolicy": ml_policy, "template": {"spec": {"replicatedJobs": jobs, **template_spec}}},
+    }
+
+
+def torch_runtime(name: str = "torch-distributed") -> dict[str, Any]:
+    """Like the stock torch-distributed: one trainer job "node", mlPolicy.torch."""
+    return runtime(name, "torch", {"numNodes": 1, "torch": {}}, [_node_job("node", "example.org/pytorch:2")])
+
+
+def jax_runtime(name: str = "jax-distributed") -> dict[str, Any]:
+    """Like the stock jax-distributed: one trainer job "node", mlPolicy.jax."""
+    return runtime(name, "jax", {"numNodes": 1, "jax": {}}, [_node_job("node", "example.org/jax:25")])
+
+
+def deepspeed_runtime(name: str = "deepspeed-distributed") -> dict[str, Any]:
+    """Like the stock deepspeed-distributed: MPI; workers "node" (sshd, not labelled) and a labelled
+    "launcher" that depends on them; success when the launcher completes."""
+    workers = _node_job(
+        "node", "example.org/deepspeed:1", trainer=False, command=["/usr/sbin/sshd"], args=["-De"]
+    )
+    launcher = _node_job("launcher", "example.org/deepspeed:1")
+    launcher["dependsOn"] = [{"name": "node", "status": "Ready"}]
+    return runtime(
+        name,
+        "deepspeed",
+        {
+            "numNodes": 1,
+            "mpi": {
+                "numProcPerNode": 1,
+                "mpiImplementation": "OpenMPI",
+                "sshAuthMountPath": "/home/mpiuser/.ssh",
+                "runLauncherAsNode": True,
+            },
+        },
+        [workers, launcher],
+        network={"publishNotReadyAddresses": True},
+        successPolicy={"operator": "All", "targetReplicatedJobs": ["launcher"]},
+    )
+
+
+STOCK = {
+    "torch-distributed": torch_runtime,
+    "deepspeed-distributed": deepspeed_runtime,
+    "jax-distributed": jax_runtime,
+}
+
+
+def broken_runtime(name: str = "broken") -> dict[str, Any]:
+    """Breaks every runtime rule at once: two trainer-labelled jobs (the first without a node container),
+    a restarting failure policy with rules, and contradictory node bounds."""
+    a = _node_job("node", "example.org/x:1")
+    a["template"]["spec"]["template"]["spec"]["containers"][0]["name"] = "main"
+    b = _node_job("other", "example.org/x:1")
+    rt = runtime(
+        name,
+        "jax",
+        {"jax": {}},
+        [a, b],
+        failurePolicy={"maxRestarts": 3, "rules": [{"name": "retry-all", "action": "RestartJobSet"}]},
+    )
+    rt["metadata"]["annotations"] = {"dispatch.dev/min-nodes": "4", "dispatch.dev/max-nodes": "2"}
+    return rt
+
+
+def variant(base: dict[str, Any], name: str) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    out["metadata"]["name"] = name
+    return out
+
+
+def spec(runtime_name: str = "torch-distributed", **kw: Any) -> JobSpec:
+    exts = kw.pop("extensions", None)
+    if exts is None:
+        exts = [Image("example.org/train:1"), RuntimeRef(runtime_name)]
+    kw.setdefault("command", ("python", "train.py"))
+    return JobSpec(extensions=exts, **kw)
+
+
+def ident(job_id: str = "train-1", n: int = 1, r: int = 0) -> Identity:
+    return Identity(job_id, Epoch(n, r))
+
+
+def config(settings: dict[str, Any], *, token: str | None = None, read_only: bool = False) -> AdapterConfig:
+    return AdapterConfig("kubeflow", json.dumps(settings).encode(), read_only=read_only, token=token)

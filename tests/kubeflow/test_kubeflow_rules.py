@@ -1,0 +1,507 @@
+"""Pure parts: runtime rules, naming and identity, TrainJob building, error mapping, state reading."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kubeflow_fixtures import (
+    STOCK,
+    broken_runtime,
+    deepspeed_runtime,
+    ident,
+    jax_runtime,
+    spec,
+    torch_runtime,
+)
+
+from dispatch import (
+    Cause,
+    ConflictError,
+    Epoch,
+    Identity,
+    Image,
+    InvalidError,
+    NotFoundError,
+    OpaqueExtension,
+    OutcomeUnknownError,
+    PermissionDeniedError,
+    SharedCheckpoint,
+    State,
+    UnavailableError,
+)
+from dispatch_kubeflow import RuntimeRef, parse_settings
+from dispatch_kubeflow.errors import map_status, map_transport
+from dispatch_kubeflow.naming import MAX_NAME, identity_of, native_name
+from dispatch_kubeflow.runtime import check_runtime, inspect_runtime
+from dispatch_kubeflow.state import outcome_of
+from dispatch_kubeflow.trainjob import build_trainjob, job_extensions, unsupported_extensions
+
+SETTINGS = parse_settings(b"{}")
+
+
+# --- runtime rules -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(STOCK))
+def test_stock_runtimes_are_accepted(name: str) -> None:
+    rt = STOCK[name]()
+    assert check_runtime(rt, spec(name), kind="ClusterTrainingRuntime") == []
+
+
+def test_deepspeed_trainer_step_is_the_launcher() -> None:
+    info = inspect_runtime(deepspeed_runtime())
+    assert info.framework == "mpi"
+    assert info.trainer_jobs == ("launcher",)
+    assert info.replicated_jobs == ("node", "launcher")
+    assert info.node_jobs == ("node", "launcher")
+
+
+def test_a_runtime_breaking_every_rule_lists_every_reason() -> None:
+    reasons = check_runtime(
+        broken_runtime(), spec("broken", procs_per_node=4, nodes=3), kind="TrainingRuntime"
+    )
+    text = "\n".join(reasons)
+    assert all(r.startswith('TrainingRuntime "broken": ') for r in reasons)
+    for words in (
+        "is a ClusterTrainingRuntime, not a TrainingRuntime",
+        "2 replicated jobs (node, other) are labelled",
+        "maxRestarts: 3",
+        "restart rules (retry-all)",
+        "at least 4 nodes and at most 2",
+        "procsPerNode (4) needs a torch runtime",
+        "below the runtime's minimum of 4",
+        "above the runtime's maximum of 2",
+    ):
+        assert words in text, words
+    assert len(reasons) == 8
+
+
+def test_each_rule_alone() -> None:
+    no_trainer = torch_runtime("a")
+    del no_trainer["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["metadata"]
+    assert "no replicated job is labelled" in check_runtime(no_trainer)[0]
+
+    no_node = torch_runtime("b")
+    no_node["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]["name"] = "trainer"
+    assert 'has no container named "node"' in check_runtime(no_node)[0]
+
+    restarts = torch_runtime("c")
+    restarts["spec"]["template"]["spec"]["failurePolicy"] = {"maxRestarts": 1}
+    assert "maxRestarts: 1" in check_runtime(restarts)[0]
+    restarts["spec"]["template"]["spec"]["failurePolicy"] = {"maxRestarts": 0}
+    assert check_runtime(restarts) == []
+
+    jax = jax_runtime()
+    assert "needs a torch runtime" in check_runtime(jax, spec("jax-distributed", procs_per_node=2))[0]
+    assert check_runtime(torch_runtime(), spec(procs_per_node=2)) == []
+
+    bounded = torch_runtime("d")
+    bounded["metadata"]["annotations"] = {"dispatch.dev/max-nodes": "4"}
+    assert check_runtime(bounded, spec(nodes=4)) == []
+    assert "above the runtime's maximum of 4" in check_runtime(bounded, spec(nodes=5))[0]
+    bounded["metadata"]["annotations"] = {"dispatch.dev/max-nodes": "many"}
+    assert "not a whole number" in check_runtime(bounded)[0]
+
+    legacy = torch_runtime("e")
+    legacy["spec"]["mlPolicy"]["torch"] = {"elasticPolicy": {"minNodes": 2, "maxNodes": 8}}
+    assert "below the runtime's minimum of 2" in check_runtime(legacy, spec(nodes=1))[0]
+
+    empty = torch_runtime("f")
+    empty["spec"] = {}
+    assert "has no replicated jobs" in check_runtime(empty)[0]
+
+
+@given(
+    st.recursive(
+        st.none() | st.integers() | st.text(max_size=5),
+        lambda c: st.lists(c) | st.dictionaries(st.text(max_size=8), c),
+    )
+)
+def test_any_runtime_shape_yields_reasons_not_exceptions(garbage: Any) -> None:
+    rt = {"kind": "ClusterTrainingRuntime", "metadata": {"name": "x"}, "spec": garbage}
+    assert isinstance(check_runtime(rt, spec()), list)
+
+
+# --- naming and identity -----------------------------------------------------------------------------
+
+
+@given(st.from_regex(r"[A-Za-z0-9._-]{1,253}", fullmatch=True), st.integers(1, 999_999))
+def test_native_names_are_rfc1035_short_and_deterministic(job_id: str, n: int) -> None:
+    import re
+
+    identity = Identity(job_id, Epoch(n, 0))
+    name = native_name(identity)
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name)
+    assert len(name) <= MAX_NAME
+    assert name == native_name(Identity(job_id, Epoch(n, n - 1)))  # R does not change the incarnation
+
+
+def test_native_names_differ_per_incarnation_and_job() -> None:
+    assert native_name(ident("a", 1)) != native_name(ident("a", 2))
+    assert native_name(ident("My_Job")) != native_name(ident("my-job"))
+    assert native_name(ident("train-1")).startswith("train-1-1-")
+
+
+def _obj(identity: Identity) -> dict[str, Any]:
+    return build_trainjob(spec(), identity, SETTINGS, inspect_runtime(torch_runtime()))
+
+
+def test_identity_round_trips_through_the_object() -> None:
+    identity = ident("x" * 200 + "_Y", 7, 3)
+    assert identity_of(_obj(identity)) == identity
+    assert identity_of({"metadata": {"name": "foreign", "labels": {"a": "b"}}}) is None
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda o: o["metadata"]["annotations"].pop("dispatch.dev/epoch"),
+        lambda o: o["metadata"]["annotations"].__setitem__("dispatch.dev/epoch", "one"),
+        lambda o: o["metadata"]["labels"].__setitem__("dispatch.dev/incarnation", "9"),
+        lambda o: o["metadata"]["labels"].__setitem__("dispatch.dev/job-hash", "0" * 16),
+        lambda o: o["metadata"].__setitem__("name", "someone-else"),
+    ],
+)
+def test_inconsistent_marks_are_a_conflict(damage: Any) -> None:
+    obj = _obj(ident())
+    damage(obj)
+    with pytest.raises(ConflictError):
+        identity_of(obj)
+
+
+# --- building the TrainJob ---------------------------------------------------------------------------
+
+
+def test_the_trainjob_field_by_field() -> None:
+    settings = parse_settings(
+        json.dumps(
+            {
+                "namespace": "team-a",
+                "queue": "q",
+                "priorityClass": "high",
+                "labels": {"team": "a"},
+                "annotations": {"example.com/owner": "ada"},
+                "serviceAccountName": "trainer",
+                "nodeSelector": {"pool": "gpu"},
+                "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                "imagePullSecrets": [{"name": "reg"}],
+                "resourcesPerNode": {"limits": {"nvidia.com/gpu": 8}},
+                "checkpointVolume": {"claimName": "ckpt", "mountPath": "/ckpt"},
+            }
+        ).encode()
+    )
+    job = spec(
+        nodes=4,
+        procs_per_node=8,
+        env={"A": "1"},
+        time_limit=3600,
+        extensions=[
+            Image("example.org/t:1"),
+            RuntimeRef("torch-distributed"),
+            SharedCheckpoint("/ckpt/run-1"),
+        ],
+    )
+    identity = ident("run-1", 2, 1)
+    tj = build_trainjob(job, identity, settings, inspect_runtime(torch_runtime()), kueue=True)
+    name = native_name(identity)
+    pod_labels = {
+        "app.kubernetes.io/managed-by": "dispatch",
+        "dispatch.dev/job-hash": tj["metadata"]["labels"]["dispatch.dev/job-hash"],
+        "dispatch.dev/incarnation": "2",
+    }
+    assert tj == {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "labels": {
+                "team": "a",
+                "kueue.x-k8s.io/queue-name": "q",
+                "kueue.x-k8s.io/priority-class": "high",
+                **pod_labels,
+            },
+            "annotations": {
+                "example.com/owner": "ada",
+                "dispatch.dev/job-id": "run-1",
+                "dispatch.dev/epoch": "2.1",
+            },
+        },
+        "spec": {
+            "runtimeRef": {
+                "apiGroup": "trainer.kubeflow.org",
+                "kind": "ClusterTrainingRuntime",
+                "name": "torch-distributed",
+            },
+            "trainer": {
+                "image": "example.org/t:1",
+                "command": ["python", "train.py"],
+                "env": [
+                    {"name": "A", "value": "1"},
+                    {"name": "DISPATCH_JOB_ID", "value": "run-1"},
+                    {"name": "DISPATCH_EPOCH", "value": "2.1"},
+                    {"name": "DISPATCH_CHECKPOINT_DIR", "value": "/ckpt/run-1"},
+                ],
+                "numNodes": 4,
+                "numProcPerNode": 8,
+                "resourcesPerNode": {"limits": {"nvidia.com/gpu": 8}},
+            },
+            "activeDeadlineSeconds": 3600,
+            "runtimePatches": [
+                {
+                    "manager": "dispatch.dev/kubeflow-adapter",
+                    "trainingRuntimeSpec": {
+                        "template": {
+                            "spec": {
+                                "replicatedJobs": [
+                                    {
+                                        "name": "node",
+                                        "template": {
+                                            "spec": {
+                                                "template": {
+                                                    "metadata": {"labels": pod_labels},
+                                                    "spec": {
+                                                        "serviceAccountName": "trainer",
+                                                        "nodeSelector": {"pool": "gpu"},
+                                                        "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                                                        "imagePullSecrets": [{"name": "reg"}],
+                                                        "volumes": [
+                                                            {
+                                                                "name": "dispatch-checkpoint",
+                                                                "persistentVolumeClaim": {
+                                                                    "claimName": "ckpt"
+                                                                },
+                                                            }
+                                                        ],
+                                                        "containers": [
+                                                            {
+                                                                "name": "node",
+                                                                "volumeMounts": [
+                                                                    {
+                                                                        "name": "dispatch-checkpoint",
+                                                                        "mountPath": "/ckpt",
+                                                                    }
+                                                                ],
+                                                            }
+                                                        ],
+                                                    },
+                                                }
+                                            }
+                                        },
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def test_held_suspends_and_every_deepspeed_job_is_patched() -> None:
+    tj = build_trainjob(
+        spec("deepspeed-distributed"), ident(), SETTINGS, inspect_runtime(deepspeed_runtime()), held=True
+    )
+    assert tj["spec"]["suspend"] is True
+    jobs = tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert [j["name"] for j in jobs] == ["node", "launcher"]
+    assert (
+        "suspend" not in build_trainjob(spec(), ident(), SETTINGS, inspect_runtime(torch_runtime()))["spec"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("kw", "runtime", "path", "words"),
+    [
+        ({"command": ["x"] * 129}, torch_runtime, "command", "limit of 128"),
+        ({"env": {f"E{i}": "v" for i in range(127)}}, torch_runtime, "env", "at most 126"),
+        ({"env": {"PET_NNODES": "2"}}, torch_runtime, 'env["PET_NNODES"]', "PET_*"),
+        ({"env": {"PET_ANYTHING": "2"}}, torch_runtime, 'env["PET_ANYTHING"]', "PET_*"),
+        ({"env": {"OMPI_MCA_x": "1"}}, deepspeed_runtime, 'env["OMPI_MCA_x"]', "OMPI_MCA_*"),
+        ({"env": {"JAX_PROCESS_ID": "1"}}, jax_runtime, 'env["JAX_PROCESS_ID"]', "JAX_PROCESS_ID"),
+        (
+            {"extensions": [Image("x" * 501), RuntimeRef("torch-distributed")]},
+            torch_runtime,
+            'extensions["dispatch/Image"].ref',
+            "500",
+        ),
+        (
+            {"extensions": [Image(" x"), RuntimeRef("torch-distributed")]},
+            torch_runtime,
+            'extensions["dispatch/Image"].ref',
+            "whitespace",
+        ),
+        (
+            {"extensions": [RuntimeRef("torch-distributed")]},
+            torch_runtime,
+            'extensions["dispatch/Image"]',
+            "needs dispatch/Image",
+        ),
+        (
+            {"extensions": [Image("x")]},
+            torch_runtime,
+            'extensions["kubeflow/RuntimeRef"]',
+            "needs kubeflow/RuntimeRef",
+        ),
+        ({"nodes": 2**31}, torch_runtime, "nodes", "at most"),
+        ({"command": ["x" * 1_000_000, "y" * 600_000]}, torch_runtime, "command", "bytes"),
+    ],
+)
+def test_start_limits_are_invalid_errors_before_any_request(
+    kw: dict[str, Any], runtime: Any, path: str, words: str
+) -> None:
+    name = runtime()["metadata"]["name"]
+    with pytest.raises(InvalidError) as info:
+        build_trainjob(spec(name, **kw), ident(), SETTINGS, inspect_runtime(runtime()))
+    assert info.value.path == path, str(info.value)
+    assert words in str(info.value)
+
+
+def test_pet_names_are_fine_on_a_jax_runtime_and_128_env_entries_in_all() -> None:
+    build_trainjob(
+        spec("jax-distributed", env={"PET_X": "1"}), ident(), SETTINGS, inspect_runtime(jax_runtime())
+    )
+    tj = build_trainjob(
+        spec(env={f"E{i}": "v" for i in range(126)}), ident(), SETTINGS, inspect_runtime(torch_runtime())
+    )
+    assert len(tj["spec"]["trainer"]["env"]) == 128
+
+
+def test_checkpoint_dir_must_be_under_the_mount() -> None:
+    settings = parse_settings(b'{"checkpointVolume": {"claimName": "c", "mountPath": "/ckpt"}}')
+    for bad in ("/other/x", "/ckpt2", "/ckpt/../etc"):
+        with pytest.raises(InvalidError) as info:
+            build_trainjob(
+                spec(extensions=[Image("i"), RuntimeRef("torch-distributed"), SharedCheckpoint(bad)]),
+                ident(),
+                settings,
+                inspect_runtime(torch_runtime()),
+            )
+        assert info.value.path == 'extensions["dispatch/SharedCheckpoint"].dir'
+
+
+def test_extension_rules() -> None:
+    odd = spec(
+        extensions=[
+            Image("i"),
+            RuntimeRef("torch-distributed"),
+            OpaqueExtension("acme/Gpu", {"n": 1}),
+            SharedCheckpoint("/c"),
+        ]
+    )
+    reasons = unsupported_extensions(odd, SETTINGS)
+    assert len(reasons) == 2
+    assert "'acme/Gpu' is not supported" in reasons[0]
+    assert "needs a checkpoint volume" in reasons[1]
+    with pytest.raises(InvalidError):
+        job_extensions(spec(extensions=[OpaqueExtension("acme/Gpu", {})]))
+
+
+def test_runtime_ref_json() -> None:
+    from dispatch import JobSpec
+
+    s = JobSpec.loads(
+        '{"command": ["x"], "extensions": {"kubeflow/RuntimeRef": {"name": "torch-distributed"}}}'
+    )
+    assert s.extensions[RuntimeRef] == RuntimeRef("torch-distributed", "ClusterTrainingRuntime")
+    assert s.extensions[RuntimeRef].to_json() == {
+        "kind": "ClusterTrainingRuntime",
+        "name": "torch-distributed",
+    }
+    for bad, path in (
+        ('{"kind": "Runtime", "name": "x"}', 'extensions["kubeflow/RuntimeRef"].kind'),
+        ('{"name": "Bad_Name"}', 'extensions["kubeflow/RuntimeRef"].name'),
+        ('{"name": "x", "runtime": "x"}', 'extensions["kubeflow/RuntimeRef"].runtime'),
+        ('{"runtime": "x"}', 'extensions["kubeflow/RuntimeRef"].name'),
+        ('{"name": null}', 'extensions["kubeflow/RuntimeRef"].name'),
+    ):
+        with pytest.raises(InvalidError) as info:
+            JobSpec.loads('{"command": ["x"], "extensions": {"kubeflow/RuntimeRef": ' + bad + "}}")
+        assert info.value.path == path
+
+
+# --- error mapping -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "body", "cls"),
+    [
+        (404, {"reason": "NotFound", "message": 'trainjobs "x" not found'}, NotFoundError),
+        (409, {"reason": "AlreadyExists", "message": "exists"}, ConflictError),
+        (409, {"reason": "Conflict", "message": "stale"}, ConflictError),
+        (422, {"reason": "Invalid", "message": "bad"}, InvalidError),
+        (400, {"reason": "BadRequest", "message": "bad"}, InvalidError),
+        (
+            403,
+            {"reason": "Forbidden", "message": 'admission webhook "v.trainjob" denied the request: PET_X'},
+            InvalidError,
+        ),
+        (403, {"reason": "Forbidden", "message": "user cannot create"}, PermissionDeniedError),
+        (401, {"reason": "Unauthorized"}, PermissionDeniedError),
+        (429, None, UnavailableError),
+        (500, {"message": "etcd"}, UnavailableError),
+        (503, {}, UnavailableError),
+    ],
+)
+def test_api_errors_map_to_dispatch_errors(code: int, body: Any, cls: type) -> None:
+    err = map_status(code, body, what='create TrainJob "x"')
+    assert type(err) is cls
+    assert 'create TrainJob "x"' in str(err)
+
+
+def test_transport_errors() -> None:
+    assert isinstance(map_transport("create", "lost", ambiguous_write=True), OutcomeUnknownError)
+    assert isinstance(map_transport("get", "refused", ambiguous_write=False), UnavailableError)
+
+
+# --- state -------------------------------------------------------------------------------------------
+
+
+def _tj(**kw: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "kind": "TrainJob",
+        "metadata": {"name": "t", "labels": {}},
+        "spec": {"trainer": {"numNodes": 2}},
+    }
+    for k, v in kw.items():
+        obj[k] = v
+    return obj
+
+
+def _cond(t: str, reason: str = "", status: str = "True") -> dict[str, Any]:
+    return {"status": {"conditions": [{"type": t, "status": status, "reason": reason, "message": "m"}]}}
+
+
+def _pod(phase: str, exit_code: int | None = None) -> dict[str, Any]:
+    st: dict[str, Any] = {"phase": phase}
+    if exit_code is not None:
+        st["containerStatuses"] = [
+            {"name": "node", "state": {"terminated": {"exitCode": exit_code, "reason": "Error"}}}
+        ]
+    return {"metadata": {"name": f"p-{phase}"}, "status": st}
+
+
+def test_state_from_conditions_and_pods() -> None:
+    assert outcome_of(_tj(**_cond("Complete", "AllJobsCompleted"))).state is State.SUCCEEDED
+    assert outcome_of(_tj(**_cond("Failed", "DeadlineExceeded"))).cause is Cause.TIMEOUT
+    assert outcome_of(_tj(**_cond("Failed", "TrainingRuntimeNotSupported"))).cause is Cause.INVALID_SPEC
+    failed = outcome_of(_tj(**_cond("Failed", "FailedJobs")), [_pod("Failed", 3)])
+    assert (failed.state, failed.cause, failed.evidence[0].exit_code) == (State.FAILED, Cause.EXIT_CODE, 3)
+    assert outcome_of(_tj(**_cond("Failed", "FailedJobs"))).cause is Cause.UNKNOWN
+    assert outcome_of(_tj(**_cond("Suspended", "Resumed", "False"))).state is State.STARTING
+    held = _tj(spec={"suspend": True})
+    assert outcome_of(held).state is State.HELD
+    held["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "q"
+    assert outcome_of(held).state is State.QUEUED
+    assert outcome_of(_tj(), [_pod("Running"), _pod("Running")]).state is State.RUNNING
+    assert outcome_of(_tj(), [_pod("Running"), _pod("Pending")]).state is State.STARTING
+    deleting = _tj()
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert outcome_of(deleting).state is State.CANCELLED
