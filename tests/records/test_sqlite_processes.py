@@ -177,3 +177,35 @@ async def test_a_writer_killed_mid_burst_loses_no_acknowledged_write(
         probe = await store.create(simple_record(f"probe-{round_no}"), note("after the kill"))
         assert probe.revision == 1
         await store.close()
+
+
+async def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path: Path) -> None:
+    """Several processes creating the same new store file race to switch it to WAL and create the
+    schema; each must open it cleanly (the migration re-checks the version under the write lock)."""
+    path = tmp_path / "new" / "jobs.db"
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(CHILD),
+            "lease",
+            str(path),
+            f"opener-{i}",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for i in range(6)
+    ]
+    try:
+        for proc in procs:
+            out, err = await asyncio.wait_for(proc.communicate(b"go\n"), LINE_TIMEOUT)
+            assert proc.returncode == 0, err.decode(errors="replace")
+            assert out.decode().split() == ["ready", "done"]
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    store = SqliteStore(path)
+    assert await store.list() == []
+    await store.close()

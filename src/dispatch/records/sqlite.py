@@ -208,7 +208,8 @@ class SqliteStore:
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
         # Look before changing anything: a foreign database must not be switched to WAL or written.
-        self._check_identity(conn, self._pragma(conn, "application_id"), self._pragma(conn, "user_version"))
+        # One read transaction, so a concurrent opener's migration is seen whole or not at all.
+        self._transaction(conn, self._check_read_identity, write=False)
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise UnavailableError(
@@ -222,6 +223,9 @@ class SqliteStore:
     @staticmethod
     def _pragma(conn: sqlite3.Connection, name: str) -> int:
         return int(conn.execute(f"PRAGMA {name}").fetchone()[0])
+
+    def _check_read_identity(self, conn: sqlite3.Connection) -> None:
+        self._check_identity(conn, self._pragma(conn, "application_id"), self._pragma(conn, "user_version"))
 
     def _check_identity(self, conn: sqlite3.Connection, app_id: int, version: int) -> None:
         where = str(self._path)
