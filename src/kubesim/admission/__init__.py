@@ -20,9 +20,11 @@ if TYPE_CHECKING:
 __all__ = ["default_jobset", "install", "kueue_default_trainjob"]
 
 
-def install(store: ObjectStore, clock: Clock, *, kueue: bool) -> None:
-    """Register the TrainJob and JobSet hooks (with Kueue's TrainJob defaulter when ``kueue``)."""
-    tj = TrainJobAdmission(store.get, clock)
+def install(store: ObjectStore, clock: Clock, *, kueue: bool, webhooks: bool = True) -> None:
+    """Register the TrainJob and JobSet hooks (with Kueue's TrainJob defaulter when ``kueue``).
+
+    ``webhooks=False`` leaves out Trainer's own webhooks (the CRD's defaults, schema and CEL stay)."""
+    tj = TrainJobAdmission(store.get, clock, webhooks=webhooks)
 
     def mutate_trainjob(
         operation: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None

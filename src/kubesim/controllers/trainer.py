@@ -77,8 +77,15 @@ class TrainerController(BaseController):
 
     name = "trainer"
 
+    def __init__(self, *, webhooks: bool = True) -> None:
+        super().__init__()
+        # webhooks=False models a cluster whose admission webhooks are not installed (CRD rules only).
+        self.webhooks = webhooks
+
     def setup(self) -> None:
-        admission.install(self.store, self.clock, kueue=bool(getattr(self.sim, "kueue", False)))
+        admission.install(
+            self.store, self.clock, kueue=bool(getattr(self.sim, "kueue", False)), webhooks=self.webhooks
+        )
 
     def resync(self) -> None:
         for tj in self.store.list(TRAINJOBS)[0]:
