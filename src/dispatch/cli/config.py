@@ -85,7 +85,11 @@ class StoreChoice:
     def __str__(self) -> str:
         if self.kind == "memory":
             return "memory"
-        return f"sqlite:{self.path}" if self.path else "sqlite (default path)"
+        if self.path:
+            return f"sqlite:{self.path}"
+        from dispatch.records.paths import default_store_path
+
+        return f"sqlite:{default_store_path()} (default)"
 
 
 @dataclass(frozen=True, slots=True)
