@@ -376,13 +376,15 @@ async def test_a_record_that_does_not_round_trip_is_refused_before_anything_is_w
 async def test_a_transition_that_does_not_round_trip_is_refused(store: Store) -> None:
     with pytest.raises(InvalidError, match=r"job 'job'") as info:
         await store.create(simple_record("job"), Transition(at=math.nan, actor=Actor.USER, what="x"))
-    assert info.value.path == "transitions[0].at"
+    assert info.value.path == "transition.at"
     rec = await store.create(simple_record("job"), note("created"))
     bad = Transition(at=T0, actor="robot", what="x")  # type: ignore[arg-type]
     with pytest.raises(InvalidError, match=r"transitions\[1\]"):
         await store.update(rec, expected_revision=1, transitions=[note("fine"), bad])
     with pytest.raises(InvalidError, match="transitions"):
         await store.update(rec, expected_revision=1, transitions=note("not a list"))  # type: ignore[arg-type]
+    with pytest.raises(InvalidError, match="transition"):
+        await store.create(simple_record("other"), None)  # type: ignore[arg-type]
     assert await store.get("job") == rec
     assert await store.history("job") == [note("created")]
 
@@ -392,6 +394,9 @@ async def test_other_bad_arguments_are_invalid(store: Store) -> None:
         await store.get("no spaces allowed")
     with pytest.raises(InvalidError, match=r"states\[0\]"):
         await store.list(states=["running"])  # type: ignore[list-item]
+    rec = await store.create(simple_record("job"), note("created"))
+    with pytest.raises(InvalidError, match="expected_revision"):
+        await store.update(rec, expected_revision="1")  # type: ignore[arg-type]
     with pytest.raises(InvalidError, match="JobRecord"):
         await store.create({"jobId": "x"}, note("created"))  # type: ignore[arg-type]
 

@@ -18,9 +18,11 @@ from dispatch.model._decode import check_plain
 __all__ = [
     "check_cutoff",
     "check_holder",
+    "check_revision",
     "check_states",
     "check_ttl",
     "checked_record",
+    "checked_transition",
     "checked_transitions",
     "decode_record",
     "decode_transition",
@@ -66,25 +68,32 @@ def checked_transitions(job_id: str, transitions: Sequence[Transition]) -> list[
     job and the index of one that does not survive its JSON form."""
     if isinstance(transitions, Transition) or not isinstance(transitions, Sequence):
         raise InvalidError("expected a sequence of Transition values", path="transitions")
-    out: list[tuple[Transition, str]] = []
-    for i, t in enumerate(transitions):
-        where = f"transitions[{i}]"
-        if not isinstance(t, Transition):
-            raise InvalidError(f"expected a Transition, got {type(t).__name__}", path=where)
-        try:
-            text = dumps(check_plain(t.to_json(), where), where)
-            decoded = Transition.from_json(load_json(text, what=where), path=where)
-        except InvalidError as exc:
-            raise InvalidError(
-                f"a transition of job {job_id!r} does not survive its JSON form: {exc.detail}",
-                path=exc.path or where,
-            ) from None
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise InvalidError(
-                f"a transition of job {job_id!r} cannot be encoded: {exc}", path=where
-            ) from None
-        out.append((decoded, text))
-    return out
+    return [checked_transition(job_id, t, f"transitions[{i}]") for i, t in enumerate(transitions)]
+
+
+def checked_transition(job_id: str, transition: Transition, where: str) -> tuple[Transition, str]:
+    """One transition as it will be stored, with its canonical text (see :func:`checked_transitions`)."""
+    if not isinstance(transition, Transition):
+        raise InvalidError(f"expected a Transition, got {type(transition).__name__}", path=where)
+    try:
+        text = dumps(check_plain(transition.to_json(), where), where)
+        decoded = Transition.from_json(load_json(text, what=where), path=where)
+    except InvalidError as exc:
+        raise InvalidError(
+            f"a transition of job {job_id!r} does not survive its JSON form: {exc.detail}",
+            path=exc.path or where,
+        ) from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise InvalidError(f"a transition of job {job_id!r} cannot be encoded: {exc}", path=where) from None
+    return decoded, text
+
+
+def check_revision(expected_revision: int) -> int:
+    if isinstance(expected_revision, bool) or not isinstance(expected_revision, int):
+        raise InvalidError(
+            f"expected an integer revision, got {expected_revision!r}", path="expected_revision"
+        )
+    return expected_revision
 
 
 def decode_record(job_id: str, text: str, where: str) -> JobRecord:

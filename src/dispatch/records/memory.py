@@ -19,9 +19,11 @@ from dispatch.model import JobRecord, State, Transition, check_job_id
 from dispatch.records._common import (
     check_cutoff,
     check_holder,
+    check_revision,
     check_states,
     check_ttl,
     checked_record,
+    checked_transition,
     checked_transitions,
     decode_record,
     dumps,
@@ -85,7 +87,7 @@ class MemoryStore:
         """Insert a new record (stored with revision 1) and its first transition.
         ``ConflictError`` if the job id is taken."""
         checked = checked_record(record)
-        (first, _), *_ = checked_transitions(checked.job_id, [transition])
+        first, _ = checked_transition(checked.job_id, transition, "transition")
         with self._lock:
             self._check_open()
             if checked.job_id in self._records:
@@ -123,6 +125,7 @@ class MemoryStore:
         :meth:`acquire_lease` and :meth:`release_lease`."""
         checked = checked_record(record)
         added = checked_transitions(checked.job_id, transitions)
+        check_revision(expected_revision)
         with self._lock:
             self._check_open()
             current = self._entry(checked.job_id).record

@@ -42,9 +42,11 @@ from dispatch.model import JobRecord, State, Transition, check_job_id
 from dispatch.records._common import (
     check_cutoff,
     check_holder,
+    check_revision,
     check_states,
     check_ttl,
     checked_record,
+    checked_transition,
     checked_transitions,
     decode_record,
     decode_transition,
@@ -374,7 +376,7 @@ class SqliteStore:
         """Insert a new record (stored with revision 1) and its first transition.
         ``ConflictError`` if the job id is taken."""
         checked = checked_record(record)
-        ((_, first),) = checked_transitions(checked.job_id, [transition])
+        _, first = checked_transition(checked.job_id, transition, "transition")
 
         def body(conn: sqlite3.Connection) -> JobRecord:
             if conn.execute("SELECT 1 FROM records WHERE job_id = ?", (checked.job_id,)).fetchone():
@@ -424,6 +426,7 @@ class SqliteStore:
         :meth:`acquire_lease` and :meth:`release_lease`."""
         checked = checked_record(record)
         added = checked_transitions(checked.job_id, transitions)
+        check_revision(expected_revision)
 
         def body(conn: sqlite3.Connection) -> JobRecord:
             current = self._current(conn, checked.job_id)
