@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from aiohttp import web
 
+from kubesim import protobuf
 from kubesim.auth import Permissions
 from kubesim.clock import rfc3339
 from kubesim.errors import ApiError, bad_request, forbidden, internal, method_not_allowed, unauthorized
@@ -500,12 +501,18 @@ class ApiServer:
             )
         if info.verb == "get":
             if info.subresource == "log":
-                return await self._log(request, info, q, record)
+                try:
+                    return await self._log(request, info, q, record)
+                except ConnectionResetError:
+                    return web.Response(status=200)
             return _json_response(store.get(rt, info.namespace, info.name or ""))
         if info.verb == "list":
             return _json_response(self._list(rt, info.namespace, q))
         if info.verb == "watch":
-            return await self._watch(request, info, q, record)
+            try:
+                return await self._watch(request, info, q, record)
+            except ConnectionResetError:  # the client went away mid-stream
+                return web.Response(status=200)
         if info.verb == "create":
             body = await self._body(request)
             if rt is SELFSUBJECTACCESSREVIEWS:
@@ -608,8 +615,9 @@ class ApiServer:
 
     async def _body(self, request: web.Request) -> Any:
         ctype = request.content_type or _JSON
-        if "protobuf" in ctype or "cbor" in ctype:
-            # kubesim speaks JSON (and YAML) only; clients fall back to JSON on 415
+        if "protobuf" in ctype:
+            return protobuf.decode(await request.read())
+        if "cbor" in ctype:
             raise ApiError(
                 415,
                 "UnsupportedMediaType",
