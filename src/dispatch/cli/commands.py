@@ -151,11 +151,14 @@ async def _run(opts: Options, jobfile: str, job_id: str | None) -> int:
         spec = load_spec(jobfile)
         rec = await cluster.submit(spec, job_id=job_id)
         printed = 0
-        async for rec in cluster.watch(rec.job_id):  # noqa: B020 - the last record is the outcome
-            history = await cluster.history(rec.job_id)
-            for t in history[printed:]:
-                out.transition(rec.job_id, t)
-            printed = len(history)
+        with out.progress(f"{rec.job_id}@{rec.epoch}: {rec.outcome}") as status:
+            async for rec in cluster.watch(rec.job_id):  # noqa: B020 - the last record is the outcome
+                history = await cluster.history(rec.job_id)
+                for t in history[printed:]:
+                    out.transition(rec.job_id, t)
+                printed = len(history)
+                if status is not None:
+                    status.update(f"{rec.job_id}@{rec.epoch}: {rec.outcome}")
         out.outcome(rec)
         return EXIT_OK if rec.state is State.SUCCEEDED else EXIT_FAILED
 

@@ -9,6 +9,7 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TextIO
 
 from dispatch.model import Capabilities, Evidence, JobRecord, Outcome, State, Transition
@@ -51,8 +52,8 @@ class Renderer:
     # ------------------------------------------------------------------ primitives
 
     def line(self, text: str = "", *, style: str | None = None) -> None:
-        if self.rich and style:
-            self.console.print(text, style=style, highlight=False, markup=False)
+        if self.rich:  # through the console, so a live progress line is redrawn below the text
+            self.console.print(text, style=style, highlight=False, markup=False, soft_wrap=True)
         else:
             self.out.write(text + "\n")
             self.out.flush()
@@ -68,6 +69,14 @@ class Renderer:
 
             self._console = Console(file=self.out)
         return self._console
+
+    def progress(self, text: str) -> AbstractContextManager[Any]:
+        """A live status line (spinner) on a terminal while waiting; nothing elsewhere. The returned
+        object's ``update(text)`` changes it (``None`` when there is no status line)."""
+        if not self.rich:
+            return nullcontext(None)
+        status: AbstractContextManager[Any] = self.console.status(text)
+        return status
 
     def table(
         self, headers: Sequence[str], rows: Iterable[Sequence[str]], *, styles: Sequence[str] = ()

@@ -1,0 +1,88 @@
+"""The renderer's three forms: plain (pipes), rich (terminals) and JSON."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from dispatch import (
+    Actor,
+    Capabilities,
+    Cause,
+    Epoch,
+    Evidence,
+    Image,
+    JobRecord,
+    JobSpec,
+    Limits,
+    Outcome,
+    State,
+    Transition,
+)
+from dispatch.cli.render import Renderer
+
+SPEC = JobSpec(command=("x",), extensions=[Image("i")])
+EVIDENCE = Evidence("Pod", "job-0", "OOMKilled", "killed", exit_code=137, node="n1", output=("last line",))
+REC = JobRecord(
+    job_id="j",
+    spec=SPEC,
+    created_at=0.0,
+    updated_at=60.0,
+    epoch=Epoch(2, 1),
+    outcome=Outcome(State.FAILED, Cause.OUT_OF_MEMORY, (EVIDENCE,)),
+)
+T = Transition(
+    60.0, Actor.CLUSTER, "failed", "Pod/job-0 OOMKilled", State.FAILED, Cause.OUT_OF_MEMORY, Epoch(2, 1)
+)
+CAPS = Capabilities(
+    holds=True, extensions=frozenset({"dispatch/Image"}), limits=Limits(max_nodes=4), notes=("n",)
+)
+
+
+def render_all(r: Renderer) -> None:
+    r.record(REC)
+    r.records([REC, REC.replace(job_id="k", outcome=Outcome(State.RUNNING))])
+    r.summary(REC, "cancel")
+    r.transition("j", T)
+    r.transitions("j", [T])
+    r.outcome(REC)
+    r.capabilities("memory", "<default>", "memory", CAPS)
+    with r.progress("waiting") as status:
+        if status is not None:
+            status.update("still waiting")
+
+
+@pytest.mark.parametrize("colour", [False, True])
+def test_people_see_state_cause_and_evidence(colour: bool) -> None:
+    out = io.StringIO()
+    render_all(Renderer(out=out, colour=colour))
+    text = out.getvalue()
+    assert "failed" in text and "out_of_memory" in text
+    assert "OOMKilled" in text and "exit code 137" in text and "last line" in text
+    assert "j@2.1" in text
+    assert "outcome: failed / out_of_memory" in text
+    assert "holds:" in text and "maxNodes=4" in text
+
+
+def test_plain_tables_have_a_header_row() -> None:
+    out = io.StringIO()
+    Renderer(out=out).records([REC])
+    header, row = out.getvalue().splitlines()
+    assert header.split() == ["JOB", "STATE", "CAUSE", "EPOCH", "UPDATED"]
+    assert row.split()[:4] == ["j", "failed", "out_of_memory", "2.1"]
+
+
+def test_programs_get_one_json_value_per_line() -> None:
+    out = io.StringIO()
+    r = Renderer(out=out, as_json=True, colour=True)
+    assert not r.rich
+    render_all(r)
+    values = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert values[0] == REC.to_json()
+    assert JobRecord.from_json(values[0]) == REC
+    assert [v["jobId"] for v in values[1]] == ["j", "k"]
+    assert values[3] == {"jobId": "j", "transition": T.to_json()}
+    assert values[5] == {"record": REC.to_json()}
+    assert values[6]["capabilities"] == CAPS.to_json()
