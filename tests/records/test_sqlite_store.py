@@ -126,10 +126,10 @@ def test_a_file_in_the_way_of_the_directory_is_refused(tmp_path: Path) -> None:
         SqliteStore(tmp_path / "afile" / "jobs.db")
 
 
-@pytest.mark.parametrize("bad", ["", ":memory:", "file:jobs.db?mode=memory"])
-def test_non_file_paths_are_refused(bad: str) -> None:
+@pytest.mark.parametrize("bad", ["", ":memory:", "file:jobs.db?mode=memory", b"jobs.db", 7, None])
+def test_non_file_paths_are_refused(bad: object) -> None:
     with pytest.raises(InvalidError, match="path"):
-        SqliteStore(bad)
+        SqliteStore(bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), "30"])

@@ -436,7 +436,7 @@ async def test_a_closed_store_refuses_calls_and_close_is_idempotent(store: Store
         await store.create(simple_record("other"), note("created"))
 
 
-def test_both_stores_satisfy_the_protocol(tmp_path: object) -> None:
+def test_both_stores_satisfy_the_protocol() -> None:
     from dispatch.records import MemoryStore, SqliteStore
 
     assert isinstance(MemoryStore(), Store)

@@ -39,7 +39,7 @@ _WHERE = "the memory store"
 @dataclass(frozen=True, slots=True)
 class _Entry:
     record: JobRecord
-    text: str  # the canonical JSON, decoded afresh for records carrying opaque (mutable) values
+    text: str  # for records carrying opaque (mutable) values: their JSON, decoded afresh on each read
     opaque: bool
 
 
@@ -72,8 +72,8 @@ class MemoryStore:
         return entry
 
     def _put(self, record: JobRecord) -> JobRecord:
-        text = dumps(record.to_json(), f"record of job {record.job_id!r}")
         opaque = bool(record.spec.extensions.opaque())
+        text = dumps(record.to_json(), f"record of job {record.job_id!r}") if opaque else ""
         self._records[record.job_id] = _Entry(record, text, opaque)
         return self._read(self._records[record.job_id])
 

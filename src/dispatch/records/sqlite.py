@@ -129,7 +129,10 @@ class SqliteStore:
     def __init__(
         self, path: str | os.PathLike[str], *, clock: Clock | None = None, busy_timeout: float = 30.0
     ) -> None:
-        raw = os.fspath(path)
+        try:
+            raw: object = os.fspath(path)
+        except TypeError:
+            raw = path
         if not isinstance(raw, str) or not raw or raw == ":memory:" or raw.startswith("file:"):
             raise InvalidError(
                 f"expected the path of a store file, got {raw!r} (for an in-process store use MemoryStore)",
