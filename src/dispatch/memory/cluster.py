@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import copy
+import heapq
 import json
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
@@ -100,6 +101,7 @@ class _Job:
     outcome: Outcome | None = None  # once DONE
     emitted: Outcome | None = None
     image_error: str | None = None
+    version: int = 0  # bumped on every change; older timers of the job are ignored
 
     @property
     def identity(self) -> Identity:
@@ -128,7 +130,12 @@ class MemoryCluster:
         self._log: deque[Change] = deque(maxlen=self.settings.watch_history)
         self._log_seq = 0  # sequence number of the newest change
         self._dirty: dict[str, _Job] = {}
+        self._active_jobs: dict[str, _Job] = {}  # starting, running, or with compute
+        # (time, priority, job seq, job version, kind, job): stale once the job's version moved on
+        self._timers: list[tuple[float, int, int, int, str, _Job]] = []
+        self._incarnations: dict[str, list[_Job]] = {}  # by job id
         self._wake = asyncio.Event()
+        self._wake_loop: asyncio.AbstractEventLoop | None = None
         self.overlaps: list[Overlap] = []
         """Every time an incarnation got compute while another incarnation of the same job still had
         some (a supervisor that does not wait for cessation shows up here)."""
@@ -157,11 +164,17 @@ class MemoryCluster:
 
     def next_change_time(self) -> float | None:
         """When the next scheduled change happens (None: nothing will change until someone acts)."""
-        times = [t for job in self._active() for t, _, _ in self._events(job)]
-        return min(times) if times else None
+        top = self._peek()
+        return top[0] if top is not None else None
 
-    def _active(self) -> list[_Job]:
-        return [j for j in self._jobs.values() if j.phase in (Phase.STARTING, Phase.RUNNING) or j.nodes]
+    def _peek(self) -> tuple[float, int, int, int, str, _Job] | None:
+        """The earliest timer still valid (timers of a job are replaced whenever it changes)."""
+        while self._timers:
+            top = self._timers[0]
+            if top[5].version == top[3] and top[5].name in self._jobs:
+                return top
+            heapq.heappop(self._timers)
+        return None
 
     def _events(self, job: _Job) -> list[tuple[float, int, str]]:
         out: list[tuple[float, int, str]] = []
@@ -179,12 +192,12 @@ class MemoryCluster:
         return out
 
     def _next_due(self, now: float) -> tuple[float, int, int, _Job, str] | None:
-        best: tuple[float, int, int, _Job, str] | None = None
-        for job in self._active():
-            for t, prio, kind in self._events(job):
-                if t <= now and (best is None or (t, prio, job.seq) < best[:3]):
-                    best = (t, prio, job.seq, job, kind)
-        return best
+        top = self._peek()
+        if top is None or top[0] > now:
+            return None
+        heapq.heappop(self._timers)
+        t, prio, seq, _, kind, job = top
+        return t, prio, seq, job, kind
 
     def _fire(self, job: _Job, kind: str, t: float) -> None:
         if kind == "release":
@@ -214,6 +227,9 @@ class MemoryCluster:
     async def wait_for_change(self, *, seen: int | None = None) -> None:
         """Sleep on the clock until the next scheduled change, or until someone acts on the cluster.
         With ``seen``, return at once if the change log has moved past it."""
+        loop = asyncio.get_running_loop()
+        if self._wake_loop is not loop:  # a cluster shared by name may outlive an event loop
+            self._wake, self._wake_loop = asyncio.Event(), loop
         wake = self._wake
         if seen is not None and self._log_seq != seen:
             return
@@ -244,8 +260,8 @@ class MemoryCluster:
             self._start_compute(job, t)
 
     def _start_compute(self, job: _Job, t: float) -> None:
-        for other in self._jobs.values():
-            if other is not job and other.nodes and other.identity.job_id == job.identity.job_id:
+        for other in self._incarnations.get(job.identity.job_id, []):
+            if other is not job and other.nodes:
                 self.overlaps.append(Overlap(other.identity, job.identity, t))
         job.nodes = tuple(self._free[: job.spec.nodes])
         del self._free[: job.spec.nodes]
@@ -425,7 +441,15 @@ class MemoryCluster:
         return Outcome(State.RUNNING, Cause.NONE, (self._evidence(job, "Running", f"running on {where}", t),))
 
     def _touch(self, job: _Job) -> None:
+        """Record that ``job`` changed: its outcome is compared at the next flush, its timers renewed."""
         self._dirty[job.name] = job
+        job.version += 1
+        for t, prio, kind in self._events(job):
+            heapq.heappush(self._timers, (t, prio, job.seq, job.version, kind, job))
+        if job.nodes or job.phase in (Phase.STARTING, Phase.RUNNING):
+            self._active_jobs[job.name] = job
+        else:
+            self._active_jobs.pop(job.name, None)
 
     def _flush(self, t: float) -> None:
         for job in sorted(self._dirty.values(), key=lambda j: j.seq):
@@ -485,6 +509,7 @@ class MemoryCluster:
             since=now,
         )
         self._jobs[name] = job
+        self._incarnations.setdefault(handle.identity.job_id, []).append(job)
         if held:
             job.hold_token = self._new_token()
             self._touch(job)
@@ -560,12 +585,13 @@ class MemoryCluster:
         if verb == "hang":
             job.forced_hang = True
             job.planned_end = None
+            self._touch(job)
         elif verb == "exit" and code == 0:
             ev = self._evidence(job, "Completed", "every node exited with code 0", now, exit_code=0)
             self._finish(job, now, Outcome(State.SUCCEEDED, Cause.NONE, (ev,)), linger=0.0)
         elif verb == "lose-node":
             lost = job.nodes[rank]
-            for other in list(self._jobs.values()):
+            for other in list(self._active_jobs.values()):
                 if other.live and lost in other.nodes and other.phase in (Phase.STARTING, Phase.RUNNING):
                     self._fail(other, now, other.nodes.index(lost), "lose-node")
         else:
@@ -581,6 +607,8 @@ class MemoryCluster:
         if job.nodes:
             self._release_nodes(job)
         del self._jobs[job.name]
+        self._active_jobs.pop(job.name, None)
+        self._incarnations[job.identity.job_id].remove(job)
         self._dirty.pop(job.name, None)
         lost = Observation(job.handle, lost_outcome(job.name, now), now)
         self._vanished[job.name] = lost
