@@ -290,7 +290,7 @@ class Cluster:
     async def hold(self, job_id: str) -> JobRecord:
         """Hold the job's current incarnation (keep it from running, or stop it running) until
         :meth:`release`. ``UnsupportedError`` when the cluster cannot hold."""
-        holder = self._holder()
+        holder = await self._holder()
         rec = await self._live(job_id, "hold")
         if rec.handle is None:
             raise BusyError(f"job {job_id!r} is not on the cluster yet; retry once it is")
@@ -310,7 +310,7 @@ class Cluster:
     async def release(self, job_id: str) -> JobRecord:
         """Release the job's hold. ``ConflictError`` if the job is not held by us, or the cluster shows
         another hold than the one recorded."""
-        holder = self._holder()
+        holder = await self._holder()
         rec = await self._live(job_id, "release")
         if rec.handle is None or rec.hold_token is None:
             raise ConflictError(f"job {job_id!r} is not held")
@@ -418,7 +418,7 @@ class Cluster:
         """
         if job_id is not None:
             await self.store.get(job_id)  # NotFoundError early, before any waiting
-        if isinstance(self.backend, Watcher):
+        if isinstance(self.backend, Watcher) and (await self.backend.capabilities()).watch:
             stream: AsyncIterator[JobRecord] = self._watch_changes(self.backend, job_id)
         else:
             stream = self._watch_polling(job_id)
@@ -480,8 +480,8 @@ class Cluster:
     ) -> AsyncIterator[str]:
         """Lines of output of node ``node`` of the job's current incarnation.
         ``UnsupportedError`` when the adapter cannot read output."""
-        if not isinstance(self.backend, OutputReader):
-            raise UnsupportedError(f"adapter {self.backend.name!r} cannot read job output")
+        if not isinstance(self.backend, OutputReader) or not (await self.backend.capabilities()).output:
+            raise UnsupportedError(f"cluster {self.backend.name!r} cannot read job output (capability 'output')")
         if isinstance(node, bool) or not isinstance(node, int) or node < 0:
             raise InvalidError(f"expected a node index >= 0, got {node!r}", path="node")
         if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or tail < 0):
@@ -512,9 +512,10 @@ class Cluster:
             at=self.clock.now(), actor=actor, what=what, why=why, state=state, cause=cause, epoch=epoch
         )
 
-    def _holder(self) -> Holder:
-        if not isinstance(self.backend, Holder):
-            raise UnsupportedError(f"adapter {self.backend.name!r} cannot hold jobs")
+    async def _holder(self) -> Holder:
+        # Capabilities are per cluster: an adapter that can hold (a Holder) may not on this cluster.
+        if not isinstance(self.backend, Holder) or not (await self.backend.capabilities()).holds:
+            raise UnsupportedError(f"cluster {self.backend.name!r} cannot hold jobs (capability 'holds')")
         return self.backend
 
     async def _live(self, job_id: str, what: str) -> JobRecord:

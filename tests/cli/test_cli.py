@@ -238,7 +238,7 @@ def test_logs_on_the_memory_adapter_is_unsupported(tmp_path: Path, config: Path)
     invoke("submit", "--config", config, job(tmp_path, QUICK % "hang"), "--job-id", "l1")
     result = invoke("logs", "--config", config, "l1")
     assert result.exit_code == 1
-    assert result.stderr.strip() == "error: adapter 'memory' cannot read job output"
+    assert result.stderr.strip() == "error: cluster 'memory' cannot read job output (capability 'output')"
 
 
 def test_watch_one_job_ends_with_it(tmp_path: Path, config: Path) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import ClassVar
 
 import pytest
 
@@ -413,3 +415,65 @@ async def test_close_closes_backend_and_store(
         await store.list()
     assert "closed" in str(info.value)
     await cluster.close()  # idempotent
+
+
+class WithOutput(NoWatcher):
+    """A backend with an output reader (lines kept per handle and node) and the capability to match."""
+
+    lines: ClassVar[dict[int, list[str]]] = {0: ["step 1", "step 2", "step 3"], 1: ["rank 1 says hi"]}
+
+    async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
+        caps = await self.inner.capabilities(spec)
+        return dataclasses.replace(caps, output=True)
+
+    async def output(
+        self, handle: Handle, *, node: int = 0, follow: bool = False, tail: int | None = None
+    ) -> AsyncIterator[str]:
+        assert handle.identity.job_id == "out"
+        lines = self.lines[node]
+        for line in lines[-tail:] if tail else lines:
+            yield line
+
+
+async def test_output_reads_the_lines_of_a_node(
+    backend: MemoryBackend, store: MemoryStore, clock: ManualClock
+) -> None:
+    async with Cluster(WithOutput(backend), store, clock=clock) as cluster:
+        await cluster.submit(spec(), job_id="out")
+        assert [line async for line in cluster.output("out")] == ["step 1", "step 2", "step 3"]
+        assert [line async for line in cluster.output("out", node=1)] == ["rank 1 says hi"]
+        assert [line async for line in cluster.output("out", tail=2)] == ["step 2", "step 3"]
+        with pytest.raises(InvalidError) as info:
+            async for _ in cluster.output("out", node=-1):
+                pass
+        assert info.value.path == "node"
+
+
+class HolderWithoutHolds(NoWatcher):
+    """An adapter that can hold, on a cluster where it cannot (e.g. Kueue without the admission check)."""
+
+    async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
+        return dataclasses.replace(await self.inner.capabilities(spec), holds=False)
+
+    async def hold(self, handle: Handle) -> str:
+        raise AssertionError("must not be called: the cluster has no holds")
+
+
+async def test_holds_follow_the_clusters_capabilities(
+    backend: MemoryBackend, store: MemoryStore, clock: ManualClock
+) -> None:
+    async with Cluster(HolderWithoutHolds(backend), store, clock=clock) as cluster:
+        with pytest.raises(UnsupportedError, match="holds"):
+            await cluster.submit(spec(), job_id="held", held=True)
+        assert await store.list() == []
+        await cluster.submit(spec(), job_id="free")
+        with pytest.raises(UnsupportedError, match="holds"):
+            await cluster.hold("free")
+
+
+async def test_dry_run_needs_a_dry_runner(
+    backend: MemoryBackend, store: MemoryStore, clock: ManualClock
+) -> None:
+    async with Cluster(NoWatcher(backend), store, clock=clock) as cluster:
+        with pytest.raises(UnsupportedError, match="dry run"):
+            await cluster.dry_run(spec())
