@@ -4,6 +4,8 @@ Import this one package: it re-exports the model, the errors, opening a cluster 
 Importing it is light; adapters, stores and the CLI load what they need when used.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from dispatch.backend import (
     Backend,
     CessationSignal,
@@ -63,7 +65,22 @@ from dispatch.model import (
 from dispatch.records import Store
 from dispatch.registry import adapters, new_backend, register
 
+if TYPE_CHECKING:
+    from dispatch.records import MemoryStore, SqliteStore, default_store_path
+
 __version__ = "0.1.0"
+
+_LAZY = {"MemoryStore", "SqliteStore", "default_store_path"}
+
+
+def __getattr__(name: str) -> Any:
+    # The stores load sqlite3 and threads; keep ``import dispatch`` light by loading them on first use.
+    if name in _LAZY:
+        import dispatch.records as records
+
+        return getattr(records, name)
+    raise AttributeError(f"module 'dispatch' has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -99,6 +116,7 @@ __all__ = [
     "Lease",
     "Limits",
     "ManualClock",
+    "MemoryStore",
     "NotFoundError",
     "Observation",
     "OpaqueExtension",
@@ -112,6 +130,7 @@ __all__ = [
     "ReadOnlyError",
     "Rule",
     "SharedCheckpoint",
+    "SqliteStore",
     "State",
     "Store",
     "SystemClock",
@@ -120,6 +139,7 @@ __all__ = [
     "UnsupportedError",
     "Watcher",
     "adapters",
+    "default_store_path",
     "new_backend",
     "register",
     "register_extension",
