@@ -274,6 +274,8 @@ def test_schema_of_an_adapter(config: Path) -> None:
     assert result.exit_code == 0
     schema = json.loads(result.stdout)
     assert schema["additionalProperties"] is False and "nodes" in schema["properties"]
+    kubeflow = json.loads(invoke("schema", "kubeflow").stdout)
+    assert kubeflow["type"] == "object" and kubeflow["additionalProperties"] is False
     missing = invoke("schema", "no-such")
     assert missing.exit_code == 1 and missing.stderr.startswith("error: no installed adapter")
 
@@ -317,3 +319,9 @@ def test_config_from_the_environment(tmp_path: Path, config: Path, monkeypatch: 
 def test_usage_errors_exit_2() -> None:
     assert invoke("run").exit_code == 2
     assert invoke("no-such-command").exit_code == 2
+
+
+def test_common_options_may_come_before_the_command(config: Path) -> None:
+    result = invoke("--config", config, "--json", "check")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["config"] == str(config)

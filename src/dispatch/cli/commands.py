@@ -70,6 +70,12 @@ def common(fn: F) -> F:
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
     @functools.wraps(fn)
     def wrapper(config: str | None, token_file: str | None, as_json: bool, **kwargs: Any) -> Any:
+        # The same options given before the command (`dispatch --json list`) are the defaults.
+        outer = click.get_current_context().find_root().obj
+        if isinstance(outer, Options):
+            config = config or outer.config
+            token_file = token_file or outer.token_file
+            as_json = as_json or outer.as_json
         return fn(Options(config, token_file, as_json), **kwargs)
 
     return wrapper  # type: ignore[return-value]
@@ -128,8 +134,16 @@ def load_adapter_extensions() -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dispatch")
-def cli() -> None:
-    """dispatch: submit and supervise training jobs, with typed outcomes."""
+@click.option("--config", "config", metavar="PATH", help="Cluster config file (default: $DISPATCH_CONFIG).")
+@click.option("--token-file", metavar="PATH", help="File holding the bearer token (else $DISPATCH_TOKEN).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+@click.pass_context
+def cli(ctx: click.Context, config: str | None, token_file: str | None, as_json: bool) -> None:
+    """dispatch: submit and supervise training jobs, with typed outcomes.
+
+    --config, --token-file and --json may be given before the command or after it.
+    """
+    ctx.obj = Options(config, token_file, as_json)
 
 
 # ---------------------------------------------------------------------- jobs
