@@ -44,17 +44,21 @@ class PodLogs:
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock = clock
-        self._streams: dict[tuple[str, str, str], _Stream] = {}
+        # (namespace, pod) -> container -> stream, so forgetting a pod touches only its own streams
+        self._pods: dict[tuple[str, str], dict[str, _Stream]] = {}
 
     def __repr__(self) -> str:
-        return f"PodLogs(streams={len(self._streams)})"
+        return f"PodLogs(pods={len(self._pods)})"
 
     def _stream(self, namespace: str, pod: str, container: str) -> _Stream:
-        key = (namespace, pod, container)
-        s = self._streams.get(key)
+        containers = self._pods.setdefault((namespace, pod), {})
+        s = containers.get(container)
         if s is None:
-            s = self._streams[key] = _Stream()
+            s = containers[container] = _Stream()
         return s
+
+    def _get(self, namespace: str, pod: str, container: str) -> _Stream | None:
+        return self._pods.get((namespace, pod), {}).get(container)
 
     def append(self, namespace: str, pod: str, container: str, line: str) -> None:
         """Append one line (a trailing newline is implied; embedded newlines make several lines)."""
@@ -80,25 +84,24 @@ class PodLogs:
         self._stream(namespace, pod, container).closed = False
 
     def is_closed(self, namespace: str, pod: str, container: str) -> bool:
-        s = self._streams.get((namespace, pod, container))
+        s = self._get(namespace, pod, container)
         return s is None or s.closed
 
     def has(self, namespace: str, pod: str, container: str) -> bool:
-        return (namespace, pod, container) in self._streams
+        return self._get(namespace, pod, container) is not None
 
     def lines(self, namespace: str, pod: str, container: str) -> list[str]:
         """All retained lines of one container (without newlines)."""
-        s = self._streams.get((namespace, pod, container))
+        s = self._get(namespace, pod, container)
         return [ln.text for ln in s.lines] if s else []
 
     def entries(self, namespace: str, pod: str, container: str) -> list[LogLine]:
-        s = self._streams.get((namespace, pod, container))
+        s = self._get(namespace, pod, container)
         return list(s.lines) if s else []
 
     def forget(self, namespace: str, pod: str) -> None:
         """The pod object is gone: drop its logs and end its followers."""
-        for key in [k for k in self._streams if k[0] == namespace and k[1] == pod]:
-            s = self._streams.pop(key)
+        for s in self._pods.pop((namespace, pod), {}).values():
             s.closed = True
             s.wake()
 
@@ -122,8 +125,7 @@ class PodLogs:
             start = max(start, len(s.lines) - max(tail, 0))
         pos = s.dropped + start  # absolute line number
         while True:
-            s_now = self._streams.get((namespace, pod, container))
-            if s_now is not s:
+            if self._get(namespace, pod, container) is not s:
                 return
             while pos - s.dropped < len(s.lines):
                 idx = max(pos - s.dropped, 0)

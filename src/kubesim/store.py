@@ -156,7 +156,8 @@ class ObjectStore:
         self._rt_subscribers: dict[ResourceType, list[Callable[[WatchEvent], None]]] = {}
         self._mutating: dict[ResourceType, list[AdmissionHook]] = {}
         self._validating: dict[ResourceType, list[AdmissionHook]] = {}
-        self._applied: dict[tuple[ResourceType, str, str, str], Any] = {}
+        # server-side apply: the last configuration each field manager applied, per object
+        self._applied: dict[tuple[ResourceType, str, str], dict[str, Any]] = {}
         self._gc_queue: deque[tuple[str, Any]] = deque()
         self._depth = 0
         self._rng = random.Random(0x5EED)
@@ -259,8 +260,7 @@ class ObjectStore:
         if etype == "DELETED":
             bucket.pop(name, None)
             self._by_uid.pop(uid, None)
-            for key in [k for k in self._applied if k[:3] == (rt, ns, name)]:
-                del self._applied[key]
+            self._applied.pop((rt, ns, name), None)
         else:
             bucket[name] = new
             self._by_uid[uid] = (rt, ns, name)
@@ -752,15 +752,15 @@ class ObjectStore:
         applied.setdefault("metadata", {})["name"] = name
         if rt.namespaced:
             applied["metadata"]["namespace"] = ns
-        key = (rt, ns, name, field_manager)
+        key = (rt, ns, name)
         if current is None:
             if subresource:
                 raise not_found(rt, name)
             out = self._create(rt, applied, dry_run=dry_run, reset_status=False)
             if not dry_run:
-                self._applied[key] = applied
+                self._applied[key] = {field_manager: applied}
             return out
-        previous = self._applied.get(key)
+        previous = self._applied.get(key, {}).get(field_manager)
         base = _copy(current)
         merged = apply_merge(base, applied, previous)
         merged["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
@@ -768,7 +768,7 @@ class ObjectStore:
             merged["metadata"]["resourceVersion"] = meta["resourceVersion"]
         out = self._replace(rt, merged, subresource=subresource, dry_run=dry_run)
         if not dry_run:
-            self._applied[key] = applied
+            self._applied.setdefault(key, {})[field_manager] = applied
         return out
 
     # ------------------------------------------------------------------------------------ delete

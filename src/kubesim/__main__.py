@@ -1,0 +1,95 @@
+"""``python -m kubesim serve``: run a simulated cluster on loopback until interrupted.
+
+Writes a kubeconfig (context ``kubesim``, the admin identity's token) so kubectl, lightkube or the
+Kubernetes SDK can use it:
+
+    python -m kubesim serve --kubeconfig /tmp/kubesim.yaml &
+    kubectl --kubeconfig /tmp/kubesim.yaml get trainjobs -w
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+from kubesim.clock import RealClock
+from kubesim.sim import Simulator
+
+DEFAULT_KUBECONFIG = "kubesim.kubeconfig"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m kubesim", description="kubesim: a simulated Kubernetes cluster"
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run the simulator until SIGINT/SIGTERM and write a kubeconfig")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback only by default)")
+    s.add_argument("--port", type=int, default=0, help="port (default: an ephemeral port)")
+    s.add_argument(
+        "--kubeconfig",
+        default=DEFAULT_KUBECONFIG,
+        help=f"where to write the kubeconfig (default: ./{DEFAULT_KUBECONFIG})",
+    )
+    s.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second (default 1)")
+    s.add_argument(
+        "--tls",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve HTTPS with a self-signed certificate (default; kubectl sends tokens only over TLS)",
+    )
+    s.add_argument("--no-kueue", dest="kueue", action="store_false", help="run without the Kueue simulation")
+    s.add_argument(
+        "--nodes", type=int, default=None, help="number of simulated nodes (default: the fixtures')"
+    )
+    s.add_argument("--bookmark-interval", type=float, default=10.0, help="seconds between watch bookmarks")
+    return p
+
+
+async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None) -> None:
+    """Start the simulator, write the kubeconfig, and wait for SIGINT/SIGTERM (or cancellation)."""
+    if args.speed <= 0:
+        raise SystemExit(f"--speed must be > 0, got {args.speed}")
+    sim = Simulator(
+        clock=RealClock(args.speed),
+        kueue=args.kueue,
+        nodes=args.nodes,
+        tls=args.tls,
+        host=args.host,
+        port=args.port,
+        bookmark_interval=args.bookmark_interval,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    async with sim:
+        path = sim.write_kubeconfig(Path(args.kubeconfig))
+        print(
+            f"kubesim serving {sim.url} (speed x{args.speed:g}, kueue {'on' if args.kueue else 'off'})",
+            flush=True,
+        )
+        print(f"kubeconfig written to {path.resolve()}", flush=True)
+        print(f"  export KUBECONFIG={path.resolve()}", flush=True)
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+        print("kubesim: stopping", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(args))
+        return 0
+    return 2  # pragma: no cover - argparse enforces the subcommand
+
+
+if __name__ == "__main__":
+    sys.exit(main())
