@@ -51,9 +51,11 @@ __all__ = [
     "test_conformance_read_only_refuses_every_write",
     "test_conformance_refuses_unsupported_extensions",
     "test_conformance_start_is_idempotent_per_identity",
+    "test_conformance_stop_a_held_job",
     "test_conformance_stop_is_idempotent_and_cancels",
     "test_conformance_time_limit_times_out",
     "test_conformance_vanished_is_lost",
+    "test_conformance_wait_ceased_honours_timeout",
     "test_conformance_watch_emits_changes_and_resumes",
     "test_conformance_watch_without_cursor_lists_current",
 ]
@@ -423,6 +425,17 @@ async def test_conformance_hold_running_then_release(harness: Harness) -> None:
         await backend.release(handle, token)
 
 
+@pytest.mark.asyncio
+async def test_conformance_stop_a_held_job(harness: Harness) -> None:
+    """A job stopped while held is cancelled and never runs."""
+    backend = await harness.open()
+    await _capable(backend, Holder, "holds")
+    handle = await backend.start(harness.spec(), _identity("held-stop"), held=True)
+    await backend.stop(handle)
+    final = await _terminal(harness, backend, handle)
+    assert (final.state, final.cause) == (State.CANCELLED, Cause.CANCELLED)
+
+
 # --- Watcher ------------------------------------------------------------------------------------
 
 
@@ -522,6 +535,20 @@ async def test_conformance_cessation(harness: Harness) -> None:
     finally:
         waiter.cancel()
     assert await backend.ceased(handle)
+
+
+@pytest.mark.asyncio
+async def test_conformance_wait_ceased_honours_timeout(harness: Harness) -> None:
+    """``wait_ceased`` on a running job is bounded by ``asyncio.timeout`` and leaves the backend usable."""
+    backend = await harness.open()
+    await _capable(backend, CessationSignal, "cessation")
+    assert isinstance(backend, CessationSignal)
+    handle = await backend.start(harness.spec(), _identity("bounded"))
+    await _running(harness, backend, handle)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await backend.wait_ceased(handle)
+    assert (await backend.observe(handle)).state is State.RUNNING
 
 
 # --- IdentityWeakener ---------------------------------------------------------------------------
