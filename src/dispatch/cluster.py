@@ -8,6 +8,7 @@ record write is a compare-and-swap retried a bounded number of times. The observ
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import TracebackType
@@ -192,15 +193,12 @@ class Cluster:
         try:
             handle = await self.backend.start(spec, identity, held=held)
         except OutcomeUnknownError as exc:
-            reason = str(exc)
-            note = f"start of {identity}: {reason}"
-            return await self._update(
-                job_id,
-                lambda r: (
-                    r.replace(unknown_write=note),
-                    [self._t(Actor.USER, "start outcome unknown", why=reason, epoch=identity.epoch)],
-                ),
-            )
+            return await self._start_unknown(job_id, identity, str(exc))
+        except asyncio.CancelledError:
+            # Cancelled while the create may have been sent: the record must say so, whatever happens
+            # to this task next.
+            await asyncio.shield(self._start_unknown(job_id, identity, "cancelled while starting"))
+            raise
         except (InvalidError, UnsupportedError) as exc:
             reason = str(exc)
             refused = Outcome(
@@ -234,17 +232,28 @@ class Cluster:
                 lambda r: (r, [self._t(Actor.USER, "start failed", why=reason, epoch=identity.epoch)]),
             )
             raise
-        token: str | None = None
+        await self._update(
+            job_id,
+            lambda r: (
+                r.replace(handle=handle),
+                [self._t(Actor.USER, "started", why=str(handle), epoch=identity.epoch)],
+            ),
+        )
         if held and isinstance(self.backend, Holder):
             # Holding an incarnation created held is idempotent and yields the token release needs.
             token = await self.backend.hold(handle)
-
-        def started(r: JobRecord) -> _Step:
-            rec = r.replace(handle=handle, hold_token=token if token is not None else r.hold_token)
-            return rec, [self._t(Actor.USER, "started", why=str(handle), epoch=identity.epoch)]
-
-        await self._update(job_id, started)
+            await self._update(job_id, lambda r: (r.replace(hold_token=token), []))
         return await self.get(job_id)
+
+    async def _start_unknown(self, job_id: str, identity: Identity, reason: str) -> JobRecord:
+        note = f"start of {identity}: {reason}"
+        return await self._update(
+            job_id,
+            lambda r: (
+                r.replace(unknown_write=note),
+                [self._t(Actor.USER, "start outcome unknown", why=reason, epoch=identity.epoch)],
+            ),
+        )
 
     async def cancel(self, job_id: str) -> JobRecord:
         """Ask for the job to end. Records the intent first, then stops the incarnation. A job that is
@@ -481,7 +490,9 @@ class Cluster:
         """Lines of output of node ``node`` of the job's current incarnation.
         ``UnsupportedError`` when the adapter cannot read output."""
         if not isinstance(self.backend, OutputReader) or not (await self.backend.capabilities()).output:
-            raise UnsupportedError(f"cluster {self.backend.name!r} cannot read job output (capability 'output')")
+            raise UnsupportedError(
+                f"cluster {self.backend.name!r} cannot read job output (capability 'output')"
+            )
         if isinstance(node, bool) or not isinstance(node, int) or node < 0:
             raise InvalidError(f"expected a node index >= 0, got {node!r}", path="node")
         if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or tail < 0):

@@ -477,3 +477,27 @@ async def test_dry_run_needs_a_dry_runner(
     async with Cluster(NoWatcher(backend), store, clock=clock) as cluster:
         with pytest.raises(UnsupportedError, match="dry run"):
             await cluster.dry_run(spec())
+
+
+class HangingStart(NoWatcher):
+    """A backend whose create is sent but whose response never comes (the caller gives up)."""
+
+    async def start(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Handle:
+        await self.inner.start(spec, identity, held=held)
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_a_submit_cancelled_during_start_leaves_the_record_saying_so(
+    backend: MemoryBackend, store: MemoryStore, clock: ManualClock
+) -> None:
+    async with Cluster(HangingStart(backend), store, clock=clock) as cluster:
+        task = asyncio.create_task(cluster.submit(spec(), job_id="cx"))
+        await settle()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        rec = await store.get("cx")
+        assert rec.unknown_write is not None and "cancelled while starting" in rec.unknown_write
+        settled = await cluster.get("cx")
+        assert settled.unknown_write is None and settled.handle is not None
