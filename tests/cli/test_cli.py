@@ -325,3 +325,21 @@ def test_common_options_may_come_before_the_command(config: Path) -> None:
     result = invoke("--config", config, "--json", "check")
     assert result.exit_code == 0
     assert json.loads(result.stdout)["config"] == str(config)
+
+
+def test_config_files_may_be_toml(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        'adapter = "memory"\nreadOnly = true\n[settings]\nnodes = 2\n[store]\nmemory = {}\n'
+        '[policy.rules.preempted]\naction = "requeue"\nmax = 5\n'
+    )
+    result = invoke("check", "--config", cfg, "--json")
+    assert result.exit_code == 0, result.stderr
+    body = json.loads(result.stdout)
+    assert body["capabilities"]["readOnly"] is True and body["capabilities"]["limits"]["maxNodes"] == 2
+    cfg.write_text('adapter = "memory"\nadapter = "x"\n')
+    bad = invoke("check", "--config", cfg)
+    assert bad.exit_code == 2 and "not valid TOML" in bad.stderr
+    cfg.write_text('adapter = "memory"\n[settings]\nwhen = 2026-01-01\n')
+    dated = invoke("check", "--config", cfg)
+    assert dated.exit_code == 2 and "settings.when" in dated.stderr

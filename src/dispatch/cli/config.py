@@ -1,4 +1,4 @@
-"""The CLI's cluster config file: which adapter, its settings, the store, the policy.
+"""The CLI's cluster config file (YAML; JSON or TOML by extension): adapter, settings, store, policy.
 
 ```yaml
 adapter: memory            # a registered or installed adapter name
@@ -105,9 +105,14 @@ class ClusterFile:
 
 
 def parse_config(text: str | bytes, *, source: str = "<default>", base: Path | None = None) -> ClusterFile:
-    """Decode a cluster config document (YAML, or JSON for a ``.json`` source), strictly."""
+    """Decode a cluster config document strictly: YAML, or JSON / TOML for a ``.json`` / ``.toml`` source."""
     what = source
-    raw = load_json(text, what=what) if source.endswith(".json") else load_yaml(text, what=what)
+    if source.endswith(".json"):
+        raw = load_json(text, what=what)
+    elif source.endswith(".toml"):
+        raw = _load_toml(text, what)
+    else:
+        raw = load_yaml(text, what=what)
     f = Fields(raw, "", what="config key")
     adapter = f.required("adapter", as_str)
     if not adapter:
@@ -118,6 +123,19 @@ def parse_config(text: str | bytes, *, source: str = "<default>", base: Path | N
     read_only = f.optional("readOnly", as_bool, False)
     f.done()
     return ClusterFile(adapter, settings, store, policy, read_only, source)
+
+
+def _load_toml(text: str | bytes, what: str) -> Any:
+    import tomllib  # deferred: only TOML configs need it
+
+    try:
+        data = text.decode("utf-8") if isinstance(text, bytes) else text
+        # TOML itself refuses duplicate keys and has no null; dates are refused below (check_plain).
+        return check_plain(tomllib.loads(data), "")
+    except UnicodeDecodeError as exc:
+        raise InvalidError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=what) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidError(f"not valid TOML: {exc}", path=what) from None
 
 
 def _settings(value: Any, path: str) -> dict[str, Any]:
