@@ -111,9 +111,13 @@ async def test_open_an_adapter_found_only_by_entry_point(tiny_plugin: Path) -> N
         assert cluster.backend.cfg.read_only  # type: ignore[attr-defined]
 
 
-def test_import_dispatch_stays_light() -> None:
+@pytest.mark.parametrize(
+    "statement",
+    ["import dispatch", "import dispatch, dispatch.cluster, dispatch.fold, dispatch.sync, dispatch.cli"],
+)
+def test_import_dispatch_stays_light(statement: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import dispatch"],
+        [sys.executable, "-X", "importtime", "-c", statement],
         capture_output=True,
         text=True,
         check=True,
