@@ -426,4 +426,12 @@ def adapters_(opts: Options) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """The console script's entry: run the CLI."""
-    cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="dispatch")
+    try:
+        cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="dispatch")
+    except BrokenPipeError:
+        # The reader went away (`dispatch list | head -1`): stop quietly, like other Unix tools.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(EXIT_FAILED)
