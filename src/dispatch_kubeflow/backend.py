@@ -33,6 +33,7 @@ from dispatch_kubeflow.names import (
 from dispatch_kubeflow.preflight import (
     ClusterFacts,
     discover,
+    kueue_objects,
     probe,
     review_access,
     runtime_path,
@@ -85,12 +86,14 @@ async def open_backend(
             await discover(client, settings, facts)
             if cfg.read_only:
                 client.read_only = True
+                facts.notes += await kueue_objects(client, settings, facts)
             else:
                 await review_access(client, settings, facts)
                 if facts.may_write:
                     await probe(client, settings, facts, window=window, clock=clock)
                 else:
                     client.read_only = True
+                    facts.notes += await kueue_objects(client, settings, facts)
         except ApiStatus as exc:
             raise exc.to_error(f"preflight of the cluster at {client.server}") from None
         except Unreachable as exc:

@@ -34,7 +34,7 @@ from dispatch_kubeflow.runtime import inspect_runtime
 from dispatch_kubeflow.settings import Settings
 from dispatch_kubeflow.trainjob import build_probe
 
-__all__ = ["ClusterFacts", "discover", "probe", "review_access", "runtime_path"]
+__all__ = ["ClusterFacts", "discover", "kueue_objects", "probe", "review_access", "runtime_path"]
 
 _log = logging.getLogger(__name__)
 
@@ -175,11 +175,40 @@ async def _poll_once(
     return None
 
 
+async def kueue_objects(client: KubeClient, settings: Settings, facts: ClusterFacts) -> list[str]:
+    """Reasons why the Kueue objects the settings name are missing (a typo'd queue would leave every job
+    waiting forever). Objects the credentials may not read are noted, not refused."""
+    if not facts.kueue:
+        return []
+    wanted = [
+        ("LocalQueue", "localqueues", settings.queue, settings.namespace),
+        ("WorkloadPriorityClass", "workloadpriorityclasses", settings.priority_class, None),
+        ("AdmissionCheck", "admissionchecks", settings.admission_check, None),
+    ]
+    reasons: list[str] = []
+    for kind, plural, name, ns in wanted:
+        if name is None:
+            continue
+        path = resource_path(KUEUE_GROUP, KUEUE_VERSION, plural, namespace=ns, name=name)
+        try:
+            found = await client.get_or_none(path, what=f'get Kueue {kind} "{name}"')
+        except ApiStatus as exc:
+            facts.notes.append(f'could not check that Kueue {kind} "{name}" exists (HTTP {exc.code})')
+            continue
+        if found is None:
+            place = f" in namespace {ns!r}" if ns else ""
+            reasons.append(f'the Kueue {kind} "{name}" named in the settings does not exist{place}')
+    return reasons
+
+
 async def probe(
     client: KubeClient, settings: Settings, facts: ClusterFacts, *, window: float, clock: Clock
 ) -> None:
     """Create the gated probe, watch it for ``window`` seconds, learn, delete it and wait for it to cease.
     Raises :class:`UnsupportedError` explaining why when the cluster cannot run jobs."""
+    missing = await kueue_objects(client, settings, facts)
+    if missing:
+        raise UnsupportedError(missing)
     ref = settings.probe_runtime
     where = f'probeRuntime {ref.kind} "{ref.runtime}"'
     runtime = await client.get_or_none(
