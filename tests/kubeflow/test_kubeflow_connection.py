@@ -1,0 +1,69 @@
+"""Where the connection comes from: settings kubeconfig and context, $KUBECONFIG, TLS with a CA."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import install, kubeconfig
+from kubeflow_fixtures import STOCK, config
+
+from dispatch import InvalidError
+from dispatch_kubeflow.backend import open_backend
+from kubesim.sim import Simulator
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def test_kubeconfig_from_the_environment(
+    sim: Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path / "kc", sim.url, sim.token("readonly")))
+    b = await open_backend(config({}), probe_window=0.3)
+    try:
+        assert (await b.capabilities()).observe_only
+        assert b.settings.kubeconfig is None
+    finally:
+        await b.close()
+
+
+def _add_context(path: Path, token: str) -> None:
+    doc = yaml.safe_load(path.read_text())
+    doc["contexts"].append({"name": "other", "context": {"cluster": "kubesim", "user": "ro"}})
+    doc["users"].append({"name": "ro", "user": {"token": token}})
+    path.write_text(yaml.safe_dump(doc))
+
+
+async def test_a_named_context(sim: Simulator, tmp_path: Path) -> None:
+    path = Path(kubeconfig(tmp_path / "kc", sim.url, sim.token("admin")))
+    _add_context(path, sim.token("readonly"))
+    b = await open_backend(config({"kubeconfig": str(path), "context": "other"}), probe_window=0.3)
+    try:
+        assert b.observe_only  # the context's read-only user, not the current context's admin
+    finally:
+        await b.close()
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text)
+
+
+async def test_a_kubeconfig_that_is_not_one_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    path = tmp_path / "kc"
+    _write(path, "token: s3cr3t-value\n  - : [\n")
+    with pytest.raises(InvalidError) as info:
+        await open_backend(config({"kubeconfig": str(path)}))
+    assert info.value.path == "kubeconfig" and "s3cr3t" not in str(info.value)
+
+
+async def test_tls_with_the_cluster_ca(tmp_path: Path) -> None:
+    async with Simulator(install_runtimes=False, tls=True) as tls_sim:
+        install(tls_sim, *(make() for make in STOCK.values()))
+        assert tls_sim.url.startswith("https://")
+        kc = tls_sim.write_kubeconfig(tmp_path / "kc")
+        b = await open_backend(config({"kubeconfig": str(kc)}), probe_window=0.3)
+        try:
+            assert b.facts.trainer_reconciles
+        finally:
+            await b.close()
