@@ -31,6 +31,7 @@ from kubesim.requestlog import WRITE_VERBS, RequestRecord
 from kubesim.resources import PODS, REGISTRY, SELFSUBJECTACCESSREVIEWS, ResourceType, by_plural
 from kubesim.selectors import parse_field_selector, parse_label_selector
 from kubesim.store import WatchEvent
+from kubesim.tables import table, wants_table
 
 if TYPE_CHECKING:
     from kubesim.sim import Simulator
@@ -505,9 +506,33 @@ class ApiServer:
                     return await self._log(request, info, q, record)
                 except ConnectionResetError:
                     return web.Response(status=200)
-            return _json_response(store.get(rt, info.namespace, info.name or ""))
+            obj = store.get(rt, info.namespace, info.name or "")
+            if wants_table(request.headers.get("Accept")):
+                return _json_response(
+                    table(
+                        rt,
+                        [obj],
+                        self.sim.clock.now(),
+                        resource_version=obj["metadata"]["resourceVersion"],
+                        include_object=q.get("includeObject", "Metadata"),
+                    )
+                )
+            return _json_response(obj)
         if info.verb == "list":
-            return _json_response(self._list(rt, info.namespace, q))
+            body = self._list(rt, info.namespace, q)
+            if wants_table(request.headers.get("Accept")):
+                meta = body["metadata"]
+                return _json_response(
+                    table(
+                        rt,
+                        body["items"],
+                        self.sim.clock.now(),
+                        resource_version=meta["resourceVersion"],
+                        include_object=q.get("includeObject", "Metadata"),
+                        list_meta={k: v for k, v in meta.items() if k != "resourceVersion"},
+                    )
+                )
+            return _json_response(body)
         if info.verb == "watch":
             try:
                 return await self._watch(request, info, q, record)
@@ -782,7 +807,11 @@ class ApiServer:
 
     # --------------------------------------------------------------------------------- watch
 
-    def _event_line(self, etype: str, ev: WatchEvent) -> bytes:
+    def _event_line(
+        self, etype: str, ev: WatchEvent, as_table: Callable[[dict[str, Any]], Any] | None
+    ) -> bytes:
+        if as_table is not None:
+            return _dumps({"type": etype, "object": as_table(ev.obj)}) + b"\n"
         rv = ev.resource_version
         obj_json = self._ser_cache.get(rv)
         if obj_json is None:
@@ -828,6 +857,19 @@ class ApiServer:
 
         watcher = _Watcher()
         ns = info.namespace
+        as_table: Callable[[dict[str, Any]], Any] | None = None
+        if wants_table(request.headers.get("Accept")):
+            include = q.get("includeObject", "Metadata")
+            clock = self.sim.clock
+
+            def as_table(obj: dict[str, Any]) -> Any:
+                return table(
+                    rt,
+                    [obj],
+                    clock.now(),
+                    resource_version=obj["metadata"]["resourceVersion"],
+                    include_object=include,
+                )
 
         def on_event(ev: WatchEvent) -> None:
             if ns is not None and ev.namespace != ns:
@@ -868,9 +910,10 @@ class ApiServer:
                 await resp.write_eof()
                 return resp
             for obj in initial:
-                await resp.write(b'{"type":"ADDED","object":' + _dumps(obj) + b"}\n")
+                shown = as_table(obj) if as_table is not None else obj
+                await resp.write(b'{"type":"ADDED","object":' + _dumps(shown) + b"}\n")
             for ev in replay:
-                line = self._transition(ev, matches)
+                line = self._transition(ev, matches, as_table)
                 if line is not None:
                     await resp.write(line)
                 last_rv = max(last_rv, ev.resource_version)
@@ -910,7 +953,7 @@ class ApiServer:
                 if item.resource_version <= last_rv:
                     continue
                 last_rv = item.resource_version
-                line = self._transition(item, matches)
+                line = self._transition(item, matches, as_table)
                 if line is not None:
                     await resp.write(line)
             await resp.write_eof()
@@ -919,20 +962,25 @@ class ApiServer:
             unsubscribe()
             self._watchers.discard(watcher)
 
-    def _transition(self, ev: WatchEvent, matches: Callable[[dict[str, Any]], bool]) -> bytes | None:
+    def _transition(
+        self,
+        ev: WatchEvent,
+        matches: Callable[[dict[str, Any]], bool],
+        as_table: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> bytes | None:
         """The event a filtered watch sends: objects entering the filter are ADDED, leaving it DELETED."""
         now = matches(ev.obj)
         if ev.type == "ADDED":
-            return self._event_line("ADDED", ev) if now else None
+            return self._event_line("ADDED", ev, as_table) if now else None
         if ev.type == "DELETED":
-            return self._event_line("DELETED", ev) if now else None
+            return self._event_line("DELETED", ev, as_table) if now else None
         before = ev.old is not None and matches(ev.old)
         if now and before:
-            return self._event_line("MODIFIED", ev)
+            return self._event_line("MODIFIED", ev, as_table)
         if now:
-            return self._event_line("ADDED", ev)
+            return self._event_line("ADDED", ev, as_table)
         if before:
-            return self._event_line("DELETED", ev)
+            return self._event_line("DELETED", ev, as_table)
         return None
 
     # ---------------------------------------------------------------------------------- logs

@@ -160,3 +160,33 @@ async def test_logs(ksim: Simulator, tmp_path: Path) -> None:
     ksim.logs.close("default", "trainer-0", "node")
     code, out, err = await kubectl(kc, "logs", "-f", "trainer-0", "-c", "node")
     assert code == 0 and out.endswith("step 2\n"), err
+
+
+async def test_get_prints_server_side_table_columns(ksim: Simulator, tmp_path: Path) -> None:
+    kc = ksim.write_kubeconfig(tmp_path / "kc")
+    ksim.store.create(PODS, running_pod("trainer-0"))
+    code, out, err = await kubectl(kc, "get", "pods")
+    assert code == 0, err
+    header, row = out.splitlines()
+    assert header.split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert row.split()[:4] == ["trainer-0", "1/1", "Running", "0"]
+    proc = await asyncio.create_subprocess_exec(
+        str(KUBECTL),
+        "--kubeconfig",
+        str(kc),
+        "get",
+        "pods",
+        "-w",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    try:
+        assert (await asyncio.wait_for(proc.stdout.readline(), 20)).decode().split()[0] == "NAME"
+        assert (await asyncio.wait_for(proc.stdout.readline(), 20)).decode().split()[0] == "trainer-0"
+        ksim.store.delete(PODS, "default", "trainer-0")  # graceful: the pod shows as Terminating
+        line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode().split()
+        assert line[0] == "trainer-0" and line[2] == "Terminating"
+    finally:
+        proc.kill()
+        await proc.wait()

@@ -101,3 +101,24 @@ def test_field_selectors() -> None:
     assert ei.value.message == "field label not supported: status.phase"
     with pytest.raises(ApiError):
         parse_field_selector(PODS, "nonsense")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (-5, "<invalid>"),
+        (0, "0s"),
+        (119, "119s"),
+        (125, "2m5s"),
+        (600, "10m"),
+        (3 * 3600 + 60, "3h1m"),
+        (30 * 3600, "30h"),
+        (3 * 86400 + 3600, "3d1h"),
+        (400 * 86400, "400d"),
+        (3 * 365 * 86400, "3y"),
+    ],
+)
+def test_human_duration(seconds: int, text: str) -> None:
+    from kubesim.tables import human_duration
+
+    assert human_duration(seconds) == text
