@@ -40,6 +40,7 @@ class Faults:
     def __init__(self) -> None:
         self.latency: float = 0.0  # seconds of real time added to every request
         self._failures: list[_Failure] = []
+        self._losses: list[_Failure] = []
         self._drop_listeners: list[Callable[[bool], None]] = []
         self._compact: Callable[[], None] | None = None
         self.injected = 0  # how many requests were failed on purpose
@@ -98,6 +99,31 @@ class Faults:
                 return err
         return None
 
+    def lose_response_next(
+        self,
+        n: int = 1,
+        *,
+        verb: str | None = None,
+        path: str | None = None,
+        predicate: Predicate | None = None,
+    ) -> None:
+        """Handle the next ``n`` matching requests normally, then cut the connection instead of answering:
+        the write happened, the client cannot know it (for "outcome unknown" handling)."""
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        self._losses.append(_Failure(n, 0, verb, re.compile(path) if path else None, predicate, 0, ""))
+
+    def should_lose_response(self, verb: str, path: str) -> bool:
+        """Whether this (already handled) request's response is to be lost."""
+        for f in self._losses:
+            if f.remaining > 0 and f.matches(verb, path):
+                f.remaining -= 1
+                if f.remaining == 0:
+                    self._losses.remove(f)
+                self.injected += 1
+                return True
+        return False
+
     def retry_after(self, err: ApiError) -> int | None:
         if err.details and "retryAfterSeconds" in err.details:
             return int(err.details["retryAfterSeconds"])
@@ -125,3 +151,4 @@ class Faults:
         """Remove latency and pending failures."""
         self.latency = 0.0
         self._failures.clear()
+        self._losses.clear()

@@ -232,6 +232,11 @@ class ApiServer:
                 self._authorize(perms, info)
                 resp = await self._resource(request, info, perms, record)
             status = resp.status
+            if info.verb and not resp.prepared and sim.faults.should_lose_response(info.verb, request.path):
+                status = 0  # handled, but the client never hears back
+                if request.transport is not None:
+                    request.transport.abort()
+                return web.Response(status=204)  # never written: the connection is gone
             return resp
         except ApiError as err:
             status = err.code
@@ -269,7 +274,7 @@ class ApiServer:
         if not rest or len(rest) > 3:
             raise _not_found_path()
         rt = by_plural(group, rest[0])
-        if rt is None or rt.version != version:
+        if rt is None or rt.version != version or rt.group in self.sim.disabled_groups:
             raise _not_found_path()
         info.rt = rt
         info.name = rest[1] if len(rest) >= 2 else None
@@ -329,8 +334,8 @@ class ApiServer:
             raise method_not_allowed()
         if not parts:
             paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]
-            paths += sorted({f"/apis/{rt.group}" for rt in REGISTRY.values() if rt.group})
-            paths += sorted({f"/apis/{rt.api_version}" for rt in REGISTRY.values() if rt.group})
+            paths += sorted({f"/apis/{rt.group}" for rt in self._served() if rt.group})
+            paths += sorted({f"/apis/{rt.api_version}" for rt in self._served() if rt.group})
             return _json_response({"paths": paths})
         if parts == ["version"]:
             return _json_response(KUBE_VERSION)
@@ -376,12 +381,12 @@ class ApiServer:
         resource's operations (enough for kubectl to see server-side field validation is supported), but
         no schemas (so kubectl does no client-side schema validation and uses merge patches for CRs)."""
         paths = {}
-        for gvp in sorted({self._gv_path(rt) for rt in REGISTRY.values()}):
+        for gvp in sorted({self._gv_path(rt) for rt in self._served()}):
             paths[gvp] = {"serverRelativeURL": f"/openapi/v3/{gvp}?hash=kubesim-{KUBE_VERSION['gitVersion']}"}
         return {"paths": paths}
 
     def _openapi_gv(self, gv_path: str) -> dict[str, Any] | None:
-        rts = [rt for rt in REGISTRY.values() if self._gv_path(rt) == gv_path]
+        rts = [rt for rt in self._served() if self._gv_path(rt) == gv_path]
         if not rts:
             return None
         params = [
@@ -443,9 +448,13 @@ class ApiServer:
             "components": {"schemas": {}},
         }
 
+    def _served(self) -> list[ResourceType]:
+        """The registered types this simulator serves (a disabled API group is "not installed")."""
+        return [rt for rt in REGISTRY.values() if rt.group not in self.sim.disabled_groups]
+
     def _groups(self) -> list[dict[str, Any]]:
         groups: dict[str, list[str]] = {}
-        for rt in REGISTRY.values():
+        for rt in self._served():
             if rt.group and rt.version not in groups.setdefault(rt.group, []):
                 groups[rt.group].append(rt.version)
         out = []
@@ -456,7 +465,7 @@ class ApiServer:
 
     def _resource_list(self, group: str, version: str) -> dict[str, Any]:
         resources: list[dict[str, Any]] = []
-        for rt in sorted(REGISTRY.values(), key=lambda r: r.plural):
+        for rt in sorted(self._served(), key=lambda r: r.plural):
             if rt.group != group or rt.version != version:
                 continue
             entry: dict[str, Any] = {

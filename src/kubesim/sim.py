@@ -20,7 +20,7 @@ import logging
 import os
 import ssl
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
@@ -79,6 +79,7 @@ class Simulator:
         bookmark_interval: float = 10.0,
         watch_timeout: float = 1800.0,
         request_log_size: int = 100_000,
+        disabled_groups: Iterable[str] = (),
     ) -> None:
         self.clock: Clock = clock if clock is not None else ManualClock()
         self.store = ObjectStore(self.clock, history_limit=history_limit)
@@ -90,6 +91,11 @@ class Simulator:
         for tok, perms in (tokens or {}).items():
             self.auth.add(perms, tok)
         self.kueue = kueue
+        # API groups this cluster does not serve (as if their CRDs were not installed); without Kueue
+        # the kueue.x-k8s.io group is absent from discovery, like on a cluster without Kueue.
+        self.disabled_groups: set[str] = set(disabled_groups)
+        if not kueue:
+            self.disabled_groups.add("kueue.x-k8s.io")
         self.nodes = nodes
         self.install_runtimes = install_runtimes
         self.tls = tls

@@ -201,3 +201,24 @@ async def test_request_log_is_bounded() -> None:
         r = Raw(sim, session, sim.token("admin"))
         await asyncio.gather(*(r.request("GET", "/version") for _ in range(12)))
         assert len(sim.requests) == 5 and sim.requests.total == 12
+
+
+async def test_lost_response_commits_the_write(sim: Simulator, raw: Raw) -> None:
+    sim.faults.lose_response_next(1, verb="create")
+    with pytest.raises(aiohttp.ClientError):
+        await raw.request("POST", CM, configmap("a"))
+    assert sim.store.exists(CONFIGMAPS, "default", "a")  # the client cannot know it was created
+    assert [(r.verb, r.status) for r in sim.requests] == [("create", 0)]
+    assert (await raw.request("POST", CM, configmap("b")))[0] == 201
+
+
+async def test_disabled_api_groups_are_not_served(raw: Raw) -> None:
+    async with Simulator(controllers=[], kueue=False, disabled_groups=["jobset.x-k8s.io"]) as sim:
+        r = Raw(sim, raw.session, sim.token("admin"))
+        _, groups, _ = await r.request("GET", "/apis")
+        names = {g["name"] for g in groups["groups"]}
+        assert "kueue.x-k8s.io" not in names and "jobset.x-k8s.io" not in names
+        assert "trainer.kubeflow.org" in names
+        assert (await r.request("GET", "/apis/kueue.x-k8s.io/v1beta2"))[0] == 404
+        assert (await r.request("GET", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"))[0] == 404
+        assert (await r.request("GET", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"))[0] == 404
