@@ -280,14 +280,11 @@ def build_probe(name: str, settings: Settings, info: RuntimeInfo) -> dict[str, A
     patch = _runtime_patch(info, settings, {LABEL_PROBE: "true"}, checkpoint=False, gate=True)
     if patch is not None:
         body["runtimePatches"] = [patch]
-    return {
-        "apiVersion": TRAINER_API,
-        "kind": "TrainJob",
-        "metadata": {
-            "name": name,
-            "namespace": settings.namespace,
-            "labels": {**settings.labels, **_kueue_labels(settings), LABEL_PROBE: "true"},
-            "annotations": dict(settings.annotations),
-        },
-        "spec": body,
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": settings.namespace,
+        "labels": {**settings.labels, **_kueue_labels(settings), LABEL_PROBE: "true"},
     }
+    if settings.annotations:
+        metadata["annotations"] = dict(settings.annotations)
+    return {"apiVersion": TRAINER_API, "kind": "TrainJob", "metadata": metadata, "spec": body}
