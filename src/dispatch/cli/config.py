@@ -178,7 +178,7 @@ def load_config(path: str | None = None, *, environ: Mapping[str, str] | None = 
         data = p.read_bytes()
     except OSError as exc:
         raise InvalidError(f"cannot read the cluster config: {exc.strerror}", path=str(p)) from None
-    return parse_config(data, source=str(p), base=p.parent)
+    return parse_config(data, source=str(p), base=p.resolve().parent)
 
 
 def read_token(token_file: str | None = None, *, environ: Mapping[str, str] | None = None) -> str | None:
