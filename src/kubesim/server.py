@@ -569,7 +569,6 @@ class ApiServer:
             return await self._patch(request, info, q, dry_run)
         if info.verb == "delete":
             opts = await self._delete_options(request, q)
-            existed_rv = store.get(rt, info.namespace, info.name or "")["metadata"]["resourceVersion"]
             obj = store.delete(
                 rt,
                 info.namespace,
@@ -579,10 +578,7 @@ class ApiServer:
                 dry_run=dry_run or opts["dry_run"],
                 preconditions=opts["preconditions"],
             )
-            del existed_rv
-            gone = not store.exists(rt, info.namespace, info.name or "") or (
-                store.get(rt, info.namespace, info.name or "")["metadata"]["uid"] != obj["metadata"]["uid"]
-            )
+            gone = not store.exists(rt, info.namespace, info.name or "")
             if dry_run or opts["dry_run"]:
                 return _json_response(obj)
             if not gone:

@@ -598,7 +598,10 @@ class ObjectStore:
                 else:
                     meta.pop(k, None)
             meta.pop("managedFields", None)
-            meta.pop("generateName", None) if "generateName" not in cur_meta else None
+            if "generateName" in cur_meta:
+                meta["generateName"] = cur_meta["generateName"]
+            else:
+                meta.pop("generateName", None)
             if rt.has_status:
                 if "status" in current:
                     new["status"] = deep_copy(current["status"])
