@@ -343,3 +343,18 @@ def test_config_files_may_be_toml(tmp_path: Path) -> None:
     cfg.write_text('adapter = "memory"\n[settings]\nwhen = 2026-01-01\n')
     dated = invoke("check", "--config", cfg)
     assert dated.exit_code == 2 and "settings.when" in dated.stderr
+
+
+@pytest.mark.parametrize("name", ["hello.yaml", "preempted.yaml", "oom.yaml", "trainjob-hello.yaml"])
+def test_every_example_job_validates(name: str) -> None:
+    # trainjob-hello.yaml carries kubeflow/RuntimeRef: validate imports installed adapters to know it.
+    result = invoke("validate", EXAMPLES / name)
+    assert result.exit_code == 0, result.stderr
+
+
+@pytest.mark.parametrize("name", ["memory-cluster.yaml", "kubesim-cluster.yaml"])
+def test_every_example_config_decodes(name: str) -> None:
+    from dispatch.cli.config import load_config
+
+    cf = load_config(str(EXAMPLES / name))
+    assert cf.adapter in ("memory", "kubeflow")
