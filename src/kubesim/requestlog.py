@@ -15,9 +15,12 @@ __all__ = ["WRITE_VERBS", "RequestLog", "RequestRecord"]
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
-@dataclass(frozen=True)
+@dataclass
 class RequestRecord:
-    """One answered request. ``identity`` is the authenticated identity's name ("" if unauthenticated)."""
+    """One answered request. ``identity`` is the authenticated identity's name ("" if unauthenticated).
+
+    ``response_bytes`` counts the body bytes sent; for watch and log streams it grows while the stream
+    is open (the record is made when the stream starts)."""
 
     method: str
     path: str
@@ -30,6 +33,8 @@ class RequestRecord:
     resource: str = ""  # plural[/subresource]
     namespace: str = ""
     name: str = ""
+    request_bytes: int = 0
+    response_bytes: int = 0
 
     @property
     def is_write(self) -> bool:
@@ -86,6 +91,10 @@ class RequestLog:
                 continue
             out.append(r)
         return out
+
+    def bytes_total(self) -> tuple[int, int]:
+        """(request bytes, response bytes) over the retained records."""
+        return sum(r.request_bytes for r in self._records), sum(r.response_bytes for r in self._records)
 
     def writes(self, identity: str | None = None) -> list[RequestRecord]:
         """Requests whose verb writes (create/update/patch/delete/deletecollection)."""

@@ -178,31 +178,33 @@ class ApiServer:
         info = RequestInfo()
         perms: Permissions | None = None
         status = 500
-        recorded = False
+        rec: RequestRecord | None = None
+        final: web.StreamResponse | None = None
 
-        def record(code: int) -> None:
-            nonlocal recorded
-            if recorded:
-                return
-            recorded = True
+        def record(code: int, response_bytes: int = 0) -> RequestRecord:
+            nonlocal rec
+            if rec is not None:
+                return rec
             res = ""
             if info.rt is not None:
                 res = info.rt.plural + (f"/{info.subresource}" if info.subresource else "")
-            sim.requests.record(
-                RequestRecord(
-                    method=request.method,
-                    path=request.path,
-                    query=tuple(request.query.items()),
-                    verb=info.verb,
-                    identity=perms.name if perms is not None else "",
-                    status=code,
-                    time=time.time(),
-                    sim_time=sim.clock.now(),
-                    resource=res,
-                    namespace=info.namespace or "",
-                    name=info.name or "",
-                )
+            rec = RequestRecord(
+                method=request.method,
+                path=request.path,
+                query=tuple(request.query.items()),
+                verb=info.verb,
+                identity=perms.name if perms is not None else "",
+                status=code,
+                time=time.time(),
+                sim_time=sim.clock.now(),
+                resource=res,
+                namespace=info.namespace or "",
+                name=info.name or "",
+                request_bytes=request.content_length or 0,
+                response_bytes=response_bytes,
             )
+            sim.requests.record(rec)
+            return rec
 
         if log.isEnabledFor(logging.DEBUG):  # never the Authorization header
             log.debug(
@@ -218,7 +220,8 @@ class ApiServer:
             parts = [p for p in request.path.split("/") if p]
             if parts and parts[0] in _HEALTH and len(parts) == 1:
                 status = 200
-                return web.Response(text="ok", content_type="text/plain")
+                final = web.Response(text="ok", content_type="text/plain")
+                return final
             info = self._parse(request, parts)
             perms = sim.auth.authenticate(request.headers.get("Authorization"))
             if perms is None:
@@ -237,19 +240,23 @@ class ApiServer:
                 if request.transport is not None:
                     request.transport.abort()
                 return web.Response(status=204)  # never written: the connection is gone
+            final = resp
             return resp
         except ApiError as err:
             status = err.code
-            return _error_response(err)
+            final = _error_response(err)
+            return final
         except (ConnectionResetError, asyncio.CancelledError):
-            status = 499 if not recorded else status
+            status = 499 if rec is None else status
             raise
         except Exception as exc:  # never leak a traceback (or anything else) to the client
             log.exception("kubesim: unhandled error for %s %s", request.method, request.path)
             status = 500
-            return _error_response(internal(f"{type(exc).__name__}: {exc}"))
+            final = _error_response(internal(f"{type(exc).__name__}: {exc}"))
+            return final
         finally:
-            record(status)
+            body = getattr(final, "body", None) if isinstance(final, web.Response) else None
+            record(status, len(body) if isinstance(body, bytes) else 0)
             if info.verb in WRITE_VERBS and status < 400:
                 sim.kick()
 
@@ -497,7 +504,11 @@ class ApiServer:
     # ------------------------------------------------------------------------------ resources
 
     async def _resource(
-        self, request: web.Request, info: RequestInfo, perms: Permissions, record: Callable[[int], None]
+        self,
+        request: web.Request,
+        info: RequestInfo,
+        perms: Permissions,
+        record: Callable[[int], RequestRecord],
     ) -> web.StreamResponse:
         rt = info.rt
         assert rt is not None
@@ -827,7 +838,11 @@ class ApiServer:
         return b'{"type":"' + etype.encode() + b'","object":' + obj_json + b"}\n"
 
     async def _watch(
-        self, request: web.Request, info: RequestInfo, q: dict[str, str], record: Callable[[int], None]
+        self,
+        request: web.Request,
+        info: RequestInfo,
+        q: dict[str, str],
+        record: Callable[[int], RequestRecord],
     ) -> web.StreamResponse:
         rt = info.rt
         assert rt is not None
@@ -909,18 +924,23 @@ class ApiServer:
             )
             resp.enable_chunked_encoding()
             await resp.prepare(request)
-            record(200)
+            rec = record(200)
+
+            async def send(data: bytes) -> None:
+                rec.response_bytes += len(data)
+                await resp.write(data)
+
             if error is not None:
-                await resp.write(_dumps({"type": "ERROR", "object": error.status()}) + b"\n")
+                await send(_dumps({"type": "ERROR", "object": error.status()}) + b"\n")
                 await resp.write_eof()
                 return resp
             for obj in initial:
                 shown = as_table(obj) if as_table is not None else obj
-                await resp.write(b'{"type":"ADDED","object":' + _dumps(shown) + b"}\n")
+                await send(b'{"type":"ADDED","object":' + _dumps(shown) + b"}\n")
             for ev in replay:
                 line = self._transition(ev, matches, as_table)
                 if line is not None:
-                    await resp.write(line)
+                    await send(line)
                 last_rv = max(last_rv, ev.resource_version)
             if send_initial:
                 bm = {
@@ -931,7 +951,7 @@ class ApiServer:
                         "annotations": {"k8s.io/initial-events-end": "true"},
                     },
                 }
-                await resp.write(_dumps({"type": "BOOKMARK", "object": bm}) + b"\n")
+                await send(_dumps({"type": "BOOKMARK", "object": bm}) + b"\n")
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
             while True:
@@ -948,7 +968,7 @@ class ApiServer:
                             "apiVersion": rt.api_version,
                             "metadata": {"resourceVersion": str(store.resource_version)},
                         }
-                        await resp.write(_dumps({"type": "BOOKMARK", "object": bm}) + b"\n")
+                        await send(_dumps({"type": "BOOKMARK", "object": bm}) + b"\n")
                     continue
                 if item is None:
                     if watcher.abort and request.transport is not None:
@@ -960,7 +980,7 @@ class ApiServer:
                 last_rv = item.resource_version
                 line = self._transition(item, matches, as_table)
                 if line is not None:
-                    await resp.write(line)
+                    await send(line)
             await resp.write_eof()
             return resp
         finally:
@@ -991,7 +1011,11 @@ class ApiServer:
     # ---------------------------------------------------------------------------------- logs
 
     async def _log(
-        self, request: web.Request, info: RequestInfo, q: dict[str, str], record: Callable[[int], None]
+        self,
+        request: web.Request,
+        info: RequestInfo,
+        q: dict[str, str],
+        record: Callable[[int], RequestRecord],
     ) -> web.StreamResponse:
         store, logs = self.sim.store, self.sim.logs
         ns, name = info.namespace or "", info.name or ""
@@ -1041,7 +1065,12 @@ class ApiServer:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
-        record(200)
+        rec = record(200)
+
+        async def send(data: bytes) -> None:
+            rec.response_bytes += len(data)
+            await resp.write(data)
+
         sent = 0
         if follow:
             lines = logs.follow(ns, name, container, tail=tail, since=since)
@@ -1049,9 +1078,9 @@ class ApiServer:
                 data = ((rfc3339(ln.time) + " ") if timestamps else "") + ln.text + "\n"
                 chunk = data.encode()
                 if limit_bytes is not None and sent + len(chunk) > limit_bytes:
-                    await resp.write(chunk[: limit_bytes - sent])
+                    await send(chunk[: limit_bytes - sent])
                     break
-                await resp.write(chunk)
+                await send(chunk)
                 sent += len(chunk)
         else:
             entries = logs.entries(ns, name, container)
@@ -1064,7 +1093,7 @@ class ApiServer:
             ).encode()
             if limit_bytes is not None:
                 out = out[:limit_bytes]
-            await resp.write(out)
+            await send(out)
         await resp.write_eof()
         return resp
 

@@ -222,3 +222,15 @@ async def test_disabled_api_groups_are_not_served(raw: Raw) -> None:
         assert (await r.request("GET", "/apis/kueue.x-k8s.io/v1beta2"))[0] == 404
         assert (await r.request("GET", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"))[0] == 404
         assert (await r.request("GET", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"))[0] == 404
+
+
+async def test_request_log_counts_bytes(sim: Simulator, raw: Raw) -> None:
+    await raw.request("POST", CM, configmap("a"))
+    rv = str(sim.store.resource_version - 1)
+    await raw.stream_lines(CM, {"watch": "1", "resourceVersion": rv, "timeoutSeconds": "1"}, limit=1)
+    create, watch = list(sim.requests)
+    assert create.request_bytes > 0 and create.response_bytes > 0
+    assert (
+        watch.verb == "watch" and watch.response_bytes > create.response_bytes
+    )  # the event wraps the object
+    assert sim.requests.bytes_total()[1] == create.response_bytes + watch.response_bytes
