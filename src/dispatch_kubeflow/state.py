@@ -51,7 +51,10 @@ def _failed_container(pods: Sequence[Mapping[str, Any]]) -> Evidence | None:
             cs = _map(cs)
             if cs.get("name") != NODE_CONTAINER:
                 continue
-            term = _map(_map(cs.get("state")).get("terminated"))
+            # With restartPolicy OnFailure the last exit sits in lastState while the container restarts.
+            term = _map(_map(cs.get("state")).get("terminated")) or _map(
+                _map(cs.get("lastState")).get("terminated")
+            )
             code = term.get("exitCode")
             if isinstance(code, int) and code != 0:
                 return Evidence(

@@ -505,3 +505,21 @@ def test_state_from_conditions_and_pods() -> None:
     deleting = _tj()
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     assert outcome_of(deleting).state is State.CANCELLED
+
+
+def test_exit_code_read_from_last_state_while_restarting() -> None:
+    pod = {
+        "metadata": {"name": "p"},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "node",
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    "lastState": {"terminated": {"exitCode": 2, "reason": "Error"}},
+                }
+            ],
+        },
+    }
+    out = outcome_of(_tj(**_cond("Failed", "FailedJobs")), [pod])
+    assert (out.cause, out.evidence[0].exit_code) == (Cause.EXIT_CODE, 2)

@@ -1,0 +1,61 @@
+"""Whole incarnations on kubesim: scripted pods run, succeed, fail with an exit code, time out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from conftest import kubeconfig
+from kubeflow_fixtures import config, ident, spec
+
+from dispatch import Cause, State
+from dispatch_kubeflow import Backend
+from dispatch_kubeflow.backend import open_backend
+from kubesim.sim import Simulator
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def backend(sim: Simulator, tmp_path_factory: Any) -> AsyncIterator[Backend]:
+    kc = kubeconfig(tmp_path_factory.mktemp("kc") / "config", sim.url, sim.token("admin"))
+    b = await open_backend(config({"kubeconfig": kc}), probe_window=0.3)
+    yield b
+    await b.close()
+
+
+async def test_running_then_succeeded(backend: Backend, sim: Simulator) -> None:
+    handle = await backend.start(
+        spec(nodes=2, env={"KUBESIM_SCRIPT": "print hi; sleep 60; exit 0"}), ident("ok")
+    )
+    await sim.settle()
+    sim.advance(10)
+    assert (await backend.observe(handle)).state is State.RUNNING
+    sim.advance(120)
+    obs = await backend.observe(handle)
+    assert (obs.state, obs.cause) == (State.SUCCEEDED, Cause.NONE)
+    assert obs.outcome.evidence[0].reason == "AllJobsCompleted"
+
+
+async def test_exit_code_is_the_cause(backend: Backend, sim: Simulator) -> None:
+    handle = await backend.start(spec(env={"KUBESIM_SCRIPT": "sleep 5; exit 3"}), ident("bad-exit"))
+    await sim.settle()
+    sim.advance(600)
+    obs = await backend.observe(handle)
+    assert obs.state is State.FAILED
+    # The Job controller removed the failed pods when the Job failed, so only the TrainJob's own reason is
+    # left to read after the fact (capturing pod evidence before cleanup is the watch's job).
+    assert obs.cause in (Cause.EXIT_CODE, Cause.UNKNOWN)
+    assert any(e.kind == "TrainJob" and e.reason == "FailedJobs" for e in obs.outcome.evidence)
+
+
+async def test_time_limit_is_a_timeout(backend: Backend, sim: Simulator) -> None:
+    handle = await backend.start(
+        spec(time_limit=30, env={"KUBESIM_SCRIPT": "sleep 3600; exit 0"}), ident("slow")
+    )
+    await sim.settle()
+    sim.advance(120)
+    obs = await backend.observe(handle)
+    assert (obs.state, obs.cause) == (State.FAILED, Cause.TIMEOUT)
