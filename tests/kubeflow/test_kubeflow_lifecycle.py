@@ -59,3 +59,42 @@ async def test_time_limit_is_a_timeout(backend: Backend, sim: Simulator) -> None
     sim.advance(120)
     obs = await backend.observe(handle)
     assert (obs.state, obs.cause) == (State.FAILED, Cause.TIMEOUT)
+
+
+FULL = {
+    "queue": "user-queue",
+    "labels": {"team": "a"},
+    "annotations": {"example.com/owner": "ada"},
+    "serviceAccountName": "default",
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "imagePullSecrets": [{"name": "registry"}],
+    "resourcesPerNode": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}},
+    "checkpointVolume": {"claimName": "checkpoints", "mountPath": "/ckpt"},
+}
+
+
+@pytest.mark.parametrize("runtime", ["torch-distributed", "deepspeed-distributed", "jax-distributed"])
+async def test_kubesim_trainer_admission_accepts_every_shape_we_write(
+    sim: Simulator, tmp_path_factory: Any, runtime: str
+) -> None:
+    from dispatch import Image, SharedCheckpoint
+    from dispatch_kubeflow import RuntimeRef
+    from dispatch_kubeflow.naming import native_name
+    from kubesim.resources import JOBSETS
+
+    kc = kubeconfig(tmp_path_factory.mktemp("kc") / "config", sim.url, sim.token("admin"))
+    b = await open_backend(config({"kubeconfig": kc, **FULL}), probe_window=0.3)
+    try:
+        extensions = [Image("example.org/t:1"), RuntimeRef(runtime), SharedCheckpoint("/ckpt/run")]
+        procs = 4 if runtime == "torch-distributed" else None
+        identity = ident(f"full-{runtime}")
+        await b.start(
+            spec(runtime, nodes=2, procs_per_node=procs, time_limit=600, extensions=extensions), identity
+        )
+        created = [r for r in sim.requests.filter(method="POST", resource="trainjobs") if r.status == 201]
+        assert created
+        await sim.settle()
+        assert sim.store.get(JOBSETS, "default", native_name(identity))
+    finally:
+        await b.close()
