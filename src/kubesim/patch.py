@@ -286,8 +286,11 @@ def _prune(live: Any, previous: Any, applied: Any) -> Any:
         return live
     applied_d = applied if isinstance(applied, dict) else {}
     for k, pv in previous.items():
-        if k not in applied_d:
+        if isinstance(pv, dict) and isinstance(live.get(k), dict):
+            # maps are owned field by field: drop only the keys this manager applied and omits now
+            live[k] = _prune(live[k], pv, applied_d.get(k))
+            if not live[k] and k not in applied_d:
+                del live[k]
+        elif k not in applied_d:
             live.pop(k, None)
-        elif isinstance(pv, dict) and isinstance(live.get(k), dict):
-            live[k] = _prune(live[k], pv, applied_d[k])
     return live

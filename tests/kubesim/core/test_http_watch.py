@@ -218,3 +218,16 @@ async def test_aborted_watch_cuts_the_connection(raw: Raw, sim: Simulator) -> No
     assert sim.server.active_watches() == 0
     with pytest.raises(Exception):  # noqa: B017 - the client sees a broken stream, whatever its type
         await s.task
+
+
+async def test_lightkube_sees_410_on_a_compacted_resume(client: AsyncClient, sim: Simulator) -> None:
+    from lightkube.core.exceptions import ApiError as LkApiError
+
+    sim.store.create(CONFIGMAPS, configmap("a"))
+    old = str(sim.store.resource_version)
+    sim.store.create(CONFIGMAPS, configmap("b"))
+    sim.faults.compact()
+    with pytest.raises(LkApiError) as ei:
+        async for _ in client.watch(ConfigMap, namespace="default", resource_version=old):
+            pass
+    assert ei.value.status.code == 410 and ei.value.status.reason == "Expired"

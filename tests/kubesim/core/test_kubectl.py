@@ -190,3 +190,13 @@ async def test_get_prints_server_side_table_columns(ksim: Simulator, tmp_path: P
     finally:
         proc.kill()
         await proc.wait()
+
+
+async def test_typed_commands_sent_as_protobuf(ksim: Simulator, tmp_path: Path) -> None:
+    kc = ksim.write_kubeconfig(tmp_path / "kc")
+    code, _out, err = await kubectl(kc, "create", "namespace", "team-a")
+    assert code == 0, err
+    code, _out, err = await kubectl(kc, "-n", "team-a", "create", "configmap", "cfg", "--from-literal=lr=0.1")
+    assert code == 0, err
+    cm = ksim.store.get(CONFIGMAPS, "team-a", "cfg")
+    assert cm["data"] == {"lr": "0.1"}
