@@ -258,6 +258,7 @@ def test_check_prints_capabilities_and_never_the_token(tmp_path: Path, config: P
     as_json = json.loads(invoke("check", "--config", config, "--json", "--token-file", token_file).stdout)
     assert as_json["capabilities"]["holds"] is True
     assert SECRET not in json.dumps(as_json)
+    assert invoke("open", "--config", config).stdout == result.stdout  # `open` is `check`
 
 
 def test_the_token_never_shows_in_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

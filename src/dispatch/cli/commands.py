@@ -360,6 +360,13 @@ def check(opts: Options) -> None:
     execute(opts, _check(opts))
 
 
+@cli.command("open")
+@common
+def open_(opts: Options) -> None:
+    """Open the configured cluster and print its capabilities (the same as `check`)."""
+    execute(opts, _check(opts))
+
+
 async def _check(opts: Options) -> int:
     cluster, cf = await opts.open()
     async with cluster:
