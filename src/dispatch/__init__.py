@@ -17,6 +17,7 @@ from dispatch.backend import (
     Watcher,
 )
 from dispatch.clock import Clock, ManualClock, SystemClock
+from dispatch.cluster import Cluster, open
 from dispatch.config import AdapterConfig, Config
 from dispatch.errors import (
     BusyError,
@@ -96,6 +97,7 @@ __all__ = [
     "CessationSignal",
     "Change",
     "Clock",
+    "Cluster",
     "Config",
     "ConflictError",
     "DispatchError",
@@ -141,6 +143,7 @@ __all__ = [
     "adapters",
     "default_store_path",
     "new_backend",
+    "open",
     "register",
     "register_extension",
 ]
