@@ -181,6 +181,13 @@ _MERGE_KEYS: dict[str, str] = {
     "resourceClaims": "name",
     "schedulingGates": "name",
     "topologySpreadConstraints": "topologyKey",
+    # list-map fields of the Kueue/JobSet CRDs (x-kubernetes-list-map-keys), used by server-side apply
+    "admissionChecks": "name",
+    "podSets": "name",
+    "podSetAssignments": "name",
+    "replicatedJobs": "name",
+    "replicatedJobsStatus": "name",
+    "flavors": "name",
 }
 # Primitive lists merged as sets (patchStrategy "merge" on a []string).
 _SET_LISTS = {"finalizers"}

@@ -157,7 +157,7 @@ class ObjectStore:
         self._mutating: dict[ResourceType, list[AdmissionHook]] = {}
         self._validating: dict[ResourceType, list[AdmissionHook]] = {}
         # server-side apply: the last configuration each field manager applied, per object
-        self._applied: dict[tuple[ResourceType, str, str], dict[str, Any]] = {}
+        self._applied: dict[tuple[ResourceType, str, str], dict[tuple[str, str], Any]] = {}
         self._gc_queue: deque[tuple[str, Any]] = deque()
         self._depth = 0
         self._rng = random.Random(0x5EED)
@@ -761,9 +761,9 @@ class ObjectStore:
                 raise not_found(rt, name)
             out = self._create(rt, applied, dry_run=dry_run, reset_status=False)
             if not dry_run:
-                self._applied[key] = {field_manager: applied}
+                self._applied[key] = {(field_manager, ""): applied}
             return out
-        previous = self._applied.get(key, {}).get(field_manager)
+        previous = self._applied.get(key, {}).get((field_manager, subresource or ""))
         base = _copy(current)
         merged = apply_merge(base, applied, previous)
         merged["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
@@ -771,7 +771,7 @@ class ObjectStore:
             merged["metadata"]["resourceVersion"] = meta["resourceVersion"]
         out = self._replace(rt, merged, subresource=subresource, dry_run=dry_run)
         if not dry_run:
-            self._applied.setdefault(key, {})[field_manager] = applied
+            self._applied.setdefault(key, {})[(field_manager, subresource or "")] = applied
         return out
 
     # ------------------------------------------------------------------------------------ delete

@@ -29,7 +29,7 @@ async def test_serve_writes_kubeconfig_and_stops_on_sigterm(tmp_path: Path) -> N
     )
     assert proc.stdout is not None
     try:
-        lines = []
+        lines: list[str] = []
         while not any("kubeconfig written" in ln for ln in lines):
             line = await asyncio.wait_for(proc.stdout.readline(), 30)
             assert line, "serve exited early"
@@ -47,6 +47,6 @@ async def test_serve_writes_kubeconfig_and_stops_on_sigterm(tmp_path: Path) -> N
             assert "clustertrainingruntime.trainer.kubeflow.org/torch-distributed" in out
     finally:
         proc.send_signal(signal.SIGTERM)
-        rest, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0, err.decode()
-    assert b"stopping" in rest
+        tail_out, tail_err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, tail_err.decode()
+    assert b"stopping" in tail_out

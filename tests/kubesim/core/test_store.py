@@ -371,3 +371,47 @@ def test_deleted_event_carries_new_resource_version(store: ObjectStore) -> None:
     store.subscribe(events.append, rt=CONFIGMAPS)
     store.delete(CONFIGMAPS, "default", "a")
     assert events[-1].type == "DELETED" and events[-1].resource_version == store.resource_version
+
+
+def test_apply_to_status_merges_list_maps_by_name(store: ObjectStore) -> None:
+    from kubesim.resources import WORKLOADS
+
+    wl = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "w", "namespace": "default"},
+        "spec": {"queueName": "q"},
+    }
+    store.create(WORKLOADS, wl)
+    store.mutate(
+        WORKLOADS,
+        "default",
+        "w",
+        lambda o: o.update(
+            status={
+                "admissionChecks": [
+                    {"name": "other-check", "state": "Ready"},
+                    {"name": "dispatch", "state": "Pending"},
+                ]
+            }
+        ),
+        status=True,
+    )
+    applied = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "w"},
+        "status": {"admissionChecks": [{"name": "dispatch", "state": "Ready"}]},
+    }
+    out = store.patch(
+        WORKLOADS,
+        "default",
+        "w",
+        applied,
+        "application/apply-patch+yaml",
+        subresource="status",
+        field_manager="dispatch-admission",
+    )
+    states = {c["name"]: c["state"] for c in out["status"]["admissionChecks"]}
+    assert states == {"other-check": "Ready", "dispatch": "Ready"}
+    assert out["spec"] == {"queueName": "q"}
