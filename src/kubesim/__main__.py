@@ -76,6 +76,8 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
         )
         print(f"kubeconfig written to {path.resolve()}", flush=True)
         print(f"  export KUBECONFIG={path.resolve()}", flush=True)
+        if not args.tls:
+            print("note: plain HTTP; kubectl will not send the token (use TLS for kubectl)", flush=True)
         if ready is not None:
             ready.set()
         await stop.wait()
