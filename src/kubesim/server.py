@@ -30,7 +30,7 @@ from kubesim.patch import APPLY, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from kubesim.requestlog import WRITE_VERBS, RequestRecord
 from kubesim.resources import PODS, REGISTRY, SELFSUBJECTACCESSREVIEWS, ResourceType, by_plural
 from kubesim.selectors import parse_field_selector, parse_label_selector
-from kubesim.store import WatchEvent
+from kubesim.store import WatchEvent, check_propagation
 from kubesim.tables import table, wants_table
 
 if TYPE_CHECKING:
@@ -768,6 +768,7 @@ class ApiServer:
             opts["grace"] = g
         if _truthy(q.get("orphanDependents")) and opts["propagation"] is None:
             opts["propagation"] = "Orphan"
+        check_propagation(opts["propagation"])
         return opts
 
     # ---------------------------------------------------------------------------------- list

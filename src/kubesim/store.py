@@ -51,7 +51,7 @@ from kubesim.resources import JOBS, NAMESPACES, PODS, REGISTRY, SERVICES, Resour
 from kubesim.selectors import parse_field_selector, parse_label_selector
 from kubesim.validation import validate_metadata
 
-__all__ = ["AdmissionHook", "ObjectStore", "WatchEvent"]
+__all__ = ["AdmissionHook", "ObjectStore", "WatchEvent", "check_propagation"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,24 @@ ORPHAN_FINALIZER = "orphan"
 _BUILTIN_GROUPS = frozenset({"", "batch", "coordination.k8s.io", "authorization.k8s.io"})
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+def check_propagation(policy: str | None) -> None:
+    """422 Invalid unless ``policy`` is None or one of the three propagation policies."""
+    if policy is not None and policy not in ("Background", "Foreground", "Orphan"):
+        detail = f'Unsupported value: "{policy}": supported values: "Foreground", "Background", "Orphan"'
+        raise ApiError(
+            422,
+            "Invalid",
+            f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: {detail}',
+            details={
+                "group": "meta.k8s.io",
+                "kind": "DeleteOptions",
+                "causes": [
+                    {"reason": "FieldValueNotSupported", "message": detail, "field": "propagationPolicy"}
+                ],
+            },
+        )
 
 
 @dataclass(frozen=True)
@@ -840,11 +858,7 @@ class ObjectStore:
                 )
         if propagation is None:
             propagation = "Orphan" if rt is JOBS else "Background"
-        if propagation not in ("Background", "Foreground", "Orphan"):
-            raise bad_request(
-                f'propagationPolicy: Unsupported value: "{propagation}": supported values: "Foreground", '
-                '"Background", "Orphan"'
-            )
+        check_propagation(propagation)
         for hook in self._validating.get(rt, ()):
             self._call_hook(hook, "DELETE", rt, deep_copy(current), deep_copy(current))
         now = self.clock.now()
