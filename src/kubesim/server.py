@@ -510,140 +510,151 @@ class ApiServer:
         perms: Permissions,
         record: Callable[[int], RequestRecord],
     ) -> web.StreamResponse:
-        rt = info.rt
-        assert rt is not None
+        """Serve a request on a resource path: one handler per verb."""
         q = dict(request.query)
-        store = self.sim.store
-        dry_run = self._dry_run(q)
         fv = q.get("fieldValidation")
         if fv is not None and fv not in ("Ignore", "Warn", "Strict"):
             raise bad_request(
                 f'fieldValidation: Unsupported value: "{fv}": supported values: "Ignore", "Warn", "Strict"'
             )
-        if info.verb == "get":
-            if info.subresource == "log":
-                try:
-                    return await self._log(request, info, q, record)
-                except ConnectionResetError:
-                    return web.Response(status=200)
-            obj = store.get(rt, info.namespace, info.name or "")
-            if wants_table(request.headers.get("Accept")):
-                return _json_response(
-                    table(
-                        rt,
-                        [obj],
-                        self.sim.clock.now(),
-                        resource_version=obj["metadata"]["resourceVersion"],
-                        include_object=q.get("includeObject", "Metadata"),
-                    )
-                )
-            return _json_response(obj)
-        if info.verb == "list":
-            body = self._list(rt, info.namespace, q)
-            if wants_table(request.headers.get("Accept")):
-                meta = body["metadata"]
-                return _json_response(
-                    table(
-                        rt,
-                        body["items"],
-                        self.sim.clock.now(),
-                        resource_version=meta["resourceVersion"],
-                        include_object=q.get("includeObject", "Metadata"),
-                        list_meta={k: v for k, v in meta.items() if k != "resourceVersion"},
-                    )
-                )
-            return _json_response(body)
-        if info.verb == "watch":
-            try:
+        try:
+            if info.verb == "get" and info.subresource == "log":
+                return await self._log(request, info, q, record)
+            if info.verb == "watch":
                 return await self._watch(request, info, q, record)
-            except ConnectionResetError:  # the client went away mid-stream
-                return web.Response(status=200)
+        except ConnectionResetError:  # the client went away mid-stream
+            return web.Response(status=200)
+        if info.verb == "get":
+            return self._get(request, info, q)
+        if info.verb == "list":
+            return self._list_response(request, info, q)
         if info.verb == "create":
-            body = await self._body(request)
-            if rt is SELFSUBJECTACCESSREVIEWS:
-                return _json_response(self._ssar(body, perms), 201)
-            self._check_body(rt, body, info)
-            obj = store.create(rt, body, dry_run=dry_run, reset_status=True)
-            return _json_response(obj, 201)
+            return await self._create(request, info, q, perms)
         if info.verb == "update":
-            body = await self._body(request)
-            self._check_body(rt, body, info)
-            obj = store.replace(
-                rt,
-                body,
-                subresource=info.subresource or None,
-                dry_run=dry_run,
-                require_resource_version=rt.group not in _BUILTIN_GROUPS and not info.subresource,
-            )
-            return _json_response(obj)
+            return await self._update(request, info, q)
         if info.verb == "patch":
-            return await self._patch(request, info, q, dry_run)
+            return await self._patch(request, info, q, self._dry_run(q))
         if info.verb == "delete":
-            opts = await self._delete_options(request, q)
-            obj = store.delete(
-                rt,
-                info.namespace,
-                info.name or "",
-                propagation=opts["propagation"],
-                grace_period_seconds=opts["grace"],
-                dry_run=dry_run or opts["dry_run"],
-                preconditions=opts["preconditions"],
-            )
-            gone = not store.exists(rt, info.namespace, info.name or "")
-            if dry_run or opts["dry_run"]:
-                return _json_response(obj)
-            if not gone:
-                return _json_response(obj, 202 if (obj["metadata"].get("deletionTimestamp")) else 200)
-            if (rt.group, rt.plural) in _RETURNS_DELETED or rt.group not in _BUILTIN_GROUPS:
-                return _json_response(obj)
-            return _json_response(
-                {
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "metadata": {},
-                    "status": "Success",
-                    "details": {
-                        "name": info.name,
-                        **({"group": rt.group} if rt.group else {}),
-                        "kind": rt.plural,
-                        "uid": obj["metadata"]["uid"],
-                    },
-                }
-            )
+            return await self._delete(request, info, q)
         if info.verb == "deletecollection":
-            opts = await self._delete_options(request, q)
-            items, _ = store.list(
-                rt,
-                info.namespace,
-                label_selector=q.get("labelSelector"),
-                field_selector=q.get("fieldSelector"),
-            )
-            deleted = []
-            for it in items:
-                m = it["metadata"]
-                try:
-                    deleted.append(
-                        store.delete(
-                            rt,
-                            m.get("namespace"),
-                            m["name"],
-                            propagation=opts["propagation"],
-                            grace_period_seconds=opts["grace"],
-                            dry_run=dry_run or opts["dry_run"],
-                        )
-                    )
-                except ApiError as err:
-                    if err.code != 404:
-                        raise
-            return _json_response(
-                {
-                    "kind": rt.list_kind,
-                    "apiVersion": rt.api_version,
-                    "metadata": {"resourceVersion": str(store.resource_version)},
-                    "items": deleted,
-                }
-            )
+            return await self._delete_collection(request, info, q)
         raise method_not_allowed()
+
+    def _table_or(
+        self, request: web.Request, rt: ResourceType, q: dict[str, str], body: dict[str, Any]
+    ) -> Any:
+        """``body`` (an object or a list), or the Table kubectl asked for."""
+        if not wants_table(request.headers.get("Accept")):
+            return body
+        meta = body["metadata"]
+        items = body["items"] if str(body.get("kind", "")).endswith("List") else [body]
+        return table(
+            rt,
+            items,
+            self.sim.clock.now(),
+            resource_version=meta["resourceVersion"],
+            include_object=q.get("includeObject", "Metadata"),
+            list_meta={k: v for k, v in meta.items() if k in ("continue", "remainingItemCount")},
+        )
+
+    def _get(self, request: web.Request, info: RequestInfo, q: dict[str, str]) -> web.Response:
+        assert info.rt is not None
+        obj = self.sim.store.get(info.rt, info.namespace, info.name or "")
+        return _json_response(self._table_or(request, info.rt, q, obj))
+
+    def _list_response(self, request: web.Request, info: RequestInfo, q: dict[str, str]) -> web.Response:
+        assert info.rt is not None
+        return _json_response(self._table_or(request, info.rt, q, self._list(info.rt, info.namespace, q)))
+
+    async def _create(
+        self, request: web.Request, info: RequestInfo, q: dict[str, str], perms: Permissions
+    ) -> web.Response:
+        rt = info.rt
+        assert rt is not None
+        body = await self._body(request)
+        if rt is SELFSUBJECTACCESSREVIEWS:
+            return _json_response(self._ssar(body, perms), 201)
+        self._check_body(rt, body, info)
+        obj = self.sim.store.create(rt, body, dry_run=self._dry_run(q), reset_status=True)
+        return _json_response(obj, 201)
+
+    async def _update(self, request: web.Request, info: RequestInfo, q: dict[str, str]) -> web.Response:
+        rt = info.rt
+        assert rt is not None
+        body = await self._body(request)
+        self._check_body(rt, body, info)
+        obj = self.sim.store.replace(
+            rt,
+            body,
+            subresource=info.subresource or None,
+            dry_run=self._dry_run(q),
+            # custom resources refuse unconditional updates, built-in types allow them
+            require_resource_version=rt.group not in _BUILTIN_GROUPS and not info.subresource,
+        )
+        return _json_response(obj)
+
+    async def _delete(self, request: web.Request, info: RequestInfo, q: dict[str, str]) -> web.Response:
+        rt = info.rt
+        assert rt is not None
+        store = self.sim.store
+        opts = await self._delete_options(request, q)
+        dry_run = self._dry_run(q) or opts["dry_run"]
+        name = info.name or ""
+        obj = store.delete(
+            rt,
+            info.namespace,
+            name,
+            propagation=opts["propagation"],
+            grace_period_seconds=opts["grace"],
+            dry_run=dry_run,
+            preconditions=opts["preconditions"],
+        )
+        if dry_run:
+            return _json_response(obj)
+        if store.exists(rt, info.namespace, name):
+            # finalizers or a pod's grace period keep it: 202 Accepted, as the apiserver answers
+            return _json_response(obj, 202 if obj["metadata"].get("deletionTimestamp") else 200)
+        if (rt.group, rt.plural) in _RETURNS_DELETED or rt.group not in _BUILTIN_GROUPS:
+            return _json_response(obj)
+        details: dict[str, Any] = {"name": name}
+        if rt.group:
+            details["group"] = rt.group
+        details.update(kind=rt.plural, uid=obj["metadata"]["uid"])
+        return _json_response(
+            {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+        )
+
+    async def _delete_collection(
+        self, request: web.Request, info: RequestInfo, q: dict[str, str]
+    ) -> web.Response:
+        rt = info.rt
+        assert rt is not None
+        store = self.sim.store
+        opts = await self._delete_options(request, q)
+        items, _ = store.list(
+            rt, info.namespace, label_selector=q.get("labelSelector"), field_selector=q.get("fieldSelector")
+        )
+        deleted = []
+        for it in items:
+            m = it["metadata"]
+            try:
+                deleted.append(
+                    store.delete(
+                        rt,
+                        m.get("namespace"),
+                        m["name"],
+                        propagation=opts["propagation"],
+                        grace_period_seconds=opts["grace"],
+                        dry_run=self._dry_run(q) or opts["dry_run"],
+                    )
+                )
+            except ApiError as err:
+                if err.code != 404:  # already gone by a cascade: fine
+                    raise
+        meta = {"resourceVersion": str(store.resource_version)}
+        return _json_response(
+            {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": deleted}
+        )
 
     @staticmethod
     def _dry_run(q: dict[str, str]) -> bool:
