@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from aiohttp import web
 
-from kubesim import protobuf
+from kubesim import discovery, protobuf
 from kubesim.auth import Permissions
 from kubesim.clock import rfc3339
 from kubesim.errors import ApiError, bad_request, forbidden, internal, method_not_allowed, unauthorized
@@ -40,21 +40,7 @@ __all__ = ["KUBE_VERSION", "ApiServer"]
 
 log = logging.getLogger(__name__)
 
-KUBE_VERSION = {
-    "major": "1",
-    "minor": "36",
-    "emulationMajor": "1",
-    "emulationMinor": "36",
-    "minCompatibilityMajor": "1",
-    "minCompatibilityMinor": "35",
-    "gitVersion": "v1.36.2-kubesim",
-    "gitCommit": "0000000000000000000000000000000000000000",
-    "gitTreeState": "clean",
-    "buildDate": "2026-11-01T00:00:00Z",
-    "goVersion": "go1.25.0",
-    "compiler": "gc",
-    "platform": "linux/amd64",
-}
+KUBE_VERSION = discovery.KUBE_VERSION
 _HEALTH = ("healthz", "livez", "readyz")
 _BUILTIN_GROUPS = frozenset({"", "batch", "coordination.k8s.io", "authorization.k8s.io"})
 _RETURNS_DELETED = frozenset({("", "pods"), ("", "namespaces"), ("", "services")})
@@ -336,170 +322,17 @@ class ApiServer:
 
     # ---------------------------------------------------------------------------- non-resource
 
-    def _non_resource(self, request: web.Request, parts: list[str]) -> web.Response:
-        if request.method != "GET":
-            raise method_not_allowed()
-        if not parts:
-            paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]
-            paths += sorted({f"/apis/{rt.group}" for rt in self._served() if rt.group})
-            paths += sorted({f"/apis/{rt.api_version}" for rt in self._served() if rt.group})
-            return _json_response({"paths": paths})
-        if parts == ["version"]:
-            return _json_response(KUBE_VERSION)
-        if parts == ["openapi", "v3"]:
-            return _json_response(self._openapi_root())
-        if len(parts) >= 3 and parts[:2] == ["openapi", "v3"]:
-            doc = self._openapi_gv("/".join(parts[2:]))
-            if doc is None:
-                raise _not_found_path()
-            return _json_response(doc)
-        if parts == ["api"]:
-            return _json_response(
-                {
-                    "kind": "APIVersions",
-                    "versions": ["v1"],
-                    "serverAddressByClientCIDRs": [
-                        {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}
-                    ],
-                }
-            )
-        if parts == ["api", "v1"]:
-            return _json_response(self._resource_list("", "v1"))
-        if parts == ["apis"]:
-            return _json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": self._groups()})
-        if len(parts) == 2 and parts[0] == "apis":
-            for g in self._groups():
-                if g["name"] == parts[1]:
-                    return _json_response({"kind": "APIGroup", "apiVersion": "v1", **g})
-            raise _not_found_path()
-        if len(parts) == 3 and parts[0] == "apis":
-            body = self._resource_list(parts[1], parts[2])
-            if not body["resources"]:
-                raise _not_found_path()
-            return _json_response(body)
-        raise _not_found_path()
-
-    @staticmethod
-    def _gv_path(rt: ResourceType) -> str:
-        return f"apis/{rt.group}/{rt.version}" if rt.group else "api/v1"
-
-    def _openapi_root(self) -> dict[str, Any]:
-        """The OpenAPI v3 discovery document. kubesim publishes per group-version documents that list each
-        resource's operations (enough for kubectl to see server-side field validation is supported), but
-        no schemas (so kubectl does no client-side schema validation and uses merge patches for CRs)."""
-        paths = {}
-        for gvp in sorted({self._gv_path(rt) for rt in self._served()}):
-            paths[gvp] = {"serverRelativeURL": f"/openapi/v3/{gvp}?hash=kubesim-{KUBE_VERSION['gitVersion']}"}
-        return {"paths": paths}
-
-    def _openapi_gv(self, gv_path: str) -> dict[str, Any] | None:
-        rts = [rt for rt in self._served() if self._gv_path(rt) == gv_path]
-        if not rts:
-            return None
-        params = [
-            {"name": n, "in": "query", "schema": {"type": "string"}, "uniqueItems": True}
-            for n in ("dryRun", "fieldManager", "fieldValidation", "pretty")
-        ]
-        paths: dict[str, Any] = {}
-        for rt in rts:
-            gvk = {"group": rt.group, "version": rt.version, "kind": rt.kind}
-            base = "/" + gv_path + ("/namespaces/{namespace}" if rt.namespaced else "") + f"/{rt.plural}"
-            ok = {"200": {"description": "OK"}}
-            collection: dict[str, Any] = {
-                "get": {
-                    "x-kubernetes-action": "list",
-                    "x-kubernetes-group-version-kind": gvk,
-                    "responses": ok,
-                },
-                "post": {
-                    "x-kubernetes-action": "post",
-                    "x-kubernetes-group-version-kind": gvk,
-                    "parameters": params,
-                    "responses": ok,
-                },
-            }
-            item: dict[str, Any] = {
-                "get": {
-                    "x-kubernetes-action": "get",
-                    "x-kubernetes-group-version-kind": gvk,
-                    "responses": ok,
-                },
-                "put": {
-                    "x-kubernetes-action": "put",
-                    "x-kubernetes-group-version-kind": gvk,
-                    "parameters": params,
-                    "responses": ok,
-                },
-                "patch": {
-                    "x-kubernetes-action": "patch",
-                    "x-kubernetes-group-version-kind": gvk,
-                    "parameters": [*params, {"name": "force", "in": "query", "schema": {"type": "boolean"}}],
-                    "responses": ok,
-                },
-                "delete": {
-                    "x-kubernetes-action": "delete",
-                    "x-kubernetes-group-version-kind": gvk,
-                    "responses": ok,
-                },
-            }
-            if "create" not in rt.verbs or rt.verbs == ("create",):
-                collection = {"post": collection["post"]}
-                item = {}
-            paths[base] = collection
-            if item:
-                paths[base + "/{name}"] = item
-        return {
-            "openapi": "3.0.0",
-            "info": {"title": "Kubernetes (kubesim)", "version": KUBE_VERSION["gitVersion"]},
-            "paths": paths,
-            "components": {"schemas": {}},
-        }
-
     def _served(self) -> list[ResourceType]:
         """The registered types this simulator serves (a disabled API group is "not installed")."""
         return [rt for rt in REGISTRY.values() if rt.group not in self.sim.disabled_groups]
 
-    def _groups(self) -> list[dict[str, Any]]:
-        groups: dict[str, list[str]] = {}
-        for rt in self._served():
-            if rt.group and rt.version not in groups.setdefault(rt.group, []):
-                groups[rt.group].append(rt.version)
-        out = []
-        for g in sorted(groups):
-            versions = [{"groupVersion": f"{g}/{v}", "version": v} for v in groups[g]]
-            out.append({"name": g, "versions": versions, "preferredVersion": versions[0]})
-        return out
-
-    def _resource_list(self, group: str, version: str) -> dict[str, Any]:
-        resources: list[dict[str, Any]] = []
-        for rt in sorted(self._served(), key=lambda r: r.plural):
-            if rt.group != group or rt.version != version:
-                continue
-            entry: dict[str, Any] = {
-                "name": rt.plural,
-                "singularName": rt.singular,
-                "namespaced": rt.namespaced,
-                "kind": rt.kind,
-                "verbs": sorted(rt.verbs),
-            }
-            if rt.short_names:
-                entry["shortNames"] = list(rt.short_names)
-            if rt.categories:
-                entry["categories"] = list(rt.categories)
-            resources.append(entry)
-            for sub in sorted(rt.subresources):
-                verbs = ["get"] if sub == "log" else ["get", "patch", "update"]
-                resources.append(
-                    {
-                        "name": f"{rt.plural}/{sub}",
-                        "singularName": "",
-                        "namespaced": rt.namespaced,
-                        "kind": rt.kind,
-                        "verbs": verbs,
-                    }
-                )
-        gv = f"{group}/{version}" if group else version
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
+    def _non_resource(self, request: web.Request, parts: list[str]) -> web.Response:
+        if request.method != "GET":
+            raise method_not_allowed()
+        doc = discovery.document(parts, self._served(), f"{self.host}:{self.port}")
+        if doc is None:
+            raise _not_found_path()
+        return _json_response(doc)
 
     # ------------------------------------------------------------------------------ resources
 
