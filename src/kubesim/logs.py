@@ -46,6 +46,7 @@ class PodLogs:
         self._clock = clock
         # (namespace, pod) -> container -> stream, so forgetting a pod touches only its own streams
         self._pods: dict[tuple[str, str], dict[str, _Stream]] = {}
+        self._previous: dict[tuple[str, str, str], list[LogLine]] = {}
 
     def __repr__(self) -> str:
         return f"PodLogs(pods={len(self._pods)})"
@@ -83,6 +84,21 @@ class PodLogs:
         """The container (re)started: mark the stream live again."""
         self._stream(namespace, pod, container).closed = False
 
+    def restart(self, namespace: str, pod: str, container: str) -> None:
+        """The kubelet restarted the container: its lines so far become the previous instance's
+        (``?previous=true``) and a fresh, live stream begins. Followers of the old instance end."""
+        containers = self._pods.setdefault((namespace, pod), {})
+        old = containers.get(container)
+        if old is not None:
+            old.closed = True
+            old.wake()
+            self._previous[(namespace, pod, container)] = old.lines
+        containers[container] = _Stream()
+
+    def previous(self, namespace: str, pod: str, container: str) -> list[LogLine] | None:
+        """The previous instance's lines, or None if the container never restarted."""
+        return self._previous.get((namespace, pod, container))
+
     def is_closed(self, namespace: str, pod: str, container: str) -> bool:
         s = self._get(namespace, pod, container)
         return s is None or s.closed
@@ -101,9 +117,10 @@ class PodLogs:
 
     def forget(self, namespace: str, pod: str) -> None:
         """The pod object is gone: drop its logs and end its followers."""
-        for s in self._pods.pop((namespace, pod), {}).values():
+        for container, s in self._pods.pop((namespace, pod), {}).items():
             s.closed = True
             s.wake()
+            self._previous.pop((namespace, pod, container), None)
 
     async def follow(
         self,

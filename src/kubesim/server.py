@@ -24,8 +24,9 @@ from aiohttp import web
 
 from kubesim import discovery, protobuf
 from kubesim.auth import Permissions
-from kubesim.clock import rfc3339
+from kubesim.clock import parse_rfc3339, rfc3339
 from kubesim.errors import ApiError, bad_request, forbidden, internal, method_not_allowed, unauthorized
+from kubesim.logs import LogLine
 from kubesim.patch import APPLY, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from kubesim.requestlog import WRITE_VERBS, RequestRecord
 from kubesim.resources import PODS, REGISTRY, SELFSUBJECTACCESSREVIEWS, ResourceType, by_plural
@@ -878,35 +879,26 @@ class ApiServer:
             container = containers[0]
         elif container not in containers and container not in inits:
             raise bad_request(f"container {container} is not valid for pod {name}")
-        if _truthy(q.get("previous")):
-            raise bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
-        status = pod.get("status") or {}
-        statuses = (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
-        cs = next((s for s in statuses if s.get("name") == container), None)
+        want_previous = _truthy(q.get("previous"))
         if not spec.get("nodeName"):
-            raise bad_request(
-                f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating'
-            )
-        if cs is None:
-            raise bad_request(f'container "{container}" in pod "{name}" is not available')
-        state = cs.get("state") or {}
-        if "waiting" in state and not (cs.get("lastState") or {}).get("terminated"):
-            reason = (state.get("waiting") or {}).get("reason") or "ContainerCreating"
-            raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: {reason}')
-        running = "running" in state
+            # not scheduled yet: the apiserver has no kubelet to ask and answers an empty log
+            resp0 = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
+            await resp0.prepare(request)
+            record(200)
+            await resp0.write_eof()
+            return resp0
+        entries_override, running = self._log_source(ns, name, container, pod, want_previous)
         tail = _int_param(q, "tailLines")
         since_s = _int_param(q, "sinceSeconds")
         since = self.sim.clock.now() - since_s if since_s is not None else None
         if q.get("sinceTime"):
-            from kubesim.clock import parse_rfc3339
-
             try:
                 since = parse_rfc3339(q["sinceTime"])
             except ValueError as exc:
                 raise bad_request(str(exc)) from None
         limit_bytes = _int_param(q, "limitBytes")
         timestamps = _truthy(q.get("timestamps"))
-        follow = _truthy(q.get("follow")) and running
+        follow = _truthy(q.get("follow")) and running and entries_override is None
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
@@ -928,7 +920,7 @@ class ApiServer:
                 await send(chunk)
                 sent += len(chunk)
         else:
-            entries = logs.entries(ns, name, container)
+            entries = entries_override if entries_override is not None else logs.entries(ns, name, container)
             if since is not None:
                 entries = [e for e in entries if e.time >= since]
             if tail is not None:
@@ -941,6 +933,39 @@ class ApiServer:
             await send(out)
         await resp.write_eof()
         return resp
+
+    def _log_source(
+        self, ns: str, name: str, container: str, pod: dict[str, Any], previous: bool
+    ) -> tuple[list[LogLine] | None, bool]:
+        """Which instance's log to serve, decided like the kubelet does: (lines of an earlier instance or
+        None for the current one, whether the current instance runs); 400 when there is no log to serve."""
+        logs = self.sim.logs
+        status = pod.get("status") or {}
+        statuses = (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
+        cs = next((s for s in statuses if s.get("name") == container), None)
+        if cs is None:
+            raise bad_request(f'container "{container}" in pod "{name}" is not available')
+        state = cs.get("state") or {}
+        last_terminated = (cs.get("lastState") or {}).get("terminated")
+        earlier = logs.previous(ns, name, container)
+        if previous:
+            if not last_terminated and earlier is None:
+                raise bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
+            return earlier or [], False
+        if "running" in state:
+            return None, True
+        if "terminated" in state:
+            return None, False
+        if last_terminated:  # restarting (e.g. CrashLoopBackOff): the last run's log
+            return earlier or [], False
+        if "waiting" in state:
+            reason = (state.get("waiting") or {}).get("reason") or ""
+            detail = {
+                "ErrImagePull": "image can't be pulled",
+                "ImagePullBackOff": "trying and failing to pull image",
+            }.get(reason, reason)
+            raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: {detail}')
+        raise bad_request(f'container "{container}" in pod "{name}" is waiting to start - no logs yet')
 
     # ----------------------------------------------------------------------------------- SSAR
 

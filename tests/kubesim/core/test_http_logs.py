@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from lightkube import AsyncClient
@@ -84,3 +85,43 @@ async def test_timestamps_and_since(sim: Simulator, raw: Raw) -> None:
         "GET", LOG.format("p"), params={"sinceSeconds": "10", "timestamps": "true"}
     )
     assert code == 200 and text == "2026-01-01T00:01:40Z new\n"
+
+
+async def test_unscheduled_pod_has_an_empty_log(sim: Simulator, raw: Raw) -> None:
+    pod = running_pod("p")
+    del pod["spec"]["nodeName"]
+    sim.store.create(PODS, pod)
+    code, text, _ = await raw.request("GET", LOG.format("p"))
+    assert code == 200 and text == ""
+
+
+async def test_image_pull_waiting_messages(sim: Simulator, raw: Raw) -> None:
+    for reason, detail in (
+        ("ErrImagePull", "image can't be pulled"),
+        ("ImagePullBackOff", "trying and failing to pull image"),
+    ):
+        pod = running_pod(reason.lower())
+        pod["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": reason}}
+        sim.store.create(PODS, pod)
+        code, body, _ = await raw.request("GET", LOG.format(reason.lower()))
+        assert code == 400
+        assert body["message"] == f'container "node" in pod "{reason.lower()}" is waiting to start: {detail}'
+
+
+async def test_previous_instance_after_a_restart(sim: Simulator, raw: Raw) -> None:
+    sim.store.create(PODS, running_pod("p"))
+    code, body, _ = await raw.request("GET", LOG.format("p"), params={"previous": "true"})
+    assert code == 400 and body["message"] == 'previous terminated container "node" in pod "p" not found'
+    sim.logs.append("default", "p", "node", "run 1")
+    sim.logs.restart("default", "p", "node")
+    sim.logs.append("default", "p", "node", "run 2")
+
+    def crashloop(o: dict[str, Any]) -> None:
+        o["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+        o["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"exitCode": 1, "reason": "Error"}}
+
+    sim.store.mutate(PODS, "default", "p", crashloop, status=True)
+    code, text, _ = await raw.request("GET", LOG.format("p"), params={"previous": "true"})
+    assert code == 200 and text == "run 1\n"
+    code, text, _ = await raw.request("GET", LOG.format("p"))  # waiting again: the last run's log
+    assert code == 200 and text == "run 1\n"
