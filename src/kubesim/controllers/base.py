@@ -32,8 +32,12 @@ class BaseController:
 
     name = "base"
     _event_seq = 0  # shared: event names stay unique across controllers
+    #: kinds kept in a read-only local cache fed by store events (an informer, as real controllers use)
+    cached_kinds: tuple[ResourceType, ...] = ()
 
     def __init__(self) -> None:
+        self._cache: dict[ResourceType, dict[Key, dict[str, Any]]] = {}
+        self._owned: dict[ResourceType, dict[str, dict[Key, dict[str, Any]]]] = {}
         self._queue: dict[Key, None] = {}
         self._timers: dict[Key, tuple[float, TimerHandle]] = {}
         self.sim: Any = None
@@ -56,6 +60,11 @@ class BaseController:
     def attach(self, sim: Any) -> None:
         """Subscribe to the simulator's store and register admission hooks (``setup``)."""
         self.sim = sim
+        for rt in self.cached_kinds:
+            self._cache[rt] = {}
+            self._owned[rt] = {}
+            for obj in sim.store.list(rt)[0]:
+                self._cache_put(rt, obj, None)
         self._unsubscribe = sim.store.subscribe(self._on_event)
         self.setup()
         self.resync()
@@ -76,8 +85,53 @@ class BaseController:
     # ---------------------------------------------------------------------------------- queue
 
     def _on_event(self, ev: WatchEvent) -> None:
+        if ev.rt in self._cache:
+            if ev.type == "DELETED":
+                self._cache_drop(ev.rt, ev.obj)
+            else:
+                self._cache_put(ev.rt, ev.obj, ev.old)
         for key in self.keys_for(ev):
             self._queue[key] = None
+
+    @staticmethod
+    def _key_of(obj: dict[str, Any]) -> Key:
+        meta = obj["metadata"]
+        return (meta.get("namespace") or "", meta["name"])
+
+    def _cache_put(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        key = self._key_of(obj)
+        if old is not None:
+            self._cache_drop(rt, old)
+        self._cache[rt][key] = obj
+        ref = controller_of(obj)
+        if ref is not None:
+            self._owned[rt].setdefault(str(ref.get("uid")), {})[key] = obj
+
+    def _cache_drop(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        key = self._key_of(obj)
+        self._cache[rt].pop(key, None)
+        ref = controller_of(obj)
+        if ref is not None:
+            owned = self._owned[rt].get(str(ref.get("uid")))
+            if owned is not None:
+                owned.pop(key, None)
+                if not owned:
+                    del self._owned[rt][str(ref.get("uid"))]
+
+    def cached(self, rt: ResourceType, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Cached objects of ``rt`` (read-only: copy before changing), optionally of one namespace."""
+        objs = self._cache[rt].values()
+        if namespace is None:
+            return list(objs)
+        return [o for o in objs if (o["metadata"].get("namespace") or "") == namespace]
+
+    def cached_get(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """One cached object (read-only), or None."""
+        return self._cache[rt].get((namespace or "", name))
+
+    def cached_owned(self, rt: ResourceType, owner_uid: str) -> list[dict[str, Any]]:
+        """Cached objects of ``rt`` whose controlling owner has ``owner_uid`` (read-only)."""
+        return list(self._owned[rt].get(owner_uid, {}).values())
 
     def enqueue(self, namespace: str | None, name: str) -> None:
         self._queue[(namespace or "", name)] = None

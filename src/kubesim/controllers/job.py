@@ -70,6 +70,7 @@ class JobController(BaseController):
     """Creates and counts the pods of Indexed Jobs."""
 
     name = "job"
+    cached_kinds = (PODS,)
 
     def __init__(self) -> None:
         super().__init__()
@@ -89,11 +90,8 @@ class JobController(BaseController):
                 yield (ev.obj["metadata"].get("namespace", ""), str(ref.get("name")))
 
     def _pods(self, job: dict[str, Any]) -> list[dict[str, Any]]:
-        uid = job["metadata"]["uid"]
-        pods, _ = self.store.list(
-            PODS, job["metadata"].get("namespace"), label_selector=f"batch.kubernetes.io/controller-uid={uid}"
-        )
-        return pods
+        """The Job's pods (read-only, from the cache)."""
+        return self.cached_owned(PODS, job["metadata"]["uid"])
 
     def _delete_pod(self, pod: dict[str, Any]) -> None:
         self._ignored.add(pod["metadata"]["uid"])

@@ -119,6 +119,7 @@ class JobSetController(BaseController):
     """Reconciles JobSets into Jobs and a headless Service; reports replicatedJobsStatus."""
 
     name = "jobset"
+    cached_kinds = (JOBS,)
 
     def resync(self) -> None:
         for js in self.store.list(JOBSETS)[0]:
@@ -133,9 +134,7 @@ class JobSetController(BaseController):
                 yield (ev.obj["metadata"].get("namespace", ""), str(ref.get("name")))
 
     def _children(self, js: dict[str, Any]) -> list[dict[str, Any]]:
-        meta = js["metadata"]
-        jobs, _ = self.store.list(JOBS, meta.get("namespace"), label_selector=f"{L_JOBSET}={meta['name']}")
-        return [j for j in jobs if (controller_of(j) or {}).get("uid") == meta.get("uid")]
+        return self.cached_owned(JOBS, js["metadata"]["uid"])  # read-only: copy before changing
 
     def reconcile(self, namespace: str, name: str) -> None:
         js = self.get_or_none(JOBSETS, namespace, name)

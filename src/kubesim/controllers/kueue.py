@@ -95,6 +95,11 @@ class KueueController(BaseController):
     """Kueue's job reconciler, workload controller and scheduler for TrainJobs, in one controller."""
 
     name = "kueue"
+    cached_kinds = (WORKLOADS, CLUSTERQUEUES, LOCALQUEUES, RESOURCEFLAVORS, ADMISSIONCHECKS)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._waiting: set[Key] = set()  # Workloads without quota (the scheduler's queue)
 
     def attach(self, sim: Any) -> None:
         if not bool(getattr(sim, "kueue", True)):
@@ -103,42 +108,70 @@ class KueueController(BaseController):
         super().attach(sim)
 
     def resync(self) -> None:
+        for wl in self.cached(WORKLOADS):
+            if not _quota_reserved(wl) and not _is_finished(wl):
+                self._waiting.add((wl["metadata"].get("namespace", ""), wl["metadata"]["name"]))
         for tj in self.store.list(TRAINJOBS)[0]:
             self.enqueue(tj["metadata"].get("namespace"), tj["metadata"]["name"])
         self._queue[SCHEDULE] = None
 
     def keys_for(self, ev: WatchEvent) -> Iterable[Key]:
+        if ev.rt == WORKLOADS:
+            # Track which Workloads wait for quota, so a scheduling pass with nothing to do is cheap.
+            wkey = (ev.obj["metadata"].get("namespace", ""), ev.obj["metadata"]["name"])
+            if (
+                ev.type != "DELETED"
+                and not _quota_reserved(ev.obj)
+                and not _is_finished(ev.obj)
+                and (ev.obj.get("spec") or {}).get("active", True)
+            ):
+                self._waiting.add(wkey)
+            else:
+                self._waiting.discard(wkey)
         if ev.rt == TRAINJOBS:
             yield (ev.obj["metadata"].get("namespace", ""), ev.obj["metadata"]["name"])
-            yield SCHEDULE
         elif ev.rt == WORKLOADS:
+            ns = ev.obj["metadata"].get("namespace", "")
             ref = controller_of(ev.obj)
             if ref is not None and ref.get("kind") == "TrainJob":
-                yield (ev.obj["metadata"].get("namespace", ""), str(ref.get("name")))
-            yield SCHEDULE
+                yield (ns, str(ref.get("name")))
+            if ev.type != "DELETED":
+                yield (f"wl:{ns}", ev.obj["metadata"]["name"])
+            if self._affects_scheduling(ev):
+                yield SCHEDULE
         elif ev.rt in (CLUSTERQUEUES, LOCALQUEUES, RESOURCEFLAVORS, ADMISSIONCHECKS, WORKLOADPRIORITYCLASSES):
             yield SCHEDULE
         elif ev.rt == NODES:
             yield ("", f"*node*{ev.obj['metadata']['name']}")
+
+    @staticmethod
+    def _affects_scheduling(ev: WatchEvent) -> bool:
+        """Whether a Workload change can change who gets quota (new, quota, finished, active, priority)."""
+        if ev.type != "MODIFIED" or ev.old is None:
+            return True
+        new, old = ev.obj, ev.old
+        for ctype in ("QuotaReserved", "Finished", "Evicted"):
+            a, b = cond.find(new, ctype), cond.find(old, ctype)
+            if (a or {}).get("status") != (b or {}).get("status"):
+                return True
+        return (new.get("spec") or {}) != (old.get("spec") or {})
 
     def reconcile(self, namespace: str, name: str) -> None:
         if (namespace, name) == SCHEDULE:
             self._schedule()
         elif not namespace and name.startswith("*node*"):
             self._node(name[len("*node*") :])
+        elif namespace.startswith("wl:"):
+            self._workload(namespace[3:], name)
         else:
             self._job(namespace, name)
 
     # ================================================================ job reconciler (per TrainJob)
 
     def _workload_of(self, tj: dict[str, Any]) -> dict[str, Any] | None:
-        meta = tj["metadata"]
-        wls, _ = self.store.list(
-            WORKLOADS, meta.get("namespace"), label_selector=f"{JOB_UID_LABEL}={meta['uid']}"
-        )
-        for wl in wls:
-            if (controller_of(wl) or {}).get("uid") == meta["uid"]:
-                return wl
+        """A private copy of the TrainJob's Workload (from the cache), or None."""
+        for wl in self.cached_owned(WORKLOADS, tj["metadata"]["uid"]):
+            return copy.deepcopy(wl)
         return None
 
     def _runtime(self, tj: dict[str, Any]) -> dict[str, Any] | None:
@@ -509,15 +542,13 @@ class KueueController(BaseController):
     # ================================================================ scheduler and workload controller
 
     def _schedule(self) -> None:
-        wls = self.store.list(WORKLOADS)[0]
-        cqs = {c["metadata"]["name"]: c for c in self.store.list(CLUSTERQUEUES)[0]}
-        lqs = {
-            (q["metadata"].get("namespace"), q["metadata"]["name"]): q
-            for q in self.store.list(LOCALQUEUES)[0]
-        }
-        flavors = {f["metadata"]["name"]: f for f in self.store.list(RESOURCEFLAVORS)[0]}
-        checks = {c["metadata"]["name"]: c for c in self.store.list(ADMISSIONCHECKS)[0]}
-        now_s = self.clock.now()
+        if not self._waiting:
+            return
+        wls = self.cached(WORKLOADS)
+        cqs = {c["metadata"]["name"]: c for c in self.cached(CLUSTERQUEUES)}
+        lqs = {(q["metadata"].get("namespace"), q["metadata"]["name"]): q for q in self.cached(LOCALQUEUES)}
+        flavors = {f["metadata"]["name"]: f for f in self.cached(RESOURCEFLAVORS)}
+        checks = {c["metadata"]["name"]: c for c in self.cached(ADMISSIONCHECKS)}
         usage: dict[str, dict[tuple[str, str], float]] = {}
         admitted_by_cq: dict[str, list[dict[str, Any]]] = {}
         for wl in wls:
@@ -530,21 +561,9 @@ class KueueController(BaseController):
                         u[(flavor, res)] = u.get((flavor, res), 0.0) + amount
                 admitted_by_cq.setdefault(cq, []).append(wl)
 
-        # Workload controller duties on reserved workloads: checks, max execution time, deactivation.
-        for wl in wls:
-            if _is_finished(wl):
-                continue
-            if not (wl.get("spec") or {}).get("active", True):
-                self._deactivated(wl)
-                continue
-            if _quota_reserved(wl) and not cond.is_true(wl, "Evicted"):
-                cq = cqs.get(((wl.get("status") or {}).get("admission") or {}).get("clusterQueue", ""))
-                self._checks(wl, cq, now_s)
-        self._update_check_status(checks)
-
         pending = [
             w
-            for w in self.store.list(WORKLOADS)[0]
+            for w in wls
             if not _quota_reserved(w) and not _is_finished(w) and (w.get("spec") or {}).get("active", True)
         ]
         pending.sort(
@@ -557,10 +576,15 @@ class KueueController(BaseController):
         for wl in pending:
             self._try_admit(wl, cqs, lqs, flavors, checks, usage, admitted_by_cq)
 
-    def _update_check_status(self, checks: dict[str, dict[str, Any]]) -> None:
-        # AdmissionChecks of other controllers (e.g. dispatch-admission) stay as written: their controller
-        # sets Active. Nothing to do here on purpose.
-        return
+    def _workload(self, namespace: str, name: str) -> None:
+        """The workload controller's duties: admission checks, maximum execution time, deactivation."""
+        wl = self.cached_get(WORKLOADS, namespace, name)
+        if wl is None or _is_finished(wl):
+            return
+        if not (wl.get("spec") or {}).get("active", True):
+            self._deactivated(copy.deepcopy(wl))
+        elif _quota_reserved(wl) and not cond.is_true(wl, "Evicted"):
+            self._checks(copy.deepcopy(wl), self.clock.now())
 
     def _cq_problem(self, cq: dict[str, Any], flavors: dict[str, Any], checks: dict[str, Any]) -> bool:
         for rg in (cq.get("spec") or {}).get("resourceGroups") or []:
@@ -584,6 +608,13 @@ class KueueController(BaseController):
         return names
 
     def _pending(self, wl: dict[str, Any], reason: str, message: str) -> None:
+        cur = cond.find(wl, "QuotaReserved")
+        if cur is not None and (cur.get("status"), cur.get("reason"), cur.get("message")) == (
+            "False",
+            reason,
+            message,
+        ):
+            return
         after = copy.deepcopy(wl)
         cond.set_condition(
             after, "QuotaReserved", "False", reason, message, self.now(), observed_generation=True
@@ -624,6 +655,8 @@ class KueueController(BaseController):
             self._pending(wl, "Misconfigured", f"ClusterQueue {cq_name} doesn't exist")
             return
         if self._cq_problem(cq, flavors, checks):
+            # AdmissionChecks of other controllers (e.g. dispatch-admission) stay as written: their
+            # controller sets Active; until it does, the ClusterQueue is inactive.
             self._pending(wl, "Suspended", f"ClusterQueue {cq_name} is inactive")
             return
         used = usage.setdefault(cq_name, {})
@@ -866,7 +899,7 @@ class KueueController(BaseController):
                 observed_generation=True,
             )
 
-    def _checks(self, wl: dict[str, Any], cq: dict[str, Any] | None, now_s: float) -> None:
+    def _checks(self, wl: dict[str, Any], now_s: float) -> None:
         states = (wl.get("status") or {}).get("admissionChecks") or []
         rejected = [c for c in states if c.get("state") == "Rejected"]
         retry = [c for c in states if c.get("state") == "Retry"]
@@ -921,7 +954,7 @@ class KueueController(BaseController):
                     component="kueue-admission",
                 )
             else:
-                self.requeue_at(deadline, *SCHEDULE)
+                self.requeue_at(deadline, f"wl:{wl['metadata'].get('namespace', '')}", wl["metadata"]["name"])
         was_admitted = cond.is_true(wl, "Admitted")
         wl = self.write(WORKLOADS, wl, after)
         if cond.is_true(after, "Admitted") and not was_admitted:

@@ -134,15 +134,26 @@ class SchedulerController(BaseController):
     """Binds pods to nodes, or explains why it cannot."""
 
     name = "scheduler"
+    cached_kinds = (PODS, NODES)
 
     def resync(self) -> None:
-        for pod in self.store.list(PODS)[0]:
+        for pod in self.cached(PODS):
             if not (pod.get("spec") or {}).get("nodeName"):
+                self._unbound.add((pod["metadata"].get("namespace", ""), pod["metadata"]["name"]))
                 self.enqueue(pod["metadata"].get("namespace"), pod["metadata"]["name"])
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._unbound: set[Key] = set()  # pods not yet bound to a node
 
     def keys_for(self, ev: WatchEvent) -> Iterable[Key]:
         if ev.rt == PODS:
             spec = ev.obj.get("spec") or {}
+            pkey = (ev.obj["metadata"].get("namespace", ""), ev.obj["metadata"]["name"])
+            if ev.type != "DELETED" and not spec.get("nodeName"):
+                self._unbound.add(pkey)
+            else:
+                self._unbound.discard(pkey)
             if not spec.get("nodeName") and ev.type != "DELETED":
                 yield (ev.obj["metadata"].get("namespace", ""), ev.obj["metadata"]["name"])
             elif spec.get("nodeName") and (
@@ -154,7 +165,9 @@ class SchedulerController(BaseController):
 
     def reconcile(self, namespace: str, name: str) -> None:
         if name == "*" and not namespace:
-            pending = [p for p in self.store.list(PODS)[0] if not (p.get("spec") or {}).get("nodeName")]
+            if not self._unbound:
+                return
+            pending = [p for k in self._unbound if (p := self.cached_get(PODS, k[0], k[1])) is not None]
             pending.sort(
                 key=lambda p: (
                     -int((p.get("spec") or {}).get("priority") or 0),
@@ -162,19 +175,19 @@ class SchedulerController(BaseController):
                 )
             )
             used = self._usage()
-            nodes = sorted(self.store.list(NODES)[0], key=lambda n: n["metadata"]["name"])
+            nodes = sorted(self.cached(NODES), key=lambda n: n["metadata"]["name"])
             for p in pending:
                 self._schedule(p, used, nodes)
             return
         pod = self.get_or_none(PODS, namespace, name)
         if pod is not None:
             self._schedule(
-                pod, self._usage(), sorted(self.store.list(NODES)[0], key=lambda n: n["metadata"]["name"])
+                pod, self._usage(), sorted(self.cached(NODES), key=lambda n: n["metadata"]["name"])
             )
 
     def _usage(self) -> dict[str, dict[str, float]]:
         used: dict[str, dict[str, float]] = {}
-        for p in self.store.list(PODS)[0]:
+        for p in self.cached(PODS):
             node = (p.get("spec") or {}).get("nodeName")
             if not node or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 continue
@@ -193,6 +206,7 @@ class SchedulerController(BaseController):
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             return
         ns, name = meta.get("namespace"), meta["name"]
+        pod = copy.deepcopy(pod)  # cached objects are read-only
         before = copy.deepcopy(pod)
         now = self.now()
         if spec.get("schedulingGates"):
