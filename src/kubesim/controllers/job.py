@@ -22,7 +22,7 @@ from kubesim.resources import JOBS, PODS
 if TYPE_CHECKING:
     from kubesim.store import WatchEvent
 
-__all__ = ["JobController", "format_indexes"]
+__all__ = ["JobController", "format_indexes", "pod_failure_action"]
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 DEFAULT_TOLERATIONS = [
@@ -39,6 +39,42 @@ DEFAULT_TOLERATIONS = [
         "tolerationSeconds": 300,
     },
 ]
+
+
+BACKOFF_BASE = 10.0
+BACKOFF_MAX = 360.0
+
+
+def pod_failure_action(policy: dict[str, Any] | None, pod: dict[str, Any]) -> tuple[str, str]:
+    """The ``podFailurePolicy`` action for a failed pod (``Count`` when no rule matches) and its message."""
+    meta = pod["metadata"]
+    who = f"{meta.get('namespace')}/{meta['name']}"
+    for i, rule in enumerate((policy or {}).get("rules") or []):
+        action = str(rule.get("action"))
+        on_codes = rule.get("onExitCodes")
+        if on_codes:
+            values = {int(v) for v in on_codes.get("values") or []}
+            wanted = on_codes.get("containerName")
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+                if wanted and cs.get("name") != wanted:
+                    continue
+                term = (cs.get("state") or {}).get("terminated")
+                if not term:
+                    continue
+                code = int(term.get("exitCode", 0))
+                if code == 0:
+                    continue
+                hit = code in values if on_codes.get("operator", "In") == "In" else code not in values
+                if hit:
+                    return action, (
+                        f"Container {cs.get('name')} for pod {who} failed with exit code {code} matching {action} "
+                        f"rule at index {i}"
+                    )
+        for pc in rule.get("onPodConditions") or []:
+            c = cond.find(pod, str(pc.get("type")))
+            if c is not None and c.get("status") == pc.get("status", "True"):
+                return action, f"Pod {who} has condition {pc.get('type')} matching {action} rule at index {i}"
+    return "Count", ""
 
 
 def format_indexes(indexes: Iterable[int]) -> str:
@@ -76,6 +112,8 @@ class JobController(BaseController):
         super().__init__()
         self._counted_failed: dict[str, set[str]] = {}  # job uid -> pod uids already counted as failed
         self._ignored: set[str] = set()  # pod uids deleted by us for suspension/finish (not failures)
+        self._last_failure: dict[str, float] = {}  # job uid -> time of its last counted pod failure
+        self._fail_job: dict[str, str] = {}  # job uid -> message of a matched FailJob rule
 
     def resync(self) -> None:
         for job in self.store.list(JOBS)[0]:
@@ -122,7 +160,13 @@ class JobController(BaseController):
                 continue
             if phase == "Failed" or deleting:
                 counted.add(puid)
+                action, message = pod_failure_action(spec.get("podFailurePolicy"), p)
+                if action == "Ignore":
+                    continue
+                if action == "FailJob":
+                    self._fail_job[uid] = message
                 status["failed"] = int(status.get("failed") or 0) + 1
+                self._last_failure[uid] = now_s
         active = [p for p in pods if not _is_terminal(p) and not p["metadata"].get("deletionTimestamp")]
         terminating = [p for p in pods if not _is_terminal(p) and p["metadata"].get("deletionTimestamp")]
 
@@ -194,9 +238,12 @@ class JobController(BaseController):
                 active = []
             else:
                 active_idx = {_index(p) for p in active}
-                for i in range(completions):
-                    if i in succeeded_idx or i in active_idx:
-                        continue
+                missing = [i for i in range(completions) if i not in succeeded_idx and i not in active_idx]
+                not_before = self._replacement_time(job)
+                if missing and now_s < not_before:
+                    self.requeue_at(not_before, namespace, name)  # pod failure back-off
+                    missing = []
+                for i in missing:
                     created = self.store.create(PODS, self._pod_for(job, i))
                     active.append(created)
                 self._arm_deadline(job, now_s)
@@ -213,9 +260,21 @@ class JobController(BaseController):
             body["status"] = job["status"]
             self.store.update_status(JOBS, body)
 
+    def _replacement_time(self, job: dict[str, Any]) -> float:
+        """When replacements may be created: 10 s after the last failure, doubling per failure, max 6 min."""
+        uid = job["metadata"]["uid"]
+        failed = int((job.get("status") or {}).get("failed") or 0)
+        last = self._last_failure.get(uid)
+        if not failed or last is None:
+            return 0.0
+        return float(last + min(BACKOFF_BASE * 2.0 ** (failed - 1), BACKOFF_MAX))
+
     def _failure_reason(
         self, job: dict[str, Any], active: list[dict[str, Any]], now_s: float
     ) -> tuple[str, str] | None:
+        message = self._fail_job.get(job["metadata"]["uid"])
+        if message is not None:
+            return "PodFailurePolicy", message
         spec = job.get("spec") or {}
         status = job.get("status") or {}
         limit = int(spec.get("backoffLimit", 6))

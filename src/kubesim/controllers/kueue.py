@@ -50,6 +50,7 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 MAX_EXEC_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 SCHEDULE: Key = ("", "*schedule*")
+QUEUES: Key = ("", "*queues*")
 
 
 def workload_name(trainjob_name: str, uid: str) -> str:
@@ -114,6 +115,7 @@ class KueueController(BaseController):
         for tj in self.store.list(TRAINJOBS)[0]:
             self.enqueue(tj["metadata"].get("namespace"), tj["metadata"]["name"])
         self._queue[SCHEDULE] = None
+        self._queue[QUEUES] = None
 
     def keys_for(self, ev: WatchEvent) -> Iterable[Key]:
         if ev.rt == WORKLOADS:
@@ -141,6 +143,8 @@ class KueueController(BaseController):
                 yield SCHEDULE
         elif ev.rt in (CLUSTERQUEUES, LOCALQUEUES, RESOURCEFLAVORS, ADMISSIONCHECKS, WORKLOADPRIORITYCLASSES):
             yield SCHEDULE
+            if ev.rt != WORKLOADPRIORITYCLASSES:
+                yield QUEUES
         elif ev.rt == NODES:
             yield ("", f"*node*{ev.obj['metadata']['name']}")
 
@@ -159,6 +163,8 @@ class KueueController(BaseController):
     def reconcile(self, namespace: str, name: str) -> None:
         if (namespace, name) == SCHEDULE:
             self._schedule()
+        elif (namespace, name) == QUEUES:
+            self._queue_status()
         elif not namespace and name.startswith("*node*"):
             self._node(name[len("*node*") :])
         elif namespace.startswith("wl:"):
@@ -587,15 +593,66 @@ class KueueController(BaseController):
             self._checks(copy.deepcopy(wl), self.clock.now())
 
     def _cq_problem(self, cq: dict[str, Any], flavors: dict[str, Any], checks: dict[str, Any]) -> bool:
-        for rg in (cq.get("spec") or {}).get("resourceGroups") or []:
-            for f in rg.get("flavors") or []:
-                if f.get("name") not in flavors:
-                    return True
-        for name in self._cq_checks(cq):
-            ac = checks.get(name)
-            if ac is None or not cond.is_true(ac, "Active"):
-                return True
-        return (cq.get("spec") or {}).get("stopPolicy", "None") not in ("None", None)
+        return self._cq_active(cq, flavors, checks)[0] != "Ready"
+
+    def _cq_active(
+        self, cq: dict[str, Any], flavors: dict[str, Any], checks: dict[str, Any]
+    ) -> tuple[str, str]:
+        """The ClusterQueue ``Active`` condition's reason and message, as Kueue's cache computes them."""
+        reasons: list[str] = []
+        messages: list[str] = []
+        if (cq.get("spec") or {}).get("stopPolicy", "None") not in ("None", None):
+            reasons.append("Stopped")
+            messages.append("is stopped")
+        missing = [
+            str(f.get("name"))
+            for rg in (cq.get("spec") or {}).get("resourceGroups") or []
+            for f in rg.get("flavors") or []
+            if f.get("name") not in flavors
+        ]
+        if missing:
+            reasons.append("FlavorNotFound")
+            messages.append(f"references missing ResourceFlavor(s): {','.join(missing)}")
+        names = self._cq_checks(cq)
+        absent = [n for n in names if n not in checks]
+        inactive = [n for n in names if n in checks and not cond.is_true(checks[n], "Active")]
+        if absent:
+            reasons.append("AdmissionCheckNotFound")
+            messages.append(f"references missing AdmissionCheck(s): {','.join(absent)}")
+        if inactive:
+            reasons.append("AdmissionCheckInactive")
+            messages.append(f"references inactive AdmissionCheck(s): {','.join(inactive)}")
+        if reasons:
+            return reasons[0], f"Can't admit new workloads: {', '.join(messages)}."
+        return "Ready", "Can admit new workloads"
+
+    def _queue_status(self) -> None:
+        """``Active`` conditions of ClusterQueues and LocalQueues."""
+        flavors = {f["metadata"]["name"]: f for f in self.cached(RESOURCEFLAVORS)}
+        checks = {c["metadata"]["name"]: c for c in self.cached(ADMISSIONCHECKS)}
+        now = self.now()
+        active: dict[str, bool] = {}
+        for cq in self.cached(CLUSTERQUEUES):
+            reason, message = self._cq_active(cq, flavors, checks)
+            active[cq["metadata"]["name"]] = reason == "Ready"
+            after = copy.deepcopy(cq)
+            status = "True" if reason == "Ready" else "False"
+            cond.set_condition(after, "Active", status, reason, message, now, observed_generation=True)
+            self.write(CLUSTERQUEUES, cq, after)
+        for lq in self.cached(LOCALQUEUES):
+            after = copy.deepcopy(lq)
+            spec = lq.get("spec") or {}
+            cq_name = str(spec.get("clusterQueue") or "")
+            if spec.get("stopPolicy", "None") not in ("None", None):
+                args = ("False", "Stopped", "LocalQueue is stopped")
+            elif cq_name not in active:
+                args = ("False", "ClusterQueueDoesNotExist", "Can't submit new workloads to clusterQueue")
+            elif not active[cq_name]:
+                args = ("False", "ClusterQueueIsInactive", "Can't submit new workloads to clusterQueue")
+            else:
+                args = ("True", "Ready", "Can submit new workloads to localQueue")
+            cond.set_condition(after, "Active", *args, now, observed_generation=True)
+            self.write(LOCALQUEUES, lq, after)
 
     @staticmethod
     def _cq_checks(cq: dict[str, Any]) -> list[str]:

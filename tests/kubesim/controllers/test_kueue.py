@@ -5,7 +5,14 @@ from __future__ import annotations
 import copy
 
 from kubesim.controllers.kueue import workload_name
-from kubesim.resources import ADMISSIONCHECKS, CLUSTERQUEUES, TRAINJOBS, WORKLOADPRIORITYCLASSES, WORKLOADS
+from kubesim.resources import (
+    ADMISSIONCHECKS,
+    CLUSTERQUEUES,
+    LOCALQUEUES,
+    TRAINJOBS,
+    WORKLOADPRIORITYCLASSES,
+    WORKLOADS,
+)
 from kubesim.sim import Simulator
 
 from .helpers import NS, condition, jobset, no_controller_errors, pods, submit, tj, trainjob, workload
@@ -48,6 +55,21 @@ def priority_class(sim: Simulator, name: str, value: int) -> None:
             "metadata": {"name": name},
             "value": value,
         },
+    )
+
+
+def test_default_queues_are_active() -> None:
+    sim = Simulator()
+    cq = condition(sim.store.get(CLUSTERQUEUES, None, "cluster-queue"), "Active")
+    assert cq is not None and (cq["status"], cq["reason"], cq["message"]) == (
+        "True",
+        "Ready",
+        "Can admit new workloads",
+    )
+    lq = condition(sim.store.get(LOCALQUEUES, NS, "user-queue"), "Active")
+    assert lq is not None and (lq["status"], lq["message"]) == (
+        "True",
+        "Can submit new workloads to localQueue",
     )
 
 
@@ -262,6 +284,18 @@ def test_inactive_admission_check_blocks_the_queue() -> None:
     assert qr is not None and qr["message"] == "ClusterQueue cluster-queue is inactive"
     ac = sim.store.get(ADMISSIONCHECKS, None, "dispatch-hold")
     assert "status" not in ac or not ac["status"].get("conditions")  # left as written: not our controller
+    cq_active = condition(sim.store.get(CLUSTERQUEUES, None, "cluster-queue"), "Active")
+    assert cq_active is not None
+    assert (cq_active["status"], cq_active["reason"], cq_active["message"]) == (
+        "False",
+        "AdmissionCheckInactive",
+        "Can't admit new workloads: references inactive AdmissionCheck(s): dispatch-hold.",
+    )
+    lq_active = condition(sim.store.get(LOCALQUEUES, NS, "user-queue"), "Active")
+    assert lq_active is not None and (lq_active["status"], lq_active["reason"]) == (
+        "False",
+        "ClusterQueueIsInactive",
+    )
 
 
 def test_rejected_check_deactivates() -> None:

@@ -512,3 +512,53 @@ def test_build_failure_is_only_an_event() -> None:
         'clustertrainingruntimes.trainer.kubeflow.org "torch-distributed" not found'
     )
     assert condition(tj(sim), "Failed") is None
+
+
+def _never_runtime(sim: Simulator, name: str, **job_spec: object) -> None:
+    runtime = copy.deepcopy(sim.store.get(CLUSTERTRAININGRUNTIMES, None, "torch-distributed"))
+    runtime["metadata"] = {"name": name}
+    tmpl = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    tmpl.update(job_spec)
+    tmpl["template"]["spec"]["restartPolicy"] = "Never"
+    sim.store.create(CLUSTERTRAININGRUNTIMES, runtime)
+
+
+def test_replacement_pods_back_off() -> None:
+    sim = new_sim()
+    _never_runtime(sim, "torch-never6")
+    submit(sim, trainjob(runtime="torch-never6", script="exit 1"))
+    assert [p["status"]["phase"] for p in pods(sim)] == ["Failed"]
+    sim.advance(9)
+    assert len(pods(sim)) == 1
+    sim.advance(1)
+    assert len(pods(sim)) == 2  # 10 s after the first failure
+    sim.advance(19)
+    assert len(pods(sim)) == 2
+    sim.advance(1)
+    assert len(pods(sim)) == 3  # then 20 s
+
+
+def test_pod_failure_policy_fail_job_and_ignore() -> None:
+    sim = new_sim()
+    policy = {
+        "rules": [
+            {"action": "FailJob", "onExitCodes": {"containerName": "node", "operator": "In", "values": [42]}},
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        ]
+    }
+    _never_runtime(sim, "torch-pfp", podFailurePolicy=policy, backoffLimit=3)
+    submit(sim, trainjob("fail", runtime="torch-pfp", script="exit 42"))
+    job = jobs(sim, "fail")[0]
+    failed = condition(job, "Failed")
+    assert failed is not None and failed["reason"] == "PodFailurePolicy"
+    assert failed["message"].startswith("Container node for pod default/fail-node-0-0-")
+    assert failed["message"].endswith("failed with exit code 42 matching FailJob rule at index 0")
+    assert condition(tj(sim, "fail"), "Failed")["reason"] == "FailedJobs"  # type: ignore[index]
+
+    submit(sim, trainjob("pre", runtime="torch-pfp", script="hang"))
+    (p,) = pods(sim, "pre")
+    sim.actions.preempt(NS, p["metadata"]["name"])  # type: ignore[attr-defined]
+    sim.settle_now()
+    # Ignored: not counted, replaced at once.
+    assert jobs(sim, "pre")[0]["status"]["failed"] == 0
+    assert len([x for x in pods(sim, "pre") if not x["metadata"].get("deletionTimestamp")]) == 1
