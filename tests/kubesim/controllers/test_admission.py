@@ -304,3 +304,8 @@ def test_jobset_defaults() -> None:
     assert rj["template"]["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
     assert js["spec"]["network"] == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}
     assert js["spec"]["successPolicy"] == {"operator": "All"}
+
+
+def test_runtime_defaults(sim: Simulator) -> None:
+    rjob = sim.store.get(CLUSTERTRAININGRUNTIMES, None, "torch-distributed")["spec"]["template"]["spec"]["replicatedJobs"][0]
+    assert (rjob["groupName"], rjob["replicas"]) == ("default", 1)
