@@ -47,6 +47,7 @@ class PodLogs:
         # (namespace, pod) -> container -> stream, so forgetting a pod touches only its own streams
         self._pods: dict[tuple[str, str], dict[str, _Stream]] = {}
         self._previous: dict[tuple[str, str, str], list[LogLine]] = {}
+        self._stopping = False
 
     def __repr__(self) -> str:
         return f"PodLogs(pods={len(self._pods)})"
@@ -122,6 +123,13 @@ class PodLogs:
             s.wake()
             self._previous.pop((namespace, pod, container), None)
 
+    def end_followers(self) -> None:
+        """End every follower now (the server is shutting down); the lines are kept."""
+        self._stopping = True
+        for containers in self._pods.values():
+            for s in containers.values():
+                s.wake()
+
     async def follow(
         self,
         namespace: str,
@@ -148,7 +156,7 @@ class PodLogs:
                 idx = max(pos - s.dropped, 0)
                 pos = s.dropped + idx + 1
                 yield s.lines[idx]
-            if s.closed:
+            if s.closed or self._stopping:
                 return
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             s.waiters.append(fut)

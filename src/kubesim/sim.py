@@ -153,6 +153,7 @@ class Simulator:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._background
             self._background = None
+        self.logs.end_followers()
         await self.server.stop()
 
     async def __aenter__(self) -> Simulator:
