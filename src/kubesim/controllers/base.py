@@ -40,6 +40,7 @@ class BaseController:
         self._owned: dict[ResourceType, dict[str, dict[Key, dict[str, Any]]]] = {}
         self._queue: dict[Key, None] = {}
         self._timers: dict[Key, tuple[float, TimerHandle]] = {}
+        self._deferred: list[tuple[float, Key]] = []
         self.sim: Any = None
         self._unsubscribe: Any = None
         self.errors: list[str] = []  # unexpected failures, kept for debugging (never raised into the sim)
@@ -137,10 +138,15 @@ class BaseController:
         self._queue[(namespace or "", name)] = None
 
     def pending(self) -> bool:
+        # Deferred timers are re-armed by the next run (they must not keep a loop-less settle spinning).
         return bool(self._queue)
 
     def run_once(self) -> bool:
         """Reconcile every queued key once; True if there was work."""
+        if self._deferred:
+            deferred, self._deferred = self._deferred, []
+            for when, (ns, name) in deferred:
+                self.requeue_at(when, ns, name)
         if not self._queue:
             return False
         keys = list(self._queue)
@@ -174,7 +180,14 @@ class BaseController:
                 del self._timers[key]
             self._queue[key] = None
 
-        self._timers[key] = (when, self.clock.call_at(when, fire))
+        try:
+            handle = self.clock.call_at(when, fire)
+        except RuntimeError:
+            # A real clock needs a running event loop; outside one (e.g. objects created before
+            # Simulator.start()) keep the wish and arm it on the next run inside the loop.
+            self._deferred.append((when, key))
+            return
+        self._timers[key] = (when, handle)
 
     # ---------------------------------------------------------------------------------- writes
 
