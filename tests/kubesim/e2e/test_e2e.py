@@ -161,3 +161,26 @@ async def test_unschedulable_and_gated_over_http(sim: Simulator, client: AsyncCl
     sched = cond({"status": pod.status.to_dict()}, "PodScheduled")
     assert sched is not None and sched["reason"] == "Unschedulable"
     assert sched["message"].startswith("0/4 nodes are available: 4 Insufficient nvidia.com/gpu.")
+
+
+async def test_foreground_delete_waits_for_pods(sim: Simulator, client: AsyncClient) -> None:
+    from lightkube.types import CascadeType
+
+    await client.create(TrainJob(body("fg", nodes=2, script="hang", labels={"kueue.x-k8s.io/queue-name": "user-queue"})))
+    await sim.settle()
+    assert len(await node_pods(client, "fg")) == 2
+    await client.delete(TrainJob, "fg", namespace=NS, cascade=CascadeType.FOREGROUND)
+    await sim.settle()
+    tj = await client.get(TrainJob, "fg", namespace=NS)
+    assert tj.metadata.deletionTimestamp is not None
+    assert "foregroundDeletion" in tj.metadata.finalizers
+    assert all(p.metadata.deletionTimestamp is not None for p in await node_pods(client, "fg"))
+    sim.advance(29)
+    await sim.settle()
+    assert len(await node_pods(client, "fg")) == 2  # still terminating
+    sim.advance(1)
+    await sim.settle()
+    assert await node_pods(client, "fg") == []
+    with pytest.raises(LkApiError):
+        await client.get(TrainJob, "fg", namespace=NS)
+    assert [w async for w in client.list(Workload, namespace=NS)] == []
