@@ -115,6 +115,14 @@ def _copy(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Built-in kinds whose registry keeps metadata.generation (custom resources always do).
+_GENERATION_KINDS = frozenset({("", "pods"), ("batch", "jobs")})
+
+
+def _tracks_generation(rt: ResourceType) -> bool:
+    return rt.group not in _BUILTIN_GROUPS or (rt.group, rt.plural) in _GENERATION_KINDS
+
+
 def _name_rule(rt: ResourceType) -> str:
     if rt is NAMESPACES:
         return "label"
@@ -479,7 +487,8 @@ class ObjectStore:
             meta["name"] = self._generate_name(rt, ns, generate)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = rfc3339(self.clock.now())
-        meta["generation"] = 1
+        if _tracks_generation(rt):
+            meta["generation"] = 1
         if reset_status and rt.has_status and rt is not NAMESPACES and rt.kind != "Node":
             new.pop("status", None)
             if rt is PODS:
@@ -642,7 +651,8 @@ class ObjectStore:
                         ],
                     )
             if _spec_part(rt, new) != _spec_part(rt, current):
-                meta["generation"] = int(cur_meta.get("generation", 1)) + 1
+                if "generation" in cur_meta:
+                    meta["generation"] = int(cur_meta["generation"]) + 1
             new = self._admit("UPDATE", rt, new, deep_copy(current), validate=True)
         new["metadata"]["resourceVersion"] = cur_meta["resourceVersion"]
         if _without_rv(new) == _without_rv(current):
