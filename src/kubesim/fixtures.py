@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubesim.errors import ApiError
 from kubesim.resources import (
+    ADMISSIONCHECKS,
     CLUSTERQUEUES,
     CLUSTERTRAININGRUNTIMES,
     LOCALQUEUES,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_NODE_CAPACITY",
+    "add_admission_check",
     "install",
     "install_default_kueue",
     "install_nodes",
@@ -279,6 +281,31 @@ def kueue_objects(
             },
         ),
     ]
+
+
+def add_admission_check(
+    store: ObjectStore, name: str, controller_name: str, *, cluster_queue: str = "cluster-queue"
+) -> dict[str, Any]:
+    """Create AdmissionCheck ``name`` served by ``controller_name`` and list it in ``cluster_queue``'s
+    ``admissionChecksStrategy``. Its ``Active`` condition is left to its controller (e.g.
+    dispatch-admission): until then the ClusterQueue is inactive."""
+    ac = _create(
+        store,
+        ADMISSIONCHECKS,
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "AdmissionCheck",
+            "metadata": {"name": name},
+            "spec": {"controllerName": controller_name},
+        },
+    )
+    cq = store.get(CLUSTERQUEUES, None, cluster_queue)
+    strategy = cq["spec"].setdefault("admissionChecksStrategy", {})
+    checks = strategy.setdefault("admissionChecks", [])
+    if not any(c.get("name") == name for c in checks):
+        checks.append({"name": name})
+        store.replace(CLUSTERQUEUES, cq)
+    return ac
 
 
 def install_default_kueue(store: ObjectStore, **kwargs: Any) -> None:

@@ -382,6 +382,8 @@ class KubeletController(BaseController):
         if restart:
             run.last_state = term
             run.restarts += 1
+            # The finished instance's log becomes ``?previous=true``; the next instance logs afresh.
+            self.logs.restart(run.ns, run.name, run.main)
             delay = min(BACKOFF_START * 2 ** (run.restarts - 1), BACKOFF_MAX)
             run.mode = "crash"
             run.state = {

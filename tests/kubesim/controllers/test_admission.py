@@ -307,5 +307,7 @@ def test_jobset_defaults() -> None:
 
 
 def test_runtime_defaults(sim: Simulator) -> None:
-    rjob = sim.store.get(CLUSTERTRAININGRUNTIMES, None, "torch-distributed")["spec"]["template"]["spec"]["replicatedJobs"][0]
+    rjob = sim.store.get(CLUSTERTRAININGRUNTIMES, None, "torch-distributed")["spec"]["template"]["spec"][
+        "replicatedJobs"
+    ][0]
     assert (rjob["groupName"], rjob["replicas"]) == ("default", 1)

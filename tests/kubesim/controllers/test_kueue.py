@@ -197,15 +197,9 @@ def test_priority_preemption() -> None:
 
 
 def _with_check(sim: Simulator, active: bool = True) -> None:
-    sim.store.create(
-        ADMISSIONCHECKS,
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "AdmissionCheck",
-            "metadata": {"name": "dispatch-hold"},
-            "spec": {"controllerName": "dispatch.example.com/admission"},
-        },
-    )
+    from kubesim.fixtures import add_admission_check
+
+    add_admission_check(sim.store, "dispatch-hold", "dispatch.example.com/admission")
     if active:
         ac = sim.store.get(ADMISSIONCHECKS, None, "dispatch-hold")
         ac["status"] = {
@@ -220,9 +214,6 @@ def _with_check(sim: Simulator, active: bool = True) -> None:
             ]
         }
         sim.store.update_status(ADMISSIONCHECKS, ac)
-    cq = sim.store.get(CLUSTERQUEUES, None, "cluster-queue")
-    cq["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": "dispatch-hold"}]}
-    sim.store.replace(CLUSTERQUEUES, cq)
     sim.settle_now()
 
 

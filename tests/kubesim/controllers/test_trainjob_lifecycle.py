@@ -164,6 +164,18 @@ def test_exit_code_with_restart_policy_never() -> None:
     assert gone is None or gone["involvedObject"]["kind"] == "JobSet"
 
 
+def test_restart_rotates_the_log() -> None:
+    sim = new_sim()
+    submit(sim, trainjob(script="print run at {env:PET_NNODES}; exit 1"))
+    (p,) = pods(sim)
+    name = p["metadata"]["name"]
+    assert [x.text for x in sim.logs.previous(NS, name, "node") or []] == ["run at 1"]
+    assert sim.logs.lines(NS, name, "node") == []  # waiting in CrashLoopBackOff
+    sim.advance(10)
+    assert sim.logs.lines(NS, name, "node") == []  # the second run printed and exited: rotated again
+    assert main_status(pods(sim)[0])["restartCount"] == 2
+
+
 def test_oom_shows_in_last_state() -> None:
     sim = new_sim()
     submit(sim, trainjob(script="print loading; oom"))
@@ -196,9 +208,8 @@ def test_bad_script_fails_with_exit_2() -> None:
     submit(sim, trainjob(script="print a; dance"))
     (p,) = pods(sim)
     assert main_status(p)["lastState"]["terminated"]["exitCode"] == 2
-    assert sim.logs.lines(NS, p["metadata"]["name"], "node")[0].startswith(
-        "kubesim: bad behaviour script: step 2"
-    )
+    previous = sim.logs.previous(NS, p["metadata"]["name"], "node") or []
+    assert previous[0].text.startswith("kubesim: bad behaviour script: step 2")
     no_controller_errors(sim)
 
 

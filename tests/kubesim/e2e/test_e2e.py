@@ -166,7 +166,9 @@ async def test_unschedulable_and_gated_over_http(sim: Simulator, client: AsyncCl
 async def test_foreground_delete_waits_for_pods(sim: Simulator, client: AsyncClient) -> None:
     from lightkube.types import CascadeType
 
-    await client.create(TrainJob(body("fg", nodes=2, script="hang", labels={"kueue.x-k8s.io/queue-name": "user-queue"})))
+    await client.create(
+        TrainJob(body("fg", nodes=2, script="hang", labels={"kueue.x-k8s.io/queue-name": "user-queue"}))
+    )
     await sim.settle()
     assert len(await node_pods(client, "fg")) == 2
     await client.delete(TrainJob, "fg", namespace=NS, cascade=CascadeType.FOREGROUND)
