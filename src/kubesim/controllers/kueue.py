@@ -355,10 +355,11 @@ class KueueController(BaseController):
                         labels.update(upd.get("labels") or {})
                         annotations.update(upd.get("annotations") or {})
                         tolerations += list(upd.get("tolerations") or [])
-            pod_tmpl: dict[str, Any] = {
-                "metadata": {"labels": labels, "annotations": annotations},
-                "spec": {"nodeSelector": node_selector, "tolerations": tolerations},
-            }
+            # Empty fields are omitted, as Kueue's Go types serialise them (omitempty): an empty list
+            # must not replace the tolerations another patch set.
+            meta = {k: v for k, v in (("labels", labels), ("annotations", annotations)) if v}
+            pod_spec = {k: v for k, v in (("nodeSelector", node_selector), ("tolerations", tolerations)) if v}
+            pod_tmpl: dict[str, Any] = {"metadata": meta, "spec": pod_spec}
             rjob_patches.append({"name": psa.get("name"), "template": {"spec": {"template": pod_tmpl}}})
         patch = after["spec"]["runtimePatches"][i]
         patch.setdefault("trainingRuntimeSpec", {}).setdefault("template", {}).setdefault("spec", {})

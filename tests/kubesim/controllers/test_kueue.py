@@ -368,3 +368,35 @@ def test_kueue_off() -> None:
     submit(sim, body)
     assert sim.store.list(WORKLOADS, NS)[0] == []
     assert sim.store.get(TRAINJOBS, NS, "tj")["spec"]["suspend"] is False
+
+
+def test_own_runtime_patch_survives_kueue_patch() -> None:
+    sim = Simulator()
+    own = {
+        "manager": "example.com/dispatch",
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "spec": {
+                                    "template": {
+                                        "metadata": {"labels": {"example.com/job": "a"}},
+                                        "spec": {"tolerations": [{"key": "dedicated", "operator": "Exists"}]},
+                                    }
+                                }
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    submit(sim, queued(runtimePatches=[own]))
+    (p,) = pods(sim)
+    assert p["metadata"]["labels"]["example.com/job"] == "a"
+    assert {"key": "dedicated", "operator": "Exists"} in p["spec"]["tolerations"]
+    managers = [x["manager"] for x in tj(sim)["spec"]["runtimePatches"]]
+    assert managers == ["example.com/dispatch", "kueue.x-k8s.io/manager"]
