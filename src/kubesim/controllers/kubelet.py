@@ -438,14 +438,7 @@ class KubeletController(BaseController):
             return
         if run.mode == "running":
             run.state = self._terminated(run, run.stop_code, "Error")
-        elif run.mode in ("pulling", "crash", "new"):
-            waiting_reason = run.state.get("waiting", {}).get("reason")
-            if run.mode == "crash" or waiting_reason in (
-                "ErrImagePull",
-                "ImagePullBackOff",
-                "InvalidImageName",
-            ):
-                run.state = run.state  # a container that never ran stays as it was
+        # A container that never ran (waiting on its image or in back-off) keeps its waiting state.
         run.ready = False
         run.mode = "done"
         if run.phase != "Succeeded":
@@ -715,6 +708,8 @@ class Actions:
                 )
         self._k.write(NODES, before, obj)
         self._k.dead_nodes.discard(node)
+        for pod in store.list(PODS, field_selector=f"spec.nodeName={node}")[0]:
+            self._k.enqueue(pod["metadata"].get("namespace"), pod["metadata"]["name"])  # its kubelet is back
 
 
 class NodeLifecycleController(BaseController):
