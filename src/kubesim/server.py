@@ -14,7 +14,6 @@ import json
 import logging
 import ssl
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,9 +29,9 @@ from kubesim.logs import LogLine
 from kubesim.patch import APPLY, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from kubesim.requestlog import WRITE_VERBS, RequestRecord
 from kubesim.resources import PODS, REGISTRY, SELFSUBJECTACCESSREVIEWS, ResourceType, by_plural
-from kubesim.selectors import parse_field_selector, parse_label_selector
-from kubesim.store import WatchEvent, check_propagation
+from kubesim.store import check_propagation
 from kubesim.tables import table, wants_table
+from kubesim.watch import WatchHub, parse_watch_request
 
 if TYPE_CHECKING:
     from kubesim.sim import Simulator
@@ -45,7 +44,6 @@ KUBE_VERSION = discovery.KUBE_VERSION
 _HEALTH = ("healthz", "livez", "readyz")
 _BUILTIN_GROUPS = frozenset({"", "batch", "coordination.k8s.io", "authorization.k8s.io"})
 _RETURNS_DELETED = frozenset({("", "pods"), ("", "namespaces"), ("", "services")})
-_WATCH_QUEUE_LIMIT = 50_000
 _JSON = "application/json"
 
 
@@ -59,14 +57,6 @@ class RequestInfo:
     name: str | None = None
     subresource: str = ""
     legacy_watch: bool = False
-
-
-class _Watcher:
-    __slots__ = ("abort", "queue")
-
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
-        self.abort = False
 
 
 def _dumps(obj: Any) -> bytes:
@@ -109,20 +99,18 @@ class ApiServer:
         self, sim: Simulator, *, bookmark_interval: float = 10.0, watch_timeout: float = 1800.0
     ) -> None:
         self.sim = sim
-        self.bookmark_interval = bookmark_interval
         self.watch_timeout = watch_timeout
-        self._watchers: set[_Watcher] = set()
-        self._ser_cache: OrderedDict[int, bytes] = OrderedDict()
+        self.watches = WatchHub(sim.store, bookmark_interval=bookmark_interval)
         self._runner: web.AppRunner | None = None
         self.host = "127.0.0.1"
         self.port = 0
         self.scheme = "http"
         self.app = web.Application(client_max_size=16 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self._handle)
-        sim.faults.on_drop(self._drop_watches)
+        sim.faults.on_drop(self.watches.drop)
 
     def __repr__(self) -> str:
-        return f"ApiServer({self.url or 'not started'}, watches={len(self._watchers)})"
+        return f"ApiServer({self.url or 'not started'}, watches={self.watches.active()})"
 
     @property
     def url(self) -> str:
@@ -145,18 +133,14 @@ class ApiServer:
         return self.url
 
     async def stop(self) -> None:
-        self._drop_watches(False)
+        self.watches.drop(False)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
 
     def active_watches(self) -> int:
-        return len(self._watchers)
-
-    def _drop_watches(self, abort: bool) -> None:
-        for w in list(self._watchers):
-            w.abort = abort
-            w.queue.put_nowait(None)
+        """Number of open watch streams."""
+        return self.watches.active()
 
     # ------------------------------------------------------------------------------------ entry
 
@@ -669,20 +653,6 @@ class ApiServer:
 
     # --------------------------------------------------------------------------------- watch
 
-    def _event_line(
-        self, etype: str, ev: WatchEvent, as_table: Callable[[dict[str, Any]], Any] | None
-    ) -> bytes:
-        if as_table is not None:
-            return _dumps({"type": etype, "object": as_table(ev.obj)}) + b"\n"
-        rv = ev.resource_version
-        obj_json = self._ser_cache.get(rv)
-        if obj_json is None:
-            obj_json = _dumps(ev.obj)
-            self._ser_cache[rv] = obj_json
-            if len(self._ser_cache) > 4096:
-                self._ser_cache.popitem(last=False)
-        return b'{"type":"' + etype.encode() + b'","object":' + obj_json + b"}\n"
-
     async def _watch(
         self,
         request: web.Request,
@@ -692,167 +662,19 @@ class ApiServer:
     ) -> web.StreamResponse:
         rt = info.rt
         assert rt is not None
-        store = self.sim.store
-        lsel = parse_label_selector(q.get("labelSelector"))
-        fsel = parse_field_selector(rt, q.get("fieldSelector"))
-        name = info.name
-        bookmarks = _truthy(q.get("allowWatchBookmarks"))
-        send_initial = _truthy(q.get("sendInitialEvents"))
-        if send_initial and q.get("resourceVersionMatch") != "NotOlderThan":
-            raise ApiError(
-                422,
-                "Invalid",
-                'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents '
-                "requires setting resourceVersionMatch to NotOlderThan",
-            )
-        if send_initial and not bookmarks:
-            raise ApiError(
-                422,
-                "Invalid",
-                'ListOptions.meta.k8s.io "" is invalid: allowWatchBookmarks: Forbidden: sendInitialEvents '
-                "requires setting allowWatchBookmarks to true",
-            )
-        timeout_s = _int_param(q, "timeoutSeconds")
-        timeout = float(timeout_s) if timeout_s is not None and timeout_s > 0 else self.watch_timeout
-        rv_param = q.get("resourceVersion")
-
-        def matches(obj: dict[str, Any]) -> bool:
-            if name is not None and obj["metadata"].get("name") != name:
-                return False
-            return lsel.matches(obj["metadata"].get("labels")) and fsel.matches(obj)
-
-        watcher = _Watcher()
-        ns = info.namespace
-        as_table: Callable[[dict[str, Any]], Any] | None = None
+        render: Callable[[dict[str, Any]], Any] | None = None
         if wants_table(request.headers.get("Accept")):
             include = q.get("includeObject", "Metadata")
             clock = self.sim.clock
 
-            def as_table(obj: dict[str, Any]) -> Any:
-                return table(
-                    rt,
-                    [obj],
-                    clock.now(),
-                    resource_version=obj["metadata"]["resourceVersion"],
-                    include_object=include,
-                )
+            def render(obj: dict[str, Any]) -> Any:
+                rv = obj["metadata"]["resourceVersion"]
+                return table(rt, [obj], clock.now(), resource_version=rv, include_object=include)
 
-        def on_event(ev: WatchEvent) -> None:
-            if ns is not None and ev.namespace != ns:
-                return
-            if watcher.queue.qsize() >= _WATCH_QUEUE_LIMIT:
-                # An unresponsive consumer: close it, as the apiserver's watch cache does.
-                watcher.queue.put_nowait(None)
-                return
-            watcher.queue.put_nowait(ev)
-
-        unsubscribe = store.subscribe(on_event, rt=rt)
-        self._watchers.add(watcher)
-        try:
-            initial: list[dict[str, Any]] = []
-            replay: list[WatchEvent] = []
-            error: ApiError | None = None
-            if send_initial or rv_param in (None, "", "0"):
-                items, list_rv = store.list(rt, ns)
-                initial = [o for o in items if matches(o)]
-                last_rv = int(list_rv)
-            else:
-                try:
-                    replay = store.events_since(rt, ns, rv_param)
-                    last_rv = int(rv_param)
-                except ApiError as err:
-                    if err.code == 400:
-                        raise
-                    error = err
-                    last_rv = store.resource_version
-            resp = web.StreamResponse(
-                status=200, headers={"Content-Type": _JSON, "Cache-Control": "no-cache, private"}
-            )
-            resp.enable_chunked_encoding()
-            await resp.prepare(request)
-            rec = record(200)
-
-            async def send(data: bytes) -> None:
-                rec.response_bytes += len(data)
-                await resp.write(data)
-
-            if error is not None:
-                await send(_dumps({"type": "ERROR", "object": error.status()}) + b"\n")
-                await resp.write_eof()
-                return resp
-            for obj in initial:
-                shown = as_table(obj) if as_table is not None else obj
-                await send(b'{"type":"ADDED","object":' + _dumps(shown) + b"}\n")
-            for ev in replay:
-                line = self._transition(ev, matches, as_table)
-                if line is not None:
-                    await send(line)
-                last_rv = max(last_rv, ev.resource_version)
-            if send_initial:
-                bm = {
-                    "kind": rt.kind,
-                    "apiVersion": rt.api_version,
-                    "metadata": {
-                        "resourceVersion": str(last_rv),
-                        "annotations": {"k8s.io/initial-events-end": "true"},
-                    },
-                }
-                await send(_dumps({"type": "BOOKMARK", "object": bm}) + b"\n")
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
-            while True:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                wait = min(remaining, self.bookmark_interval) if bookmarks else remaining
-                try:
-                    item = await asyncio.wait_for(watcher.queue.get(), wait)
-                except TimeoutError:
-                    if bookmarks and watcher.queue.empty() and loop.time() < deadline:
-                        bm = {
-                            "kind": rt.kind,
-                            "apiVersion": rt.api_version,
-                            "metadata": {"resourceVersion": str(store.resource_version)},
-                        }
-                        await send(_dumps({"type": "BOOKMARK", "object": bm}) + b"\n")
-                    continue
-                if item is None:
-                    if watcher.abort and request.transport is not None:
-                        request.transport.close()
-                        return resp
-                    break
-                if item.resource_version <= last_rv:
-                    continue
-                last_rv = item.resource_version
-                line = self._transition(item, matches, as_table)
-                if line is not None:
-                    await send(line)
-            await resp.write_eof()
-            return resp
-        finally:
-            unsubscribe()
-            self._watchers.discard(watcher)
-
-    def _transition(
-        self,
-        ev: WatchEvent,
-        matches: Callable[[dict[str, Any]], bool],
-        as_table: Callable[[dict[str, Any]], Any] | None = None,
-    ) -> bytes | None:
-        """The event a filtered watch sends: objects entering the filter are ADDED, leaving it DELETED."""
-        now = matches(ev.obj)
-        if ev.type == "ADDED":
-            return self._event_line("ADDED", ev, as_table) if now else None
-        if ev.type == "DELETED":
-            return self._event_line("DELETED", ev, as_table) if now else None
-        before = ev.old is not None and matches(ev.old)
-        if now and before:
-            return self._event_line("MODIFIED", ev, as_table)
-        if now:
-            return self._event_line("ADDED", ev, as_table)
-        if before:
-            return self._event_line("DELETED", ev, as_table)
-        return None
+        wr = parse_watch_request(
+            rt, info.namespace, info.name, q, default_timeout=self.watch_timeout, render=render
+        )
+        return await self.watches.stream(request, wr, record)
 
     # ---------------------------------------------------------------------------------- logs
 

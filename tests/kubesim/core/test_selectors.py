@@ -122,3 +122,22 @@ def test_human_duration(seconds: int, text: str) -> None:
     from kubesim.tables import human_duration
 
     assert human_duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("etype", "now", "before", "sent"),
+    [
+        ("ADDED", True, False, "ADDED"),
+        ("ADDED", False, False, None),
+        ("DELETED", True, True, "DELETED"),
+        ("DELETED", False, True, None),
+        ("MODIFIED", True, True, "MODIFIED"),
+        ("MODIFIED", True, False, "ADDED"),
+        ("MODIFIED", False, True, "DELETED"),
+        ("MODIFIED", False, False, None),
+    ],
+)
+def test_watch_transitions(etype: str, now: bool, before: bool, sent: str | None) -> None:
+    from kubesim.watch import transition
+
+    assert transition(etype, now, before) == sent

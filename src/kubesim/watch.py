@@ -1,0 +1,266 @@
+"""Watch streams: history replay, live events, selector transitions, bookmarks, watch-list, timeouts.
+
+``WatchHub`` serves ``?watch=1`` requests for the HTTP server and tracks the open streams (so faults can
+drop them). Deciding parts are pure functions (``parse_watch_request``, ``transition``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from kubesim.errors import ApiError, bad_request
+from kubesim.requestlog import RequestRecord
+from kubesim.resources import ResourceType
+from kubesim.selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
+from kubesim.store import ObjectStore, WatchEvent
+
+__all__ = ["WatchHub", "WatchRequest", "parse_watch_request", "transition"]
+
+_QUEUE_LIMIT = 50_000  # events a consumer may fall behind before it is disconnected
+_SER_CACHE = 4096  # serialized objects kept, so N watchers of one change serialize it once
+
+Render = Callable[[dict[str, Any]], Any]  # what a watch sends for an object (itself, or a Table)
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _truthy(v: str | None) -> bool:
+    return v is not None and v.lower() in ("1", "true", "yes")
+
+
+@dataclass(frozen=True)
+class WatchRequest:
+    """What a watch asked for."""
+
+    rt: ResourceType
+    namespace: str | None
+    name: str | None
+    labels: LabelSelector
+    fields: FieldSelector
+    resource_version: str | None
+    bookmarks: bool
+    send_initial: bool
+    timeout: float
+    render: Render | None = None  # None: send objects as they are
+
+    def matches(self, obj: dict[str, Any]) -> bool:
+        meta = obj["metadata"]
+        if self.name is not None and meta.get("name") != self.name:
+            return False
+        return self.labels.matches(meta.get("labels")) and self.fields.matches(obj)
+
+
+def parse_watch_request(
+    rt: ResourceType,
+    namespace: str | None,
+    name: str | None,
+    q: Mapping[str, str],
+    *,
+    default_timeout: float,
+    render: Render | None = None,
+) -> WatchRequest:
+    """Validate the query of a watch (400 for bad selectors or numbers, 422 for a bad watch-list)."""
+    bookmarks = _truthy(q.get("allowWatchBookmarks"))
+    send_initial = _truthy(q.get("sendInitialEvents"))
+    if send_initial and q.get("resourceVersionMatch") != "NotOlderThan":
+        raise ApiError(
+            422,
+            "Invalid",
+            'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents '
+            "requires setting resourceVersionMatch to NotOlderThan",
+        )
+    if send_initial and not bookmarks:
+        raise ApiError(
+            422,
+            "Invalid",
+            'ListOptions.meta.k8s.io "" is invalid: allowWatchBookmarks: Forbidden: sendInitialEvents '
+            "requires setting allowWatchBookmarks to true",
+        )
+    raw_timeout = q.get("timeoutSeconds")
+    timeout = default_timeout
+    if raw_timeout:
+        try:
+            seconds = int(raw_timeout)
+        except ValueError:
+            raise bad_request(f"timeoutSeconds: invalid value {raw_timeout!r}: must be an integer") from None
+        if seconds > 0:
+            timeout = float(seconds)
+    return WatchRequest(
+        rt=rt,
+        namespace=namespace,
+        name=name,
+        labels=parse_label_selector(q.get("labelSelector")),
+        fields=parse_field_selector(rt, q.get("fieldSelector")),
+        resource_version=q.get("resourceVersion"),
+        bookmarks=bookmarks,
+        send_initial=send_initial,
+        timeout=timeout,
+        render=render,
+    )
+
+
+def transition(event_type: str, matches_now: bool, matched_before: bool) -> str | None:
+    """The event type a filtered watch sends, like the watch cache: an object entering the filter is
+    ADDED, one leaving it DELETED, one outside it nothing."""
+    if event_type in ("ADDED", "DELETED"):
+        return event_type if matches_now else None
+    if matches_now and matched_before:
+        return "MODIFIED"
+    if matches_now:
+        return "ADDED"
+    if matched_before:
+        return "DELETED"
+    return None
+
+
+class _Watcher:
+    __slots__ = ("abort", "queue")
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
+        self.abort = False
+
+
+class WatchHub:
+    """The open watch streams of one server."""
+
+    def __init__(self, store: ObjectStore, *, bookmark_interval: float) -> None:
+        self.store = store
+        self.bookmark_interval = bookmark_interval
+        self._watchers: set[_Watcher] = set()
+        self._ser_cache: OrderedDict[int, bytes] = OrderedDict()
+
+    def active(self) -> int:
+        """Number of open watch streams."""
+        return len(self._watchers)
+
+    def drop(self, abort: bool) -> None:
+        """End every open stream (``abort``: cut the connection instead of ending the response)."""
+        for w in list(self._watchers):
+            w.abort = abort
+            w.queue.put_nowait(None)
+
+    def _line(self, etype: str, ev: WatchEvent, render: Render | None) -> bytes:
+        if render is not None:
+            return _dumps({"type": etype, "object": render(ev.obj)}) + b"\n"
+        rv = ev.resource_version  # unique per change: a safe cache key
+        obj_json = self._ser_cache.get(rv)
+        if obj_json is None:
+            obj_json = _dumps(ev.obj)
+            self._ser_cache[rv] = obj_json
+            if len(self._ser_cache) > _SER_CACHE:
+                self._ser_cache.popitem(last=False)
+        return b'{"type":"' + etype.encode() + b'","object":' + obj_json + b"}\n"
+
+    def _event(self, wr: WatchRequest, ev: WatchEvent) -> bytes | None:
+        before = ev.old is not None and wr.matches(ev.old)
+        etype = transition(ev.type, wr.matches(ev.obj), before)
+        return None if etype is None else self._line(etype, ev, wr.render)
+
+    def _bookmark(self, wr: WatchRequest, rv: int, *, initial_end: bool = False) -> bytes:
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if initial_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        obj = {"kind": wr.rt.kind, "apiVersion": wr.rt.api_version, "metadata": meta}
+        return _dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
+
+    async def stream(
+        self, request: web.Request, wr: WatchRequest, record: Callable[[int], RequestRecord]
+    ) -> web.StreamResponse:
+        """Serve one watch until its timeout, a drop, or the client leaving."""
+        store = self.store
+        watcher = _Watcher()
+
+        def on_event(ev: WatchEvent) -> None:
+            if wr.namespace is not None and ev.namespace != wr.namespace:
+                return
+            if watcher.queue.qsize() >= _QUEUE_LIMIT:
+                watcher.queue.put_nowait(None)  # unresponsive consumer: close it, as the watch cache does
+                return
+            watcher.queue.put_nowait(ev)
+
+        # Subscribe before reading the state, in the same synchronous step: no change can fall between.
+        unsubscribe = store.subscribe(on_event, rt=wr.rt)
+        self._watchers.add(watcher)
+        try:
+            initial: list[dict[str, Any]] = []
+            replay: list[WatchEvent] = []
+            error: ApiError | None = None
+            if wr.send_initial or wr.resource_version in (None, "", "0"):
+                items, list_rv = store.list(wr.rt, wr.namespace)
+                initial = [o for o in items if wr.matches(o)]
+                last_rv = int(list_rv)
+            else:
+                try:
+                    replay = store.events_since(wr.rt, wr.namespace, wr.resource_version or "0")
+                    last_rv = int(wr.resource_version or 0)
+                except ApiError as err:
+                    if err.code == 400:
+                        raise
+                    error = err  # 410 Expired (or too large): one ERROR event, as a real server sends
+                    last_rv = store.resource_version
+            resp = web.StreamResponse(
+                status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
+            )
+            resp.enable_chunked_encoding()
+            await resp.prepare(request)
+            rec = record(200)
+
+            async def send(data: bytes) -> None:
+                rec.response_bytes += len(data)
+                await resp.write(data)
+
+            if error is not None:
+                await send(_dumps({"type": "ERROR", "object": error.status()}) + b"\n")
+                await resp.write_eof()
+                return resp
+            for obj in initial:
+                shown = wr.render(obj) if wr.render is not None else obj
+                await send(b'{"type":"ADDED","object":' + _dumps(shown) + b"}\n")
+            for ev in replay:
+                line = self._event(wr, ev)
+                if line is not None:
+                    await send(line)
+                last_rv = max(last_rv, ev.resource_version)
+            if wr.send_initial:
+                await send(self._bookmark(wr, last_rv, initial_end=True))
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + wr.timeout
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                wait = min(remaining, self.bookmark_interval) if wr.bookmarks else remaining
+                try:
+                    item = await asyncio.wait_for(watcher.queue.get(), wait)
+                except TimeoutError:
+                    # An empty queue means every change so far was delivered: resuming from the current
+                    # resourceVersion loses nothing.
+                    if wr.bookmarks and watcher.queue.empty() and loop.time() < deadline:
+                        await send(self._bookmark(wr, store.resource_version))
+                    continue
+                if item is None:
+                    if watcher.abort and request.transport is not None:
+                        request.transport.close()
+                        return resp
+                    break
+                if item.resource_version <= last_rv:
+                    continue
+                last_rv = item.resource_version
+                line = self._event(wr, item)
+                if line is not None:
+                    await send(line)
+            await resp.write_eof()
+            return resp
+        finally:
+            unsubscribe()
+            self._watchers.discard(watcher)
