@@ -573,3 +573,29 @@ def test_pod_failure_policy_fail_job_and_ignore() -> None:
     # Ignored: not counted, replaced at once.
     assert jobs(sim, "pre")[0]["status"]["failed"] == 0
     assert len([x for x in pods(sim, "pre") if not x["metadata"].get("deletionTimestamp")]) == 1
+
+
+def test_custom_nodes_and_restore() -> None:
+    from kubesim import fixtures
+    from kubesim.resources import NODES
+
+    gpu = fixtures.make_node(
+        "gpu-a", {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "8", "pods": "10"}, labels={"pool": "gpu"}
+    )
+    sim = Simulator(kueue=False, nodes=[gpu])
+    assert [n["metadata"]["name"] for n in sim.store.list(NODES)[0]] == ["gpu-a"]
+    submit(
+        sim,
+        trainjob(script="print a; sleep 10; print b; exit 0", resources={"limits": {"nvidia.com/gpu": "8"}}),
+    )
+    (p,) = pods(sim)
+    assert p["spec"]["nodeName"] == "gpu-a"
+    sim.actions.lose_node("gpu-a")  # type: ignore[attr-defined]
+    sim.advance(20)  # the kubelet is gone: the script does not advance
+    assert sim.logs.lines(NS, p["metadata"]["name"], "node") == ["a"]
+    sim.actions.restore_node("gpu-a")  # type: ignore[attr-defined]
+    sim.settle_now()
+    assert condition(sim.store.get(NODES, None, "gpu-a"), "Ready")["status"] == "True"  # type: ignore[index]
+    assert "taints" not in sim.store.get(NODES, None, "gpu-a")["spec"]
+    assert sim.logs.lines(NS, p["metadata"]["name"], "node") == ["a", "b"]
+    assert condition(tj(sim), "Complete") is not None
