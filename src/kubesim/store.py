@@ -589,10 +589,18 @@ class ObjectStore:
             if str(rv_in) != cur_meta["resourceVersion"]:
                 raise conflict(rt, name)
         elif require_rv and not rv_in:
-            raise invalid(
-                rt,
-                name,
-                [Cause.invalid_value("metadata.resourceVersion", 0, "must be specified for an update")],
+            # The registry names the resource (not the kind) here and prints the zero as Go's %#v does.
+            cause = Cause("metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update")
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{rt.qualified} "{name}" is invalid: {cause}',
+                details={
+                    "name": name,
+                    **({"group": rt.group} if rt.group else {}),
+                    "kind": rt.plural,
+                    "causes": [cause.as_dict()],
+                },
             )
         uid_in = meta_in.get("uid")
         if uid_in and uid_in != cur_meta["uid"]:
