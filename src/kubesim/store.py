@@ -658,9 +658,8 @@ class ObjectStore:
                             )
                         ],
                     )
-            if _spec_part(rt, new) != _spec_part(rt, current):
-                if "generation" in cur_meta:
-                    meta["generation"] = int(cur_meta["generation"]) + 1
+            if _spec_part(rt, new) != _spec_part(rt, current) and "generation" in cur_meta:
+                meta["generation"] = int(cur_meta["generation"]) + 1
             new = self._admit("UPDATE", rt, new, deep_copy(current), validate=True)
         new["metadata"]["resourceVersion"] = cur_meta["resourceVersion"]
         if _without_rv(new) == _without_rv(current):
