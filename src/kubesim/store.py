@@ -654,7 +654,9 @@ class ObjectStore:
                             Cause.forbidden(
                                 "metadata.finalizers",
                                 "no new finalizers can be added if the object is being deleted, found new finalizers "
-                                + str(sorted(added)),
+                                + "[]string{"
+                                + ", ".join(f'"{f}"' for f in sorted(added))
+                                + "}",
                             )
                         ],
                     )
