@@ -101,6 +101,10 @@ class KueueController(BaseController):
     def __init__(self) -> None:
         super().__init__()
         self._waiting: set[Key] = set()  # Workloads without quota (the scheduler's queue)
+        # Waiting Workloads that did not fit; retried only once quota may have been freed (as Kueue
+        # parks inadmissible workloads until the ClusterQueue changes).
+        self._inadmissible: set[Key] = set()
+        self._usage_of: dict[Key, tuple[str, str, list[tuple[str, str, float]]]] = {}
 
     def attach(self, sim: Any) -> None:
         if not bool(getattr(sim, "kueue", True)):
@@ -130,6 +134,13 @@ class KueueController(BaseController):
                 self._waiting.add(wkey)
             else:
                 self._waiting.discard(wkey)
+            if ev.type == "DELETED":
+                self._inadmissible.discard(wkey)
+                self._usage_of.pop(wkey, None)
+            if self._frees_quota(ev):
+                self._inadmissible.clear()
+        elif ev.rt in (CLUSTERQUEUES, LOCALQUEUES, RESOURCEFLAVORS, ADMISSIONCHECKS, WORKLOADPRIORITYCLASSES):
+            self._inadmissible.clear()
         if ev.rt == TRAINJOBS:
             yield (ev.obj["metadata"].get("namespace", ""), ev.obj["metadata"]["name"])
         elif ev.rt == WORKLOADS:
@@ -147,6 +158,18 @@ class KueueController(BaseController):
                 yield QUEUES
         elif ev.rt == NODES:
             yield ("", f"*node*{ev.obj['metadata']['name']}")
+
+    @staticmethod
+    def _frees_quota(ev: WatchEvent) -> bool:
+        """Whether a Workload change gives quota back (or changes what a waiting one asks for)."""
+        old = ev.old
+        if ev.type == "DELETED":
+            return _quota_reserved(ev.obj) and not _is_finished(ev.obj)
+        if old is None:
+            return False
+        was = _quota_reserved(old) and not _is_finished(old)
+        now = _quota_reserved(ev.obj) and not _is_finished(ev.obj)
+        return (was and not now) or (ev.obj.get("spec") or {}) != (old.get("spec") or {})
 
     @staticmethod
     def _affects_scheduling(ev: WatchEvent) -> bool:
@@ -549,7 +572,8 @@ class KueueController(BaseController):
     # ================================================================ scheduler and workload controller
 
     def _schedule(self) -> None:
-        if not self._waiting:
+        candidates = self._waiting - self._inadmissible
+        if not candidates:
             return
         wls = self.cached(WORKLOADS)
         cqs = {c["metadata"]["name"]: c for c in self.cached(CLUSTERQUEUES)}
@@ -560,19 +584,13 @@ class KueueController(BaseController):
         admitted_by_cq: dict[str, list[dict[str, Any]]] = {}
         for wl in wls:
             if _quota_reserved(wl) and not _is_finished(wl):
-                cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue", "")
+                cq, amounts = self._reserved_usage(wl)
                 u = usage.setdefault(cq, {})
-                for psa in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
-                    for res, flavor in (psa.get("flavors") or {}).items():
-                        amount = parse_quantity((psa.get("resourceUsage") or {}).get(res, 0))
-                        u[(flavor, res)] = u.get((flavor, res), 0.0) + amount
+                for flavor, res, amount in amounts:
+                    u[(flavor, res)] = u.get((flavor, res), 0.0) + amount
                 admitted_by_cq.setdefault(cq, []).append(wl)
 
-        pending = [
-            w
-            for w in wls
-            if not _quota_reserved(w) and not _is_finished(w) and (w.get("spec") or {}).get("active", True)
-        ]
+        pending = [w for k in candidates if (w := self.cached_get(WORKLOADS, k[0], k[1])) is not None]
         pending.sort(
             key=lambda w: (
                 -int((w.get("spec") or {}).get("priority") or 0),
@@ -582,6 +600,23 @@ class KueueController(BaseController):
         )
         for wl in pending:
             self._try_admit(wl, cqs, lqs, flavors, checks, usage, admitted_by_cq)
+
+    def _reserved_usage(self, wl: dict[str, Any]) -> tuple[str, list[tuple[str, str, float]]]:
+        """(ClusterQueue, [(flavor, resource, amount)]) a reserving Workload holds, memoised per version."""
+        key = self._key_of(wl)
+        rv = str(wl["metadata"].get("resourceVersion"))
+        hit = self._usage_of.get(key)
+        if hit is not None and hit[0] == rv:
+            return hit[1], hit[2]
+        admission = (wl.get("status") or {}).get("admission") or {}
+        amounts = [
+            (str(flavor), str(res), parse_quantity((psa.get("resourceUsage") or {}).get(res, 0)))
+            for psa in admission.get("podSetAssignments") or []
+            for res, flavor in (psa.get("flavors") or {}).items()
+        ]
+        cq = str(admission.get("clusterQueue", ""))
+        self._usage_of[key] = (rv, cq, amounts)
+        return cq, amounts
 
     def _workload(self, namespace: str, name: str) -> None:
         """The workload controller's duties: admission checks, maximum execution time, deactivation."""
@@ -666,6 +701,7 @@ class KueueController(BaseController):
         return names
 
     def _pending(self, wl: dict[str, Any], reason: str, message: str) -> None:
+        self._inadmissible.add(self._key_of(wl))
         cur = cond.find(wl, "QuotaReserved")
         if cur is not None and (cur.get("status"), cur.get("reason"), cur.get("message")) == (
             "False",
@@ -736,6 +772,7 @@ class KueueController(BaseController):
             for res, flavor in psa["flavors"].items():
                 used[(flavor, res)] = used.get((flavor, res), 0.0) + parse_quantity(psa["resourceUsage"][res])
         admitted_by_cq.setdefault(cq_name, []).append(wl)
+        self._inadmissible.discard(self._key_of(wl))
         self._reserve(wl, cq, cq_name, assignment)
 
     def _assign(
