@@ -110,12 +110,95 @@ def _max_items(spec: dict[str, Any], path: str, value: Any, limit: int) -> list[
     return []
 
 
-def schema_causes(obj: dict[str, Any]) -> list[Cause]:
-    """Structural schema errors (required fields, lengths, item counts, minimums, list-map keys)."""
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "integer": (int,),
+    "string": (str,),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+}
+# (path, JSON type) of the fields kubesim reads; other fields are stored as given.
+_TYPED_FIELDS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("runtimeRef",), "object"),
+    (("runtimeRef", "name"), "string"),
+    (("runtimeRef", "apiGroup"), "string"),
+    (("runtimeRef", "kind"), "string"),
+    (("suspend",), "boolean"),
+    (("managedBy",), "string"),
+    (("activeDeadlineSeconds",), "integer"),
+    (("runtimePatches",), "array"),
+    (("initializer",), "object"),
+    (("trainer",), "object"),
+    (("trainer", "image"), "string"),
+    (("trainer", "command"), "array"),
+    (("trainer", "args"), "array"),
+    (("trainer", "env"), "array"),
+    (("trainer", "numNodes"), "integer"),
+    (("trainer", "numProcPerNode"), "integer"),
+    (("trainer", "resourcesPerNode"), "object"),
+)
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "null"
+
+
+def _type_causes(spec: dict[str, Any]) -> list[Cause]:
+    """Wrong JSON types, worded as the apiextensions schema validator words them."""
     causes: list[Cause] = []
+    for path, want in _TYPED_FIELDS:
+        cur: Any = spec
+        for part in path:
+            cur = cur.get(part) if isinstance(cur, dict) else None
+        if cur is None:
+            continue
+        got = _json_type(cur)
+        ok = isinstance(cur, _JSON_TYPES[want]) and not (want == "integer" and isinstance(cur, bool))
+        if not ok:
+            dotted = "spec." + ".".join(path)
+            causes.append(
+                Cause(
+                    dotted,
+                    f'Invalid value: "{got}": {dotted} in body must be of type {want}: "{got}"',
+                    "FieldValueTypeInvalid",
+                )
+            )
+    for f in ("command", "args"):
+        items = (spec.get("trainer") or {}).get(f) if isinstance(spec.get("trainer"), dict) else None
+        for i, item in enumerate(items if isinstance(items, list) else []):
+            if not isinstance(item, str):
+                got = _json_type(item)
+                item_path = f"spec.trainer.{f}[{i}]"
+                causes.append(
+                    Cause(
+                        item_path,
+                        f'Invalid value: "{got}": {item_path} in body must be of type string: "{got}"',
+                        "FieldValueTypeInvalid",
+                    )
+                )
+    return causes
+
+
+def schema_causes(obj: dict[str, Any]) -> list[Cause]:
+    """Structural schema errors (types, required fields, lengths, item counts, minimums, list-map keys)."""
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return [Cause.required("spec")]
+    causes = _type_causes(spec)
+    if causes:
+        return causes
     ref = spec.get("runtimeRef")
     if not isinstance(ref, dict):
         causes.append(Cause.required("spec.runtimeRef"))

@@ -311,3 +311,19 @@ def test_runtime_defaults(sim: Simulator) -> None:
         "replicatedJobs"
     ][0]
     assert (rjob["groupName"], rjob["replicas"]) == ("default", 1)
+
+
+def test_wrong_types_are_schema_errors(sim: Simulator) -> None:
+    body = trainjob()
+    body["spec"]["trainer"]["numNodes"] = "two"
+    err = refused(sim, body)
+    assert err.code == 422
+    assert err.details is not None
+    assert err.details["causes"][0] == {
+        "reason": "FieldValueTypeInvalid",
+        "message": 'Invalid value: "string": spec.trainer.numNodes in body must be of type integer: "string"',
+        "field": "spec.trainer.numNodes",
+    }
+    body = trainjob()
+    body["spec"]["suspend"] = "yes"
+    assert "spec.suspend in body must be of type boolean" in refused(sim, body).message
