@@ -24,6 +24,18 @@ if TYPE_CHECKING:
 __all__ = ["SchedulerController", "fit_reasons", "tolerates", "unschedulable_message"]
 
 GATED_MSG = "Scheduling is blocked due to non-empty scheduling gates"
+_SCORE_CPU, _SCORE_MEM = "<score-cpu>", "<score-memory>"
+DEFAULT_CPU_SCORE = 0.1  # the scheduler scores a container without requests as 100m CPU ...
+DEFAULT_MEM_SCORE = 200.0 * 2**20  # ... and 200Mi memory
+
+
+def _add_usage(u: dict[str, float], pod_spec: dict[str, Any]) -> None:
+    req = pod_requests(pod_spec)
+    for k, v in req.items():
+        u[k] = u.get(k, 0.0) + v
+    n = max(1, len(pod_spec.get("containers") or []))
+    u[_SCORE_CPU] = u.get(_SCORE_CPU, 0.0) + max(req.get("cpu", 0.0), DEFAULT_CPU_SCORE * n)
+    u[_SCORE_MEM] = u.get(_SCORE_MEM, 0.0) + max(req.get("memory", 0.0), DEFAULT_MEM_SCORE * n)
 
 
 def tolerates(tolerations: list[dict[str, Any]], taint: dict[str, Any]) -> bool:
@@ -191,9 +203,7 @@ class SchedulerController(BaseController):
             node = (p.get("spec") or {}).get("nodeName")
             if not node or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 continue
-            u = used.setdefault(node, {})
-            for k, v in pod_requests(p.get("spec") or {}).items():
-                u[k] = u.get(k, 0.0) + v
+            _add_usage(used.setdefault(node, {}), p.get("spec") or {})
         return used
 
     def _schedule(
@@ -228,7 +238,10 @@ class SchedulerController(BaseController):
                 continue
             alloc = (node.get("status") or {}).get("allocatable") or {}
             cpu = parse_quantity(alloc.get("cpu", 1)) or 1.0
-            load = used.get(nname, {}).get("cpu", 0.0) / cpu
+            mem = parse_quantity(alloc.get("memory", 1)) or 1.0
+            u = used.get(nname, {})
+            # LeastAllocated over the non-zero requests the scheduler scores with, so pods spread.
+            load = (u.get(_SCORE_CPU, 0.0) / cpu + u.get(_SCORE_MEM, 0.0) / mem) / 2
             if best is None or (load, nname) < best:
                 best = (load, nname)
         if best is None:
@@ -240,9 +253,7 @@ class SchedulerController(BaseController):
             self._write_status(before, pod)
             return
         node_name = best[1]
-        u = used.setdefault(node_name, {})
-        for k, v in pod_requests(spec).items():
-            u[k] = u.get(k, 0.0) + v
+        _add_usage(used.setdefault(node_name, {}), spec)
         bound = copy.deepcopy(before)
         bound["spec"]["nodeName"] = node_name
         bound = self.write(PODS, before, bound)

@@ -84,6 +84,7 @@ def test_pods_named_and_labelled_like_jobset_pods() -> None:
     assert p1["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "1"
     assert p1["spec"]["hostname"] == "tj-node-0-1" and p1["spec"]["subdomain"] == "tj"
     assert p1["status"]["phase"] == "Running" and p1["spec"]["nodeName"].startswith("node-")
+    assert p0["spec"]["nodeName"] != p1["spec"]["nodeName"]  # least-allocated scoring spreads pods
     assert main_status(p1)["state"]["running"]["startedAt"] == "2026-01-01T00:00:00Z"
 
 
