@@ -98,8 +98,14 @@ class KueueController(BaseController):
     name = "kueue"
     cached_kinds = (WORKLOADS, CLUSTERQUEUES, LOCALQUEUES, RESOURCEFLAVORS, ADMISSIONCHECKS)
 
-    def __init__(self) -> None:
+    def __init__(self, *, unadmitted_observability: bool = True) -> None:
+        """``unadmitted_observability``: Kueue's ``UnadmittedWorkloadsObservability`` gate (beta in v0.19,
+        off by default upstream). On, ``QuotaReserved=False`` carries granular reasons (``WaitingForQuota``,
+        ``ExceedsMaxQuota``, ...) and ``Admitted=False`` is set before admission; off, the reasons are
+        ``Pending``/``Inadmissible`` (the detail stays in the message) and ``Admitted`` appears only once
+        admitted."""
         super().__init__()
+        self.granular = unadmitted_observability
         self._waiting: set[Key] = set()  # Workloads without quota (the scheduler's queue)
         # Waiting Workloads that did not fit; retried only once quota may have been freed (as Kueue
         # parks inadmissible workloads until the ClusterQueue changes).
@@ -473,16 +479,6 @@ class KueueController(BaseController):
             now,
             observed_generation=True,
         )
-        if cond.find(after, "Admitted") is not None:
-            cond.set_condition(
-                after,
-                "Admitted",
-                "False",
-                "NoReservation",
-                "The workload has no reservation",
-                now,
-                observed_generation=True,
-            )
         reason = str(evicted.get("reason") or "")
         if reason in ("Preempted", "NodeFailures"):
             cond.set_condition(
@@ -512,6 +508,7 @@ class KueueController(BaseController):
                 )
                 check["lastTransitionTime"] = now
             check.pop("podSetUpdates", None)
+        self._admitted_condition(after, now)
         self.write(WORKLOADS, wl, after)
 
     # ================================================================ eviction helpers
@@ -702,6 +699,8 @@ class KueueController(BaseController):
 
     def _pending(self, wl: dict[str, Any], reason: str, message: str) -> None:
         self._inadmissible.add(self._key_of(wl))
+        if not self.granular:
+            reason = "Inadmissible" if reason in ("Misconfigured", "Suspended") else "Pending"
         cur = cond.find(wl, "QuotaReserved")
         if cur is not None and (cur.get("status"), cur.get("reason"), cur.get("message")) == (
             "False",
@@ -964,35 +963,27 @@ class KueueController(BaseController):
                 component="kueue-admission",
             )
 
-    @staticmethod
-    def _admitted_condition(wl: dict[str, Any], now: str) -> None:
+    def _admitted_condition(self, wl: dict[str, Any], now: str) -> None:
+        """``Admitted`` from quota reservation and admission checks (Kueue's SyncAdmittedCondition)."""
         states = (wl.get("status") or {}).get("admissionChecks") or []
-        all_ready = all(c.get("state") == "Ready" for c in states)
-        if not _quota_reserved(wl):
-            if cond.find(wl, "Admitted") is not None:
-                cond.set_condition(
-                    wl,
-                    "Admitted",
-                    "False",
-                    "NoReservation",
-                    "The workload has no reservation",
-                    now,
-                    observed_generation=True,
-                )
-        elif all_ready:
-            cond.set_condition(
-                wl, "Admitted", "True", "Admitted", "The workload is admitted", now, observed_generation=True
-            )
-        else:
-            cond.set_condition(
-                wl,
-                "Admitted",
+        ready = all(c.get("state") == "Ready" for c in states)
+        reserved = _quota_reserved(wl)
+        if not self.granular and cond.find(wl, "Admitted") is None and not (reserved and ready):
+            return  # without the gate the condition appears only once admitted
+        if reserved and ready:
+            args = ("True", "Admitted", "The workload is admitted")
+        elif not reserved and not ready and not self.granular:
+            args = (
                 "False",
-                "UnsatisfiedAdmissionChecks",
-                "The workload has not all checks ready",
-                now,
-                observed_generation=True,
+                "NoReservationUnsatisfiedChecks",
+                "The workload has no reservation and not all checks ready",
             )
+        elif not reserved:
+            args = ("False", "NoReservation", "The workload has no reservation")
+        else:
+            reason = "UnsatisfiedAdmissionChecks" if self.granular else "UnsatisfiedChecks"
+            args = ("False", reason, "The workload has not all checks ready")
+        cond.set_condition(wl, "Admitted", *args, now, observed_generation=True)
 
     def _checks(self, wl: dict[str, Any], now_s: float) -> None:
         states = (wl.get("status") or {}).get("admissionChecks") or []

@@ -400,3 +400,33 @@ def test_own_runtime_patch_survives_kueue_patch() -> None:
     assert {"key": "dedicated", "operator": "Exists"} in p["spec"]["tolerations"]
     managers = [x["manager"] for x in tj(sim)["spec"]["runtimePatches"]]
     assert managers == ["example.com/dispatch", "kueue.x-k8s.io/manager"]
+
+
+def test_upstream_default_reasons_without_the_observability_gate() -> None:
+    from kubesim import fixtures
+    from kubesim.controllers import KueueController, default_controllers
+
+    ctrls = [
+        KueueController(unadmitted_observability=False) if c.name == "kueue" else c
+        for c in default_controllers()
+    ]
+    sim = Simulator(controllers=ctrls)
+    fixtures.install(sim)
+    submit(sim, queued("big", cpu="100"))
+    qr = condition(workload(sim, "big"), "QuotaReserved")
+    assert qr is not None and (qr["status"], qr["reason"]) == ("False", "Pending")
+    assert "> maximum capacity (64)" in qr["message"]
+    assert condition(workload(sim, "big"), "Admitted") is None
+    submit(sim, trainjob("lost", labels={"kueue.x-k8s.io/queue-name": "nope"}))
+    qr = condition(workload(sim, "lost"), "QuotaReserved")
+    assert qr is not None and (qr["reason"], qr["message"]) == (
+        "Inadmissible",
+        "LocalQueue nope doesn't exist",
+    )
+    _with_check(sim)
+    submit(sim, queued("held"))
+    wl = workload(sim, "held")
+    assert condition(wl, "QuotaReserved")["status"] == "True"  # type: ignore[index]
+    assert condition(wl, "Admitted") is None  # appears only once admitted
+    _set_check(sim, "held", "Ready")
+    assert condition(workload(sim, "held"), "Admitted")["status"] == "True"  # type: ignore[index]
