@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from dispatch import AdapterConfig, Epoch, Identity, Image, JobSpec
 from dispatch_kubeflow import RuntimeRef
+from kubesim.kubeconfig import kubeconfig_dict
+from kubesim.resources import CLUSTERTRAININGRUNTIMES, TRAININGRUNTIMES
+from kubesim.sim import Simulator
 
 TRAINER_STEP = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
 
@@ -116,3 +122,20 @@ def ident(job_id: str = "train-1", n: int = 1, r: int = 0) -> Identity:
 
 def config(settings: dict[str, Any], *, token: str | None = None, read_only: bool = False) -> AdapterConfig:
     return AdapterConfig("kubeflow", json.dumps(settings).encode(), read_only=read_only, token=token)
+
+
+def install(sim: Simulator, *runtimes: dict[str, Any], namespace: str = "default") -> None:
+    """Create runtimes straight in the store (test setup; the adapter only ever talks HTTP)."""
+    for rt in runtimes:
+        obj = copy.deepcopy(rt)
+        if obj["kind"] == "TrainingRuntime":
+            obj["metadata"]["namespace"] = namespace
+            sim.store.create(TRAININGRUNTIMES, obj)
+        else:
+            sim.store.create(CLUSTERTRAININGRUNTIMES, obj)
+
+
+def kubeconfig(path: Path, server: str, token: str) -> str:
+    path.write_text(yaml.safe_dump(kubeconfig_dict(server, token)))
+    path.chmod(0o600)
+    return str(path)

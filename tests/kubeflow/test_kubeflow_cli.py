@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from conftest import kubeconfig
+from kubeflow_fixtures import kubeconfig
 
 from dispatch_kubeflow import schema
 from kubesim.sim import Simulator

@@ -10,8 +10,17 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from conftest import install, kubeconfig
-from kubeflow_fixtures import STOCK, broken_runtime, config, ident, spec, torch_runtime, variant
+from kubeflow_fixtures import (
+    STOCK,
+    broken_runtime,
+    config,
+    ident,
+    install,
+    kubeconfig,
+    spec,
+    torch_runtime,
+    variant,
+)
 
 import dispatch
 from dispatch import (

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import install, kubeconfig
-from kubeflow_fixtures import STOCK, config
+from kubeflow_fixtures import STOCK, config, install, kubeconfig
 
 from dispatch import InvalidError
 from dispatch_kubeflow.backend import open_backend

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from conftest import kubeconfig
-from kubeflow_fixtures import config, ident, spec
+from kubeflow_fixtures import config, ident, kubeconfig, spec
 
 from dispatch import Cause, State
 from dispatch_kubeflow import Backend

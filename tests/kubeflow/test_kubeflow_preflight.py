@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import install, kubeconfig
-from kubeflow_fixtures import STOCK, config
+from kubeflow_fixtures import STOCK, config, install, kubeconfig
 
 from dispatch import UnavailableError, UnsupportedError
 from dispatch_kubeflow.backend import open_backend

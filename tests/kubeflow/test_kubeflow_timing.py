@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import kubeconfig
-from kubeflow_fixtures import config
+from kubeflow_fixtures import config, kubeconfig
 
 import dispatch_kubeflow
 from kubesim.sim import Simulator
