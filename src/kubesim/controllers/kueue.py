@@ -20,7 +20,7 @@ import hashlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from kubesim.clock import parse_rfc3339
+from kubesim.clock import parse_rfc3339, rfc3339
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key, controller_of
 from kubesim.controllers.quantity import parse_quantity, pod_requests
@@ -82,6 +82,15 @@ def format_amount(resource: str, value: float) -> str:
         if v >= mult and v % mult == 0:
             return f"{v // mult}{suffix}"
     return str(v)
+
+
+def _clear_requeue_at(status: dict[str, Any]) -> None:
+    """Drop ``requeueState.requeueAt`` (and an emptied ``requeueState``)."""
+    rs = status.get("requeueState")
+    if isinstance(rs, dict):
+        rs.pop("requeueAt", None)
+        if not rs:
+            del status["requeueState"]
 
 
 def _is_finished(obj: dict[str, Any]) -> bool:
@@ -491,15 +500,31 @@ class KueueController(BaseController):
                 observed_generation=True,
             )
         elif reason == "AdmissionCheck":
-            cond.set_condition(
-                after,
-                "Requeued",
-                "True",
-                "BackoffFinished",
-                "The workload backoff was finished",
-                now,
-                observed_generation=True,
-            )
+            requeue_at = (status.get("requeueState") or {}).get("requeueAt")
+            if requeue_at and parse_rfc3339(requeue_at) > self.clock.now():
+                # A check asked for a retry delay: wait (Requeued=False) until requeueAt.
+                cond.set_condition(
+                    after,
+                    "Requeued",
+                    "False",
+                    reason,
+                    str(evicted.get("message") or ""),
+                    now,
+                    observed_generation=True,
+                )
+                ns, name = wl["metadata"].get("namespace", ""), wl["metadata"]["name"]
+                self.requeue_at(parse_rfc3339(requeue_at), f"wl:{ns}", name)
+            else:
+                _clear_requeue_at(status)
+                cond.set_condition(
+                    after,
+                    "Requeued",
+                    "True",
+                    "BackoffFinished",
+                    "The workload backoff was finished",
+                    now,
+                    observed_generation=True,
+                )
         for check in status.get("admissionChecks") or []:
             if check.get("state") != "Pending":
                 check["state"] = "Pending"
@@ -619,6 +644,26 @@ class KueueController(BaseController):
         """The workload controller's duties: admission checks, maximum execution time, deactivation."""
         wl = self.cached_get(WORKLOADS, namespace, name)
         if wl is None or _is_finished(wl):
+            return
+        requeued = cond.find(wl, "Requeued")
+        rs = (wl.get("status") or {}).get("requeueState") or {}
+        if (
+            requeued is not None
+            and (requeued.get("status"), requeued.get("reason")) == ("False", "AdmissionCheck")
+            and (not rs.get("requeueAt") or parse_rfc3339(rs["requeueAt"]) <= self.clock.now())
+        ):
+            after = copy.deepcopy(wl)
+            _clear_requeue_at(after["status"])
+            cond.set_condition(
+                after,
+                "Requeued",
+                "True",
+                "BackoffFinished",
+                "The workload backoff was finished",
+                self.now(),
+                observed_generation=True,
+            )
+            self.write(WORKLOADS, wl, after)
             return
         if not (wl.get("spec") or {}).get("active", True):
             self._deactivated(copy.deepcopy(wl))
@@ -944,7 +989,7 @@ class KueueController(BaseController):
             )
         if states:
             status["admissionChecks"] = states
-        status.pop("requeueState", None) if not (status.get("requeueState") or {}).get("count") else None
+        _clear_requeue_at(status)
         self._admitted_condition(after, now)
         self.write(WORKLOADS, wl, after)
         self.record_event(
@@ -1012,6 +1057,13 @@ class KueueController(BaseController):
             )
             return
         if retry:
+            delay = max(int(c.get("requeueAfterSeconds") or 0) for c in retry)
+            if delay > 0:
+                # Kueue turns a check's requeueAfterSeconds into the Workload's requeueState.requeueAt.
+                after = copy.deepcopy(wl)
+                rs = after.setdefault("status", {}).setdefault("requeueState", {})
+                rs["requeueAt"] = rfc3339(now_s + delay)
+                wl = self.write(WORKLOADS, wl, after)
             self._evict(wl, "AdmissionCheck", "Evicted due to " + self._checks_message(retry, "Retry"))
             return
         after = copy.deepcopy(wl)

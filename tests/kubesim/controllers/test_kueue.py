@@ -430,3 +430,27 @@ def test_upstream_default_reasons_without_the_observability_gate() -> None:
     assert condition(wl, "Admitted") is None  # appears only once admitted
     _set_check(sim, "held", "Ready")
     assert condition(workload(sim, "held"), "Admitted")["status"] == "True"  # type: ignore[index]
+
+
+def test_retry_with_requeue_after_seconds() -> None:
+    sim = Simulator()
+    _with_check(sim)
+    submit(sim, queued())
+    _set_check(sim, "tj", "Ready")
+    wl = workload(sim)
+    for c in wl["status"]["admissionChecks"]:
+        c.update(state="Retry", message="later", requeueAfterSeconds=60)
+    sim.store.update_status(WORKLOADS, wl)
+    sim.settle_now()
+    wl = workload(sim)
+    req = condition(wl, "Requeued")
+    assert req is not None and (req["status"], req["reason"]) == ("False", "AdmissionCheck")
+    assert wl["status"]["requeueState"]["requeueAt"] == "2026-01-01T00:01:00Z"
+    assert condition(wl, "QuotaReserved")["status"] == "False"  # type: ignore[index]
+    sim.advance(59)
+    assert condition(workload(sim), "QuotaReserved")["status"] == "False"  # type: ignore[index]
+    sim.advance(1)
+    wl = workload(sim)
+    assert condition(wl, "Requeued")["reason"] == "BackoffFinished"  # type: ignore[index]
+    assert "requeueState" not in wl["status"]
+    assert condition(wl, "QuotaReserved")["status"] == "True"  # type: ignore[index]
