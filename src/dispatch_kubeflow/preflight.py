@@ -251,7 +251,11 @@ async def _watch(
     facts.trainer_reconciles = False
     if facts.kueue:
         facts.kueue_takes_jobs = False
-    facts.pods_visible = facts.pods_visible or False
+    # The access review said what we may do; the probe shows what the cluster does. Keep the review's
+    # answer about logs only if no probe pod appears to try them on.
+    allowed_logs = facts.logs_readable
+    facts.pods_visible = False
+    facts.logs_readable = None
     interval = max(0.05, min(1.0, window / 10))
     deadline = clock.now() + window
     while True:
@@ -274,6 +278,8 @@ async def _watch(
         )
     if seen.get("suspended"):
         facts.notes.append("Kueue suspended the probe on creation, as it does with every job it queues")
+    if facts.logs_readable is None:
+        facts.logs_readable = allowed_logs
     if not facts.pods_visible:
         facts.notes.append(
             "no pod of the probe was visible: pods cannot be read, or the JobSet/Job controllers are not running"
