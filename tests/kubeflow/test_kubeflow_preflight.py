@@ -73,3 +73,18 @@ async def test_an_unreachable_cluster_is_unavailable(tmp_path: Path) -> None:
     kc = kubeconfig(tmp_path / "kc", "http://127.0.0.1:9", "token")
     with pytest.raises(UnavailableError, match="could not be reached"):
         await open_backend(config({"kubeconfig": kc}), retry=Retry(attempts=2, base=0.01))
+
+
+async def test_a_cluster_without_kueue(tmp_path: Path) -> None:
+    async with Simulator(install_runtimes=False, kueue=False) as plain:
+        install(plain, *(make() for make in STOCK.values()))
+        kc = kubeconfig(tmp_path / "kc", plain.url, plain.token("admin"))
+        b = await open_backend(config({"kubeconfig": kc}), probe_window=0.3)
+        try:
+            caps = await b.capabilities()
+            assert not b.facts.kueue and b.facts.kueue_takes_jobs is None
+            assert caps.holds and not caps.queueing and "Kueue absent" in caps.notes
+        finally:
+            await b.close()
+        with pytest.raises(UnsupportedError, match=r"Kueue .* is not served"):
+            await open_backend(config({"kubeconfig": kc, "queue": "q"}), probe_window=0.3)

@@ -523,3 +523,12 @@ def test_exit_code_read_from_last_state_while_restarting() -> None:
     }
     out = outcome_of(_tj(**_cond("Failed", "FailedJobs")), [pod])
     assert (out.cause, out.evidence[0].exit_code) == (Cause.EXIT_CODE, 2)
+
+
+def test_kubesims_own_stock_runtimes_are_accepted_too() -> None:
+    from kubesim.fixtures import runtimes
+
+    found = {rt["metadata"]["name"]: rt for rt in runtimes()}
+    for name in ("torch-distributed", "deepspeed-distributed", "jax-distributed"):
+        assert name in found
+        assert check_runtime(found[name], spec(name), kind=found[name]["kind"]) == []
