@@ -171,7 +171,7 @@ class MemoryCluster:
         """The earliest timer still valid (timers of a job are replaced whenever it changes)."""
         while self._timers:
             top = self._timers[0]
-            if top[5].version == top[3] and top[5].name in self._jobs:
+            if top[5].version == top[3] and self._jobs.get(top[5].name) is top[5]:
                 return top
             heapq.heappop(self._timers)
         return None
