@@ -11,8 +11,8 @@ Grammar (steps separated by ``;``)::
     verb   := "sleep" SECONDS | "print" TEXT | "exit" CODE | "oom" | "preempt" | "lose-node"
             | "evict" | "hang" | "slow-stop" SECONDS
 
-``print`` text runs to the end of the step; ``{rank}`` is the pod's completion index and ``{env:NAME}``
-the value of one of the container's env vars. A guarded step runs only when every guard holds.
+``print`` text runs to the end of the step (write ``\\;`` for a literal semicolon); ``{rank}`` is the
+pod's completion index and ``{env:NAME}`` the value of one of the container's env vars. A guarded step runs only when every guard holds.
 Parsing is pure (:func:`parse_script`); running the steps is the kubelet's job.
 """
 
@@ -112,7 +112,8 @@ def _seconds(verb: str, arg: str, where: str) -> float:
 def parse_script(script: str) -> list[Step]:
     """Parse a behaviour script into steps; raises :class:`ScriptError` naming the bad step."""
     steps: list[Step] = []
-    for i, raw in enumerate(script.split(";"), start=1):
+    parts = [p.replace("\\;", ";") for p in re.split(r"(?<!\\);", script)]
+    for i, raw in enumerate(parts, start=1):
         where = f"step {i} ({raw.strip()!r})"
         if not raw.strip():
             continue

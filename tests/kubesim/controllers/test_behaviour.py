@@ -72,3 +72,8 @@ def test_behaviours_last_matching_rule_wins() -> None:
         b.set("z", "bogus")
     b.clear()
     assert b.script_for({"metadata": {"name": "job-a-0"}}) is None
+
+
+def test_escaped_semicolon_in_print() -> None:
+    steps = parse_script(r"print a\; b; exit 0")
+    assert [(s.verb, s.arg) for s in steps] == [("print", "a; b"), ("exit", "0")]
