@@ -205,3 +205,19 @@ async def test_script_ending_without_exit_succeeds(
     handle = await backend.start(job("print a; sleep 1"), Identity("end"))
     clock.advance(1)
     assert (await backend.observe(handle)).state is State.SUCCEEDED
+
+
+async def test_a_short_slow_stop_replaces_the_cessation_delay(
+    make: Callable[..., MemoryBackend], clock: ManualClock, job: Callable[..., JobSpec]
+) -> None:
+    backend = make(startDelay=0, cessationDelay=5, nodes=2)
+    handle = await backend.start(job("rank=0: slow-stop 1; hang", nodes=2), Identity("quick"))
+    await backend.stop(handle)
+    clock.advance(1)
+    assert not await backend.ceased(handle)  # rank 1 has no slow-stop: it takes cessationDelay
+    clock.advance(4)
+    assert await backend.ceased(handle)
+    single = await backend.start(job("slow-stop 0.5; hang"), Identity("single"))
+    await backend.stop(single)
+    clock.advance(0.5)
+    assert await backend.ceased(single)

@@ -19,6 +19,9 @@ from dispatch.memory.script import DEFAULT_SCRIPT, SCRIPT_ENV, parse_script
 from dispatch.memory.settings import MemorySettings, parse_settings, schema
 from dispatch.registry import register
 
+Settings = MemorySettings
+"""The adapter's settings type under the name every adapter exports (``dispatch_kubeflow.Settings``)."""
+
 __all__ = [
     "ACCEPTED_EXTENSIONS",
     "DEFAULT_SCRIPT",
@@ -28,6 +31,7 @@ __all__ = [
     "MemoryCluster",
     "MemorySettings",
     "Overlap",
+    "Settings",
     "factory",
     "identity_of",
     "native_name",

@@ -289,14 +289,15 @@ class MemoryCluster:
             return 0.0
         if job.forced_linger is not None:
             return job.forced_linger
-        linger = self.settings.cessation_delay
-        if job.phase is Phase.RUNNING:
-            ran = t - job.running_at
-            for plan in job.plans:
-                reached = [s for at, s in plan.slow_stops if at <= ran]
-                if reached:
-                    linger = max(linger, reached[-1])
-        return linger
+        if job.phase is not Phase.RUNNING:
+            return self.settings.cessation_delay
+        # Each rank's last slow-stop reached replaces cessationDelay for it; the slowest rank decides.
+        ran = t - job.running_at
+        lingers = []
+        for plan in job.plans:
+            reached = [s for at, s in plan.slow_stops if at <= ran]
+            lingers.append(reached[-1] if reached else self.settings.cessation_delay)
+        return max(lingers, default=self.settings.cessation_delay)
 
     # --- lifecycle ------------------------------------------------------------------------------
 
