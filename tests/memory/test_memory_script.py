@@ -221,3 +221,8 @@ async def test_a_short_slow_stop_replaces_the_cessation_delay(
     await backend.stop(single)
     clock.advance(0.5)
     assert await backend.ceased(single)
+
+
+def test_an_escaped_semicolon_stays_in_the_text() -> None:
+    steps = parse_script(r"print a\; b; exit 0")
+    assert [(s.verb, s.arg) for s in steps] == [("print", "a; b"), ("exit", "0")]

@@ -9,7 +9,8 @@ makes sense without processes or output::
     verb   := "sleep" SECONDS | "print" TEXT | "exit" CODE | "oom" | "preempt" | "lose-node"
             | "evict" | "hang" | "slow-stop" SECONDS
 
-A guarded step runs only on the ranks (nodes) where every guard holds; ``env:`` guards read the job's
+``print`` text runs to the end of the step (write ``\\;`` for a literal semicolon). A guarded step
+runs only on the ranks (nodes) where every guard holds; ``env:`` guards read the job's
 environment, which includes ``DISPATCH_JOB_ID`` and ``DISPATCH_EPOCH`` (so ``env:DISPATCH_EPOCH=1.0:
 preempt`` hits only the first incarnation). Parsing and the timeline of one rank are pure functions.
 """
@@ -80,7 +81,8 @@ def parse_script(script: str, *, path: str = f'env["{SCRIPT_ENV}"]') -> tuple[St
     """Parse a behaviour script. Raises :class:`InvalidError` at ``path`` naming the bad step and what
     is allowed."""
     steps: list[Step] = []
-    for i, raw in enumerate(script.split(";"), start=1):
+    parts = [p.replace("\\;", ";") for p in re.split(r"(?<!\\);", script)]
+    for i, raw in enumerate(parts, start=1):
         if not raw.strip():
             continue
         where = f"step {i} ({raw.strip()!r})"
