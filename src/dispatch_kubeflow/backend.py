@@ -41,7 +41,7 @@ from dispatch_kubeflow.preflight import (
 )
 from dispatch_kubeflow.runtime import check_runtime, inspect_runtime
 from dispatch_kubeflow.settings import Settings, parse_settings
-from dispatch_kubeflow.state import lost, outcome_of
+from dispatch_kubeflow.state import cancelled, lost, outcome_of
 from dispatch_kubeflow.trainjob import (
     ACCEPTED_EXTENSIONS,
     build_trainjob,
@@ -120,6 +120,9 @@ class Backend:
         self.observe_only = not read_only and facts.may_write is False
         self._clock = clock
         self._closed = False
+        # Refs this backend deleted: a TrainJob gone after our own stop was cancelled, not lost. (Across
+        # restarts the host's record decides: "record says we cancelled" comes first in SPEC §9.7.)
+        self._stopped: set[str] = set()
 
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "observe-only" if self.observe_only else "read-write"
@@ -159,10 +162,14 @@ class Backend:
         notes += self.facts.notes
         if self.read_only:
             notes.append("read-only: opened without the probe; every write is refused")
+        if writable and not self.queueing:
+            notes.append("holds: spec.suspend is available (hold/release are not implemented yet)")
         return Capabilities(
             read_only=self.read_only,
             observe_only=self.observe_only,
-            holds=writable and not self.queueing,
+            # Holds need the Holder protocol (hold/release), which comes with the holds issue; until then
+            # the cluster's ability is only noted (start(held=True) still creates the TrainJob suspended).
+            holds=False,
             shared_checkpoint=checkpoint,
             queueing=self.queueing,
             extensions=frozenset(extensions),
@@ -324,7 +331,8 @@ class Backend:
         name = self._name_of(handle)
         obj = await self._get(name, what=f'get TrainJob "{handle.ref}"')
         if obj is None:
-            return Observation(handle, lost(name), self._clock.now())
+            gone = cancelled(name) if handle.ref in self._stopped else lost(name)
+            return Observation(handle, gone, self._clock.now())
         self._check_owner(obj, handle)
         labels = naming.identity_labels(handle.identity)
         pods = await self._pods(
@@ -341,6 +349,7 @@ class Backend:
         if obj is None:
             return
         self._check_owner(obj, handle)
+        self._stopped.add(handle.ref)
         what = f'delete TrainJob "{handle.ref}"'
         try:
             await self._client.delete(

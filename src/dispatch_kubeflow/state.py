@@ -14,7 +14,7 @@ from typing import Any
 from dispatch.model import Cause, Evidence, Outcome, State
 from dispatch_kubeflow.names import LABEL_QUEUE, NODE_CONTAINER
 
-__all__ = ["lost", "outcome_of"]
+__all__ = ["cancelled", "lost", "outcome_of"]
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -112,4 +112,13 @@ def lost(name: str) -> Outcome:
         State.LOST,
         Cause.UNKNOWN,
         (Evidence(kind="TrainJob", name=name, reason="NotFound", message="the TrainJob no longer exists"),),
+    )
+
+
+def cancelled(name: str) -> Outcome:
+    """The TrainJob is gone after this backend deleted it."""
+    return Outcome(
+        State.CANCELLED,
+        Cause.CANCELLED,
+        (Evidence(kind="TrainJob", name=name, reason="Deleted", message="deleted by dispatch (stop)"),),
     )

@@ -24,6 +24,7 @@ from kubeflow_fixtures import (
 
 import dispatch
 from dispatch import (
+    Cause,
     ConflictError,
     Image,
     InvalidError,
@@ -89,7 +90,8 @@ async def test_preflight_learns_the_cluster_and_cleans_up(backend: Backend, sim:
     assert facts.kueue is True and facts.probe_ceased is True
     caps = await backend.capabilities()
     assert caps.writable and not caps.read_only and not caps.observe_only
-    assert caps.holds and not caps.queueing and not caps.shared_checkpoint
+    assert not caps.holds and not caps.queueing and not caps.shared_checkpoint
+    assert any(n.startswith("holds: spec.suspend is available") for n in caps.notes)
     assert caps.extensions == {"dispatch/Image", "kubeflow/RuntimeRef"}
     assert caps.limits.max_env == 126 and caps.limits.max_command == 128
     assert "Trainer reconciles: yes" in caps.notes and "logs readable: yes" in caps.notes
@@ -257,7 +259,7 @@ async def test_stop_deletes_in_the_foreground_and_is_idempotent(backend: Backend
     sim.advance(120)
     await backend.stop(handle)
     obs = await backend.observe(handle)
-    assert obs.state in (State.LOST, State.CANCELLED)
+    assert (obs.state, obs.cause) == (State.CANCELLED, Cause.CANCELLED)
 
 
 async def test_list_reports_our_trainjobs_only(backend: Backend, sim: Simulator) -> None:

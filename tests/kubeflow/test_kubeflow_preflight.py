@@ -83,7 +83,7 @@ async def test_a_cluster_without_kueue(tmp_path: Path) -> None:
         try:
             caps = await b.capabilities()
             assert not b.facts.kueue and b.facts.kueue_takes_jobs is None
-            assert caps.holds and not caps.queueing and "Kueue absent" in caps.notes
+            assert not caps.holds and not caps.queueing and "Kueue absent" in caps.notes
         finally:
             await b.close()
         with pytest.raises(UnsupportedError, match=r"Kueue .* is not served"):
