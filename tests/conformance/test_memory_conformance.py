@@ -13,3 +13,11 @@ async def harness() -> AsyncIterator[MemoryHarness]:
     h = MemoryHarness()
     yield h
     await h.close()
+
+
+def test_the_memory_harness_is_a_harness() -> None:
+    from dispatch.conformance import INJECTABLE, Harness
+
+    h = MemoryHarness()
+    assert isinstance(h, Harness)
+    assert h.injects == INJECTABLE
