@@ -185,9 +185,11 @@ class KubeClient:
             headers["Content-Type"] = content_type
         ambiguous = False
         detail = ""
+        server_wait: float | None = None  # the last answer's Retry-After
         for attempt in range(self.retry.attempts):
             if attempt:
-                await self._clock.sleep(self._backoff(attempt - 1, detail))
+                await self._clock.sleep(self._backoff(attempt - 1, server_wait))
+                server_wait = None
             self.requests += 1
             try:
                 resp = await self._http.request(
@@ -212,18 +214,15 @@ class KubeClient:
             if is_retryable(resp.status_code):
                 ambiguous = ambiguous or (method != "GET" and resp.status_code != 429)
                 detail = f"HTTP {resp.status_code} {status.get('reason', '') if status else ''}".strip()
-                self._retry_after = _retry_after(resp)
+                server_wait = _retry_after(resp)
                 continue
             raise ApiStatus(resp.status_code, status)
         raise Unreachable(f"{detail} (after {self.retry.attempts} attempts)", ambiguous=ambiguous)
 
-    _retry_after: float | None = None
-
-    def _backoff(self, attempt: int, detail: str) -> float:
+    def _backoff(self, attempt: int, server_wait: float | None) -> float:
         delay = self.retry.delay(attempt)
-        if self._retry_after is not None:
-            delay = min(self.retry.cap, max(delay, self._retry_after))
-            self._retry_after = None
+        if server_wait is not None:
+            delay = min(self.retry.cap, max(delay, server_wait))
         return delay
 
     # --- conveniences over request() --------------------------------------------------------------
