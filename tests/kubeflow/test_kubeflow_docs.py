@@ -28,7 +28,7 @@ def _examples() -> dict[str, Any]:
 
 def test_the_documented_trainjobs_are_what_the_adapter_writes() -> None:
     examples = _examples()
-    assert set(examples) == {"full", "held", "probe"}
+    assert set(examples) == {"job", "full", "held", "probe"}
     settings = parse_settings(
         json.dumps(
             {
@@ -54,6 +54,9 @@ def test_the_documented_trainjobs_are_what_the_adapter_writes() -> None:
             SharedCheckpoint("/ckpt/resnet-50"),
         ],
     )
+    from dispatch import JobSpec
+
+    assert JobSpec.from_json(examples["job"]) == job
     info = inspect_runtime(torch_runtime())
     assert examples["full"] == build_trainjob(job, ident("resnet-50", 3, 1), settings, info, kueue=True)
     empty = parse_settings(b"{}")
