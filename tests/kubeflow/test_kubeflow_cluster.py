@@ -226,9 +226,9 @@ async def test_same_name_other_identity_is_a_conflict(backend: Backend, sim: Sim
     sim.store.create(TRAINJOBS, foreign)
     with pytest.raises(ConflictError, match="not created by dispatch"):
         await backend.start(spec(), identity)
-    forged = await backend.dry_run(spec(), ident("victim"))
-    forged["metadata"]["name"] = native_name(ident("other"))  # type: ignore[index]
-    sim.store.create(TRAINJOBS, copy.deepcopy(dict(forged)))
+    forged = copy.deepcopy(dict(await backend.dry_run(spec(), ident("victim"))))
+    forged["metadata"]["name"] = native_name(ident("other"))
+    sim.store.create(TRAINJOBS, forged)
     with pytest.raises(ConflictError):
         await backend.start(spec(), ident("other"))
 
