@@ -45,6 +45,7 @@ __all__ = [
 
 ACCEPTED_EXTENSIONS = (Image.NAME, RuntimeRef.NAME, SharedCheckpoint.NAME)
 _INT32 = 2_147_483_647
+_INT64 = 9_223_372_036_854_775_807
 
 
 def _ext_path(name: str, field: str | None = None) -> str:
@@ -243,6 +244,8 @@ def build_trainjob(
         trainer["resourcesPerNode"] = json.loads(json.dumps(settings.resources_per_node))
     body: dict[str, Any] = {"runtimeRef": _runtime_ref(ref), "trainer": trainer}
     if spec.time_limit is not None:
+        if spec.time_limit > _INT64:
+            raise InvalidError(f"at most {_INT64} seconds (a 64-bit count in Trainer)", path="timeLimit")
         body["activeDeadlineSeconds"] = spec.time_limit
     if held:
         body["suspend"] = True

@@ -351,6 +351,8 @@ def test_held_suspends_and_every_deepspeed_job_is_patched() -> None:
             "needs kubeflow/RuntimeRef",
         ),
         ({"nodes": 2**31}, torch_runtime, "nodes", "at most"),
+        ({"procs_per_node": 2**31}, torch_runtime, "procsPerNode", "at most"),
+        ({"time_limit": 2**63}, torch_runtime, "timeLimit", "at most"),
         ({"command": ["x" * 1_000_000, "y" * 600_000]}, torch_runtime, "command", "bytes"),
     ],
 )
