@@ -147,3 +147,19 @@ async def test_a_lost_answer_is_settled_by_the_retry_itself(
         assert _count(sim, native_name(identity)) == 1
     finally:
         await b.close()
+
+
+async def test_through_the_host_registry_and_open(sim: Simulator, kc: str) -> None:
+    import dispatch
+
+    backend = await dispatch.new_backend("kubeflow", config({"kubeconfig": kc}, read_only=True))
+    try:
+        assert isinstance(backend, Backend) and backend.read_only
+    finally:
+        await backend.close()
+    cfg = dispatch.Config(adapter={"kubeconfig": kc}, store=dispatch.MemoryStore(), read_only=True)
+    async with await dispatch.open("kubeflow", cfg) as cluster:
+        caps = await cluster.capabilities()
+        assert caps.read_only and "kubeflow/RuntimeRef" in caps.extensions
+        preview = await cluster.dry_run(spec(), job_id="via-open")
+        assert preview["metadata"]["annotations"]["dispatch.dev/job-id"] == "via-open"
