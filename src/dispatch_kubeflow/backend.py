@@ -80,12 +80,12 @@ async def open_backend(
     client = KubeClient.connect(
         kubeconfig=settings.kubeconfig, context=settings.context, token=cfg.token, retry=retry, clock=clock
     )
+    client.read_only = cfg.read_only  # from the first request on: not one write may leave the process
     facts = ClusterFacts()
     try:
         try:
             await discover(client, settings, facts)
             if cfg.read_only:
-                client.read_only = True
                 facts.notes += await kueue_objects(client, settings, facts)
             else:
                 await review_access(client, settings, facts)

@@ -133,7 +133,9 @@ def _checkpoint_dir(checkpoint: SharedCheckpoint, settings: Settings) -> str:
     where = _ext_path(SharedCheckpoint.NAME, "dir")
     volume = settings.checkpoint_volume
     if volume is None:  # refused earlier as unsupported; kept for a direct caller of the builder
-        raise UnsupportedError(unsupported_extensions_for_checkpoint())
+        raise UnsupportedError(
+            f"extension {SharedCheckpoint.NAME!r} needs checkpointVolume in the adapter settings"
+        )
     parts = [p for p in checkpoint.dir.split("/") if p]
     if any(p in (".", "..") for p in parts):
         raise InvalidError(f"{checkpoint.dir!r}: use a plain absolute path without '.' or '..'", path=where)
@@ -145,10 +147,6 @@ def _checkpoint_dir(checkpoint: SharedCheckpoint, settings: Settings) -> str:
             path=where,
         )
     return normal
-
-
-def unsupported_extensions_for_checkpoint() -> str:
-    return f"extension {SharedCheckpoint.NAME!r} needs checkpointVolume in the adapter settings"
 
 
 def _pod_patch(settings: Settings, *, mount: bool, gate: bool) -> dict[str, Any]:
