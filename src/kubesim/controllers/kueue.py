@@ -30,6 +30,7 @@ from kubesim.resources import (
     ADMISSIONCHECKS,
     CLUSTERQUEUES,
     CLUSTERTRAININGRUNTIMES,
+    JOBSETS,
     LOCALQUEUES,
     NODES,
     PODS,
@@ -344,7 +345,15 @@ class KueueController(BaseController):
         return created
 
     def _jobs_active(self, tj: dict[str, Any]) -> bool:
-        return any(int(s.get("active") or 0) > 0 for s in (tj.get("status") or {}).get("jobsStatus") or [])
+        """Whether the TrainJob still has active jobs. Its ``jobsStatus`` can lag the JobSet's, which
+        Trainer's webhook checks before a runtime patch may change, so both are consulted."""
+        if any(int(s.get("active") or 0) > 0 for s in (tj.get("status") or {}).get("jobsStatus") or []):
+            return True
+        js = self.get_or_none(JOBSETS, tj["metadata"].get("namespace"), tj["metadata"]["name"])
+        return any(
+            int(s.get("active") or 0) > 0
+            for s in ((js or {}).get("status") or {}).get("replicatedJobsStatus") or []
+        )
 
     def _kueue_patch_index(self, tj: dict[str, Any]) -> int | None:
         for i, p in enumerate((tj.get("spec") or {}).get("runtimePatches") or []):
@@ -620,8 +629,9 @@ class KueueController(BaseController):
                 w["metadata"]["name"],
             )
         )
+        blocked: set[str] = set()
         for wl in pending:
-            self._try_admit(wl, cqs, lqs, flavors, checks, usage, admitted_by_cq)
+            self._try_admit(wl, cqs, lqs, flavors, checks, usage, admitted_by_cq, blocked)
 
     def _reserved_usage(self, wl: dict[str, Any]) -> tuple[str, list[tuple[str, str, float]]]:
         """(ClusterQueue, [(flavor, resource, amount)]) a reserving Workload holds, memoised per version."""
@@ -776,6 +786,7 @@ class KueueController(BaseController):
         checks: dict[str, Any],
         usage: dict[str, dict[tuple[str, str], float]],
         admitted_by_cq: dict[str, list[dict[str, Any]]],
+        blocked: set[str],
     ) -> None:
         spec = wl.get("spec") or {}
         ns = wl["metadata"].get("namespace")
@@ -797,14 +808,25 @@ class KueueController(BaseController):
             # controller sets Active; until it does, the ClusterQueue is inactive.
             self._pending(wl, "Suspended", f"ClusterQueue {cq_name} is inactive")
             return
+        if cq_name in blocked:
+            return  # a preemptor in this ClusterQueue waits for the quota it freed: nobody overtakes it
         used = usage.setdefault(cq_name, {})
-        assignment, reason, message, needed = self._assign(wl, cq, used)
+        assignment, reason, message, _ = self._assign(wl, cq, used)
         if assignment is None and reason == "WaitingForQuota":
-            victims = self._victims(wl, cq, used, admitted_by_cq.get(cq_name, []), needed)
+            admitted = admitted_by_cq.get(cq_name, [])
+            leaving = [w for w in admitted if cond.is_true(w, "Evicted")]
+            if leaving and self._assign(wl, cq, self._usage_without(used, leaving))[0] is not None:
+                # Workloads already being evicted will free enough: wait for them, preempt nothing more.
+                blocked.add(cq_name)
+                self._pending(
+                    wl, "WaitingForPreemptedWorkloads", "Waiting for preempted workloads to release quota"
+                )
+                return
+            victims = self._victims(wl, cq, used, admitted, leaving)
             if victims:
                 for v in victims:
                     self._preempt(v, wl, cq_name)
-                    admitted_by_cq[cq_name].remove(v)
+                blocked.add(cq_name)
                 self._pending(
                     wl, "WaitingForPreemptedWorkloads", "Waiting for preempted workloads to release quota"
                 )
@@ -883,32 +905,39 @@ class KueueController(BaseController):
             )
         return assignment, "", "", needed
 
+    def _usage_without(
+        self, used: dict[tuple[str, str], float], workloads: list[dict[str, Any]]
+    ) -> dict[tuple[str, str], float]:
+        out = dict(used)
+        for w in workloads:
+            for flavor, res, amount in self._reserved_usage(w)[1]:
+                out[(flavor, res)] = out.get((flavor, res), 0.0) - amount
+        return out
+
     def _victims(
         self,
         wl: dict[str, Any],
         cq: dict[str, Any],
         used: dict[tuple[str, str], float],
         admitted: list[dict[str, Any]],
-        needed: dict[tuple[str, str], float],
+        leaving: list[dict[str, Any]],
     ) -> list[dict[str, Any]]:
+        """Admitted workloads to preempt so that ``wl`` fits, or [] when preemption would not make it fit
+        (as Kueue simulates preemption before doing it)."""
         policy = ((cq.get("spec") or {}).get("preemption") or {}).get("withinClusterQueue", "Never")
-        if policy not in ("LowerPriority", "LowerOrNewerEqualPriority") or not needed:
+        if policy not in ("LowerPriority", "LowerOrNewerEqualPriority"):
             return []
         prio = int((wl.get("spec") or {}).get("priority") or 0)
-        cands = [
-            w
-            for w in admitted
-            if not cond.is_true(w, "Evicted")
-            and (
-                int((w.get("spec") or {}).get("priority") or 0) < prio
-                or (
-                    policy == "LowerOrNewerEqualPriority"
-                    and int((w.get("spec") or {}).get("priority") or 0) == prio
-                    and w["metadata"].get("creationTimestamp", "")
-                    > wl["metadata"].get("creationTimestamp", "")
-                )
-            )
-        ]
+        created = wl["metadata"].get("creationTimestamp", "")
+
+        def eligible(w: dict[str, Any]) -> bool:
+            p = int((w.get("spec") or {}).get("priority") or 0)
+            if p < prio:
+                return True
+            newer = w["metadata"].get("creationTimestamp", "") > created
+            return policy == "LowerOrNewerEqualPriority" and p == prio and newer
+
+        cands = [w for w in admitted if not cond.is_true(w, "Evicted") and eligible(w)]
         # Lowest priority first, then the most recently admitted.
         cands.sort(
             key=lambda w: (
@@ -918,23 +947,11 @@ class KueueController(BaseController):
                 ),
             )
         )
-        freed: dict[tuple[str, str], float] = {}
         chosen: list[dict[str, Any]] = []
         for w in cands:
-            if all(freed.get(k, 0.0) + 1e-9 >= v for k, v in needed.items()):
-                break
-            contributes = False
-            for psa in ((w.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
-                for res, flavor in (psa.get("flavors") or {}).items():
-                    if (flavor, res) in needed:
-                        contributes = True
-                        freed[(flavor, res)] = freed.get((flavor, res), 0.0) + parse_quantity(
-                            (psa.get("resourceUsage") or {}).get(res, 0)
-                        )
-            if contributes:
-                chosen.append(w)
-        if all(freed.get(k, 0.0) + 1e-9 >= v for k, v in needed.items()):
-            return chosen
+            chosen.append(w)
+            if self._assign(wl, cq, self._usage_without(used, leaving + chosen))[0] is not None:
+                return chosen
         return []
 
     def _preempt(self, victim: dict[str, Any], preemptor: dict[str, Any], cq_name: str) -> None:
