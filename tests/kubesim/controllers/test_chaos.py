@@ -10,7 +10,16 @@ import pytest
 
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.quantity import parse_quantity
-from kubesim.resources import CLUSTERQUEUES, JOBS, JOBSETS, NODES, PODS, TRAINJOBS, WORKLOADPRIORITYCLASSES, WORKLOADS
+from kubesim.resources import (
+    CLUSTERQUEUES,
+    JOBS,
+    JOBSETS,
+    NODES,
+    PODS,
+    TRAINJOBS,
+    WORKLOADPRIORITYCLASSES,
+    WORKLOADS,
+)
 from kubesim.sim import Simulator
 
 SCRIPTS = [
@@ -39,9 +48,13 @@ def check_invariants(sim: Simulator) -> None:
             assert any(u in tjs for u in owners), (rt.kind, obj["metadata"]["name"])
     # At most one live (not terminating, not finished) pod per Job index.
     live = Counter(
-        (p["metadata"]["labels"]["batch.kubernetes.io/job-name"], p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])
+        (
+            p["metadata"]["labels"]["batch.kubernetes.io/job-name"],
+            p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"],
+        )
         for p in sim.store.list(PODS)[0]
-        if not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") not in ("Succeeded", "Failed")
+        if not p["metadata"].get("deletionTimestamp")
+        and p["status"].get("phase") not in ("Succeeded", "Failed")
     )
     assert all(n == 1 for n in live.values()), live
     # A suspended Job has no live pods.
@@ -50,7 +63,10 @@ def check_invariants(sim: Simulator) -> None:
             assert not [k for k in live if k[0] == job["metadata"]["name"]], job["metadata"]["name"]
     # Quota is never over-committed.
     cq = sim.store.get(CLUSTERQUEUES, None, "cluster-queue")
-    nominal = {r["name"]: parse_quantity(r["nominalQuota"]) for r in cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"]}
+    nominal = {
+        r["name"]: parse_quantity(r["nominalQuota"])
+        for r in cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    }
     used: Counter[str] = Counter()
     for wl in sim.store.list(WORKLOADS)[0]:
         if cond.is_true(wl, "QuotaReserved") and not cond.is_true(wl, "Finished"):
@@ -73,7 +89,12 @@ def test_random_workloads_keep_invariants(seed: int) -> None:
     for name, value in (("lo", 10), ("hi", 100)):
         sim.store.create(
             WORKLOADPRIORITYCLASSES,
-            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": name}, "value": value},
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            },
         )
     names: list[str] = []
     for step in range(40):
@@ -87,7 +108,9 @@ def test_random_workloads_keep_invariants(seed: int) -> None:
                 "kind": "TrainJob",
                 "metadata": {"name": f"j{step}", "namespace": "default", "labels": labels},
                 "spec": {
-                    "runtimeRef": {"name": rnd.choice(["torch-distributed", "jax-distributed", "deepspeed-distributed"])},
+                    "runtimeRef": {
+                        "name": rnd.choice(["torch-distributed", "jax-distributed", "deepspeed-distributed"])
+                    },
                     "trainer": {
                         "image": rnd.choice(["example.org/train:1", "registry.invalid/train:1"]),
                         "numNodes": rnd.randint(1, 3),
@@ -106,7 +129,9 @@ def test_random_workloads_keep_invariants(seed: int) -> None:
         elif op < 0.6 and names:
             name = rnd.choice(names)
             if sim.store.exists(TRAINJOBS, "default", name):
-                sim.store.delete(TRAINJOBS, "default", name, propagation=rnd.choice(["Foreground", "Background"]))
+                sim.store.delete(
+                    TRAINJOBS, "default", name, propagation=rnd.choice(["Foreground", "Background"])
+                )
         elif op < 0.7 and names:
             name = rnd.choice(names)
             if sim.store.exists(TRAINJOBS, "default", name):
@@ -115,9 +140,15 @@ def test_random_workloads_keep_invariants(seed: int) -> None:
                     tj["spec"]["suspend"] = not tj["spec"]["suspend"]
                     sim.store.replace(TRAINJOBS, tj)
         elif op < 0.8:
-            sim.actions.restore_node(rnd.choice(sorted(n["metadata"]["name"] for n in sim.store.list(NODES)[0])))  # type: ignore[attr-defined]
+            sim.actions.restore_node(
+                rnd.choice(sorted(n["metadata"]["name"] for n in sim.store.list(NODES)[0]))
+            )  # type: ignore[attr-defined]
         else:
-            running = [p for p in sim.store.list(PODS)[0] if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+            running = [
+                p
+                for p in sim.store.list(PODS)[0]
+                if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+            ]
             if running:
                 sim.actions.preempt("default", rnd.choice(running)["metadata"]["name"])  # type: ignore[attr-defined]
         sim.settle_now()
@@ -128,4 +159,6 @@ def test_random_workloads_keep_invariants(seed: int) -> None:
     check_invariants(sim)
     # Deleted TrainJobs left nothing behind.
     alive = {t["metadata"]["name"] for t in sim.store.list(TRAINJOBS)[0]}
-    assert {p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] for p in sim.store.list(PODS)[0]} <= alive
+    assert {
+        p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] for p in sim.store.list(PODS)[0]
+    } <= alive

@@ -454,3 +454,26 @@ def test_retry_with_requeue_after_seconds() -> None:
     assert condition(wl, "Requeued")["reason"] == "BackoffFinished"  # type: ignore[index]
     assert "requeueState" not in wl["status"]
     assert condition(wl, "QuotaReserved")["status"] == "True"  # type: ignore[index]
+
+
+def test_preemption_only_when_it_makes_room() -> None:
+    sim = Simulator()
+    priority_class(sim, "low", 10)
+    priority_class(sim, "mid", 50)
+    priority_class(sim, "high", 100)
+    set_quota(sim, "8")
+    submit(sim, queued("low", cpu="4", prio="low"))
+    submit(sim, queued("mid", cpu="4", prio="mid"))
+    submit(sim, queued("huge", cpu="12", prio="high"))
+    # 12 > 8 can never fit: nobody is preempted.
+    assert condition(workload(sim, "huge"), "QuotaReserved")["reason"] == "ExceedsMaxQuota"  # type: ignore[index]
+    assert condition(workload(sim, "low"), "Evicted") is None
+    submit(sim, queued("high", cpu="8", prio="high"))
+    assert condition(workload(sim, "low"), "Preempted")["status"] == "True"  # type: ignore[index]
+    assert condition(workload(sim, "mid"), "Preempted")["status"] == "True"  # type: ignore[index]
+    sim.advance(30)
+    assert condition(workload(sim, "high"), "Admitted")["status"] == "True"  # type: ignore[index]
+    for name in ("low", "mid"):
+        qr = condition(workload(sim, name), "QuotaReserved")
+        assert qr is not None and (qr["status"], qr["reason"]) == ("False", "WaitingForQuota")
+    no_controller_errors(sim)
