@@ -753,7 +753,9 @@ class KueueController(BaseController):
         return names
 
     def _pending(self, wl: dict[str, Any], reason: str, message: str) -> None:
-        self._inadmissible.add(self._key_of(wl))
+        if reason != "WaitingForPreemptedWorkloads":
+            # A preemptor stays a candidate: every pass it holds its place until its victims are gone.
+            self._inadmissible.add(self._key_of(wl))
         if not self.granular:
             reason = "Inadmissible" if reason in ("Misconfigured", "Suspended") else "Pending"
         cur = cond.find(wl, "QuotaReserved")
