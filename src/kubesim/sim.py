@@ -23,9 +23,10 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kubesim.auth import ADMIN, Authenticator, Permissions
+from kubesim.behaviour import Behaviours
 from kubesim.clock import Clock, ManualClock
 from kubesim.faults import Faults
 from kubesim.kubeconfig import write_kubeconfig as _write_kubeconfig
@@ -35,6 +36,9 @@ from kubesim.resources import PODS
 from kubesim.server import ApiServer
 from kubesim.store import ObjectStore, WatchEvent
 from kubesim.tls import SelfSignedCert, make_self_signed
+
+if TYPE_CHECKING:
+    from kubesim.controllers.kubelet import Actions
 
 __all__ = ["ADMIN_TOKEN", "Controller", "SettleError", "Simulator"]
 
@@ -107,6 +111,8 @@ class Simulator:
         self._background: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self.controller_errors: list[str] = []
+        # Scripts for pods, by name or predicate, read by the kubelet before the pod's KUBESIM_SCRIPT env.
+        self.behaviours = Behaviours()
         self.store.subscribe(self._on_pod_event, rt=PODS)
         default = controllers is None
         self.controllers: list[Controller] = (
@@ -116,6 +122,17 @@ class Simulator:
             c.attach(self)
         if default:
             _install_fixtures(self)
+
+    @property
+    def actions(self) -> Actions:
+        """Direct disruptions for tests (preempt, evict, OOM, exit, lose or restore a node), acting at once
+        through the kubelet controller; :class:`RuntimeError` when this simulator runs no kubelet."""
+        from kubesim.controllers.kubelet import Actions, KubeletController
+
+        for c in self.controllers:
+            if isinstance(c, KubeletController):
+                return Actions(c)
+        raise RuntimeError("this Simulator runs no kubelet controller, so it has no actions")
 
     def __repr__(self) -> str:
         return (

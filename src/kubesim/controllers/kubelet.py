@@ -144,12 +144,8 @@ class KubeletController(BaseController):
         self._ip_seq = 0
 
     def setup(self) -> None:
-        # Tests reach the scripting API through the simulator (sim.behaviours / sim.actions).
-        for attr, value in (("behaviours", self.behaviours), ("actions", Actions(self))):
-            if getattr(self.sim, attr, None) is None:
-                setattr(self.sim, attr, value)
-            elif attr == "behaviours":
-                self.behaviours = self.sim.behaviours
+        # Scripts set through ``sim.behaviours`` are the simulator's, shared with this kubelet.
+        self.behaviours = self.sim.behaviours
 
     def resync(self) -> None:
         for pod in self.store.list(PODS)[0]:

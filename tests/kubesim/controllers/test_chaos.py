@@ -142,7 +142,7 @@ def test_random_workloads_keep_invariants(seed: int) -> None:
         elif op < 0.8:
             sim.actions.restore_node(
                 rnd.choice(sorted(n["metadata"]["name"] for n in sim.store.list(NODES)[0]))
-            )  # type: ignore[attr-defined]
+            )
         else:
             running = [
                 p
@@ -150,7 +150,7 @@ def test_random_workloads_keep_invariants(seed: int) -> None:
                 if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
             ]
             if running:
-                sim.actions.preempt("default", rnd.choice(running)["metadata"]["name"])  # type: ignore[attr-defined]
+                sim.actions.preempt("default", rnd.choice(running)["metadata"]["name"])
         sim.settle_now()
         check_invariants(sim)
         sim.advance(rnd.choice([1, 5, 30, 120]))

@@ -303,7 +303,7 @@ def test_node_failure_evicts() -> None:
     sim = Simulator()
     submit(sim, queued())
     (p,) = pods(sim)
-    sim.actions.lose_node(p["spec"]["nodeName"])  # type: ignore[attr-defined]
+    sim.actions.lose_node(p["spec"]["nodeName"])
     sim.settle_now()
     wl = workload(sim)
     ev = condition(wl, "Evicted")

@@ -196,10 +196,10 @@ def test_action_oom_and_exit() -> None:
     sim = new_sim()
     submit(sim, trainjob(nodes=2, script="hang"))
     p0, p1 = pods(sim)
-    sim.actions.oom(NS, p0["metadata"]["name"])  # type: ignore[attr-defined]
+    sim.actions.oom(NS, p0["metadata"]["name"])
     sim.settle_now()
     assert main_status(pods(sim)[0])["lastState"]["terminated"]["reason"] == "OOMKilled"
-    sim.actions.exit(NS, p1["metadata"]["name"], 0)  # type: ignore[attr-defined]
+    sim.actions.exit(NS, p1["metadata"]["name"], 0)
     sim.settle_now()
     assert pods(sim)[1]["status"]["phase"] == "Succeeded"
 
@@ -216,7 +216,7 @@ def test_bad_script_fails_with_exit_2() -> None:
 
 def test_behaviours_api_overrides_env() -> None:
     sim = new_sim()
-    sim.behaviours.set("tj-node-0-1", "print special; exit 0")  # type: ignore[attr-defined]
+    sim.behaviours.set("tj-node-0-1", "print special; exit 0")
     submit(sim, trainjob(nodes=2, script="hang"))
     p0, p1 = pods(sim)
     assert p1["status"]["phase"] == "Succeeded"
@@ -437,10 +437,10 @@ def test_evict_and_node_pressure() -> None:
     sim = new_sim()
     submit(sim, trainjob(nodes=2, script="hang"))
     p0, p1 = pods(sim)
-    sim.actions.evict(NS, p0["metadata"]["name"])  # type: ignore[attr-defined]
+    sim.actions.evict(NS, p0["metadata"]["name"])
     got = sim.store.get(PODS, NS, p0["metadata"]["name"])
     assert condition(got, "DisruptionTarget")["reason"] == "EvictionByEvictionAPI"  # type: ignore[index]
-    sim.actions.node_pressure_evict(NS, p1["metadata"]["name"])  # type: ignore[attr-defined]
+    sim.actions.node_pressure_evict(NS, p1["metadata"]["name"])
     got = sim.store.get(PODS, NS, p1["metadata"]["name"])
     assert got["status"]["phase"] == "Failed" and got["status"]["reason"] == "Evicted"
     assert got["status"]["message"].startswith("The node was low on resource: memory.")
@@ -452,7 +452,7 @@ def test_node_loss() -> None:
     submit(sim, trainjob(script="hang"))
     (p,) = pods(sim)
     node = p["spec"]["nodeName"]
-    sim.actions.lose_node(node)  # type: ignore[attr-defined]
+    sim.actions.lose_node(node)
     sim.settle_now()
     from kubesim.resources import NODES
 
@@ -569,7 +569,7 @@ def test_pod_failure_policy_fail_job_and_ignore() -> None:
 
     submit(sim, trainjob("pre", runtime="torch-pfp", script="hang"))
     (p,) = pods(sim, "pre")
-    sim.actions.preempt(NS, p["metadata"]["name"])  # type: ignore[attr-defined]
+    sim.actions.preempt(NS, p["metadata"]["name"])
     sim.settle_now()
     # Ignored: not counted, replaced at once.
     assert jobs(sim, "pre")[0]["status"]["failed"] == 0
@@ -591,10 +591,10 @@ def test_custom_nodes_and_restore() -> None:
     )
     (p,) = pods(sim)
     assert p["spec"]["nodeName"] == "gpu-a"
-    sim.actions.lose_node("gpu-a")  # type: ignore[attr-defined]
+    sim.actions.lose_node("gpu-a")
     sim.advance(20)  # the kubelet is gone: the script does not advance
     assert sim.logs.lines(NS, p["metadata"]["name"], "node") == ["a"]
-    sim.actions.restore_node("gpu-a")  # type: ignore[attr-defined]
+    sim.actions.restore_node("gpu-a")
     sim.settle_now()
     assert condition(sim.store.get(NODES, None, "gpu-a"), "Ready")["status"] == "True"  # type: ignore[index]
     assert "taints" not in sim.store.get(NODES, None, "gpu-a")["spec"]
