@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
 from kubeflow_fixtures import config, ident, kubeconfig, spec
-from kubeflow_proxy import LossyProxy
 
 from dispatch import OutcomeUnknownError, ReadOnlyError, State
 from dispatch_kubeflow import Backend
@@ -82,32 +80,22 @@ async def test_observe_only_with_a_read_only_token(sim: Simulator, kc: str) -> N
     assert {r.resource for r in writes} == {"selfsubjectaccessreviews"}
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def lossy(sim: Simulator, tmp_path_factory: Any) -> AsyncIterator[tuple[LossyProxy, str]]:
-    proxy = LossyProxy(sim.url)
-    url = await proxy.start()
-    yield proxy, kubeconfig(tmp_path_factory.mktemp("lossy") / "config", url, sim.token("admin"))
-    await proxy.stop()
-
-
 def _count(sim: Simulator, identity_name: str) -> int:
     return sum(1 for t in sim.store.list(TRAINJOBS, "default")[0] if t["metadata"]["name"] == identity_name)
 
 
-async def test_crash_after_create_then_start_again_adopts(
-    sim: Simulator, lossy: tuple[LossyProxy, str]
-) -> None:
-    proxy, kc = lossy
+async def test_crash_after_create_then_start_again_adopts(sim: Simulator, kc: str) -> None:
     b = await open_backend(config({"kubeconfig": kc}), probe_window=WINDOW, retry=Retry(attempts=1))
     try:
         identity = ident("crashy")
         name = native_name(identity)
         # The create lands but its answer is lost, and so is the identity lookup that follows.
-        proxy.lose("POST", r"/trainjobs$")
-        proxy.lose("GET", rf"/trainjobs/{name}$")
+        lost_before = sim.faults.injected
+        sim.faults.lose_response_next(verb="create", path=r"/trainjobs$")
+        sim.faults.lose_response_next(verb="get", path=rf"/trainjobs/{name}$")
         with pytest.raises(OutcomeUnknownError, match="may or may not have taken effect"):
             await b.start(spec(), identity)
-        assert proxy.lost == 2
+        assert sim.faults.injected == lost_before + 2
         assert _count(sim, name) == 1  # the create did land
         handle = await b.start(spec(), identity)  # the supervisor starts the same identity again
         assert handle.ref == f"default/{name}"
@@ -116,33 +104,27 @@ async def test_crash_after_create_then_start_again_adopts(
         await b.close()
 
 
-async def test_a_lost_answer_is_settled_by_the_identity_lookup(
-    sim: Simulator, lossy: tuple[LossyProxy, str]
-) -> None:
-    proxy, kc = lossy
+async def test_a_lost_answer_is_settled_by_the_identity_lookup(sim: Simulator, kc: str) -> None:
     b = await open_backend(config({"kubeconfig": kc}), probe_window=WINDOW, retry=Retry(attempts=1))
     try:
         identity = ident("crashy-lookup")
-        lost_before = proxy.lost
-        proxy.lose("POST", r"/trainjobs$")
+        lost_before = sim.faults.injected
+        sim.faults.lose_response_next(verb="create", path=r"/trainjobs$")
         handle = await b.start(spec(), identity)
-        assert proxy.lost == lost_before + 1
+        assert sim.faults.injected == lost_before + 1
         assert handle.identity == identity and _count(sim, native_name(identity)) == 1
     finally:
         await b.close()
 
 
-async def test_a_lost_answer_is_settled_by_the_retry_itself(
-    sim: Simulator, lossy: tuple[LossyProxy, str]
-) -> None:
-    proxy, kc = lossy
+async def test_a_lost_answer_is_settled_by_the_retry_itself(sim: Simulator, kc: str) -> None:
     b: Backend = await open_backend(config({"kubeconfig": kc}), probe_window=WINDOW, retry=Retry(base=0.01))
     try:
         identity = ident("crashy-2")
-        lost_before = proxy.lost
-        proxy.lose("POST", r"/trainjobs$")
+        lost_before = sim.faults.injected
+        sim.faults.lose_response_next(verb="create", path=r"/trainjobs$")
         handle = await b.start(spec(), identity)
-        assert proxy.lost == lost_before + 1
+        assert sim.faults.injected == lost_before + 1
         assert handle.identity == identity
         assert _count(sim, native_name(identity)) == 1
     finally:
