@@ -20,6 +20,7 @@ __all__ = [
     "bad_request",
     "conflict",
     "expired",
+    "field_value",
     "forbidden",
     "gone",
     "internal",
@@ -84,7 +85,7 @@ class Cause:
     # Constructors named after apimachinery's field.ErrorList helpers.
     @staticmethod
     def invalid_value(field: str, value: Any, detail: str) -> Cause:
-        body = f"Invalid value: {_fmt_value(value)}"
+        body = f"Invalid value: {field_value(value)}"
         if detail:
             body += f": {detail}"
         return Cause(field, body, "FieldValueInvalid")
@@ -115,16 +116,17 @@ class Cause:
         allowed = ", ".join(json.dumps(s) for s in supported)
         return Cause(
             field,
-            f"Unsupported value: {_fmt_value(value)}: supported values: {allowed}",
+            f"Unsupported value: {field_value(value)}: supported values: {allowed}",
             "FieldValueNotSupported",
         )
 
     @staticmethod
     def duplicate(field: str, value: Any) -> Cause:
-        return Cause(field, f"Duplicate value: {_fmt_value(value)}", "FieldValueDuplicate")
+        return Cause(field, f"Duplicate value: {field_value(value)}", "FieldValueDuplicate")
 
 
-def _fmt_value(value: Any) -> str:
+def field_value(value: Any) -> str:
+    """A bad value as Kubernetes field errors print it (strings quoted; objects as compact JSON)."""
     if value is None:
         return "null"
     if isinstance(value, str):

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from kubesim.admission.webhook import aggregate, denied, go_value
+from kubesim.admission.webhook import aggregate, denied
 from kubesim.clock import Clock, rfc3339
 from kubesim.controllers.trainjob_build import (
     GROUP,
@@ -526,4 +526,4 @@ class TrainJobAdmission:
         return None
 
 
-__all__ += ["TrainJobAdmission", "cel_causes", "crd_validate", "go_value", "stamp_patch_times"]
+__all__ += ["TrainJobAdmission", "cel_causes", "crd_validate", "stamp_patch_times"]

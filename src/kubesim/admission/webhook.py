@@ -6,25 +6,9 @@ server prefixes the message with ``admission webhook "<name>" denied the request
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from kubesim.errors import ApiError, Cause
 
-__all__ = ["aggregate", "denied", "go_value"]
-
-
-def go_value(value: Any) -> str:
-    """A bad value as field errors print it (strings quoted; objects as compact JSON)."""
-    if value is None:
-        return "null"
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    return json.dumps(value, separators=(",", ":"))
+__all__ = ["aggregate", "denied"]
 
 
 def aggregate(causes: list[Cause]) -> str:
