@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from lightkube import AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
 from lightkube.generic_resource import create_namespaced_resource
 
 from kubesim import Simulator
@@ -22,16 +19,6 @@ TrainJob = create_namespaced_resource("trainer.kubeflow.org", "v1alpha1", "Train
 async def sim() -> AsyncIterator[Simulator]:
     async with Simulator(controllers=[], bookmark_interval=0.05) as s:
         yield s
-
-
-@pytest.fixture
-async def client(sim: Simulator, tmp_path: Path) -> AsyncIterator[AsyncClient]:
-    cfg = KubeConfig.from_file(sim.write_kubeconfig(tmp_path / "kubeconfig"))
-    c = AsyncClient(config=cfg)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 class Raw:

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-from lightkube import AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
 from lightkube.generic_resource import create_namespaced_resource
 
 from kubesim import Simulator
@@ -21,13 +18,3 @@ Workload = create_namespaced_resource("kueue.x-k8s.io", "v1beta2", "Workload", "
 async def sim() -> AsyncIterator[Simulator]:
     async with Simulator(bookmark_interval=0.05) as s:
         yield s
-
-
-@pytest.fixture
-async def client(sim: Simulator, tmp_path: Path) -> AsyncIterator[AsyncClient]:
-    cfg = KubeConfig.from_file(sim.write_kubeconfig(tmp_path / "kubeconfig"))
-    c = AsyncClient(config=cfg)
-    try:
-        yield c
-    finally:
-        await c.close()
