@@ -31,7 +31,7 @@ from kubesim.requestlog import WRITE_VERBS, RequestRecord
 from kubesim.resources import PODS, REGISTRY, SELFSUBJECTACCESSREVIEWS, ResourceType, by_plural
 from kubesim.store import check_propagation
 from kubesim.tables import table, wants_table
-from kubesim.watch import WatchHub, parse_watch_request
+from kubesim.watch import WatchHub, open_stream, parse_watch_request
 
 if TYPE_CHECKING:
     from kubesim.sim import Simulator
@@ -721,14 +721,7 @@ class ApiServer:
         limit_bytes = _int_param(q, "limitBytes")
         timestamps = _truthy(q.get("timestamps"))
         follow = _truthy(q.get("follow")) and running and entries_override is None
-        resp = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
-        resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        rec = record(200)
-
-        async def send(data: bytes) -> None:
-            rec.response_bytes += len(data)
-            await resp.write(data)
+        resp, send = await open_stream(request, record, {"Content-Type": "text/plain"})
 
         sent = 0
         if follow:

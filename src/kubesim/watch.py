@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ from kubesim.resources import ResourceType
 from kubesim.selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
 from kubesim.store import ObjectStore, WatchEvent
 
-__all__ = ["WatchHub", "WatchRequest", "parse_watch_request", "transition"]
+__all__ = ["WatchHub", "WatchRequest", "open_stream", "parse_watch_request", "transition"]
 
 _QUEUE_LIMIT = 50_000  # events a consumer may fall behind before it is disconnected
 _SER_CACHE = 4096  # serialized objects kept, so N watchers of one change serialize it once
@@ -130,6 +130,23 @@ class _Watcher:
         self.abort = False
 
 
+async def open_stream(
+    request: web.Request, record: Callable[[int], RequestRecord], headers: Mapping[str, str]
+) -> tuple[web.StreamResponse, Callable[[bytes], Awaitable[None]]]:
+    """Start a chunked 200 response and return it with a ``send`` that counts the bytes it writes into the
+    request log (watch and log streams both account for what they send)."""
+    resp = web.StreamResponse(status=200, headers=dict(headers))
+    resp.enable_chunked_encoding()
+    await resp.prepare(request)
+    rec = record(200)
+
+    async def send(data: bytes) -> None:
+        rec.response_bytes += len(data)
+        await resp.write(data)
+
+    return resp, send
+
+
 class WatchHub:
     """The open watch streams of one server."""
 
@@ -208,16 +225,9 @@ class WatchHub:
                         raise
                     error = err  # 410 Expired (or too large): one ERROR event, as a real server sends
                     last_rv = store.resource_version
-            resp = web.StreamResponse(
-                status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
+            resp, send = await open_stream(
+                request, record, {"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
             )
-            resp.enable_chunked_encoding()
-            await resp.prepare(request)
-            rec = record(200)
-
-            async def send(data: bytes) -> None:
-                rec.response_bytes += len(data)
-                await resp.write(data)
 
             if error is not None:
                 await send(_dumps({"type": "ERROR", "object": error.status()}) + b"\n")
