@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from importlib import metadata
+from typing import TYPE_CHECKING
 
 from dispatch.backend import Backend
 from dispatch.config import AdapterConfig
 from dispatch.errors import InvalidError, NotFoundError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = ["ENTRY_POINT_GROUP", "Factory", "adapters", "new_backend", "register"]
 
@@ -35,7 +38,10 @@ def register(name: str, factory: Factory) -> None:
     _factories[name] = factory
 
 
-def _entry_points() -> dict[str, metadata.EntryPoint]:
+def _entry_points() -> dict[str, EntryPoint]:
+    # importlib.metadata costs tens of milliseconds to import: pay it only when a name is looked up.
+    from importlib import metadata
+
     return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +40,8 @@ def check_job_id(job_id: Any, path: str = "job_id") -> str:
 
 def new_job_id() -> str:
     """A fresh job id: ``job-`` and twelve random hex digits."""
+    import secrets  # deferred: it pulls in hmac and hashlib, which ``import dispatch`` does not need
+
     return f"job-{secrets.token_hex(6)}"
 
 
