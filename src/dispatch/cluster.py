@@ -45,6 +45,7 @@ from dispatch.model import (
     check_job_id,
     new_job_id,
 )
+from dispatch.model._decode import as_enum
 from dispatch.records import Store
 from dispatch.registry import new_backend
 
@@ -70,6 +71,8 @@ async def open(name: str, config: Config | None = None, *, clock: Clock | None =
     polling of :meth:`Cluster.watch`.
     """
     config = config if config is not None else Config()
+    if not isinstance(config, Config):
+        raise InvalidError(f"expected a dispatch.Config, got {type(config).__name__}", path="config")
     store = config.store
     if store is None:
         from dispatch.records import SqliteStore, default_store_path  # deferred: sqlite3 is not light
@@ -82,6 +85,18 @@ async def open(name: str, config: Config | None = None, *, clock: Clock | None =
             await store.close()
         raise
     return Cluster(backend, store, policy=config.policy, clock=clock)
+
+
+def _states(states: Any) -> frozenset[State]:
+    """``states`` as a set of :class:`State`; one state alone (a ``State`` is also a ``str``) is allowed.
+    An unknown name is refused rather than silently matching nothing."""
+    if isinstance(states, str):
+        states = [states]
+    try:
+        items = builtins.list(states)
+    except TypeError:
+        raise InvalidError(f"expected states, got {type(states).__name__}", path="states") from None
+    return frozenset(as_enum(State, s, f"states[{i}]") for i, s in enumerate(items))
 
 
 class Cluster:
@@ -407,7 +422,7 @@ class Cluster:
     async def list(self, states: Iterable[State] | None = None) -> builtins.list[JobRecord]:
         """Every record (optionally only in ``states``), oldest first; records that are not terminal are
         refreshed from one listing of the cluster."""
-        wanted = None if states is None else frozenset(states)
+        wanted = None if states is None else _states(states)
         records = await self.store.list()
         live = [r for r in records if not r.outcome.terminal]
         if live:

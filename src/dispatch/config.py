@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dispatch.errors import InvalidError
 from dispatch.model import DEFAULT_POLICY, Policy
-
-if TYPE_CHECKING:
-    from dispatch.records import Store
+from dispatch.records.store import Store
 
 __all__ = ["AdapterConfig", "Config"]
 
@@ -69,6 +67,10 @@ class Config:
             raise InvalidError("expected a mapping of adapter settings", path="adapter")
         if not isinstance(self.policy, Policy):
             raise InvalidError("expected a Policy", path="policy")
+        if self.store is not None and not isinstance(self.store, Store):
+            raise InvalidError(
+                f"expected a Store (e.g. SqliteStore(path)), got {type(self.store).__name__}", path="store"
+            )
 
     def adapter_config(self, name: str) -> AdapterConfig:
         try:

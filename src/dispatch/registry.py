@@ -75,6 +75,8 @@ def _factory(name: str) -> Factory:
 
 async def new_backend(name: str, cfg: AdapterConfig) -> Backend:
     """Build the backend of adapter ``name`` alone, for a host that composes its own supervisor."""
+    if not isinstance(cfg, AdapterConfig):
+        raise InvalidError(f"expected a dispatch.AdapterConfig, got {type(cfg).__name__}", path="cfg")
     factory = _factory(name)
     if cfg.backend != name:
         raise InvalidError(f"AdapterConfig names adapter {cfg.backend!r}, not {name!r}", path="backend")

@@ -270,6 +270,15 @@ def test_the_token_never_shows_in_errors(tmp_path: Path, monkeypatch: pytest.Mon
     assert SECRET not in result.stdout + result.stderr
 
 
+def test_a_token_file_that_is_not_text_is_refused_without_quoting_it(tmp_path: Path, config: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_bytes(b"\xff\xfe" + SECRET.encode())
+    result = invoke("check", "--config", config, "--token-file", token_file)
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {token_file}: the token file is not UTF-8 text\n"
+    assert SECRET not in result.stdout + result.stderr
+
+
 def test_schema_of_an_adapter(config: Path) -> None:
     result = invoke("schema", "memory")
     assert result.exit_code == 0

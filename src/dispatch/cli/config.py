@@ -189,6 +189,8 @@ def read_token(token_file: str | None = None, *, environ: Mapping[str, str] | No
             token = Path(token_file).expanduser().read_text().strip()
         except OSError as exc:
             raise InvalidError(f"cannot read the token file: {exc.strerror}", path=token_file) from None
+        except UnicodeDecodeError:  # the message would quote the file's bytes: say nothing of them
+            raise InvalidError("the token file is not UTF-8 text", path=token_file) from None
         if not token:
             raise InvalidError("the token file is empty", path=token_file)
         return token

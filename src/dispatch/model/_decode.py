@@ -75,6 +75,7 @@ def _where(path: str) -> str:
 def load_json(data: bytes | str, *, what: str = "document") -> Any:
     """Parse one JSON value; refuse duplicate keys (reported when the value is walked), NaN/Infinity
     and trailing data."""
+    _check_text(data, what)
     if isinstance(data, bytes | bytearray):
         try:
             data = bytes(data).decode("utf-8")
@@ -88,14 +89,16 @@ def load_json(data: bytes | str, *, what: str = "document") -> Any:
     text = data.lstrip()
     try:
         value, end = decoder.raw_decode(text)
+        rest = text[end:].strip()
+        if rest:
+            raise InvalidError(f"trailing data after the JSON value: {rest[:30]!r}", path=what)
+        _refuse_duplicates_anywhere(value, "")
     except json.JSONDecodeError as exc:
         raise InvalidError(
             f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})", path=what
         ) from None
-    rest = text[end:].strip()
-    if rest:
-        raise InvalidError(f"trailing data after the JSON value: {rest[:30]!r}", path=what)
-    _refuse_duplicates_anywhere(value, "")
+    except RecursionError:
+        raise InvalidError(_TOO_DEEP, path=what) from None
     return value
 
 
@@ -104,6 +107,7 @@ def load_yaml(data: bytes | str, *, what: str = "document") -> Any:
 
     Only the JSON-compatible subset is kept: timestamps and other implicit YAML types stay strings.
     """
+    _check_text(data, what)
     import yaml  # deferred: keeps ``import dispatch`` light
 
     class _Loader(yaml.SafeLoader):
@@ -137,15 +141,25 @@ def load_yaml(data: bytes | str, *, what: str = "document") -> Any:
             raise InvalidError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=what) from None
     try:
         docs = list(yaml.load_all(data, Loader=_Loader))
+        if len(docs) == 1:
+            _refuse_duplicates_anywhere(docs[0], "")
     except yaml.YAMLError as exc:
         raise InvalidError(f"not valid YAML: {_yaml_problem(exc)}", path=what) from None
+    except RecursionError:
+        raise InvalidError(_TOO_DEEP, path=what) from None
     if len(docs) != 1:
         raise InvalidError(
             "expected exactly one YAML document" if docs else "empty document: expected a mapping", path=what
         )
-    value = docs[0]
-    _refuse_duplicates_anywhere(value, "")
-    return value
+    return docs[0]
+
+
+_TOO_DEEP = "nested too deeply to decode"
+
+
+def _check_text(data: Any, what: str) -> None:
+    if not isinstance(data, str | bytes | bytearray):
+        raise InvalidError(f"expected text (str or bytes), got {_type_name(data)}", path=what)
 
 
 def _yaml_problem(exc: Exception) -> str:
@@ -156,15 +170,22 @@ def _yaml_problem(exc: Exception) -> str:
     return str(problem)
 
 
-def _refuse_duplicates_anywhere(value: Any, path: str) -> None:
+MAX_DEPTH = 100
+"""How deeply a document may nest: far beyond any real spec or settings, and well inside Python's
+recursion limit, so that the walks that decode a value never hit it."""
+
+
+def _refuse_duplicates_anywhere(value: Any, path: str, depth: int = 0) -> None:
+    if isinstance(value, _Object | list) and depth >= MAX_DEPTH:
+        raise InvalidError(f"{_TOO_DEEP} (more than {MAX_DEPTH} levels)", path=_where(path))
     if isinstance(value, _Object):
         if value.duplicates:
             raise InvalidError(f"duplicate key {json.dumps(value.duplicates[0])}", path=_where(path))
         for k, v in value.items():
-            _refuse_duplicates_anywhere(v, join(path, k))
+            _refuse_duplicates_anywhere(v, join(path, k), depth + 1)
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            _refuse_duplicates_anywhere(v, join(path, i))
+            _refuse_duplicates_anywhere(v, join(path, i), depth + 1)
 
 
 def check_plain(value: Any, path: str) -> Any:

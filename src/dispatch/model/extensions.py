@@ -148,6 +148,10 @@ class Extensions(Mapping[str, Extension]):
 
     def __init__(self, items: Any = ()) -> None:
         values = items.values() if isinstance(items, Mapping) else items
+        if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
+            raise InvalidError(
+                f"expected a list of extension values, got {type(items).__name__}", path="extensions"
+            )
         found: dict[str, Extension] = {}
         for item in values:
             if not isinstance(item, Extension):

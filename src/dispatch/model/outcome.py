@@ -124,6 +124,10 @@ class Outcome:
             raise InvalidError(f"expected a State, got {self.state!r}", path="state")
         if not isinstance(self.cause, Cause):
             raise InvalidError(f"expected a Cause, got {self.cause!r}", path="cause")
+        if not isinstance(self.evidence, list | tuple) or not all(
+            isinstance(e, Evidence) for e in self.evidence
+        ):
+            raise InvalidError(f"expected a sequence of Evidence, got {self.evidence!r}", path="evidence")
         object.__setattr__(self, "evidence", tuple(self.evidence))
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -39,6 +40,9 @@ class Rule:
             raise InvalidError(f"expected an Action, got {self.action!r}", path="action")
         if isinstance(self.max, bool) or not isinstance(self.max, int) or not 0 <= self.max < EPOCH_BOUND:
             raise InvalidError(f"must be an integer in [0, {EPOCH_BOUND})", path="max")
+        for name, value in (("backoff", self.backoff), ("backoffCap", self.backoff_cap)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise InvalidError(f"expected a finite number of seconds, got {value!r}", path=name)
         if not 0 <= self.backoff <= self.backoff_cap:
             raise InvalidError(
                 f"need 0 <= backoff ({self.backoff}) <= backoffCap ({self.backoff_cap})", path="backoff"
@@ -91,6 +95,10 @@ class Policy:
     default: Rule = _FAIL
 
     def __post_init__(self) -> None:
+        if not isinstance(self.rules, Mapping):
+            raise InvalidError(f"expected a mapping of Cause -> Rule, got {self.rules!r}", path="rules")
+        if not isinstance(self.default, Rule):
+            raise InvalidError(f"expected a Rule, got {self.default!r}", path="default")
         for cause, rule in self.rules.items():
             if not isinstance(cause, Cause) or not isinstance(rule, Rule):
                 raise InvalidError(f"expected Cause -> Rule, got {cause!r} -> {rule!r}", path="rules")
