@@ -50,6 +50,11 @@ class MemoryBackend:
         read_only: bool = False,
         cluster: MemoryCluster | None = None,
     ) -> None:
+        if settings is not None and not isinstance(settings, MemorySettings):
+            raise InvalidError(
+                f"expected MemorySettings (or parse_settings(raw)), got {type(settings).__name__}",
+                path="settings",
+            )
         if cluster is not None:
             if settings is not None or clock is not None:
                 raise InvalidError("pass a cluster, or settings and a clock, not both", path="cluster")

@@ -31,6 +31,8 @@ def native_name(identity: Identity) -> str:
 
     Deterministic, and the same for every identity of one incarnation (the hash covers the full job id
     and ``N``, not the requeue count)."""
+    if not isinstance(identity, Identity):
+        raise InvalidError(f"expected an Identity, got {type(identity).__name__}", path="identity")
     digest = hashlib.sha256(f"{identity.job_id}\0{identity.epoch.n}".encode()).hexdigest()[:_HASH]
     base = re.sub(r"[^a-z0-9-]+", "-", identity.job_id.lower()).strip("-")
     if not base or not base[0].isalpha():

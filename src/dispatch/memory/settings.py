@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -42,16 +43,22 @@ class MemorySettings:
     cluster: str | None = None
 
     def __post_init__(self) -> None:
-        _at_least(self.nodes, 1, "nodes")
-        _at_least(self.watch_history, 1, "watchHistory")
+        for key, count in (("nodes", self.nodes), ("watchHistory", self.watch_history)):
+            if isinstance(count, bool) or not isinstance(count, int):
+                raise InvalidError(f"expected an integer, got {count!r}", path=key)
+            _at_least(count, 1, key)
         for key, value in (
             ("startDelay", self.start_delay),
             ("cessationDelay", self.cessation_delay),
             ("imagePullGrace", self.image_pull_grace),
         ):
             _at_least(value, 0, key)
+        if not isinstance(self.default_script, str):
+            raise InvalidError(f"expected a script, got {self.default_script!r}", path="defaultScript")
         parse_script(self.default_script, path="defaultScript")
-        if self.cluster is not None and not _CLUSTER_NAME.match(self.cluster):
+        if self.cluster is not None and not (
+            isinstance(self.cluster, str) and _CLUSTER_NAME.match(self.cluster)
+        ):
             raise InvalidError(
                 f"expected 1 to 63 characters from A-Z a-z 0-9 . _ -, got {self.cluster!r}", path="cluster"
             )
@@ -71,6 +78,8 @@ class MemorySettings:
 
 
 def _at_least(value: float, low: float, path: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidError(f"expected a finite number, got {value!r}", path=path)
     if value < low:
         raise InvalidError(f"must be at least {low}, got {value}", path=path)
 
