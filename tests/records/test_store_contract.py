@@ -394,6 +394,9 @@ async def test_other_bad_arguments_are_invalid(store: Store) -> None:
         await store.get("no spaces allowed")
     with pytest.raises(InvalidError, match=r"states\[0\]"):
         await store.list(states=["running"])  # type: ignore[list-item]
+    with pytest.raises(InvalidError) as info:
+        await store.list(states=3)  # type: ignore[arg-type]
+    assert info.value.path == "states"
     rec = await store.create(simple_record("job"), note("created"))
     with pytest.raises(InvalidError, match="expected_revision"):
         await store.update(rec, expected_revision="1")  # type: ignore[arg-type]

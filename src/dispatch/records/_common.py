@@ -127,6 +127,8 @@ def check_states(states: Iterable[State] | None) -> frozenset[State] | None:
         return None
     if isinstance(states, str | State):
         states = [states]  # type: ignore[list-item]  # a lone state is an easy, harmless slip
+    if not isinstance(states, Iterable):
+        raise InvalidError(f"expected states, got {type(states).__name__}", path="states")
     out: set[State] = set()
     for i, s in enumerate(states):
         if not isinstance(s, State):
