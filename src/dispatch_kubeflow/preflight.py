@@ -224,24 +224,39 @@ async def probe(
     try:
         await client.create(trainjob_path(settings.namespace), body, what=f'create probe TrainJob "{name}"')
     except ApiStatus as exc:
-        message = (exc.body or {}).get("message", "") if exc.body else ""
-        if (exc.code in (400, 403, 422) and exc.code != 403) or "denied the request" in str(message):
-            raise UnsupportedError(
-                f"the cluster refused the probe TrainJob on {where} (HTTP {exc.code}): {message}: a webhook or the "
-                "CRD schema refuses it; check the Trainer version (v2.3) and the runtime"
-            ) from None
-        raise exc.to_error(f'create probe TrainJob "{name}"') from None
+        # AlreadyExists: an earlier attempt of this very create landed and its answer was lost (the client
+        # retried); the random name is ours, so the probe is there and is watched like any other.
+        if exc.code != 409 or exc.reason != "AlreadyExists":
+            message = (exc.body or {}).get("message", "") if exc.body else ""
+            if exc.code in (400, 422) or "denied the request" in str(message):
+                raise UnsupportedError(
+                    f"the cluster refused the probe TrainJob on {where} (HTTP {exc.code}): {message}: a webhook or "
+                    "the CRD schema refuses it; check the Trainer version (v2.3) and the runtime"
+                ) from None
+            raise exc.to_error(f'create probe TrainJob "{name}"') from None
+    except Unreachable as exc:
+        # The create may have landed: remove whatever is there before giving up.
+        await _cleanup_shielded(client, settings, name, facts, window=window, clock=clock)
+        if facts.probe_ceased:
+            raise Unreachable(exc.detail, ambiguous=False) from None  # no probe remains: nothing is unknown
+        raise
     try:
         await _watch(client, settings, name, facts, window=window, clock=clock)
     finally:
-        # Always clean up, even when cancelled: the probe must not outlive preflight.
-        cleanup = asyncio.ensure_future(_cleanup(client, settings, name, facts, window=window, clock=clock))
-        try:
-            await asyncio.shield(cleanup)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await cleanup
-            raise
+        await _cleanup_shielded(client, settings, name, facts, window=window, clock=clock)
+
+
+async def _cleanup_shielded(
+    client: KubeClient, settings: Settings, name: str, facts: ClusterFacts, *, window: float, clock: Clock
+) -> None:
+    """:func:`_cleanup`, finished even when the caller is cancelled: the probe must not outlive preflight."""
+    cleanup = asyncio.ensure_future(_cleanup(client, settings, name, facts, window=window, clock=clock))
+    try:
+        await asyncio.shield(cleanup)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await cleanup
+        raise
 
 
 async def _watch(

@@ -69,6 +69,26 @@ async def test_the_probe_is_cleaned_up_when_opening_is_cancelled(tmp_path: Path)
         assert pods == []
 
 
+async def test_a_lost_answer_to_the_probe_create_leaves_no_probe(tmp_path: Path) -> None:
+    async with Simulator(install_runtimes=False) as s:
+        install(s, *(make() for make in STOCK.values()))
+        kc = kubeconfig(tmp_path / "kc", s.url, s.token("admin"))
+        # The client retries the create, which then meets the probe its lost first attempt made: still ours.
+        s.faults.lose_response_next(verb="create", path=r"/trainjobs$")
+        b = await open_backend(config({"kubeconfig": kc}), probe_window=0.3, retry=Retry(base=0.01))
+        try:
+            assert b.facts.trainer_reconciles and b.facts.probe_ceased
+        finally:
+            await b.close()
+        assert _probes(s) == []
+        # Without retries the open fails, but the probe that landed is removed first.
+        s.faults.lose_response_next(verb="create", path=r"/trainjobs$")
+        with pytest.raises(UnavailableError, match="failed before an answer"):
+            await open_backend(config({"kubeconfig": kc}), probe_window=0.3, retry=Retry(attempts=1))
+        await s.settle()
+        assert _probes(s) == []
+
+
 async def test_an_unreachable_cluster_is_unavailable(tmp_path: Path) -> None:
     kc = kubeconfig(tmp_path / "kc", "http://127.0.0.1:9", "token")
     with pytest.raises(UnavailableError, match="could not be reached"):
