@@ -135,9 +135,13 @@ def inspect_runtime(runtime: Mapping[str, Any]) -> RuntimeInfo:
                 f"its JobSet failurePolicy restarts the job on its own (maxRestarts: {restarts}); restarts are the "
                 "supervisor's job, so the runtime must not restart (maxRestarts 0 or no failurePolicy)"
             )
-        rules = _list(failure.get("rules"))
-        if rules:
-            names_of = [str(_map(r).get("name") or f"#{i}") for i, r in enumerate(rules)]
+        # A rule that fails the JobSet restarts nothing; every other action (RestartJobSet, RestartJob, the
+        # ...AndIgnoreMaxRestarts ones, or one this version does not know) may restart inside the cluster.
+        restarting = [
+            (i, r) for i, r in enumerate(_list(failure.get("rules"))) if _map(r).get("action") != "FailJobSet"
+        ]
+        if restarting:
+            names_of = [str(_map(r).get("name") or f"#{i}") for i, r in restarting]
             problems.append(
                 f"its JobSet failurePolicy has restart rules ({', '.join(names_of)}); restarts inside the cluster hide "
                 "causes, so the runtime must have none"

@@ -96,6 +96,16 @@ def test_each_rule_alone() -> None:
     assert "maxRestarts: 1" in check_runtime(restarts)[0]
     restarts["spec"]["template"]["spec"]["failurePolicy"] = {"maxRestarts": 0}
     assert check_runtime(restarts) == []
+    # A rule that fails the JobSet restarts nothing (a runtime made for dispatch may fail fast on a reason);
+    # any other action may restart inside the cluster.
+    fail_fast = {"name": "fail-fast", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}
+    restarts["spec"]["template"]["spec"]["failurePolicy"] = {"maxRestarts": 0, "rules": [fail_fast]}
+    assert check_runtime(restarts) == []
+    restarts["spec"]["template"]["spec"]["failurePolicy"]["rules"] += [
+        {"name": "again", "action": "RestartJobAndIgnoreMaxRestarts"},
+        {"action": "SomethingNew"},
+    ]
+    assert "restart rules (again, #2)" in check_runtime(restarts)[0]
 
     jax = jax_runtime()
     assert "needs a torch runtime" in check_runtime(jax, spec("jax-distributed", procs_per_node=2))[0]
