@@ -277,6 +277,11 @@ def test_schema_lists_every_key_the_parser_reads() -> None:
         {"tolerations": [{"operator": "Equal"}]},
         {"resourcesPerNode": {"limits": {"cpu": "1"}, "requests": {"cpu": "2"}}},
         {"checkpointVolume": {"claimName": "c", "mountPath": "/"}},
+        {"queue": "a..b"},
+        {"queue": "q", "priorityClass": "a.-b"},
+        {"labels": {"a" * 64: "x"}},
+        {"nodeSelector": {"example.com/" + "n" * 64: "x"}},
+        {"tolerations": [{"key": "a b", "operator": "Exists"}]},
     ],
 )
 def test_what_the_schema_accepts_but_the_parser_refuses(doc: dict[str, Any]) -> None:
