@@ -81,7 +81,7 @@ class Settings:
     annotations: Mapping[str, str] = field(default_factory=dict, hash=False)
     service_account_name: str | None = None
     node_selector: Mapping[str, str] = field(default_factory=dict, hash=False)
-    tolerations: tuple[Mapping[str, Any], ...] = ()
+    tolerations: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)
     image_pull_secrets: tuple[str, ...] = ()
     resources_per_node: Mapping[str, Any] | None = field(default=None, hash=False)
     checkpoint_volume: CheckpointVolume | None = None

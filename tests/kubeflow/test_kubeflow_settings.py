@@ -59,6 +59,12 @@ def test_defaults_of_an_empty_object() -> None:
     assert s.checkpoint_volume is None and s.output_tail_lines == 50
 
 
+def test_settings_are_frozen_values_with_a_hash() -> None:
+    a, b = parse(FULL), parse(FULL)
+    assert a == b and hash(a) == hash(b)  # tolerations and maps included: a frozen value is hashable
+    assert a != parse({**FULL, "tolerations": []})
+
+
 def test_every_key_decodes() -> None:
     s = parse(FULL)
     assert s.namespace == "team-a" and s.kubeconfig == "/etc/kube/config" and s.context == "prod"
