@@ -279,6 +279,27 @@ def test_a_token_file_that_is_not_text_is_refused_without_quoting_it(tmp_path: P
     assert SECRET not in result.stdout + result.stderr
 
 
+NO_USER = "~no-such-user-dispatch"
+
+
+@pytest.mark.parametrize("where", ["store", "config", "token", "state"])
+def test_a_path_under_an_unknown_user_is_an_error_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    args: list[str | Path] = ["check"]
+    if where == "store":
+        args += ["--config", job(tmp_path, f"adapter: memory\nstore: {{sqlite: {NO_USER}/j.db}}\n", "c.yaml")]
+    elif where == "config":
+        args += ["--config", f"{NO_USER}/c.yaml"]
+    elif where == "token":
+        args += ["--token-file", f"{NO_USER}/token"]
+    else:
+        monkeypatch.setenv("DISPATCH_STATE_DIR", f"{NO_USER}/state")
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ") and "no such user" in result.stderr
+
+
 def test_schema_of_an_adapter(config: Path) -> None:
     result = invoke("schema", "memory")
     assert result.exit_code == 0

@@ -123,3 +123,10 @@ async def test_list_states_are_checked_not_silently_matching_nothing(cluster: Cl
     with pytest.raises(InvalidError) as info:
         await cluster.list(3)  # type: ignore[arg-type]
     assert info.value.path == "states"
+
+
+def test_a_store_path_under_an_unknown_user_is_invalid() -> None:
+    with pytest.raises(InvalidError) as info:
+        dispatch.SqliteStore("~no-such-user-dispatch/jobs.db")
+    assert info.value.path == "path"
+    assert "no such user" in str(info.value)

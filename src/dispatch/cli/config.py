@@ -38,6 +38,7 @@ from dispatch.model._decode import (
     load_yaml,
 )
 from dispatch.records import Store
+from dispatch.records.paths import expand_user
 
 __all__ = [
     "CONFIG_ENV",
@@ -152,7 +153,7 @@ def _store(value: Any, path: str, base: Path | None) -> StoreChoice:
         where = f.required("sqlite", as_str)
         if not where:
             raise InvalidError("expected a file path", path=f"{path}.sqlite")
-        p = Path(where).expanduser()
+        p = expand_user(where, what=f"{path}.sqlite")
         if not p.is_absolute() and base is not None:
             p = base / p
         result = StoreChoice("sqlite", str(p))
@@ -173,7 +174,7 @@ def load_config(path: str | None = None, *, environ: Mapping[str, str] | None = 
     chosen = path or env.get(CONFIG_ENV) or None
     if chosen is None:
         return parse_config(DEFAULT_CONFIG)
-    p = Path(chosen).expanduser()
+    p = expand_user(chosen, what=CONFIG_ENV if path is None else "--config")
     try:
         data = p.read_bytes()
     except OSError as exc:
@@ -186,7 +187,7 @@ def read_token(token_file: str | None = None, *, environ: Mapping[str, str] | No
     env = os.environ if environ is None else environ
     if token_file:
         try:
-            token = Path(token_file).expanduser().read_text().strip()
+            token = expand_user(token_file, what="--token-file").read_text().strip()
         except OSError as exc:
             raise InvalidError(f"cannot read the token file: {exc.strerror}", path=token_file) from None
         except UnicodeDecodeError:  # the message would quote the file's bytes: say nothing of them

@@ -6,7 +6,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["STORE_FILE", "default_store_path"]
+from dispatch.errors import InvalidError
+
+__all__ = ["STORE_FILE", "default_store_path", "expand_user"]
 
 STORE_FILE = "jobs.db"
 
@@ -21,9 +23,18 @@ def default_store_path(environ: Mapping[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     override = env.get("DISPATCH_STATE_DIR", "")
     if override:
-        return Path(override).expanduser() / STORE_FILE
+        return expand_user(override, what="DISPATCH_STATE_DIR") / STORE_FILE
     xdg = env.get("XDG_STATE_HOME", "")
     if xdg and os.path.isabs(xdg):
         return Path(xdg) / "dispatch" / STORE_FILE
     home = env.get("HOME") or str(Path.home())
     return Path(home) / ".local" / "state" / "dispatch" / STORE_FILE
+
+
+def expand_user(path: str, *, what: str) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded; ``InvalidError`` at ``what`` when that user
+    (or the home directory) cannot be found, instead of pathlib's bare ``RuntimeError``."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        raise InvalidError(f"cannot expand {path!r}: no such user or home directory", path=what) from None

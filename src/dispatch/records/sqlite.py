@@ -54,6 +54,7 @@ from dispatch.records._common import (
     lease_after_acquire,
     lease_after_release,
 )
+from dispatch.records.paths import expand_user
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SqliteStore"]
 
@@ -147,7 +148,7 @@ class SqliteStore:
             raise InvalidError(
                 f"expected a positive number of seconds, got {busy_timeout!r}", path="busy_timeout"
             )
-        self._path = Path(raw).expanduser().absolute()
+        self._path = expand_user(raw, what="path").absolute()
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._busy_timeout = float(busy_timeout)
         self._check_path()
