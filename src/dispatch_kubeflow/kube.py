@@ -176,6 +176,7 @@ class KubeClient:
         (text with ``accept_text``). Raises :class:`ApiStatus` for an error answer,
         :class:`Unreachable` when no answer came, ``ReadOnlyError`` for a write in read-only mode."""
         import httpx2 as httpx
+        from lightkube.core.exceptions import ConfigError
 
         if method != "GET" and self.read_only:
             raise ReadOnlyError(f"{what}: refused, the backend is read-only (no write request is sent)")
@@ -199,6 +200,13 @@ class KubeClient:
                 detail = f"{type(exc).__name__}: cannot connect to {self.server}"
                 _log.debug("%s %s: %s (attempt %d)", method, path, detail, attempt + 1)
                 continue
+            except (ConfigError, OSError, ValueError, KeyError) as exc:
+                # The kubeconfig's credentials are obtained per request (token file, exec plugin), before
+                # anything is sent: like a missing client certificate, the configuration is at fault.
+                raise InvalidError(
+                    f"{what}: the kubeconfig's credentials could not be obtained ({type(exc).__name__}: {exc})",
+                    path="kubeconfig",
+                ) from None
             except httpx.TransportError as exc:
                 # The request may have reached the server: a write's effect is now unknown.
                 ambiguous = ambiguous or method != "GET"

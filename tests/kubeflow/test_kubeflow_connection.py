@@ -56,6 +56,33 @@ async def test_a_kubeconfig_that_is_not_one_is_refused_without_echoing_it(tmp_pa
     assert info.value.path == "kubeconfig" and "s3cr3t" not in str(info.value)
 
 
+def _set_user(path: Path, user: dict[str, object]) -> None:
+    doc = yaml.safe_load(path.read_text())
+    doc["users"][0]["user"] = user
+    path.write_text(yaml.safe_dump(doc))
+
+
+@pytest.mark.parametrize(
+    ("user", "words"),
+    [
+        ({"tokenFile": "/nonexistent/token"}, "Token file /nonexistent/token not found"),
+        ({"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "false"}}, "returned 1"),
+        (
+            {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "/nonexistent/x"}},
+            "Error",
+        ),
+    ],
+)
+async def test_credentials_that_cannot_be_obtained_name_the_kubeconfig(
+    sim: Simulator, tmp_path: Path, user: dict[str, object], words: str
+) -> None:
+    path = Path(kubeconfig(tmp_path / "kc", sim.url, sim.token("admin")))
+    _set_user(path, user)  # credentials read per request, not when the kubeconfig is loaded
+    with pytest.raises(InvalidError, match="credentials could not be obtained") as info:
+        await open_backend(config({"kubeconfig": str(path)}), probe_window=0.3)
+    assert info.value.path == "kubeconfig" and words in str(info.value)
+
+
 async def test_tls_with_the_cluster_ca(tmp_path: Path) -> None:
     async with Simulator(install_runtimes=False, tls=True) as tls_sim:
         install(tls_sim, *(make() for make in STOCK.values()))
