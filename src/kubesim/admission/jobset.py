@@ -11,9 +11,80 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from kubesim.admission.schema import (
+    BOOLEAN,
+    INTEGER,
+    STRING,
+    STRING_MAP,
+    array_of,
+    object_of,
+    prune_nulls,
+    type_causes,
+)
+from kubesim.errors import Cause, invalid
 from kubesim.resources import JOBSETS, ResourceType
 
-__all__ = ["default_jobset", "jobset_defaulter"]
+__all__ = ["default_jobset", "jobset_defaulter", "jobset_type_causes"]
+
+_META = object_of(labels=STRING_MAP, annotations=STRING_MAP)
+_CONTAINER = object_of(name=STRING, image=STRING, env=array_of(object_of(name=STRING, value=STRING)))
+_POD_TEMPLATE = object_of(
+    metadata=_META,
+    spec=object_of(
+        restartPolicy=STRING, containers=array_of(_CONTAINER), initContainers=array_of(_CONTAINER)
+    ),
+)
+_JOB_TEMPLATE = object_of(
+    metadata=_META,
+    spec=object_of(
+        parallelism=INTEGER,
+        completions=INTEGER,
+        backoffLimit=INTEGER,
+        completionMode=STRING,
+        template=_POD_TEMPLATE,
+    ),
+)
+# The JSON types of the fields the defaulter and the JobSet controller read.
+_SPEC = object_of(
+    replicatedJobs=array_of(
+        object_of(
+            name=STRING,
+            groupName=STRING,
+            replicas=INTEGER,
+            template=_JOB_TEMPLATE,
+            dependsOn=array_of(object_of(name=STRING, status=STRING)),
+        )
+    ),
+    network=object_of(enableDNSHostnames=BOOLEAN, subdomain=STRING, publishNotReadyAddresses=BOOLEAN),
+    successPolicy=object_of(operator=STRING, targetReplicatedJobs=array_of(STRING)),
+    failurePolicy=object_of(
+        maxRestarts=INTEGER,
+        restartStrategy=STRING,
+        rules=array_of(
+            object_of(
+                name=STRING,
+                action=STRING,
+                onJobFailureReasons=array_of(STRING),
+                onJobFailureMessagePatterns=array_of(STRING),
+                targetReplicatedJobs=array_of(STRING),
+            )
+        ),
+    ),
+    startupPolicy=object_of(startupPolicyOrder=STRING),
+    suspend=BOOLEAN,
+)
+
+
+def jobset_type_causes(obj: dict[str, Any]) -> list[Cause]:
+    """Wrong JSON types in the JobSet fields kubesim reads, worded as the CRD schema validator words them."""
+    causes = type_causes(obj.get("spec"), _SPEC, "spec")
+    spec = obj.get("spec")
+    rjobs = spec.get("replicatedJobs") if isinstance(spec, dict) else None
+    if not causes and isinstance(rjobs, list):
+        for i, rjob in enumerate(rjobs):
+            if not rjob.get("name"):
+                causes.append(Cause.required(f"spec.replicatedJobs[{i}].name"))
+    return causes
 
 
 def default_jobset(obj: dict[str, Any]) -> dict[str, Any]:
@@ -46,4 +117,12 @@ def jobset_defaulter(
     """Mutating hook: default JobSets on create and update (the defaults are idempotent)."""
     if rt != JOBSETS or operation not in ("CREATE", "UPDATE"):
         return None
+    obj = {k: v for k, v in obj.items() if k != "spec"} | (
+        {"spec": prune_nulls(obj["spec"])} if obj.get("spec") is not None else {}
+    )
+    # Refuse wrong types before defaulting walks them (the real webhook cannot even decode such a body).
+    causes = jobset_type_causes(obj)
+    if causes:
+        meta = obj.get("metadata")
+        raise invalid(JOBSETS, str((meta if isinstance(meta, dict) else {}).get("name") or ""), causes)
     return default_jobset(obj)

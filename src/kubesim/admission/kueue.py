@@ -22,8 +22,10 @@ def kueue_default_trainjob(obj: dict[str, Any]) -> dict[str, Any]:
     spec = out.get("spec")
     if not isinstance(spec, dict):
         return out
-    labels = (out.get("metadata") or {}).get("labels") or {}
-    if labels.get(QUEUE_LABEL):
+    metadata = out.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    # A malformed labels field is refused by metadata validation after mutation.
+    if isinstance(labels, dict) and labels.get(QUEUE_LABEL):
         spec["suspend"] = True
     patches = spec.get("runtimePatches")
     if patches is None or isinstance(patches, list):

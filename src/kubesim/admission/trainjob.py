@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from kubesim.admission.schema import BOOLEAN, INTEGER, STRING, STRING_MAP, array_of, object_of, type_causes
 from kubesim.admission.webhook import aggregate, denied
 from kubesim.clock import Clock, rfc3339
 from kubesim.controllers.trainjob_build import (
@@ -69,16 +70,21 @@ def default_trainjob(obj: dict[str, Any]) -> dict[str, Any]:
 def stamp_patch_times(obj: dict[str, Any], old: dict[str, Any] | None, now: str) -> dict[str, Any]:
     """Trainer's mutating webhook: stamp ``time`` on new or changed runtime patches."""
     out = copy.deepcopy(obj)
-    patches = (out.get("spec") or {}).get("runtimePatches") or []
+    # Malformed shapes are left alone here: schema validation, which runs after mutation, refuses them.
+    spec = out.get("spec")
+    patches = spec.get("runtimePatches") if isinstance(spec, dict) else None
+    if not isinstance(patches, list):
+        return out
     old_by_manager = {
         p.get("manager"): p
         for p in ((old or {}).get("spec") or {}).get("runtimePatches") or []
-        if isinstance(p, dict)
+        if isinstance(p, dict) and isinstance(p.get("manager"), str)
     }
     for p in patches:
         if not isinstance(p, dict):
             continue
-        prev = old_by_manager.get(p.get("manager")) if old is not None else None
+        manager = p.get("manager")
+        prev = old_by_manager.get(manager) if old is not None and isinstance(manager, str) else None
         if prev is not None:
             a = {k: v for k, v in p.items() if k != "time"}
             b = {k: v for k, v in prev.items() if k != "time"}
@@ -110,94 +116,72 @@ def _max_items(spec: dict[str, Any], path: str, value: Any, limit: int) -> list[
     return []
 
 
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "integer": (int,),
-    "string": (str,),
-    "boolean": (bool,),
-    "object": (dict,),
-    "array": (list,),
-}
-# (path, JSON type) of the fields kubesim reads; other fields are stored as given.
-_TYPED_FIELDS: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("runtimeRef",), "object"),
-    (("runtimeRef", "name"), "string"),
-    (("runtimeRef", "apiGroup"), "string"),
-    (("runtimeRef", "kind"), "string"),
-    (("suspend",), "boolean"),
-    (("managedBy",), "string"),
-    (("activeDeadlineSeconds",), "integer"),
-    (("runtimePatches",), "array"),
-    (("initializer",), "object"),
-    (("trainer",), "object"),
-    (("trainer", "image"), "string"),
-    (("trainer", "command"), "array"),
-    (("trainer", "args"), "array"),
-    (("trainer", "env"), "array"),
-    (("trainer", "numNodes"), "integer"),
-    (("trainer", "numProcPerNode"), "integer"),
-    (("trainer", "resourcesPerNode"), "object"),
+_META = object_of(labels=STRING_MAP, annotations=STRING_MAP)
+_ENV_VAR = object_of(name=STRING, value=STRING, valueFrom=object_of())
+_CONTAINER_PATCH = object_of(
+    name=STRING, env=array_of(_ENV_VAR), volumeMounts=array_of(object_of()), securityContext=object_of()
 )
-
-
-def _json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "null"
-
-
-def _type_causes(spec: dict[str, Any]) -> list[Cause]:
-    """Wrong JSON types, worded as the apiextensions schema validator words them."""
-    causes: list[Cause] = []
-    for path, want in _TYPED_FIELDS:
-        cur: Any = spec
-        for part in path:
-            cur = cur.get(part) if isinstance(cur, dict) else None
-        if cur is None:
-            continue
-        got = _json_type(cur)
-        ok = isinstance(cur, _JSON_TYPES[want]) and not (want == "integer" and isinstance(cur, bool))
-        if not ok:
-            dotted = "spec." + ".".join(path)
-            causes.append(
-                Cause(
-                    dotted,
-                    f'Invalid value: "{got}": {dotted} in body must be of type {want}: "{got}"',
-                    "FieldValueTypeInvalid",
-                )
-            )
-    for f in ("command", "args"):
-        items = (spec.get("trainer") or {}).get(f) if isinstance(spec.get("trainer"), dict) else None
-        for i, item in enumerate(items if isinstance(items, list) else []):
-            if not isinstance(item, str):
-                got = _json_type(item)
-                item_path = f"spec.trainer.{f}[{i}]"
-                causes.append(
-                    Cause(
-                        item_path,
-                        f'Invalid value: "{got}": {item_path} in body must be of type string: "{got}"',
-                        "FieldValueTypeInvalid",
+_POD_SPEC_PATCH = object_of(
+    serviceAccountName=STRING,
+    volumes=array_of(object_of()),
+    initContainers=array_of(_CONTAINER_PATCH),
+    containers=array_of(_CONTAINER_PATCH),
+    imagePullSecrets=array_of(object_of()),
+    securityContext=object_of(),
+    nodeSelector=STRING_MAP,
+    affinity=object_of(),
+    tolerations=array_of(object_of()),
+    schedulingGates=array_of(object_of(name=STRING)),
+    terminationGracePeriodSeconds=INTEGER,
+)
+_RUNTIME_PATCH = object_of(
+    manager=STRING,
+    time=STRING,
+    trainingRuntimeSpec=object_of(
+        template=object_of(
+            metadata=_META,
+            spec=object_of(
+                replicatedJobs=array_of(
+                    object_of(
+                        name=STRING,
+                        template=object_of(
+                            metadata=_META,
+                            spec=object_of(template=object_of(metadata=_META, spec=_POD_SPEC_PATCH)),
+                        ),
                     )
                 )
-    return causes
+            ),
+        )
+    ),
+)
+_INITIALIZER = object_of(storageUri=STRING, env=array_of(_ENV_VAR), secretRef=object_of(name=STRING))
+# The JSON types of the fields kubesim reads (admission, controllers); other fields are stored as given.
+_SPEC = object_of(
+    runtimeRef=object_of(name=STRING, apiGroup=STRING, kind=STRING),
+    suspend=BOOLEAN,
+    managedBy=STRING,
+    activeDeadlineSeconds=INTEGER,
+    runtimePatches=array_of(_RUNTIME_PATCH),
+    initializer=object_of(dataset=_INITIALIZER, model=_INITIALIZER),
+    trainer=object_of(
+        image=STRING,
+        command=array_of(STRING),
+        args=array_of(STRING),
+        env=array_of(_ENV_VAR),
+        numNodes=INTEGER,
+        numProcPerNode=INTEGER,
+        resourcesPerNode=object_of(limits=object_of(), requests=object_of()),
+    ),
+)
 
 
 def schema_causes(obj: dict[str, Any]) -> list[Cause]:
     """Structural schema errors (types, required fields, lengths, item counts, minimums, list-map keys)."""
     spec = obj.get("spec")
-    if not isinstance(spec, dict):
+    if spec is None:
         return [Cause.required("spec")]
-    causes = _type_causes(spec)
-    if causes:
+    causes = type_causes(spec, _SPEC, "spec")
+    if causes or not isinstance(spec, dict):
         return causes
     ref = spec.get("runtimeRef")
     if not isinstance(ref, dict):
