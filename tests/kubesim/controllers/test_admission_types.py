@@ -13,7 +13,7 @@ import pytest
 
 from kubesim.sim import Simulator
 
-from .helpers import trainjob
+from .helpers import no_controller_errors, trainjob
 
 TRAINJOBS_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"
 JOBSETS_PATH = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
@@ -113,7 +113,7 @@ async def test_wrong_types_in_a_trainjob_are_422(
             "field": field,
         } in answer["details"]["causes"]
     await sim.settle()
-    assert [e for c in sim.controllers for e in c.errors] == []
+    no_controller_errors(sim)
 
 
 async def test_malformed_labels_on_a_queued_trainjob_are_422_not_500(sim: Simulator) -> None:
@@ -183,7 +183,7 @@ async def test_wrong_types_in_a_jobset_are_422(
         }
     ]
     await sim.settle()
-    assert [e for c in sim.controllers for e in c.errors] == []
+    no_controller_errors(sim)
 
 
 async def test_null_jobset_fields_are_dropped_and_defaulted(sim: Simulator) -> None:
@@ -194,7 +194,7 @@ async def test_null_jobset_fields_are_dropped_and_defaulted(sim: Simulator) -> N
     assert answer["spec"]["replicatedJobs"][0]["replicas"] == 1
     assert answer["spec"]["network"]["enableDNSHostnames"] is True
     await sim.settle()
-    assert [e for c in sim.controllers for e in c.errors] == []
+    no_controller_errors(sim)
 
 
 async def test_jobset_without_replicated_job_name_is_422(sim: Simulator) -> None:
