@@ -217,7 +217,17 @@ class KubeClient:
             if resp.status_code < 400:
                 if accept_text:
                     return resp.text
-                return resp.json() if resp.content else None
+                if not resp.content:
+                    return None
+                try:
+                    return resp.json()
+                except ValueError:
+                    # Not an API server (a login page, a redirect to one, a proxy): say so, do not crash.
+                    raise Unreachable(
+                        f"{self.server} answered HTTP {resp.status_code} with something that is not a Kubernetes "
+                        "API answer (not JSON): is the kubeconfig's server address right?",
+                        ambiguous=method != "GET" and resp.status_code < 300,
+                    ) from None
             status = _status_body(resp)
             if is_retryable(resp.status_code):
                 ambiguous = ambiguous or (method != "GET" and resp.status_code != 429)

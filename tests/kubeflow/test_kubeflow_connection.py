@@ -8,7 +8,7 @@ import pytest
 import yaml
 from kubeflow_fixtures import STOCK, config, install, kubeconfig
 
-from dispatch import InvalidError
+from dispatch import InvalidError, UnavailableError
 from dispatch_kubeflow.backend import open_backend
 from kubesim.sim import Simulator
 
@@ -81,6 +81,28 @@ async def test_credentials_that_cannot_be_obtained_name_the_kubeconfig(
     with pytest.raises(InvalidError, match="credentials could not be obtained") as info:
         await open_backend(config({"kubeconfig": str(path)}), probe_window=0.3)
     assert info.value.path == "kubeconfig" and words in str(info.value)
+
+
+@pytest.mark.parametrize("status", [200, 302])
+async def test_a_server_that_is_not_an_api_server_is_explained(tmp_path: Path, status: int) -> None:
+    from aiohttp import web
+
+    async def login_page(request: web.Request) -> web.Response:
+        return web.Response(status=status, text="<html>log in</html>", headers={"Location": "/login"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", login_page)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        kc = kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{port}", "token")
+        with pytest.raises(UnavailableError, match="not a Kubernetes API answer"):
+            await open_backend(config({"kubeconfig": kc}), probe_window=0.3)
+    finally:
+        await runner.cleanup()
 
 
 async def test_tls_with_the_cluster_ca(tmp_path: Path) -> None:
