@@ -149,7 +149,7 @@ class KubeClient:
         params = ConnectionParams(timeout=httpx.Timeout(timeout))
         try:
             options = params.httpx_params(single)
-        except (ConfigError, OSError, AssertionError) as exc:
+        except (ConfigError, OSError, AssertionError, ValueError) as exc:  # ValueError: bad base64 data
             raise InvalidError(
                 f"the cluster configuration is incomplete ({type(exc).__name__}: {exc})", path="kubeconfig"
             ) from None

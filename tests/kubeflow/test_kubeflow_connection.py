@@ -83,6 +83,22 @@ async def test_credentials_that_cannot_be_obtained_name_the_kubeconfig(
     assert info.value.path == "kubeconfig" and words in str(info.value)
 
 
+def _set_ca_data(path: Path, data: str) -> None:
+    doc = yaml.safe_load(path.read_text())
+    doc["clusters"][0]["cluster"]["certificate-authority-data"] = data
+    path.write_text(yaml.safe_dump(doc))
+
+
+async def test_certificate_data_that_is_not_base64_names_the_kubeconfig(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    path = Path(kubeconfig(tmp_path / "kc", sim.url, sim.token("admin")))
+    _set_ca_data(path, "not base64!")
+    with pytest.raises(InvalidError, match="base64") as info:
+        await open_backend(config({"kubeconfig": str(path)}), probe_window=0.3)
+    assert info.value.path == "kubeconfig"
+
+
 @pytest.mark.parametrize("status", [200, 302])
 async def test_a_server_that_is_not_an_api_server_is_explained(tmp_path: Path, status: int) -> None:
     from aiohttp import web
