@@ -197,7 +197,8 @@ class KubeClient:
                     method, path, params=dict(params or {}), content=content, headers=headers
                 )
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                detail = f"{type(exc).__name__}: cannot connect to {self.server}"
+                # The reason (refused, TLS certificate not trusted, ...) says what to fix; it holds no credential.
+                detail = f"{type(exc).__name__}: cannot connect to {self.server}: {exc}"
                 _log.debug("%s %s: %s (attempt %d)", method, path, detail, attempt + 1)
                 continue
             except (ConfigError, OSError, ValueError, KeyError) as exc:

@@ -10,6 +10,7 @@ from kubeflow_fixtures import STOCK, config, install, kubeconfig
 
 from dispatch import InvalidError, UnavailableError
 from dispatch_kubeflow.backend import open_backend
+from dispatch_kubeflow.kube import Retry
 from kubesim.sim import Simulator
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -125,6 +126,10 @@ async def test_tls_with_the_cluster_ca(tmp_path: Path) -> None:
     async with Simulator(install_runtimes=False, tls=True) as tls_sim:
         install(tls_sim, *(make() for make in STOCK.values()))
         assert tls_sim.url.startswith("https://")
+        # Without the CA the certificate is not trusted, and the error says so.
+        untrusted = kubeconfig(tmp_path / "untrusted", tls_sim.url, tls_sim.token("admin"))
+        with pytest.raises(UnavailableError, match="CERTIFICATE_VERIFY_FAILED"):
+            await open_backend(config({"kubeconfig": untrusted}), retry=Retry(attempts=1))
         kc = tls_sim.write_kubeconfig(tmp_path / "kc")
         b = await open_backend(config({"kubeconfig": str(kc)}), probe_window=0.3)
         try:
