@@ -53,6 +53,7 @@ QUEUE_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 _RE = {p: re.compile(p) for p in (DNS_LABEL, DNS_SUBDOMAIN, LABEL_VALUE, QUALIFIED_NAME, DURATION, QUANTITY)}
 _RE_QUEUE = re.compile(QUEUE_NAME)
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _TOLERATION_OPERATORS = ("Exists", "Equal")
 _TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
@@ -315,6 +316,10 @@ def _toleration(value: Any, path: str) -> dict[str, Any]:
         raise InvalidError('a toleration with operator "Exists" must not have a value', path=f"{path}.value")
     if tval:
         _match(LABEL_VALUE, tval, f"{path}.value", "a label value", 63)
+    if seconds is not None and not _INT64_MIN <= seconds <= _INT64_MAX:
+        raise InvalidError(
+            f"{seconds} does not fit Kubernetes' 64-bit tolerationSeconds", path=f"{path}.tolerationSeconds"
+        )
     if seconds is not None and effect != "NoExecute":
         raise InvalidError(
             'tolerationSeconds applies only to effect "NoExecute"', path=f"{path}.tolerationSeconds"
@@ -569,7 +574,11 @@ def schema() -> dict[str, Any]:
                         "operator": {"enum": list(_TOLERATION_OPERATORS)},
                         "value": {"type": "string", "maxLength": 63},
                         "effect": {"enum": list(_TOLERATION_EFFECTS)},
-                        "tolerationSeconds": {"type": "integer"},
+                        "tolerationSeconds": {
+                            "type": "integer",
+                            "minimum": _INT64_MIN,
+                            "maximum": _INT64_MAX,
+                        },
                     },
                 },
             },

@@ -181,6 +181,11 @@ def test_every_key_decodes() -> None:
             "expected one of",
         ),
         (b'{"tolerations": [{"key": "a", "effect": "NoRun"}]}', "tolerations[0].effect", "expected one of"),
+        (
+            b'{"tolerations": [{"key": "a", "effect": "NoExecute", "tolerationSeconds": 9223372036854775808}]}',
+            "tolerations[0].tolerationSeconds",
+            "64-bit",
+        ),
         (b'{"tolerations": {}}', "tolerations", "expected a list"),
         (b'{"imagePullSecrets": [{"name": "a"}, {"name": "a"}]}', "imagePullSecrets[1].name", "duplicate"),
         (b'{"imagePullSecrets": ["a"]}', "imagePullSecrets[0]", "expected an object"),
