@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import yaml
 from aiohttp import web
 
 from kubesim import discovery, protobuf
 from kubesim.auth import Permissions
+from kubesim.bodies import BodyError, decode_json, decode_yaml
 from kubesim.clock import parse_rfc3339, rfc3339
 from kubesim.errors import ApiError, bad_request, forbidden, internal, method_not_allowed, unauthorized
 from kubesim.logs import LogLine
@@ -499,9 +499,9 @@ class ApiServer:
             raise bad_request("the request body is empty")
         try:
             if "yaml" in ctype:
-                return yaml.safe_load(raw.decode())
-            return json.loads(raw)
-        except (ValueError, yaml.YAMLError) as exc:
+                return decode_yaml(raw)
+            return decode_json(raw)
+        except BodyError as exc:
             raise bad_request(
                 f"the request body is not valid {'YAML' if 'yaml' in ctype else 'JSON'}: {exc}"
             ) from None
@@ -554,8 +554,8 @@ class ApiServer:
             raise ApiError(422, "Invalid", "force: Forbidden: may not be specified for non-apply patch")
         raw = await request.read()
         try:
-            body = yaml.safe_load(raw.decode()) if ctype == APPLY else json.loads(raw or b"null")
-        except (ValueError, yaml.YAMLError) as exc:
+            body = decode_yaml(raw) if ctype == APPLY else decode_json(raw or b"null")
+        except BodyError as exc:
             raise bad_request(f"the patch body could not be decoded: {exc}") from None
         store = self.sim.store
         existed = store.exists(rt, info.namespace, info.name or "")
@@ -577,8 +577,8 @@ class ApiServer:
         raw = await request.read() if request.can_read_body else b""
         if raw.strip():
             try:
-                body = json.loads(raw)
-            except ValueError:
+                body = decode_json(raw)
+            except BodyError:
                 raise bad_request("the DeleteOptions body is not valid JSON") from None
             if isinstance(body, dict):
                 opts["propagation"] = body.get("propagationPolicy")
