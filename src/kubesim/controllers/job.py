@@ -120,12 +120,24 @@ class JobController(BaseController):
             self.enqueue(job["metadata"].get("namespace"), job["metadata"]["name"])
 
     def keys_for(self, ev: WatchEvent) -> Iterable[Key]:
+        if ev.type == "DELETED":
+            self._forget(ev)
         if ev.rt == JOBS:
             yield (ev.obj["metadata"].get("namespace", ""), ev.obj["metadata"]["name"])
         elif ev.rt == PODS:
             ref = controller_of(ev.obj)
             if ref is not None and ref.get("kind") == "Job":
                 yield (ev.obj["metadata"].get("namespace", ""), str(ref.get("name")))
+
+    def _forget(self, ev: WatchEvent) -> None:
+        """Drop the bookkeeping of a Job or pod that is gone, so memory does not grow with every job run."""
+        uid = str(ev.obj["metadata"].get("uid"))
+        if ev.rt == JOBS:
+            self._counted_failed.pop(uid, None)
+            self._last_failure.pop(uid, None)
+            self._fail_job.pop(uid, None)
+        elif ev.rt == PODS:
+            self._ignored.discard(uid)
 
     def _pods(self, job: dict[str, Any]) -> list[dict[str, Any]]:
         """The Job's pods (read-only, from the cache)."""
