@@ -78,6 +78,36 @@ def _not_found_path() -> ApiError:
     return ApiError(404, "NotFound", "the server could not find the requested resource", details={})
 
 
+# DeleteOptions fields and the JSON types their Go struct decodes (anything else is a 400, as there).
+_DELETE_OPTION_TYPES: dict[str, tuple[type, ...]] = {
+    "gracePeriodSeconds": (int,),
+    "propagationPolicy": (str,),
+    "orphanDependents": (bool,),
+    "dryRun": (list,),
+    "preconditions": (dict,),
+}
+
+
+def _check_delete_options_types(body: dict[str, Any]) -> None:
+    fields: list[tuple[str, Any, tuple[type, ...]]] = [
+        (f, body.get(f), types) for f, types in _DELETE_OPTION_TYPES.items()
+    ]
+    pre = body.get("preconditions")
+    if isinstance(pre, dict):
+        fields += [(f"preconditions.{f}", pre.get(f), (str,)) for f in ("uid", "resourceVersion")]
+    for field, value, types in fields:
+        wrong_bool = isinstance(value, bool) and bool not in types
+        if value is not None and (wrong_bool or not isinstance(value, types)):
+            raise bad_request(
+                f"the DeleteOptions body is not valid: {field} must be of type {_GO_TYPE[types[0]]}, "
+                f"not {_JSON_NAME.get(type(value), 'null')}"
+            )
+
+
+_GO_TYPE = {int: "int64", str: "string", bool: "bool", list: "[]string", dict: "object"}
+_JSON_NAME = {int: "number", float: "number", str: "string", bool: "boolean", list: "array", dict: "object"}
+
+
 def _truthy(v: str | None) -> bool:
     return v is not None and v.lower() in ("1", "true", "yes")
 
@@ -581,6 +611,7 @@ class ApiServer:
             except BodyError:
                 raise bad_request("the DeleteOptions body is not valid JSON") from None
             if isinstance(body, dict):
+                _check_delete_options_types(body)
                 opts["propagation"] = body.get("propagationPolicy")
                 opts["grace"] = body.get("gracePeriodSeconds")
                 opts["preconditions"] = body.get("preconditions")

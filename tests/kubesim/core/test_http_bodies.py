@@ -77,3 +77,29 @@ async def test_deeply_nested_bodies_are_400_not_500(raw: Raw) -> None:
         "PATCH", CONFIGMAPS + "/deep", "[" * depth + "]" * depth, content_type="application/merge-patch+json"
     )
     assert status == 400, body
+
+
+async def test_wrongly_typed_delete_options_are_400_not_500(raw: Raw, sim: Simulator) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    status, body, _ = await raw.request("POST", "/api/v1/namespaces/default/pods", pod)
+    assert status == 201, body
+    for options, field in (
+        ({"gracePeriodSeconds": "x"}, "gracePeriodSeconds"),
+        ({"gracePeriodSeconds": True}, "gracePeriodSeconds"),
+        ({"preconditions": "x"}, "preconditions"),
+        ({"preconditions": {"uid": 5}}, "preconditions.uid"),
+        ({"dryRun": "All"}, "dryRun"),
+    ):
+        status, body, _ = await raw.request("DELETE", "/api/v1/namespaces/default/pods/p", options)
+        assert status == 400, (options, body)
+        assert body["reason"] == "BadRequest"
+        assert field in body["message"]
+    status, body, _ = await raw.request(
+        "DELETE", "/api/v1/namespaces/default/pods/p", {"gracePeriodSeconds": 0}
+    )
+    assert status == 200, body
