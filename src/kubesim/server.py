@@ -825,6 +825,11 @@ class ApiServer:
         spec = body["spec"]
         ra = spec.get("resourceAttributes")
         nra = spec.get("nonResourceAttributes")
+        for field, value in (("resourceAttributes", ra), ("nonResourceAttributes", nra)):
+            if value is not None and not isinstance(value, dict):
+                raise bad_request(
+                    f"the SelfSubjectAccessReview body is not valid: spec.{field} must be an object"
+                )
         if ra is None and nra is None:
             raise ApiError(
                 422,

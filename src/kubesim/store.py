@@ -49,6 +49,7 @@ from kubesim.patch import (
 )
 from kubesim.resources import JOBS, NAMESPACES, PODS, REGISTRY, SERVICES, ResourceType
 from kubesim.selectors import parse_field_selector, parse_label_selector
+from kubesim.shapes import shape_causes
 from kubesim.validation import validate_metadata
 
 __all__ = ["AdmissionHook", "ObjectStore", "WatchEvent", "check_propagation"]
@@ -332,6 +333,13 @@ class ObjectStore:
         return obj
 
     @staticmethod
+    def _check_shape(rt: ResourceType, obj: dict[str, Any]) -> None:
+        """Refuse wrongly typed fields that kubesim's own code reads (422), before anything walks them."""
+        causes = shape_causes(rt, obj)
+        if causes:
+            raise invalid(rt, str(obj.get("metadata", {}).get("name") or ""), causes)
+
+    @staticmethod
     def _call_hook(
         hook: AdmissionHook, op: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
     ) -> dict[str, Any] | None:
@@ -491,8 +499,9 @@ class ObjectStore:
             meta["generation"] = 1
         if reset_status and rt.has_status and rt is not NAMESPACES and rt.kind != "Node":
             new.pop("status", None)
-            if rt is PODS:
-                new["status"] = {"phase": "Pending", "qosClass": _pod_qos(new)}
+        self._check_shape(rt, new)
+        if reset_status and rt is PODS:
+            new["status"] = {"phase": "Pending", "qosClass": _pod_qos(new)}
         if rt is NAMESPACES:
             new.setdefault("spec", {})["finalizers"] = ["kubernetes"]
             new["status"] = {"phase": "Active"}
@@ -662,6 +671,7 @@ class ObjectStore:
                     )
             if _spec_part(rt, new) != _spec_part(rt, current) and "generation" in cur_meta:
                 meta["generation"] = int(cur_meta["generation"]) + 1
+            self._check_shape(rt, new)
             new = self._admit("UPDATE", rt, new, deep_copy(current), validate=True)
         new["metadata"]["resourceVersion"] = cur_meta["resourceVersion"]
         if _without_rv(new) == _without_rv(current):

@@ -11,7 +11,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from kubesim.admission.schema import (
+from kubesim.errors import Cause, invalid
+from kubesim.jsontypes import (
     BOOLEAN,
     INTEGER,
     STRING,
@@ -21,7 +22,6 @@ from kubesim.admission.schema import (
     prune_nulls,
     type_causes,
 )
-from kubesim.errors import Cause, invalid
 from kubesim.resources import JOBSETS, ResourceType
 
 __all__ = ["default_jobset", "jobset_defaulter", "jobset_type_causes"]

@@ -12,7 +12,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from kubesim.admission.schema import BOOLEAN, INTEGER, STRING, STRING_MAP, array_of, object_of, type_causes
 from kubesim.admission.webhook import aggregate, denied
 from kubesim.clock import Clock, rfc3339
 from kubesim.controllers.trainjob_build import (
@@ -26,6 +25,7 @@ from kubesim.controllers.trainjob_build import (
     runtime_pod_sets,
 )
 from kubesim.errors import ApiError, Cause, invalid
+from kubesim.jsontypes import BOOLEAN, INTEGER, STRING, STRING_MAP, array_of, object_of, type_causes
 from kubesim.resources import CLUSTERTRAININGRUNTIMES, JOBSETS, TRAININGRUNTIMES, TRAINJOBS, ResourceType
 
 __all__ = [

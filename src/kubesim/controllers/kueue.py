@@ -774,7 +774,8 @@ class KueueController(BaseController):
     def _requests(self, wl: dict[str, Any]) -> list[tuple[str, int, dict[str, float]]]:
         out = []
         for ps in (wl.get("spec") or {}).get("podSets") or []:
-            count = int(ps.get("count", 1))
+            # A null count is pruned by the API server, then defaulted to 1 by the CRD.
+            count = 1 if ps.get("count") is None else int(ps["count"])
             per_pod = pod_requests(((ps.get("template") or {}).get("spec")) or {})
             out.append((str(ps.get("name")), count, {k: v * count for k, v in per_pod.items() if v > 0}))
         return out

@@ -1,6 +1,6 @@
 """JSON types of nested fields, checked as the apiextensions structural-schema validator does.
 
-A schema here is a small dict: ``{"type": "object"|"array"|"string"|"integer"|"boolean"}`` with
+A schema here is a small dict: ``{"type": "object"|"array"|"string"|"integer"|"boolean"|"quantity"}`` with
 ``properties`` (named fields of an object), ``values`` (every value of a map) or ``items`` (every item of
 an array). Fields the schema does not name are not checked. Only the shapes kubesim's admission and
 controllers read need describing: a wrong type there must be a 422, not a crash further on.
@@ -69,6 +69,10 @@ def type_causes(value: Any, schema: Schema, path: str, *, field: bool = True) ->
         return []
     got = json_type(value)
     want = schema["type"]
+    if want == "quantity":  # a resource quantity: "500m", "1Gi" or a plain number
+        if got in ("string", "integer", "number"):
+            return []
+        want = "string"
     if got != want:
         return [
             Cause(

@@ -1,0 +1,114 @@
+"""Wrongly typed fields that kubesim's controllers read are 422 over HTTP, so a single malformed object
+can neither crash a request nor stall a controller for everyone else."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+
+from kubesim import Simulator
+from kubesim.resources import TRAINJOBS
+
+WORKLOADS_PATH = "/apis/kueue.x-k8s.io/v1beta2/namespaces/default/workloads"
+PODS_PATH = "/api/v1/namespaces/default/pods"
+
+
+async def post(sim: Simulator, path: str, body: Any) -> tuple[int, Any]:
+    headers = {"Authorization": f"Bearer {sim.token('admin')}", "Content-Type": "application/json"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(sim.url + path, data=json.dumps(body), headers=headers) as resp,
+    ):
+        return resp.status, await resp.json()
+
+
+def workload(name: str, **spec: Any) -> dict[str, Any]:
+    pod_set = {
+        "name": "main",
+        "count": 1,
+        "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}},
+    }
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": name},
+        "spec": {"queueName": "user-queue", "podSets": [pod_set], **spec},
+    }
+
+
+def queued_trainjob(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": {"kueue.x-k8s.io/queue-name": "user-queue"},
+        },
+        "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": 1}},
+    }
+
+
+async def test_a_mistyped_workload_is_422_and_kueue_keeps_admitting(sim: Simulator) -> None:
+    status, body = await post(sim, WORKLOADS_PATH, workload("bad", priority="high"))
+    assert status == 422, body
+    assert body["details"]["causes"] == [
+        {
+            "reason": "FieldValueTypeInvalid",
+            "message": 'Invalid value: "string": spec.priority in body must be of type integer: "string"',
+            "field": "spec.priority",
+        }
+    ]
+    status, body = await post(
+        sim, "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs", queued_trainjob("q")
+    )
+    assert status == 201, body
+    await sim.settle()
+    assert sim.store.get(TRAINJOBS, "default", "q")["spec"]["suspend"] is False  # admitted
+    assert [e for c in sim.controllers for e in getattr(c, "errors", [])] == []
+
+
+async def test_a_workload_with_a_null_pod_set_count_counts_one(sim: Simulator) -> None:
+    body = workload("nullcount")
+    body["spec"]["podSets"][0]["count"] = None
+    status, answer = await post(sim, WORKLOADS_PATH, body)
+    assert status == 201, answer
+    await sim.settle()
+    assert [e for c in sim.controllers for e in getattr(c, "errors", [])] == []
+
+
+async def test_mistyped_or_empty_pod_specs_are_422(sim: Simulator) -> None:
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": 5},
+    }
+    status, body = await post(sim, PODS_PATH, pod)
+    assert status == 422, body
+    assert body["details"]["causes"][0]["field"] == "spec.containers"
+    pod["spec"] = {"containers": [{"name": "c", "image": "x", "resources": {"requests": 5}}]}
+    status, body = await post(sim, PODS_PATH, pod)
+    assert status == 422, body
+    assert body["details"]["causes"][0]["field"] == "spec.containers[0].resources.requests"
+    pod["spec"] = None
+    status, body = await post(sim, PODS_PATH, pod)
+    assert status == 422, body
+    assert body["details"]["causes"] == [
+        {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers"}
+    ]
+    await sim.settle()
+    assert [e for c in sim.controllers for e in getattr(c, "errors", [])] == []
+
+
+async def test_a_mistyped_access_review_is_400_not_500(sim: Simulator) -> None:
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": "pods"},
+    }
+    status, body = await post(sim, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review)
+    assert status == 400, body
+    assert "spec.resourceAttributes" in body["message"]
