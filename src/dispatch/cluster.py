@@ -273,7 +273,9 @@ class Cluster:
     async def cancel(self, job_id: str) -> JobRecord:
         """Ask for the job to end. Records the intent first, then stops the incarnation. A job that is
         already terminal is returned unchanged; one never placed on the cluster is cancelled at once."""
-        rec = await self.store.get(job_id)
+        # Refreshed first: a job that already ended on the cluster keeps its real outcome, instead of
+        # being folded to "cancelled" because the intent was recorded before its end was read.
+        rec = await self.get(job_id)
         if rec.outcome.terminal:
             return rec
         await self._check_writable()

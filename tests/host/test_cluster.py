@@ -187,6 +187,17 @@ async def test_cancel_records_the_intent_and_ends_cancelled(cluster: Cluster, cl
     assert (await cluster.cancel("c")).revision == rec.revision
 
 
+async def test_cancel_of_a_job_that_already_ended_keeps_its_real_outcome(
+    cluster: Cluster, clock: ManualClock
+) -> None:
+    await cluster.submit(spec("sleep 2; exit 0"), job_id="done")
+    clock.advance(10)  # it succeeded on the cluster; nobody has read that into the record yet
+    rec = await cluster.cancel("done")
+    assert (rec.state, rec.outcome.cause) == (State.SUCCEEDED, Cause.NONE)
+    assert not rec.cancel_requested
+    assert "cancel requested" not in [t.what for t in await cluster.history("done")]
+
+
 async def test_hold_and_release(cluster: Cluster, clock: ManualClock) -> None:
     await cluster.submit(spec("sleep 3; exit 0"), job_id="h")
     rec = await cluster.hold("h")
