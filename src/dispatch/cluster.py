@@ -357,7 +357,7 @@ class Cluster:
         Only a terminal record can be resubmitted (``ConflictError`` otherwise). On a cluster that
         signals cessation, the previous incarnation's compute must be gone (``BusyError`` until it is).
         """
-        rec = await self.store.get(job_id)
+        rec = await self.get(job_id)  # refreshed: a job that ended unobserved can be resubmitted
         if not rec.outcome.terminal:
             raise ConflictError(
                 f"job {job_id!r} is {rec.state.value}; only a finished job can be resubmitted (cancel it first)"

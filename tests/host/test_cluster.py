@@ -198,6 +198,16 @@ async def test_cancel_of_a_job_that_already_ended_keeps_its_real_outcome(
     assert "cancel requested" not in [t.what for t in await cluster.history("done")]
 
 
+async def test_resubmit_of_a_job_that_ended_unobserved(cluster: Cluster, clock: ManualClock) -> None:
+    await cluster.submit(spec("sleep 2; exit 1"), job_id="again")
+    clock.advance(10)  # it failed on the cluster; the record has not read that yet
+    rec = await cluster.resubmit("again")
+    assert rec.epoch == Epoch(2, 0)
+    assert [(t.what, t.epoch) for t in await cluster.history("again") if t.state is State.FAILED] == [
+        ("failed", Epoch(1, 0))
+    ]
+
+
 async def test_hold_and_release(cluster: Cluster, clock: ManualClock) -> None:
     await cluster.submit(spec("sleep 3; exit 0"), job_id="h")
     rec = await cluster.hold("h")
