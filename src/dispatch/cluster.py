@@ -176,6 +176,8 @@ class Cluster:
             raise InvalidError(f"expected a JobSpec, got {type(spec).__name__}", path="spec")
         if policy is not None and not isinstance(policy, Policy):
             raise InvalidError(f"expected a Policy, got {type(policy).__name__}", path="policy")
+        if not isinstance(held, bool):
+            raise InvalidError(f"expected True or False, got {held!r}", path="held")
         job_id = check_job_id(job_id) if job_id is not None else new_job_id()
         caps = await self._check_writable()
         if held and not (caps.holds and isinstance(self.backend, Holder)):

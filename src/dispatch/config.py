@@ -35,6 +35,8 @@ class AdapterConfig:
             object.__setattr__(self, "settings", self.settings.encode())
         if not isinstance(self.settings, bytes):
             raise InvalidError("expected JSON bytes", path="settings")
+        if not isinstance(self.read_only, bool):
+            raise InvalidError(f"expected True or False, got {self.read_only!r}", path="read_only")
         if self.token is not None and (not isinstance(self.token, str) or not self.token):
             raise InvalidError("expected a non-empty string", path="token")
 
@@ -67,6 +69,8 @@ class Config:
             raise InvalidError("expected a mapping of adapter settings", path="adapter")
         if not isinstance(self.policy, Policy):
             raise InvalidError("expected a Policy", path="policy")
+        if not isinstance(self.read_only, bool):
+            raise InvalidError(f"expected True or False, got {self.read_only!r}", path="read_only")
         if self.store is not None and not isinstance(self.store, Store):
             raise InvalidError(
                 f"expected a Store (e.g. SqliteStore(path)), got {type(self.store).__name__}", path="store"

@@ -130,3 +130,19 @@ def test_a_store_path_under_an_unknown_user_is_invalid() -> None:
         dispatch.SqliteStore("~no-such-user-dispatch/jobs.db")
     assert info.value.path == "path"
     assert "no such user" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: Config(read_only="no"), lambda: AdapterConfig("memory", read_only="no")]
+)
+def test_read_only_is_a_bool_not_anything_truthy(make: Any) -> None:
+    with pytest.raises(InvalidError) as info:
+        make()
+    assert info.value.path == "read_only"
+
+
+async def test_submit_held_is_a_bool(cluster: Cluster) -> None:
+    with pytest.raises(InvalidError) as info:
+        await cluster.submit(spec(), job_id="h", held="no")  # type: ignore[arg-type]
+    assert info.value.path == "held"
+    assert await cluster.list() == []  # refused before anything was recorded
