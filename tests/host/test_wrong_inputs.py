@@ -12,6 +12,7 @@ import dispatch
 from dispatch import (
     Action,
     AdapterConfig,
+    Capabilities,
     Config,
     Evidence,
     InvalidError,
@@ -146,3 +147,24 @@ async def test_submit_held_is_a_bool(cluster: Cluster) -> None:
         await cluster.submit(spec(), job_id="h", held="no")  # type: ignore[arg-type]
     assert info.value.path == "held"
     assert await cluster.list() == []  # refused before anything was recorded
+
+
+def test_evidence_output_is_lines_not_the_characters_of_one() -> None:
+    with pytest.raises(InvalidError) as info:
+        Evidence("Pod", "p", output="Killed")  # type: ignore[arg-type]
+    assert info.value.path == "output"
+    with pytest.raises(InvalidError):
+        Evidence("Pod", "p", output=3)  # type: ignore[arg-type]
+    assert Evidence("Pod", "p", output=["a", "b"]).output == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("extensions", "dispatch/Image"), ("notes", "kueue"), ("notes", 3)]
+)
+def test_capabilities_collections_are_not_single_strings(key: str, value: Any) -> None:
+    with pytest.raises(InvalidError) as info:
+        Capabilities(**{key: value})
+    assert info.value.path == key
+    assert Capabilities(extensions=["dispatch/Image"], notes=("n",)).extensions == frozenset(
+        {"dispatch/Image"}
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatch.errors import InvalidError
 from dispatch.model._decode import Fields, as_bool, as_int, as_list, as_str
 
 __all__ = ["Capabilities", "Limits"]
@@ -69,6 +70,13 @@ class Capabilities:
     notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        # A lone string would silently become a set (or tuple) of its characters.
+        for key in ("extensions", "notes"):
+            value = getattr(self, key)
+            if not isinstance(value, list | tuple | set | frozenset) or not all(
+                isinstance(x, str) for x in value
+            ):
+                raise InvalidError(f"expected a collection of strings, got {value!r}", path=key)
         object.__setattr__(self, "extensions", frozenset(self.extensions))
         object.__setattr__(self, "notes", tuple(self.notes))
 

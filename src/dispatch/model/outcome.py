@@ -65,6 +65,9 @@ class Evidence:
     output: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        # A lone string would silently become a tuple of its characters.
+        if not isinstance(self.output, list | tuple) or not all(isinstance(x, str) for x in self.output):
+            raise InvalidError(f"expected a sequence of lines, got {self.output!r}", path="output")
         object.__setattr__(self, "output", tuple(self.output))
 
     def to_json(self) -> dict[str, Any]:
