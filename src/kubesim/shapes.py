@@ -24,6 +24,7 @@ from kubesim.jsontypes import (
 from kubesim.resources import (
     CLUSTERQUEUES,
     CLUSTERTRAININGRUNTIMES,
+    JOBS,
     LOCALQUEUES,
     NODES,
     PODS,
@@ -34,7 +35,7 @@ from kubesim.resources import (
     ResourceType,
 )
 
-__all__ = ["shape_causes"]
+__all__ = ["MAX_INDEXED_PARALLELISM", "shape_causes"]
 
 # A Kubernetes quantity is a string or a number.
 _QUANTITY: Schema = {"type": "quantity"}
@@ -115,8 +116,12 @@ _FLAVOR_QUOTAS = object_of(
     ),
 )
 
+# batch/v1 validation caps an Indexed Job's parallelism (it bounds .status.completedIndexes).
+MAX_INDEXED_PARALLELISM = 100_000
+
 _SHAPES: dict[ResourceType, Schema] = {
     PODS: object_of(spec=_POD_SPEC),
+    JOBS: object_of(spec=_JOB_TEMPLATE["properties"]["spec"]),
     NODES: object_of(
         spec=object_of(
             unschedulable=BOOLEAN, taints=array_of(object_of(key=STRING, value=STRING, effect=STRING))
@@ -171,4 +176,18 @@ def shape_causes(rt: ResourceType, obj: dict[str, Any]) -> list[Cause]:
         causes += type_causes(obj.get(field), sub, field)
     if rt is PODS and not causes and not (obj.get("spec") or {}).get("containers"):
         causes.append(Cause.required("spec.containers"))
+    if rt is JOBS and not causes:
+        spec = obj.get("spec") or {}
+        parallelism = spec.get("parallelism")
+        if spec.get("completionMode") == "Indexed":
+            if spec.get("completions") is None:
+                causes.append(Cause.required("spec.completions", "when completion mode is Indexed"))
+            if parallelism is not None and parallelism > MAX_INDEXED_PARALLELISM:
+                causes.append(
+                    Cause.invalid_value(
+                        "spec.parallelism",
+                        parallelism,
+                        f"must be less than or equal to {MAX_INDEXED_PARALLELISM} when completion mode is Indexed",
+                    )
+                )
     return causes

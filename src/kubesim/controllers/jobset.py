@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key, controller_of, owner_ref
+from kubesim.errors import ApiError
 from kubesim.resources import JOBS, JOBSETS, SERVICES
 
 if TYPE_CHECKING:
@@ -327,7 +328,13 @@ class JobSetController(BaseController):
                 continue
             if self.get_or_none(JOBS, job["metadata"]["namespace"], job["metadata"]["name"]) is not None:
                 continue  # an old attempt is still terminating; create once it is gone
-            self.store.create(JOBS, job)
+            try:
+                self.store.create(JOBS, job)
+            except ApiError as e:
+                if e.code != 422:
+                    raise
+                # As the JobSet controller does: an Event on the JobSet, and no Job (it retries on change).
+                self.record_event(js, "Warning", "JobCreationFailed", e.message)
 
     def _suspend_state(self, js: dict[str, Any], jobs: list[dict[str, Any]]) -> None:
         spec = js.get("spec") or {}

@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 
 from kubesim import Simulator
-from kubesim.resources import TRAINJOBS
+from kubesim.resources import EVENTS, PODS, TRAINJOBS
 
 WORKLOADS_PATH = "/apis/kueue.x-k8s.io/v1beta2/namespaces/default/workloads"
 PODS_PATH = "/api/v1/namespaces/default/pods"
@@ -112,3 +112,35 @@ async def test_a_mistyped_access_review_is_400_not_500(sim: Simulator) -> None:
     status, body = await post(sim, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review)
     assert status == 400, body
     assert "spec.resourceAttributes" in body["message"]
+
+
+async def test_an_indexed_job_too_wide_is_422_and_a_huge_trainjob_creates_no_pods(sim: Simulator) -> None:
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "wide"},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": 10**30,
+            "parallelism": 10**30,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}},
+        },
+    }
+    status, body = await post(sim, "/apis/batch/v1/namespaces/default/jobs", job)
+    assert status == 422, body
+    assert body["details"]["causes"][0]["field"] == "spec.parallelism"
+    assert "must be less than or equal to 100000 when completion mode is Indexed" in body["message"]
+
+    tj = queued_trainjob("huge")
+    del tj["metadata"]["labels"]
+    tj["spec"]["trainer"]["numNodes"] = 10**30  # once exhausted the simulator's memory
+    status, body = await post(sim, "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs", tj)
+    assert status == 201, body
+    await sim.settle()
+    events = sim.store.list(
+        EVENTS, "default", field_selector="involvedObject.name=huge,reason=JobCreationFailed"
+    )[0]
+    assert events, "the JobSet controller reports the refused Job"
+    assert all(e["type"] == "Warning" and "spec.parallelism" in e["message"] for e in events)
+    assert sim.store.list(PODS, "default", label_selector="jobset.sigs.k8s.io/jobset-name=huge")[0] == []
+    assert [e for c in sim.controllers for e in getattr(c, "errors", [])] == []
