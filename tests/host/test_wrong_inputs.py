@@ -168,3 +168,12 @@ def test_capabilities_collections_are_not_single_strings(key: str, value: Any) -
     assert Capabilities(extensions=["dispatch/Image"], notes=("n",)).extensions == frozenset(
         {"dispatch/Image"}
     )
+
+
+def test_an_object_that_takes_no_fields_says_so() -> None:
+    from dispatch.cli.config import parse_config
+
+    with pytest.raises(InvalidError) as info:
+        parse_config("adapter: memory\nstore: {memory: {a: 1}}\n", source="c.yaml")
+    assert info.value.path == "store.memory.a"
+    assert str(info.value).endswith("allowed: none")

@@ -336,7 +336,7 @@ class Fields:
     def done(self) -> None:
         """Refuse the first field nobody asked for, naming the allowed ones."""
         for key in self.unread():
-            allowed = ", ".join(sorted(self._seen))
+            allowed = ", ".join(sorted(self._seen)) or "none"
             raise InvalidError(
                 f"unknown {self.what} {json.dumps(key)}; allowed: {allowed}", path=join(self.path, key)
             )
