@@ -142,5 +142,8 @@ class DryRunner(Protocol):
     """Shows the native request :meth:`Backend.start` would send, without sending it."""
 
     async def dry_run(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Mapping[str, Any]:
-        """The native object ``start`` would create (e.g. a TrainJob), after every check ``start`` makes."""
+        """The native object ``start`` would create (e.g. a TrainJob), after every check ``start`` makes.
+
+        A dry run sends no write, so it also works on a read-only or observe-only backend: that is how a
+        person without write access sees what a submit would create."""
         ...

@@ -50,14 +50,14 @@ async def _cli(*args: str, token: str | None = None) -> tuple[int, str, str]:
     return proc.returncode or 0, out.decode(), err.decode()
 
 
-def _files(tmp_path: Path, kc: str) -> tuple[str, str]:
+def _files(tmp_path: Path, kc: str, *, read_only: bool = True) -> tuple[str, str]:
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(
         yaml.safe_dump(
             {
                 "adapter": "kubeflow",
                 "settings": {"kubeconfig": kc},
-                "readOnly": True,
+                "readOnly": read_only,
                 "store": {"sqlite": str(tmp_path / "jobs.db")},
             }
         )
@@ -92,6 +92,19 @@ async def test_submit_dry_run_prints_the_trainjob(files: tuple[str, str], sim: S
     tj = json.loads(out)
     assert tj["kind"] == "TrainJob" and tj["spec"]["trainer"]["numNodes"] == 2
     assert tj["metadata"]["annotations"]["dispatch.dev/job-id"] == "cli-1"
+    assert len(sim.requests.writes()) == writes
+
+
+async def test_dry_run_on_a_writable_config_opens_read_only(sim: Simulator, tmp_path: Path) -> None:
+    """A dry run only reads: even with a writable config it runs no probe and sends no write at all."""
+    kc = kubeconfig(tmp_path / "kc", sim.url, sim.token("admin"))
+    cluster, job = _files(tmp_path, kc, read_only=False)
+    writes = len(sim.requests.writes())
+    code, out, err = await _cli(
+        "--config", cluster, "--json", "submit", "--dry-run", "--job-id", "cli-2", job
+    )
+    assert code == 0, err
+    assert json.loads(out)["metadata"]["annotations"]["dispatch.dev/job-id"] == "cli-2"
     assert len(sim.requests.writes()) == writes
 
 

@@ -492,8 +492,11 @@ async def test_read_only_view_of_a_cluster(make: Make, job: Job) -> None:
         reader.stop(handle),
         reader.hold(handle),
         reader.release(handle, "hold-1"),  # type: ignore[arg-type]
-        reader.dry_run(job(), Identity("x")),
     ):
         with pytest.raises(ReadOnlyError):
             await call
+    # A dry run writes nothing: a read-only view shows what a start would create.
+    assert (await reader.dry_run(job(), Identity("x")))["metadata"]["name"] == reader.native_name(
+        Identity("x")
+    )
     assert (await writer.observe(handle)).state is not State.CANCELLED

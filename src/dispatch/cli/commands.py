@@ -7,6 +7,7 @@ Exit codes: 0 success; 1 a job ended failed/lost/cancelled, or a dispatch error 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import sys
@@ -49,8 +50,11 @@ class Options:
     def cluster_file(self) -> ClusterFile:
         return load_config(self.config)
 
-    async def open(self) -> tuple[Cluster, ClusterFile]:
+    async def open(self, *, read_only: bool = False) -> tuple[Cluster, ClusterFile]:
+        """Open the configured cluster; ``read_only`` forces read-only mode (no probe, no write)."""
         cf = self.cluster_file()
+        if read_only:
+            cf = dataclasses.replace(cf, read_only=True)
         token = read_token(self.token_file)
         return await open_cluster(cf, token=token), cf
 
@@ -121,6 +125,12 @@ def load_spec(jobfile: str) -> JobSpec:
         raise err from None
 
 
+def load_job(jobfile: str) -> JobSpec:
+    """Read a job file with every installed adapter's extension types known."""
+    load_adapter_extensions()
+    return load_spec(jobfile)
+
+
 def load_adapter_extensions() -> None:
     """Import every installed adapter, so that its extension types decode (e.g. ``kubeflow/RuntimeRef``)."""
     from importlib import metadata
@@ -160,9 +170,9 @@ def run(opts: Options, jobfile: str, job_id: str | None) -> None:
 
 async def _run(opts: Options, jobfile: str, job_id: str | None) -> int:
     out = opts.out
+    spec = load_job(jobfile)  # a typo in the job file is reported before the cluster is opened
     cluster, _ = await opts.open()
     async with cluster:
-        spec = load_spec(jobfile)
         rec = await cluster.submit(spec, job_id=job_id)
         printed = 0
         with out.progress(f"{rec.job_id}@{rec.epoch}: {rec.outcome}") as status:
@@ -217,9 +227,10 @@ def submit(opts: Options, jobfile: str, held: bool, dry_run: bool, job_id: str |
 
 async def _submit(opts: Options, jobfile: str, held: bool, dry_run: bool, job_id: str | None) -> int:
     out = opts.out
-    cluster, _ = await opts.open()
+    spec = load_job(jobfile)
+    # A dry run only reads, so the cluster is opened read-only: no probe, and no write can leave.
+    cluster, _ = await opts.open(read_only=dry_run)
     async with cluster:
-        spec = load_spec(jobfile)
         if dry_run:
             out.mapping(await cluster.dry_run(spec, job_id=job_id, held=held))
             return EXIT_OK

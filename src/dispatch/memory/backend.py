@@ -173,9 +173,8 @@ class MemoryBackend:
     # --- DryRunner ----------------------------------------------------------------------------------
 
     async def dry_run(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Mapping[str, Any]:
-        """The object ``start`` would create, after every check ``start`` makes (read-only included:
-        a dry run is refused where the real start would be)."""
-        self._writable("start")
+        """The object ``start`` would create, after every check ``start`` makes. It writes nothing, so a
+        read-only backend shows it too."""
         self._check(spec)
         return native_object(naming.native_name(identity), spec, identity, held=held)
 
