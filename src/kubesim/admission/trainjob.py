@@ -25,7 +25,16 @@ from kubesim.controllers.trainjob_build import (
     runtime_pod_sets,
 )
 from kubesim.errors import ApiError, Cause, invalid
-from kubesim.jsontypes import BOOLEAN, INTEGER, STRING, STRING_MAP, array_of, object_of, type_causes
+from kubesim.jsontypes import (
+    BOOLEAN,
+    INTEGER,
+    STRING,
+    STRING_MAP,
+    array_of,
+    object_of,
+    prune_nulls,
+    type_causes,
+)
 from kubesim.resources import CLUSTERTRAININGRUNTIMES, JOBSETS, TRAININGRUNTIMES, TRAINJOBS, ResourceType
 
 __all__ = [
@@ -58,6 +67,9 @@ def default_trainjob(obj: dict[str, Any]) -> dict[str, Any]:
     spec = out.get("spec")
     if not isinstance(spec, dict):
         return out
+    # The API server prunes null fields of a custom resource (none of TrainJob's is nullable), so a null
+    # in a runtime patch is "not set", never a strategic-merge deletion later.
+    spec = out["spec"] = prune_nulls(spec)
     spec.setdefault("managedBy", DEFAULT_MANAGED_BY)
     spec.setdefault("suspend", False)
     ref = spec.get("runtimeRef")

@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from kubesim.resources import PODS
 from kubesim.sim import Simulator
 
 from .helpers import no_controller_errors, trainjob
@@ -203,3 +204,13 @@ async def test_jobset_without_replicated_job_name_is_422(sim: Simulator) -> None
     status, answer = await post(sim, JOBSETS_PATH, body)
     assert status == 422, answer
     assert answer["details"]["causes"][0]["field"] == "spec.replicatedJobs[0].name"
+
+
+async def test_nulls_in_a_runtime_patch_are_pruned_not_merged_as_deletions(sim: Simulator) -> None:
+    body = with_value(patched_trainjob(), (*RJOB_POD, "template", "spec", "template", "spec"), None)
+    status, answer = await post(sim, TRAINJOBS_PATH, body)
+    assert status == 201, answer
+    await sim.settle()
+    no_controller_errors(sim)
+    pods = sim.store.list(PODS, "default", label_selector="jobset.sigs.k8s.io/jobset-name=typed")[0]
+    assert [c["name"] for p in pods for c in p["spec"]["containers"]] == ["node"]
