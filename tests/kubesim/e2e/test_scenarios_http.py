@@ -367,6 +367,9 @@ async def test_suspend_and_resume_with_a_merge_patch(sim: Simulator, client: Asy
     susp = cond(tj, "Suspended")
     assert susp is not None
     assert (susp["status"], susp["reason"], susp["message"]) == ("True", "Suspended", "TrainJob is suspended")
+    assert tj.status["jobsStatus"] == [
+        {"name": "node", "ready": 0, "succeeded": 0, "failed": 0, "active": 0, "suspended": 1}
+    ]
     js = await client.get(JobSet, "sr", namespace=NS)
     assert js.spec["suspend"] is True
     assert summary(cond(js, "Suspended")) == ("True", "SuspendedJobs")
@@ -388,6 +391,10 @@ async def test_suspend_and_resume_with_a_merge_patch(sim: Simulator, client: Asy
         "TrainJob is resumed",
     )
     assert summary(cond(await client.get(JobSet, "sr", namespace=NS), "Suspended")) == ("False", "ResumeJobs")
+    # Pods deleted by a suspension are not failures.
+    assert tj.status["jobsStatus"] == [
+        {"name": "node", "ready": 1, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}
+    ]
     pods = await job_pods(client, "sr")
     assert len(pods) == 2 and {p.metadata.name for p in pods}.isdisjoint(first)
     assert all(p.status.phase == "Running" for p in pods)
@@ -505,7 +512,12 @@ async def test_kueue_priority_preemption(sim: Simulator, client: AsyncClient) ->
         {"reason": "Preempted", "underlyingCause": "", "count": 1}
     ]
     assert await job_pods(client, "low") == []
-    assert (await client.get(TrainJob, "low", namespace=NS)).spec["suspend"] is True
+    low = await client.get(TrainJob, "low", namespace=NS)
+    assert low.spec["suspend"] is True
+    # Kueue's runtime patch no longer carries the flavor it had assigned.
+    (kueue_patch,) = [p for p in low.spec["runtimePatches"] if p["manager"] == "kueue.x-k8s.io/manager"]
+    assert "replicatedJobs" not in kueue_patch["trainingRuntimeSpec"]["template"]["spec"]
+    assert (await client.get(JobSet, "low", namespace=NS)).spec["suspend"] is True
     no_controller_errors(sim)
 
 
