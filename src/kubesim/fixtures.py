@@ -175,9 +175,18 @@ def make_node(
                     "lastTransitionTime": None,
                 }
             ],
+            # Every field a kubelet reports: typed clients (lightkube's Node) require them all.
             "nodeInfo": {
-                "kubeletVersion": "v1.36.2-kubesim",
+                "machineID": f"{index:032x}",
+                "systemUUID": f"00000000-0000-0000-0000-{index:012x}",
+                "bootID": f"{index:08x}-0000-4000-8000-000000000000",
+                "kernelVersion": "6.12.0-kubesim",
+                "osImage": "kubesim",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
                 "containerRuntimeVersion": "containerd://2.1.0",
+                "kubeletVersion": "v1.36.2-kubesim",
+                "kubeProxyVersion": "",
             },
         },
     }

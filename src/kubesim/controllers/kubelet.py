@@ -724,6 +724,8 @@ class NodeLifecycleController(BaseController):
         node = self.get_or_none(NODES, None, name)
         if node is None:
             return
+        if not cond.is_true(node, "Ready"):
+            self._mark_pods_not_ready(name)
         taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") == "NoExecute"]
         if not taints:
             return
@@ -773,6 +775,17 @@ class NodeLifecycleController(BaseController):
                 )
             else:
                 self.requeue_at(evict_at, None, name)
+
+    def _mark_pods_not_ready(self, node: str) -> None:
+        # As the node lifecycle controller does for a node that stopped reporting: every pod on it turns
+        # Ready=False at once (only the status changes), long before the taint manager deletes it.
+        for pod in self.store.list(PODS, field_selector=f"spec.nodeName={node}")[0]:
+            if not cond.is_true(pod, "Ready"):
+                continue
+            for c in pod["status"]["conditions"]:
+                if c.get("type") == "Ready":
+                    c.update(status="False", lastTransitionTime=self.now())
+            self.store.update_status(PODS, pod)
 
 
 __all__ += ["rfc3339"]

@@ -12,7 +12,6 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
 import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError as LkApiError
@@ -36,7 +35,7 @@ WorkloadPriorityClass = create_global_resource(
 ClusterTrainingRuntime = create_global_resource(
     "trainer.kubeflow.org", "v1alpha1", "ClusterTrainingRuntime", "clustertrainingruntimes"
 )
-# Nodes read as plain JSON: lightkube's typed Node cannot decode kubesim's nodes (see the xfail below).
+# Nodes also read as plain JSON, for dict access to conditions and taints (typed reads: see the end).
 NodeJson = create_global_resource("", "v1", "Node", "nodes")
 
 
@@ -754,17 +753,6 @@ async def test_node_loss_from_a_behaviour_script(sim: Simulator, client: AsyncCl
     assert survivor.metadata.deletionTimestamp is None and survivor.status.phase == "Running"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "kubesim bug: fixtures.make_node writes status.nodeInfo with only kubeletVersion and "
-        "containerRuntimeVersion; a real kubelet reports all of NodeSystemInfo's required fields "
-        "(architecture, bootID, kernelVersion, kubeProxyVersion, machineID, operatingSystem, osImage, "
-        "systemUUID), and lightkube's typed Node fails to decode without them (msgspec.ValidationError: "
-        "Object missing required field `architecture` - at `$.status.nodeInfo`)"
-    ),
-    raises=msgspec.ValidationError,
-)
 async def test_nodes_read_back_with_lightkubes_typed_node(sim: Simulator, client: AsyncClient) -> None:
     nodes = [n async for n in client.list(Node)]
     assert sorted(n.metadata.name for n in nodes) == ["node-0", "node-1", "node-2", "node-3"]
@@ -774,15 +762,6 @@ async def test_nodes_read_back_with_lightkubes_typed_node(sim: Simulator, client
     assert summary(ready) == ("Unknown", "NodeStatusUnknown")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "kubesim bug: a pod on a lost node keeps Ready=True; the real node lifecycle controller marks every "
-        "pod on a node whose Ready condition leaves True as Ready=False (MarkPodsNotReady), so the Job's "
-        "status.ready and the TrainJob's jobsStatus[].ready drop to 0 before the taint manager deletes it"
-    ),
-    raises=AssertionError,
-)
 async def test_pods_on_a_lost_node_turn_not_ready(sim: Simulator, client: AsyncClient) -> None:
     await client.create(trainjob("nr"))
     await sim.settle()
