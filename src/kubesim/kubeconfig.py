@@ -49,8 +49,14 @@ def write_kubeconfig(
     text = yaml.safe_dump(
         kubeconfig_dict(server, token, ca_pem=ca_pem, namespace=namespace, user=user), sort_keys=False
     )
+    # The token must never be readable by others, not even for a moment: a new file is created 0600, and
+    # an existing one (the mode of O_CREAT applies only to new files) is narrowed before the token goes in.
     fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except BaseException:
+        os.close(fd)
+        raise
     with os.fdopen(fd, "w") as f:
         f.write(text)
-    os.chmod(p, 0o600)
     return p

@@ -24,14 +24,30 @@ from kubesim import discovery, protobuf
 from kubesim.auth import Permissions
 from kubesim.bodies import BodyError, decode_json, decode_yaml
 from kubesim.clock import parse_rfc3339, rfc3339
-from kubesim.errors import ApiError, bad_request, forbidden, internal, method_not_allowed, unauthorized
+from kubesim.errors import (
+    ApiError,
+    Cause,
+    bad_request,
+    forbidden,
+    internal,
+    method_not_allowed,
+    unauthorized,
+)
 from kubesim.logs import LogLine
 from kubesim.patch import APPLY, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from kubesim.requestlog import WRITE_VERBS, RequestRecord
 from kubesim.resources import PODS, REGISTRY, SELFSUBJECTACCESSREVIEWS, ResourceType, by_plural
 from kubesim.store import check_propagation
 from kubesim.tables import table, wants_table
-from kubesim.watch import WatchHub, open_stream, parse_watch_request
+from kubesim.watch import (
+    WatchHub,
+    check_list_options,
+    invalid_options,
+    open_stream,
+    parse_watch_request,
+    query_bool,
+    query_int64,
+)
 
 if TYPE_CHECKING:
     from kubesim.sim import Simulator
@@ -108,18 +124,20 @@ _GO_TYPE = {int: "int64", str: "string", bool: "bool", list: "[]string", dict: "
 _JSON_NAME = {int: "number", float: "number", str: "string", bool: "boolean", list: "array", dict: "object"}
 
 
-def _truthy(v: str | None) -> bool:
-    return v is not None and v.lower() in ("1", "true", "yes")
-
-
-def _int_param(q: dict[str, str], key: str) -> int | None:
-    v = q.get(key)
-    if v is None or v == "":
-        return None
-    try:
-        return int(v)
-    except ValueError:
-        raise bad_request(f"{key}: invalid value {v!r}: must be an integer") from None
+def _log_option_causes(q: dict[str, str]) -> list[Cause]:
+    """The rules PodLogOptions validation applies (upstream ValidatePodLogOptions), with its messages."""
+    causes: list[Cause] = []
+    tail, limit_bytes = query_int64(q, "tailLines"), query_int64(q, "limitBytes")
+    since = query_int64(q, "sinceSeconds")
+    if tail is not None and tail < 0:
+        causes.append(Cause.invalid_value("tailLines", tail, "must be greater than or equal to 0"))
+    if limit_bytes is not None and limit_bytes < 1:
+        causes.append(Cause.invalid_value("limitBytes", limit_bytes, "must be greater than 0"))
+    if since is not None and q.get("sinceTime"):
+        causes.append(Cause.forbidden("", "at most one of `sinceTime` or `sinceSeconds` may be specified"))
+    elif since is not None and since < 1:
+        causes.append(Cause.invalid_value("sinceSeconds", since, "must be greater than 0"))
+    return causes
 
 
 class ApiServer:
@@ -296,7 +314,7 @@ class ApiServer:
         m = request.method
         q = request.query
         if m == "GET":
-            if info.legacy_watch or _truthy(q.get("watch")):
+            if info.legacy_watch or query_bool(q.get("watch")):
                 info.verb = "watch"
             else:
                 info.verb = "get" if info.name else "list"
@@ -318,6 +336,8 @@ class ApiServer:
             raise method_not_allowed()
         if info.subresource == "log" and info.verb != "get":
             raise method_not_allowed()
+        if info.subresource and info.verb in ("delete", "deletecollection"):
+            raise method_not_allowed()  # a subresource is read, replaced or patched, never deleted
         return info
 
     def _authorize(self, perms: Permissions, info: RequestInfo) -> None:
@@ -365,6 +385,8 @@ class ApiServer:
             raise bad_request(
                 f'fieldValidation: Unsupported value: "{fv}": supported values: "Ignore", "Warn", "Strict"'
             )
+        if info.verb in ("list", "watch", "deletecollection"):
+            check_list_options(q, watch=info.verb == "watch")
         try:
             if info.verb == "get" and info.subresource == "log":
                 return await self._log(request, info, q, record)
@@ -598,7 +620,7 @@ class ApiServer:
             subresource=info.subresource or None,
             dry_run=dry_run,
             field_manager=q.get("fieldManager"),
-            force=_truthy(force),
+            force=query_bool(force),
         )
         return _json_response(obj, 201 if ctype == APPLY and not existed else 200)
 
@@ -623,10 +645,10 @@ class ApiServer:
                     opts["propagation"] = "Orphan"
         if q.get("propagationPolicy"):
             opts["propagation"] = q["propagationPolicy"]
-        g = _int_param(q, "gracePeriodSeconds")
+        g = query_int64(q, "gracePeriodSeconds")
         if g is not None:
             opts["grace"] = g
-        if _truthy(q.get("orphanDependents")) and opts["propagation"] is None:
+        if query_bool(q.get("orphanDependents")) and opts["propagation"] is None:
             opts["propagation"] = "Orphan"
         check_propagation(opts["propagation"])
         return opts
@@ -668,7 +690,7 @@ class ApiServer:
                     "continue key is not valid: incorrect encoded start resourceVersion"
                 ) from None
             items = [i for i in items if self._key(i) > start]
-        limit = _int_param(q, "limit")
+        limit = query_int64(q, "limit")
         if limit is not None and limit > 0 and len(items) > limit:
             rest = len(items) - limit
             items = items[:limit]
@@ -718,6 +740,9 @@ class ApiServer:
     ) -> web.StreamResponse:
         store, logs = self.sim.store, self.sim.logs
         ns, name = info.namespace or "", info.name or ""
+        causes = _log_option_causes(q)  # checked before the pod is looked up, as the log REST handler does
+        if causes:
+            raise invalid_options("PodLogOptions", "", name, causes)
         pod = store.get(PODS, ns, name)
         spec = pod.get("spec") or {}
         containers = [c.get("name") for c in spec.get("containers") or []]
@@ -732,7 +757,7 @@ class ApiServer:
             container = containers[0]
         elif container not in containers and container not in inits:
             raise bad_request(f"container {container} is not valid for pod {name}")
-        want_previous = _truthy(q.get("previous"))
+        want_previous = query_bool(q.get("previous"))
         if not spec.get("nodeName"):
             # not scheduled yet: the apiserver has no kubelet to ask and answers an empty log
             resp0 = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
@@ -741,17 +766,17 @@ class ApiServer:
             await resp0.write_eof()
             return resp0
         entries_override, running = self._log_source(ns, name, container, pod, want_previous)
-        tail = _int_param(q, "tailLines")
-        since_s = _int_param(q, "sinceSeconds")
+        tail = query_int64(q, "tailLines")
+        since_s = query_int64(q, "sinceSeconds")
         since = self.sim.clock.now() - since_s if since_s is not None else None
         if q.get("sinceTime"):
             try:
                 since = parse_rfc3339(q["sinceTime"])
             except ValueError as exc:
                 raise bad_request(str(exc)) from None
-        limit_bytes = _int_param(q, "limitBytes")
-        timestamps = _truthy(q.get("timestamps"))
-        follow = _truthy(q.get("follow")) and running and entries_override is None
+        limit_bytes = query_int64(q, "limitBytes")
+        timestamps = query_bool(q.get("timestamps"))
+        follow = query_bool(q.get("follow")) and running and entries_override is None
         resp, send = await open_stream(request, record, {"Content-Type": "text/plain"})
 
         sent = 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -15,13 +16,23 @@ from typing import Any
 
 from aiohttp import web
 
-from kubesim.errors import ApiError, bad_request
+from kubesim.errors import ApiError, Cause, bad_request
 from kubesim.requestlog import RequestRecord
 from kubesim.resources import ResourceType
 from kubesim.selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
 from kubesim.store import ObjectStore, WatchEvent
 
-__all__ = ["WatchHub", "WatchRequest", "open_stream", "parse_watch_request", "transition"]
+__all__ = [
+    "WatchHub",
+    "WatchRequest",
+    "check_list_options",
+    "invalid_options",
+    "open_stream",
+    "parse_watch_request",
+    "query_bool",
+    "query_int64",
+    "transition",
+]
 
 _QUEUE_LIMIT = 50_000  # events a consumer may fall behind before it is disconnected
 _SER_CACHE = 4096  # serialized objects kept, so N watchers of one change serialize it once
@@ -33,8 +44,115 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def _truthy(v: str | None) -> bool:
-    return v is not None and v.lower() in ("1", "true", "yes")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+
+
+def query_bool(v: str | None) -> bool:
+    """A boolean query parameter as the apiserver's parameter codec reads it: absent, ``0`` or ``false``
+    (any case) is false; anything else, even ``maybe`` or an empty value, is true."""
+    return v is not None and v != "0" and v.lower() != "false"
+
+
+def query_int64(q: Mapping[str, str], key: str) -> int | None:
+    """An integer query parameter (None when absent or empty); 400 with Go's ``strconv.ParseInt`` message
+    for anything else that is not a decimal int64, as the parameter codec answers."""
+    v = q.get(key)
+    if v is None or v == "":
+        return None
+    if not _DECIMAL.fullmatch(v):
+        raise bad_request(f"strconv.ParseInt: parsing {json.dumps(v)}: invalid syntax")
+    n = int(v)
+    if not _INT64_MIN <= n <= _INT64_MAX:
+        raise bad_request(f"strconv.ParseInt: parsing {json.dumps(v)}: value out of range")
+    return n
+
+
+def invalid_options(kind: str, group: str, name: str, causes: list[Cause]) -> ApiError:
+    """422 Invalid for request options (``ListOptions.meta.k8s.io ""``, ``PodLogOptions "pod"``), worded
+    and detailed as apimachinery's ``NewInvalid`` (an empty name or group is omitted from the details)."""
+    qualified = f"{kind}.{group}" if group else kind
+    listed = str(causes[0]) if len(causes) == 1 else "[" + ", ".join(str(c) for c in causes) + "]"
+    details: dict[str, Any] = {}
+    if name:
+        details["name"] = name
+    if group:
+        details["group"] = group
+    details["kind"] = kind
+    details["causes"] = [c.as_dict() for c in causes]
+    return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: {listed}', details=details)
+
+
+def check_list_options(q: Mapping[str, str], *, watch: bool) -> None:
+    """Decode and validate the ListOptions of a list, watch or deletecollection as the apiserver does: 400
+    for a number that does not parse, then 422 ``ListOptions.meta.k8s.io "" is invalid`` with every rule
+    broken (apimachinery's ValidateListOptions, the WatchList feature on)."""
+    query_int64(q, "limit")
+    query_int64(q, "timeoutSeconds")
+    match = q.get("resourceVersionMatch") or ""
+    rv = q.get("resourceVersion") or ""
+    has_initial = "sendInitialEvents" in q
+    causes: list[Cause] = []
+    if watch:
+        if has_initial and match != "NotOlderThan":
+            causes.append(
+                Cause.forbidden(
+                    "resourceVersionMatch",
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                )
+            )
+        if query_bool(q.get("sendInitialEvents")) and not query_bool(q.get("allowWatchBookmarks")):
+            causes.append(
+                Cause.forbidden(
+                    "allowWatchBookmarks", "sendInitialEvents requires setting allowWatchBookmarks to true"
+                )
+            )
+        if match:
+            if not has_initial:
+                causes.append(
+                    Cause.forbidden(
+                        "resourceVersionMatch",
+                        "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                    )
+                )
+            if match != "NotOlderThan":
+                causes.append(Cause.not_supported("resourceVersionMatch", match, ["NotOlderThan"]))
+            if q.get("continue"):
+                causes.append(
+                    Cause.forbidden(
+                        "resourceVersionMatch", "resourceVersionMatch is forbidden when continue is provided"
+                    )
+                )
+    else:
+        if match:
+            if not rv:
+                causes.append(
+                    Cause.forbidden(
+                        "resourceVersionMatch",
+                        "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                    )
+                )
+            if q.get("continue"):
+                causes.append(
+                    Cause.forbidden(
+                        "resourceVersionMatch", "resourceVersionMatch is forbidden when continue is provided"
+                    )
+                )
+            if match not in ("Exact", "NotOlderThan"):
+                causes.append(
+                    Cause.not_supported("resourceVersionMatch", match, ["Exact", "NotOlderThan", ""])
+                )
+            if match == "Exact" and rv == "0":
+                causes.append(
+                    Cause.forbidden(
+                        "resourceVersionMatch",
+                        'resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+                    )
+                )
+        if has_initial:
+            causes.append(Cause.forbidden("sendInitialEvents", "sendInitialEvents is forbidden for list"))
+    if causes:
+        raise invalid_options("ListOptions", "meta.k8s.io", "", causes)
 
 
 @dataclass(frozen=True)
@@ -68,32 +186,13 @@ def parse_watch_request(
     default_timeout: float,
     render: Render | None = None,
 ) -> WatchRequest:
-    """Validate the query of a watch (400 for bad selectors or numbers, 422 for a bad watch-list)."""
-    bookmarks = _truthy(q.get("allowWatchBookmarks"))
-    send_initial = _truthy(q.get("sendInitialEvents"))
-    if send_initial and q.get("resourceVersionMatch") != "NotOlderThan":
-        raise ApiError(
-            422,
-            "Invalid",
-            'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents '
-            "requires setting resourceVersionMatch to NotOlderThan",
-        )
-    if send_initial and not bookmarks:
-        raise ApiError(
-            422,
-            "Invalid",
-            'ListOptions.meta.k8s.io "" is invalid: allowWatchBookmarks: Forbidden: sendInitialEvents '
-            "requires setting allowWatchBookmarks to true",
-        )
-    raw_timeout = q.get("timeoutSeconds")
-    timeout = default_timeout
-    if raw_timeout:
-        try:
-            seconds = int(raw_timeout)
-        except ValueError:
-            raise bad_request(f"timeoutSeconds: invalid value {raw_timeout!r}: must be an integer") from None
-        if seconds > 0:
-            timeout = float(seconds)
+    """Validate the query of a watch (400 for bad selectors or numbers, 422 for bad ListOptions)."""
+    check_list_options(q, watch=True)
+    bookmarks = query_bool(q.get("allowWatchBookmarks"))
+    send_initial = query_bool(q.get("sendInitialEvents"))
+    seconds = query_int64(q, "timeoutSeconds")
+    # 0 (or none) is the server's default; a negative timeout expires at once, as Go's timer does
+    timeout = default_timeout if not seconds else float(seconds)
     return WatchRequest(
         rt=rt,
         namespace=namespace,
