@@ -35,7 +35,7 @@ from kubesim.resources import (
     ResourceType,
 )
 
-__all__ = ["MAX_INDEXED_PARALLELISM", "shape_causes"]
+__all__ = ["JOB_TEMPLATE", "MAX_INDEXED_PARALLELISM", "METADATA", "shape_causes"]
 
 # A Kubernetes quantity is a string or a number.
 _QUANTITY: Schema = {"type": "quantity"}
@@ -69,10 +69,10 @@ _POD_SPEC = object_of(
     hostname=STRING,
     subdomain=STRING,
 )
-_META = object_of(labels=STRING_MAP, annotations=STRING_MAP)
-_POD_TEMPLATE = object_of(metadata=_META, spec=_POD_SPEC)
-_JOB_TEMPLATE = object_of(
-    metadata=_META,
+METADATA = object_of(labels=STRING_MAP, annotations=STRING_MAP)
+_POD_TEMPLATE = object_of(metadata=METADATA, spec=_POD_SPEC)
+JOB_TEMPLATE = object_of(
+    metadata=METADATA,
     spec=object_of(
         parallelism=INTEGER,
         completions=INTEGER,
@@ -92,14 +92,14 @@ _RUNTIME_SPEC = object_of(
     ),
     podGroupPolicy=object_of(),
     template=object_of(
-        metadata=_META,
+        metadata=METADATA,
         spec=object_of(
             replicatedJobs=array_of(
                 object_of(
                     name=STRING,
                     groupName=STRING,
                     replicas=INTEGER,
-                    template=_JOB_TEMPLATE,
+                    template=JOB_TEMPLATE,
                     dependsOn=array_of(object_of(name=STRING, status=STRING)),
                 )
             ),
@@ -121,7 +121,7 @@ MAX_INDEXED_PARALLELISM = 100_000
 
 _SHAPES: dict[ResourceType, Schema] = {
     PODS: object_of(spec=_POD_SPEC),
-    JOBS: object_of(spec=_JOB_TEMPLATE["properties"]["spec"]),
+    JOBS: object_of(spec=JOB_TEMPLATE["properties"]["spec"]),
     NODES: object_of(
         spec=object_of(
             unschedulable=BOOLEAN, taints=array_of(object_of(key=STRING, value=STRING, effect=STRING))

@@ -16,34 +16,16 @@ from kubesim.jsontypes import (
     BOOLEAN,
     INTEGER,
     STRING,
-    STRING_MAP,
     array_of,
     object_of,
     prune_nulls,
     type_causes,
 )
 from kubesim.resources import JOBSETS, ResourceType
+from kubesim.shapes import JOB_TEMPLATE
 
 __all__ = ["default_jobset", "jobset_defaulter", "jobset_type_causes"]
 
-_META = object_of(labels=STRING_MAP, annotations=STRING_MAP)
-_CONTAINER = object_of(name=STRING, image=STRING, env=array_of(object_of(name=STRING, value=STRING)))
-_POD_TEMPLATE = object_of(
-    metadata=_META,
-    spec=object_of(
-        restartPolicy=STRING, containers=array_of(_CONTAINER), initContainers=array_of(_CONTAINER)
-    ),
-)
-_JOB_TEMPLATE = object_of(
-    metadata=_META,
-    spec=object_of(
-        parallelism=INTEGER,
-        completions=INTEGER,
-        backoffLimit=INTEGER,
-        completionMode=STRING,
-        template=_POD_TEMPLATE,
-    ),
-)
 # The JSON types of the fields the defaulter and the JobSet controller read.
 _SPEC = object_of(
     replicatedJobs=array_of(
@@ -51,7 +33,7 @@ _SPEC = object_of(
             name=STRING,
             groupName=STRING,
             replicas=INTEGER,
-            template=_JOB_TEMPLATE,
+            template=JOB_TEMPLATE,
             dependsOn=array_of(object_of(name=STRING, status=STRING)),
         )
     ),
