@@ -48,10 +48,6 @@ LABEL_QUEUE: Final = "kueue.x-k8s.io/queue-name"
 LABEL_PRIORITY: Final = "kueue.x-k8s.io/priority-class"
 LABEL_JOBSET_NAME: Final = "jobset.sigs.k8s.io/jobset-name"
 
-ENV_JOB_ID: Final = "DISPATCH_JOB_ID"
-ENV_EPOCH: Final = "DISPATCH_EPOCH"
-ENV_CHECKPOINT_DIR: Final = "DISPATCH_CHECKPOINT_DIR"
-
 CHECKPOINT_VOLUME: Final = "dispatch-checkpoint"
 """The name of the volume the adapter adds for ``dispatch/SharedCheckpoint``."""
 

@@ -15,7 +15,6 @@ from dispatch.model import Identity, Image, JobSpec, SharedCheckpoint
 from dispatch_kubeflow.extension import RuntimeRef
 from dispatch_kubeflow.names import (
     CHECKPOINT_VOLUME,
-    ENV_CHECKPOINT_DIR,
     LABEL_PRIORITY,
     LABEL_PROBE,
     LABEL_QUEUE,
@@ -225,7 +224,7 @@ def build_trainjob(
     image, ref, checkpoint = job_extensions(spec)
     own = identity.env()
     if checkpoint is not None:
-        own[ENV_CHECKPOINT_DIR] = _checkpoint_dir(checkpoint, settings)
+        own[SharedCheckpoint.ENV] = _checkpoint_dir(checkpoint, settings)
     if spec.nodes > MAX_NUM_NODES:
         raise InvalidError(f"at most {MAX_NUM_NODES} nodes (a 32-bit count in Trainer)", path="nodes")
     trainer: dict[str, Any] = {

@@ -724,7 +724,7 @@ def job_env(spec: JobSpec, identity: Identity) -> dict[str, str]:
     env.update(identity.env())
     checkpoint = spec.extensions.get(SharedCheckpoint)
     if checkpoint is not None:
-        env["DISPATCH_CHECKPOINT_DIR"] = checkpoint.dir
+        env[SharedCheckpoint.ENV] = checkpoint.dir
     return env
 
 

@@ -117,6 +117,8 @@ class SharedCheckpoint(Extension):
     """
 
     NAME: ClassVar[str] = "dispatch/SharedCheckpoint"
+    ENV: ClassVar[str] = "DISPATCH_CHECKPOINT_DIR"
+    """The variable every node of the job sees, set to ``dir``."""
     dir: str
 
     def __post_init__(self) -> None:
