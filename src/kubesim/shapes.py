@@ -35,7 +35,7 @@ from kubesim.resources import (
     ResourceType,
 )
 
-__all__ = ["JOB_TEMPLATE", "MAX_INDEXED_PARALLELISM", "METADATA", "shape_causes"]
+__all__ = ["JOB_TEMPLATE", "MAX_INDEXED_PARALLELISM", "METADATA", "REPLICATED_JOBS", "shape_causes"]
 
 # A Kubernetes quantity is a string or a number.
 _QUANTITY: Schema = {"type": "quantity"}
@@ -81,6 +81,15 @@ JOB_TEMPLATE = object_of(
         template=_POD_TEMPLATE,
     ),
 )
+REPLICATED_JOBS = array_of(
+    object_of(
+        name=STRING,
+        groupName=STRING,
+        replicas=INTEGER,
+        template=JOB_TEMPLATE,
+        dependsOn=array_of(object_of(name=STRING, status=STRING)),
+    )
+)
 _RUNTIME_SPEC = object_of(
     mlPolicy=object_of(
         numNodes=INTEGER,
@@ -94,15 +103,7 @@ _RUNTIME_SPEC = object_of(
     template=object_of(
         metadata=METADATA,
         spec=object_of(
-            replicatedJobs=array_of(
-                object_of(
-                    name=STRING,
-                    groupName=STRING,
-                    replicas=INTEGER,
-                    template=JOB_TEMPLATE,
-                    dependsOn=array_of(object_of(name=STRING, status=STRING)),
-                )
-            ),
+            replicatedJobs=REPLICATED_JOBS,
             network=object_of(),
             successPolicy=object_of(operator=STRING, targetReplicatedJobs=array_of(STRING)),
             failurePolicy=object_of(maxRestarts=INTEGER, rules=array_of(object_of())),

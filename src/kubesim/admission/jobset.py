@@ -22,21 +22,13 @@ from kubesim.jsontypes import (
     type_causes,
 )
 from kubesim.resources import JOBSETS, ResourceType
-from kubesim.shapes import JOB_TEMPLATE
+from kubesim.shapes import REPLICATED_JOBS
 
 __all__ = ["default_jobset", "jobset_defaulter", "jobset_type_causes"]
 
 # The JSON types of the fields the defaulter and the JobSet controller read.
 _SPEC = object_of(
-    replicatedJobs=array_of(
-        object_of(
-            name=STRING,
-            groupName=STRING,
-            replicas=INTEGER,
-            template=JOB_TEMPLATE,
-            dependsOn=array_of(object_of(name=STRING, status=STRING)),
-        )
-    ),
+    replicatedJobs=REPLICATED_JOBS,
     network=object_of(enableDNSHostnames=BOOLEAN, subdomain=STRING, publishNotReadyAddresses=BOOLEAN),
     successPolicy=object_of(operator=STRING, targetReplicatedJobs=array_of(STRING)),
     failurePolicy=object_of(
