@@ -8,23 +8,62 @@ Every method that touches a cluster is ``async`` and must honour cancellation an
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any, NewType, Protocol, runtime_checkable
 
+from dispatch.errors import InvalidError
 from dispatch.model import Capabilities, Change, Handle, Identity, JobSpec, Observation
 
 __all__ = [
     "Backend",
     "CessationSignal",
-    "DryRunner",
     "HoldToken",
     "Holder",
     "IdentityWeakener",
     "OutputReader",
+    "Prepared",
     "Watcher",
+    "place",
 ]
 
 HoldToken = NewType("HoldToken", str)
 """Proof of one hold, returned by :meth:`Holder.hold` and required by :meth:`Holder.release`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """One incarnation, checked and ready to send: what :meth:`Backend.prepare` returns and
+    :meth:`Backend.start` sends.
+
+    ``request`` is the native object the backend will create (Kubeflow: the TrainJob), exactly as it
+    will be sent; a dry run is a ``prepare`` whose result is shown instead of started. ``backend`` names
+    the adapter that prepared it: another adapter's ``start`` refuses it.
+    """
+
+    backend: str
+    spec: JobSpec
+    identity: Identity
+    held: bool
+    request: Mapping[str, Any]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.spec, JobSpec):
+            raise InvalidError(f"expected a JobSpec, got {type(self.spec).__name__}", path="spec")
+        if not isinstance(self.identity, Identity):
+            raise InvalidError(f"expected an Identity, got {type(self.identity).__name__}", path="identity")
+        if not isinstance(self.held, bool):
+            raise InvalidError(f"expected True or False, got {self.held!r}", path="held")
+        if not isinstance(self.request, Mapping):
+            raise InvalidError(f"expected a mapping, got {type(self.request).__name__}", path="request")
+
+    def check(self, backend: str) -> Prepared:
+        """This request, if it was prepared by adapter ``backend``; else ``InvalidError``."""
+        if self.backend != backend:
+            raise InvalidError(
+                f"prepared by the {self.backend!r} adapter; the {backend!r} adapter cannot start it",
+                path="prepared.backend",
+            )
+        return self
 
 
 @runtime_checkable
@@ -42,8 +81,18 @@ class Backend(Protocol):
         required extension), creating nothing."""
         ...
 
-    async def start(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Handle:
-        """Create the incarnation ``identity`` of a job, held (created but not admitted to run) if asked.
+    async def prepare(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Prepared:
+        """Make every check :meth:`start` needs and return the native request for incarnation
+        ``identity`` of a job, held (created but not admitted to run) if asked — sending nothing.
+
+        Malformed input is ``InvalidError``; what this cluster cannot run is ``UnsupportedError`` with
+        every reason. It only reads, so it works on a read-only or observe-only backend: a dry run is a
+        ``prepare`` whose result is shown, and that is how a person without write access sees what a
+        submit would create."""
+        ...
+
+    async def start(self, prepared: Prepared) -> Handle:
+        """Create the incarnation :meth:`prepare` returned, sending exactly ``prepared.request``.
 
         Idempotent per identity: starting an identity that already exists adopts the existing object and
         returns its handle; an object under the same native name with another identity is a
@@ -137,13 +186,6 @@ class IdentityWeakener(Protocol):
         ...
 
 
-@runtime_checkable
-class DryRunner(Protocol):
-    """Shows the native request :meth:`Backend.start` would send, without sending it."""
-
-    async def dry_run(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Mapping[str, Any]:
-        """The native object ``start`` would create (e.g. a TrainJob), after every check ``start`` makes.
-
-        A dry run sends no write, so it also works on a read-only or observe-only backend: that is how a
-        person without write access sees what a submit would create."""
-        ...
+async def place(backend: Backend, spec: JobSpec, identity: Identity, *, held: bool = False) -> Handle:
+    """Prepare, then start: place incarnation ``identity`` of a job on ``backend``'s cluster."""
+    return await backend.start(await backend.prepare(spec, identity, held=held))

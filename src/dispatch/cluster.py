@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from dispatch.backend import Backend, CessationSignal, DryRunner, Holder, HoldToken, OutputReader, Watcher
+from dispatch.backend import Backend, CessationSignal, Holder, HoldToken, OutputReader, Prepared, Watcher
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import Config
 from dispatch.errors import (
@@ -34,6 +34,7 @@ from dispatch.model import (
     Cause,
     Epoch,
     Evidence,
+    Handle,
     Identity,
     JobRecord,
     JobSpec,
@@ -57,6 +58,9 @@ CAS_ATTEMPTS = 8
 POLL_MIN = 0.5
 POLL_MAX = 5.0
 """Polling backoff of :meth:`Cluster.watch` on a backend without a watcher (seconds)."""
+
+CESSATION_WAIT = 60.0
+"""How long :meth:`Cluster.resubmit` waits, by default, for the previous incarnation's compute to go."""
 
 _Step = tuple[JobRecord, list[Transition]]
 _Change = Callable[[JobRecord], _Step | None]
@@ -166,8 +170,8 @@ class Cluster:
     ) -> JobRecord:
         """Record a new job and start its first incarnation (``job_id@1.0``); return its record.
 
-        The cluster checks the spec first (``capabilities(spec)``): a job it cannot run is refused
-        before anything is created. A taken job id is a ``ConflictError``. A start whose effect could
+        The backend prepares the job first (``prepare``: every check, the native request built): a
+        job the cluster cannot run is refused before anything is created, and no record is written. A taken job id is a ``ConflictError``. A start whose effect could
         not be known leaves the record with ``unknown_write`` set (the job is not lost: an observation
         settles it). A start the cluster refuses (``InvalidError``/``UnsupportedError``) leaves the
         record ``failed``/``invalid_spec`` and raises.
@@ -182,9 +186,10 @@ class Cluster:
         caps = await self._check_writable()
         if held and not (caps.holds and isinstance(self.backend, Holder)):
             raise UnsupportedError(f"cluster {self.backend.name!r} cannot hold jobs (capability 'holds')")
-        await self.backend.capabilities(spec)
-        now = self.clock.now()
         epoch = Epoch()
+        # Every check, before the record exists: a job the cluster cannot run leaves nothing behind.
+        prepared = await self.backend.prepare(spec, Identity(job_id, epoch), held=held)
+        now = self.clock.now()
         record = JobRecord(
             job_id=job_id,
             spec=spec,
@@ -203,12 +208,13 @@ class Cluster:
             epoch=epoch,
         )
         await self.store.create(record, first)
-        return await self._start(job_id, spec, Identity(job_id, epoch), held=held)
+        return await self._start(job_id, prepared)
 
-    async def _start(self, job_id: str, spec: JobSpec, identity: Identity, *, held: bool) -> JobRecord:
-        """Start ``identity`` and write the outcome of the start into the record."""
+    async def _start(self, job_id: str, prepared: Prepared) -> JobRecord:
+        """Send what was prepared and write the outcome of the start into the record."""
+        identity, held = prepared.identity, prepared.held
         try:
-            handle = await self.backend.start(spec, identity, held=held)
+            handle = await self.backend.start(prepared)
         except OutcomeUnknownError as exc:
             return await self._start_unknown(job_id, identity, str(exc))
         except asyncio.CancelledError:
@@ -353,11 +359,16 @@ class Cluster:
         await self._update(job_id, released)
         return await self.get(job_id)
 
-    async def resubmit(self, job_id: str, spec: JobSpec | None = None) -> JobRecord:
+    async def resubmit(
+        self, job_id: str, spec: JobSpec | None = None, *, wait: float = CESSATION_WAIT
+    ) -> JobRecord:
         """Start a new incarnation of a finished job (epoch ``N+1.0``), with ``spec`` if given.
 
-        Only a terminal record can be resubmitted (``ConflictError`` otherwise). On a cluster that
-        signals cessation, the previous incarnation's compute must be gone (``BusyError`` until it is).
+        Only a terminal record can be resubmitted (``ConflictError`` otherwise). The previous incarnation
+        is stopped (its object removed) and the new one starts only once its compute is gone: two
+        incarnations running at once can corrupt a shared checkpoint. On a backend that signals
+        cessation this waits up to ``wait`` seconds for it; on one that does not, until an observation
+        shows the previous incarnation gone. ``BusyError`` when it has not gone by then (retry later).
         """
         rec = await self.get(job_id)  # refreshed: a job that ended unobserved can be resubmitted
         if not rec.outcome.terminal:
@@ -366,20 +377,14 @@ class Cluster:
             )
         if spec is not None and not isinstance(spec, JobSpec):
             raise InvalidError(f"expected a JobSpec, got {type(spec).__name__}", path="spec")
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait < 1e9:
+            raise InvalidError(f"expected seconds >= 0, got {wait!r}", path="wait")
         new_spec = spec if spec is not None else rec.spec
         await self._check_writable()
-        await self.backend.capabilities(new_spec)
-        if (
-            rec.handle is not None
-            and isinstance(self.backend, CessationSignal)
-            and not await self.backend.ceased(rec.handle)
-        ):
-            raise BusyError(
-                f"job {job_id!r}: incarnation {rec.handle.identity} still has compute on the cluster; "
-                "retry once it has ceased"
-            )
-        expected = rec.revision
         epoch = rec.epoch.resubmitted()
+        prepared = await self.backend.prepare(new_spec, Identity(job_id, epoch))
+        await self._retire(rec, wait)
+        expected = rec.revision
 
         def renew(r: JobRecord) -> _Step:
             if r.revision != expected:
@@ -399,17 +404,58 @@ class Cluster:
             return new, [t]
 
         await self._update(job_id, renew)
-        return await self._start(job_id, new_spec, Identity(job_id, epoch), held=False)
+        return await self._start(job_id, prepared)
+
+    async def _retire(self, rec: JobRecord, wait: float) -> None:
+        """Stop the record's current incarnation and return once its compute is gone; ``BusyError``
+        if it has not gone within ``wait`` seconds."""
+        handle = rec.handle if rec.handle is not None and rec.handle.identity.epoch.n == rec.epoch.n else None
+        if handle is None:
+            found = await self._find(rec)
+            handle = found.handle if found is not None else None
+        if handle is None:
+            return  # never placed on the cluster: nothing can remain
+        await self.backend.stop(handle)  # idempotent; removes a finished incarnation's object too
+        try:
+            async with asyncio.timeout(wait):
+                if isinstance(self.backend, CessationSignal):
+                    await self.backend.wait_ceased(handle)
+                else:
+                    await self._wait_gone(handle)
+        except TimeoutError:
+            raise BusyError(
+                f"job {rec.job_id!r}: incarnation {handle.identity} still has compute on the cluster "
+                f"after {wait:g} s; retry once it has ceased"
+            ) from None
+
+    async def _wait_gone(self, handle: Handle) -> None:
+        """Without a cessation signal: poll until the backend reports the incarnation gone (``lost``:
+        nothing of it left on the cluster) or no longer knows it."""
+        delay = POLL_MIN
+        while True:
+            try:
+                obs = await self.backend.observe(handle)
+            except NotFoundError:
+                return
+            if obs.state is State.LOST:
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, POLL_MAX)
 
     async def dry_run(
         self, spec: JobSpec, *, job_id: str | None = None, held: bool = False
     ) -> Mapping[str, Any]:
-        """The native object a submit would create (e.g. a TrainJob), creating nothing.
-        ``UnsupportedError`` when the adapter cannot show it."""
-        if not isinstance(self.backend, DryRunner):
-            raise UnsupportedError(f"adapter {self.backend.name!r} cannot show a dry run")
+        """The native object a submit would create (e.g. a TrainJob), after every check a submit makes,
+        creating nothing. Only reads, so it works on a read-only cluster too."""
+        if not isinstance(spec, JobSpec):
+            raise InvalidError(f"expected a JobSpec, got {type(spec).__name__}", path="spec")
+        if not isinstance(held, bool):
+            raise InvalidError(f"expected True or False, got {held!r}", path="held")
         job_id = check_job_id(job_id) if job_id is not None else new_job_id()
-        return await self.backend.dry_run(spec, Identity(job_id, Epoch()), held=held)
+        if held and not ((await self.backend.capabilities()).holds and isinstance(self.backend, Holder)):
+            raise UnsupportedError(f"cluster {self.backend.name!r} cannot hold jobs (capability 'holds')")
+        prepared = await self.backend.prepare(spec, Identity(job_id, Epoch()), held=held)
+        return prepared.request
 
     # ------------------------------------------------------------------ observer
 

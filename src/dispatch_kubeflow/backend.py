@@ -10,6 +10,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from dispatch.backend import Prepared
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import AdapterConfig
 from dispatch.errors import (
@@ -18,7 +19,7 @@ from dispatch.errors import (
     ReadOnlyError,
     UnsupportedError,
 )
-from dispatch.model import Capabilities, Handle, Identity, JobSpec, Limits, Observation
+from dispatch.model import Capabilities, Handle, Identity, JobSpec, Limits, Mode, Observation
 from dispatch_kubeflow import naming
 from dispatch_kubeflow.kube import ApiStatus, KubeClient, Retry, Unreachable, resource_path
 from dispatch_kubeflow.names import (
@@ -107,7 +108,7 @@ async def open_backend(
 class Backend:
     """One opened Kubeflow Trainer cluster (namespace ``settings.namespace``).
 
-    Implements the ``Backend``, ``DryRunner`` and ``IdentityWeakener`` protocols of :mod:`dispatch.backend`.
+    Implements the ``Backend`` and ``IdentityWeakener`` protocols of :mod:`dispatch.backend`.
     """
 
     def __init__(
@@ -116,8 +117,13 @@ class Backend:
         self._client = client
         self.settings = settings
         self.facts = facts
-        self.read_only = read_only
-        self.observe_only = not read_only and facts.may_write is False
+        self.mode = (
+            Mode.READ_ONLY
+            if read_only
+            else Mode.OBSERVE_ONLY
+            if facts.may_write is False
+            else Mode.READ_WRITE
+        )
         self._clock = clock
         self._closed = False
         # Refs this backend deleted: a TrainJob gone after our own stop was cancelled, not lost. (Across
@@ -125,10 +131,7 @@ class Backend:
         self._stopped: set[str] = set()
 
     def __repr__(self) -> str:
-        mode = "read-only" if self.read_only else "observe-only" if self.observe_only else "read-write"
-        return (
-            f"<dispatch_kubeflow.Backend {self._client.server} namespace={self.settings.namespace!r} {mode}>"
-        )
+        return f"<dispatch_kubeflow.Backend {self._client.server} namespace={self.settings.namespace!r} {self.mode}>"
 
     @property
     def name(self) -> str:
@@ -144,7 +147,7 @@ class Backend:
         )
 
     def _capabilities(self, max_nodes: int | None = None) -> Capabilities:
-        writable = not (self.read_only or self.observe_only)
+        writable = self.mode is Mode.READ_WRITE
         checkpoint = self.settings.checkpoint_volume is not None
         extensions = set(ACCEPTED_EXTENSIONS) if checkpoint else set(ACCEPTED_EXTENSIONS[:2])
         notes = [
@@ -160,13 +163,12 @@ class Backend:
             if value is not None:
                 notes.append(f"{label}: {'yes' if value else 'no'}")
         notes += self.facts.notes
-        if self.read_only:
+        if self.mode is Mode.READ_ONLY:
             notes.append("read-only: opened without the probe; every write is refused")
         if writable and not self.queueing:
             notes.append("holds: spec.suspend is available (hold/release are not implemented yet)")
         return Capabilities(
-            read_only=self.read_only,
-            observe_only=self.observe_only,
+            mode=self.mode,
             # Holds need the Holder protocol (hold/release), which comes with the holds issue; until then
             # the cluster's ability is only noted (start(held=True) still creates the TrainJob suspended).
             holds=False,
@@ -210,9 +212,11 @@ class Backend:
             raise UnsupportedError(reasons)
         return runtime
 
-    # --- start / dry run ---------------------------------------------------------------------------
+    # --- prepare / start ---------------------------------------------------------------------------
 
-    async def _trainjob(self, spec: JobSpec, identity: Identity, held: bool) -> dict[str, Any]:
+    async def prepare(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Prepared:
+        """Every check :meth:`start` makes — the runtime is read once, here — and the TrainJob it will
+        create. Nothing is written, so it works on a read-only or observe-only backend (a dry run)."""
         if not isinstance(identity, Identity):
             raise InvalidError(f"expected an Identity, got {type(identity).__name__}", path="identity")
         if held and self.queueing:
@@ -220,33 +224,46 @@ class Backend:
                 "a held start under Kueue needs the admission-check hold (settings admissionCheck and "
                 "dispatch-admission), which this version of the adapter does not drive yet; submit without --held"
             )
+        if not isinstance(held, bool):
+            raise InvalidError(f"expected True or False, got {held!r}", path="held")
         runtime = await self._checked_runtime(spec)
-        return build_trainjob(
+        obj = build_trainjob(
             spec, identity, self.settings, inspect_runtime(runtime), held=held, kueue=self.queueing
         )
-
-    async def dry_run(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Mapping[str, Any]:
-        """The TrainJob :meth:`start` would create, after every check ``start`` makes; nothing is written
-        (it only reads the runtime), so it works on a read-only or observe-only backend too."""
-        return await self._trainjob(spec, identity, held)
+        return Prepared(NAME, spec, identity, held, obj)
 
     def _refuse_writes(self, what: str) -> None:
-        if self.read_only or self.observe_only:
-            mode = "read-only" if self.read_only else "observe-only (its credentials may not write TrainJobs)"
+        if self.mode is not Mode.READ_WRITE:
+            mode = (
+                "read-only"
+                if self.mode is Mode.READ_ONLY
+                else "observe-only (its credentials may not write TrainJobs)"
+            )
             raise ReadOnlyError(f"{what}: the kubeflow backend is {mode}")
 
     def _handle(self, identity: Identity, name: str) -> Handle:
         return Handle(NAME, identity, f"{self.settings.namespace}/{name}")
 
-    async def start(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Handle:
-        """Create the TrainJob of incarnation ``identity`` (suspended if ``held``; not under Kueue).
+    async def start(self, prepared: Prepared) -> Handle:
+        """Create the TrainJob :meth:`prepare` built (suspended if held; not under Kueue), exactly as built.
 
         Idempotent per identity: an existing TrainJob of the same incarnation is adopted; one of another
         identity under the same name is a ``ConflictError``. A create whose answer was lost is
         ``OutcomeUnknownError`` (starting again settles it)."""
+        if not isinstance(prepared, Prepared):
+            raise InvalidError(
+                f"expected a Prepared (from prepare), got {type(prepared).__name__}", path="prepared"
+            )
+        identity = prepared.check(NAME).identity
         self._refuse_writes(f"start {identity}")
-        obj = await self._trainjob(spec, identity, held)
-        name = obj["metadata"]["name"]
+        obj = prepared.request
+        name = naming.native_name(identity)
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping) or meta.get("name") != name:
+            raise InvalidError(
+                f'the prepared TrainJob must be named "{name}" (the native name of {identity})',
+                path="prepared.request.metadata.name",
+            )
         what = f'create TrainJob "{name}" in namespace {self.settings.namespace!r}'
         path = trainjob_path(self.settings.namespace)
         try:

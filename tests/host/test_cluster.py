@@ -32,6 +32,7 @@ from dispatch import (
     Transition,
     UnsupportedError,
 )
+from dispatch.backend import Prepared
 from dispatch.cluster import CAS_ATTEMPTS, Cluster
 from dispatch.memory import MemoryBackend
 from dispatch.records import MemoryStore
@@ -140,9 +141,12 @@ class LostResponses:
     async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
         return await self.inner.capabilities(spec)
 
-    async def start(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Handle:
-        await self.inner.start(spec, identity, held=held)
-        raise OutcomeUnknownError(f"create of {identity}: connection reset before the response")
+    async def prepare(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Prepared:
+        return await self.inner.prepare(spec, identity, held=held)
+
+    async def start(self, prepared: Prepared) -> Handle:
+        await self.inner.start(prepared)
+        raise OutcomeUnknownError(f"create of {prepared.identity}: connection reset before the response")
 
     async def observe(self, handle: Handle) -> Observation:
         return await self.inner.observe(handle)
@@ -249,8 +253,9 @@ async def test_resubmit_needs_a_finished_job_whose_compute_is_gone(
     rec = await cluster.cancel("r")
     assert rec.state is State.CANCELLED
     assert rec.handle is not None and not await backend.ceased(rec.handle)  # its compute lingers
-    with pytest.raises(BusyError):
-        await cluster.resubmit("r")
+    with pytest.raises(BusyError, match="still has compute"):
+        await cluster.resubmit("r", wait=0)
+    assert (await cluster.get("r")).epoch == Epoch(1, 0)  # nothing started
     clock.advance(SETTINGS.cessation_delay)
     new = await cluster.resubmit("r", spec("sleep 1; exit 0"))
     assert new.epoch == Epoch(2, 0)
@@ -270,7 +275,7 @@ async def test_resubmit_waits_for_a_slow_cessation(
     await cluster.cancel("slow")
     clock.advance(SETTINGS.cessation_delay)
     with pytest.raises(BusyError):
-        await cluster.resubmit("slow")
+        await cluster.resubmit("slow", wait=0)
     clock.advance(30)
     assert (await cluster.resubmit("slow")).epoch == Epoch(2, 0)
 
@@ -342,8 +347,8 @@ async def test_watch_with_the_backend_watcher_follows_a_job_to_its_end(
 class NoWatcher(LostResponses):
     """The required protocol only, with starts that work: :meth:`Cluster.watch` must poll."""
 
-    async def start(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Handle:
-        return await self.inner.start(spec, identity, held=held)
+    async def start(self, prepared: Prepared) -> Handle:
+        return await self.inner.start(prepared)
 
 
 async def test_watch_without_a_watcher_polls_observe(
@@ -492,19 +497,20 @@ async def test_holds_follow_the_clusters_capabilities(
             await cluster.hold("free")
 
 
-async def test_dry_run_needs_a_dry_runner(
+async def test_dry_run_is_prepare_on_any_backend(
     backend: MemoryBackend, store: MemoryStore, clock: ManualClock
 ) -> None:
     async with Cluster(NoWatcher(backend), store, clock=clock) as cluster:
-        with pytest.raises(UnsupportedError, match="dry run"):
-            await cluster.dry_run(spec())
+        native = await cluster.dry_run(spec(), job_id="plain")
+        assert native["metadata"]["name"] == backend.native_name(Identity("plain"))
+        assert backend.objects() == []
 
 
 class HangingStart(NoWatcher):
     """A backend whose create is sent but whose response never comes (the caller gives up)."""
 
-    async def start(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Handle:
-        await self.inner.start(spec, identity, held=held)
+    async def start(self, prepared: Prepared) -> Handle:
+        await self.inner.start(prepared)
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 

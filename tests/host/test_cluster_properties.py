@@ -42,6 +42,8 @@ async def play(program: list[tuple[object, ...]]) -> None:
                     clock.advance(float(op[1]))  # type: ignore[arg-type]
                 elif name == "list":
                     await cluster.list()
+                elif name == "resubmit":  # the manual clock stands still: waiting could not help
+                    await cluster.resubmit(str(op[1]), wait=0)
                 else:
                     await getattr(cluster, str(name))(str(op[1]))
             except EXPECTED:
@@ -73,6 +75,8 @@ async def check(cluster: Cluster, backend: MemoryBackend, revisions: dict[str, i
     # At most one live incarnation per job on the cluster.
     live = [o.handle.identity.job_id for o in await backend.list() if not o.outcome.terminal]
     assert len(live) == len(set(live))
+    # Never two incarnations of one job with compute at once.
+    assert backend.overlaps == []
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -59,15 +59,17 @@ async def test_open_without_a_store_uses_sqlite_under_the_state_dir(
 
 PLUGIN = '''
 """A tiny adapter installed only through an entry point (it does not register itself)."""
-from dispatch import Capabilities
+from dispatch import Capabilities, Mode
 
 class TinyBackend:
     name = "tiny"
     def __init__(self, cfg):
         self.cfg = cfg
     async def capabilities(self, spec=None):
-        return Capabilities(read_only=True, notes=("tiny",))
-    async def start(self, spec, identity, *, held=False):
+        return Capabilities(mode=Mode.READ_ONLY, notes=("tiny",))
+    async def prepare(self, spec, identity, *, held=False):
+        raise NotImplementedError
+    async def start(self, prepared):
         raise NotImplementedError
     async def observe(self, handle):
         raise NotImplementedError

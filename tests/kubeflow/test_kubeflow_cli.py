@@ -78,7 +78,7 @@ async def test_check_prints_the_capabilities(files: tuple[str, str]) -> None:
     code, out, err = await _cli("--config", cluster, "--json", "check")
     assert code == 0, err
     caps: dict[str, Any] = json.loads(out)["capabilities"]
-    assert caps["readOnly"] is True
+    assert caps["mode"] == "read_only"
     assert set(caps["extensions"]) == {"dispatch/Image", "kubeflow/RuntimeRef"}
 
 

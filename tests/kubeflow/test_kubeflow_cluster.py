@@ -33,7 +33,7 @@ from dispatch import (
     UnsupportedError,
 )
 from dispatch.backend import Backend as BackendProtocol
-from dispatch.backend import DryRunner, IdentityWeakener
+from dispatch.backend import IdentityWeakener, place
 from dispatch_kubeflow import Backend, RuntimeRef
 from dispatch_kubeflow.backend import open_backend
 from dispatch_kubeflow.naming import native_name
@@ -72,7 +72,7 @@ def trainjobs(sim: Simulator) -> list[dict[str, Any]]:
 async def test_registered_and_protocols(backend: Backend) -> None:
     assert "kubeflow" in dispatch.adapters()
     assert dispatch.model.extension_types()["kubeflow/RuntimeRef"] is RuntimeRef
-    assert isinstance(backend, BackendProtocol) and isinstance(backend, DryRunner)
+    assert isinstance(backend, BackendProtocol)
     assert isinstance(backend, IdentityWeakener)
     assert backend.name == "kubeflow"
     from importlib.metadata import entry_points
@@ -184,13 +184,19 @@ async def test_refusals_of_extensions_and_missing_runtimes(backend: Backend) -> 
 # --- start, dry run, observe, stop, list ------------------------------------------------------------------
 
 
-async def test_dry_run_is_what_start_creates(backend: Backend, sim: Simulator) -> None:
+async def test_prepare_reads_and_start_sends_exactly_what_was_prepared(
+    backend: Backend, sim: Simulator
+) -> None:
     job, identity = spec(nodes=2, env={"A": "1"}), ident("dry-1")
     writes = len(sim.requests.writes())
-    preview = await backend.dry_run(job, identity)
+    prepared = await backend.prepare(job, identity)
+    preview = prepared.request
     assert len(sim.requests.writes()) == writes
     assert preview["metadata"]["name"] == native_name(identity)
-    handle = await backend.start(job, identity)
+    sim.requests.clear()
+    handle = await backend.start(prepared)
+    # start reads nothing (the runtime was read by prepare) and sends one create: the prepared TrainJob.
+    assert [(r.method, r.resource) for r in sim.requests] == [("POST", "trainjobs")]
     assert handle.ref == f"default/{native_name(identity)}"
     stored = sim.store.get(TRAINJOBS, "default", native_name(identity))
     assert stored["spec"]["trainer"] == preview["spec"]["trainer"]
@@ -207,11 +213,11 @@ async def test_dry_run_is_what_start_creates(backend: Backend, sim: Simulator) -
 
 async def test_start_is_idempotent_per_identity(backend: Backend, sim: Simulator) -> None:
     job = spec()
-    first = await backend.start(job, ident("same", 1, 0))
-    again = await backend.start(job, ident("same", 1, 0))
+    first = await place(backend, job, ident("same", 1, 0))
+    again = await place(backend, job, ident("same", 1, 0))
     assert first == again
     assert len([t for t in trainjobs(sim) if t["metadata"]["name"] == native_name(ident("same"))]) == 1
-    second = await backend.start(job, ident("same", 2, 1))
+    second = await place(backend, job, ident("same", 2, 1))
     assert second.ref != first.ref
 
 
@@ -225,16 +231,16 @@ async def test_same_name_other_identity_is_a_conflict(backend: Backend, sim: Sim
     }
     sim.store.create(TRAINJOBS, foreign)
     with pytest.raises(ConflictError, match="not created by dispatch"):
-        await backend.start(spec(), identity)
-    forged = copy.deepcopy(dict(await backend.dry_run(spec(), ident("victim"))))
+        await place(backend, spec(), identity)
+    forged = copy.deepcopy(dict((await backend.prepare(spec(), ident("victim"))).request))
     forged["metadata"]["name"] = native_name(ident("other"))
     sim.store.create(TRAINJOBS, forged)
     with pytest.raises(ConflictError):
-        await backend.start(spec(), ident("other"))
+        await place(backend, spec(), ident("other"))
 
 
 async def test_held_start_suspends_without_kueue(backend: Backend, sim: Simulator) -> None:
-    handle = await backend.start(spec(), ident("held-1"), held=True)
+    handle = await place(backend, spec(), ident("held-1"), held=True)
     assert sim.store.get(TRAINJOBS, "default", native_name(ident("held-1")))["spec"]["suspend"] is True
     assert (await backend.observe(handle)).state is State.HELD
 
@@ -242,15 +248,15 @@ async def test_held_start_suspends_without_kueue(backend: Backend, sim: Simulato
 async def test_invalid_specs_send_nothing(backend: Backend, sim: Simulator) -> None:
     writes = len(sim.requests.writes())
     with pytest.raises(InvalidError) as info:
-        await backend.start(spec(env={"PET_NNODES": "3"}), ident("bad-env"))
+        await place(backend, spec(env={"PET_NNODES": "3"}), ident("bad-env"))
     assert info.value.path == 'env["PET_NNODES"]'
     with pytest.raises(UnsupportedError):
-        await backend.start(spec("broken"), ident("bad-runtime"))
+        await place(backend, spec("broken"), ident("bad-runtime"))
     assert len(sim.requests.writes()) == writes
 
 
 async def test_stop_deletes_in_the_foreground_and_is_idempotent(backend: Backend, sim: Simulator) -> None:
-    handle = await backend.start(spec(), ident("to-stop"))
+    handle = await place(backend, spec(), ident("to-stop"))
     await sim.settle()
     await backend.stop(handle)
     deletes = sim.requests.filter(method="DELETE", resource="trainjobs")
@@ -263,7 +269,7 @@ async def test_stop_deletes_in_the_foreground_and_is_idempotent(backend: Backend
 
 
 async def test_list_reports_our_trainjobs_only(backend: Backend, sim: Simulator) -> None:
-    handle = await backend.start(spec(), ident("listed"))
+    handle = await place(backend, spec(), ident("listed"))
     observed = {o.handle.identity.job_id: o for o in await backend.list()}
     assert observed["listed"].handle == handle
     assert "squatted" not in observed and "victim" not in observed
@@ -271,7 +277,7 @@ async def test_list_reports_our_trainjobs_only(backend: Backend, sim: Simulator)
 
 
 async def test_observe_a_vanished_trainjob_is_lost(backend: Backend, sim: Simulator) -> None:
-    handle = await backend.start(spec(), ident("vanish"))
+    handle = await place(backend, spec(), ident("vanish"))
     sim.store.delete(TRAINJOBS, "default", native_name(ident("vanish")))
     sim.advance(120)
     assert (await backend.observe(handle)).state is State.LOST
@@ -287,13 +293,13 @@ async def test_retries_then_success_and_then_unavailable(backend: Backend, sim: 
     backend._client.retry = Retry(attempts=3, base=0.01, cap=0.02)
     try:
         sim.faults.fail_next(2, 500, verb="create", path="trainjobs")
-        await backend.start(spec(), ident("flaky"))
+        await place(backend, spec(), ident("flaky"))
         sim.faults.fail_next(3, 429, verb="get", path="clustertrainingruntimes")
         with pytest.raises(UnavailableError):
             await backend.capabilities(spec())
         sim.faults.fail_next(3, 503, verb="create", path="trainjobs")
         with pytest.raises(OutcomeUnknownError):
-            await backend.start(spec(), ident("flaky-2"))
+            await place(backend, spec(), ident("flaky-2"))
     finally:
         sim.faults.clear()
         backend._client.retry = Retry()
@@ -339,7 +345,7 @@ async def test_logs_hold_no_token(sim: Simulator, kc: str, caplog: pytest.LogCap
     before = len(list(sim.requests))
     b = await open_backend(config({"kubeconfig": kc}, token=token), probe_window=WINDOW)
     try:
-        h = await b.start(spec(), ident("logged"))
+        h = await place(b, spec(), ident("logged"))
         await b.observe(h)
         await b.stop(h)
         assert token not in repr(b)
@@ -351,3 +357,15 @@ async def test_logs_hold_no_token(sim: Simulator, kc: str, caplog: pytest.LogCap
     # The token went on every request: every request of this backend was authenticated as "logged".
     mine = list(sim.requests)[before:]
     assert len(mine) > 10 and {r.identity for r in mine} == {"logged"}
+
+
+async def test_a_submit_reads_its_runtime_once(backend: Backend, sim: Simulator) -> None:
+    # The host prepares (every check, the runtime read once) and starts what was prepared.
+    cluster = dispatch.Cluster(backend, dispatch.MemoryStore())  # not closed: the backend is shared
+    sim.requests.clear()
+    rec = await cluster.submit(spec(), job_id="runtime-once")
+    runtime_reads = [r for r in sim.requests if r.resource == "clustertrainingruntimes"]
+    assert len(runtime_reads) == 1, [(r.method, r.path) for r in sim.requests]
+    assert [r.resource for r in sim.requests.writes()] == ["trainjobs"]
+    assert rec.handle is not None and rec.handle.ref == f"default/{native_name(ident('runtime-once'))}"
+    await backend.stop(rec.handle)

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from kubeflow_fixtures import STOCK, config, install, kubeconfig
 
-from dispatch import InvalidError, UnavailableError
+from dispatch import InvalidError, Mode, UnavailableError
 from dispatch_kubeflow.backend import open_backend
 from dispatch_kubeflow.kube import Retry
 from kubesim.sim import Simulator
@@ -40,7 +40,7 @@ async def test_a_named_context(sim: Simulator, tmp_path: Path) -> None:
     _add_context(path, sim.token("readonly"))
     b = await open_backend(config({"kubeconfig": str(path), "context": "other"}), probe_window=0.3)
     try:
-        assert b.observe_only  # the context's read-only user, not the current context's admin
+        assert b.mode is Mode.OBSERVE_ONLY  # the context's read-only user, not the current context's admin
     finally:
         await b.close()
 

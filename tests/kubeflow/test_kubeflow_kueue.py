@@ -11,6 +11,7 @@ import pytest_asyncio
 from kubeflow_fixtures import config, ident, kubeconfig, spec
 
 from dispatch import State, UnsupportedError
+from dispatch.backend import place
 from dispatch_kubeflow import Backend
 from dispatch_kubeflow.backend import open_backend
 from dispatch_kubeflow.naming import native_name
@@ -38,7 +39,7 @@ async def test_the_probe_sees_kueue_take_the_job(queued: Backend) -> None:
 
 
 async def test_a_queued_trainjob_carries_the_queue_label(queued: Backend, sim: Simulator) -> None:
-    handle = await queued.start(spec(), ident("queued-1"))
+    handle = await place(queued, spec(), ident("queued-1"))
     stored = sim.store.get(TRAINJOBS, "default", native_name(ident("queued-1")))
     assert stored["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "user-queue"
     assert stored["metadata"]["labels"]["team"] == "a"
@@ -49,7 +50,7 @@ async def test_a_queued_trainjob_carries_the_queue_label(queued: Backend, sim: S
 async def test_held_under_kueue_is_refused_before_anything_is_sent(queued: Backend, sim: Simulator) -> None:
     writes = len(sim.requests.writes())
     with pytest.raises(UnsupportedError, match="admission-check hold"):
-        await queued.start(spec(), ident("held-q"), held=True)
+        await place(queued, spec(), ident("held-q"), held=True)
     assert len(sim.requests.writes()) == writes
 
 

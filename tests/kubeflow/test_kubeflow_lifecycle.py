@@ -10,6 +10,7 @@ import pytest_asyncio
 from kubeflow_fixtures import config, ident, kubeconfig, spec
 
 from dispatch import Cause, State
+from dispatch.backend import place
 from dispatch_kubeflow import Backend
 from dispatch_kubeflow.backend import open_backend
 from kubesim.sim import Simulator
@@ -26,8 +27,8 @@ async def backend(sim: Simulator, tmp_path_factory: Any) -> AsyncIterator[Backen
 
 
 async def test_running_then_succeeded(backend: Backend, sim: Simulator) -> None:
-    handle = await backend.start(
-        spec(nodes=2, env={"KUBESIM_SCRIPT": "print hi; sleep 60; exit 0"}), ident("ok")
+    handle = await place(
+        backend, spec(nodes=2, env={"KUBESIM_SCRIPT": "print hi; sleep 60; exit 0"}), ident("ok")
     )
     await sim.settle()
     sim.advance(10)
@@ -39,7 +40,7 @@ async def test_running_then_succeeded(backend: Backend, sim: Simulator) -> None:
 
 
 async def test_exit_code_is_the_cause(backend: Backend, sim: Simulator) -> None:
-    handle = await backend.start(spec(env={"KUBESIM_SCRIPT": "sleep 5; exit 3"}), ident("bad-exit"))
+    handle = await place(backend, spec(env={"KUBESIM_SCRIPT": "sleep 5; exit 3"}), ident("bad-exit"))
     await sim.settle()
     sim.advance(600)
     obs = await backend.observe(handle)
@@ -51,8 +52,8 @@ async def test_exit_code_is_the_cause(backend: Backend, sim: Simulator) -> None:
 
 
 async def test_time_limit_is_a_timeout(backend: Backend, sim: Simulator) -> None:
-    handle = await backend.start(
-        spec(time_limit=30, env={"KUBESIM_SCRIPT": "sleep 3600; exit 0"}), ident("slow")
+    handle = await place(
+        backend, spec(time_limit=30, env={"KUBESIM_SCRIPT": "sleep 3600; exit 0"}), ident("slow")
     )
     await sim.settle()
     sim.advance(120)
@@ -88,8 +89,8 @@ async def test_kubesim_trainer_admission_accepts_every_shape_we_write(
         extensions = [Image("example.org/t:1"), RuntimeRef(runtime), SharedCheckpoint("/ckpt/run")]
         procs = 4 if runtime == "torch-distributed" else None
         identity = ident(f"full-{runtime}")
-        await b.start(
-            spec(runtime, nodes=2, procs_per_node=procs, time_limit=600, extensions=extensions), identity
+        await place(
+            b, spec(runtime, nodes=2, procs_per_node=procs, time_limit=600, extensions=extensions), identity
         )
         created = [r for r in sim.requests.filter(method="POST", resource="trainjobs") if r.status == 201]
         assert created

@@ -8,7 +8,8 @@ import pytest
 import pytest_asyncio
 from kubeflow_fixtures import config, ident, kubeconfig, spec
 
-from dispatch import OutcomeUnknownError, ReadOnlyError, State
+from dispatch import Mode, OutcomeUnknownError, ReadOnlyError, State
+from dispatch.backend import place
 from dispatch_kubeflow import Backend
 from dispatch_kubeflow.backend import open_backend
 from dispatch_kubeflow.kube import Retry
@@ -29,7 +30,7 @@ async def kc(sim: Simulator, tmp_path_factory: Any) -> str:
 async def test_read_only_sends_no_write_at_all(sim: Simulator, kc: str) -> None:
     token = sim.add_identity(Permissions.admin("ro-user"))  # may write; read-only must still never try
     writer = await open_backend(config({"kubeconfig": kc}), probe_window=WINDOW)
-    handle = await writer.start(spec(), ident("existing"))
+    handle = await place(writer, spec(), ident("existing"))
     await writer.close()
 
     b = await open_backend(config({"kubeconfig": kc}, token=token, read_only=True), probe_window=WINDOW)
@@ -38,13 +39,13 @@ async def test_read_only_sends_no_write_at_all(sim: Simulator, kc: str) -> None:
         assert caps.read_only and not caps.writable and not caps.holds
         assert b.facts.trainer_reconciles is None  # no probe
         await b.capabilities(spec())
-        preview = await b.dry_run(spec(), ident("preview"))
+        preview = (await b.prepare(spec(), ident("preview"))).request
         assert preview["kind"] == "TrainJob"
         assert (await b.observe(handle)).state in (State.STARTING, State.RUNNING)
         assert [o.handle for o in await b.list() if o.handle == handle]
         for write in (
-            b.start(spec(), ident("nope")),
-            b.start(spec(), ident("nope"), held=True),
+            place(b, spec(), ident("nope")),
+            place(b, spec(), ident("nope"), held=True),
             b.stop(handle),
         ):
             with pytest.raises(ReadOnlyError):
@@ -71,7 +72,7 @@ async def test_observe_only_with_a_read_only_token(sim: Simulator, kc: str) -> N
         assert b.facts.pods_visible and b.facts.logs_readable
         assert any("observe-only" in n for n in caps.notes)
         with pytest.raises(ReadOnlyError, match="observe-only"):
-            await b.start(spec(), ident("ro"))
+            await place(b, spec(), ident("ro"))
         await b.list()
     finally:
         await b.close()
@@ -94,10 +95,10 @@ async def test_crash_after_create_then_start_again_adopts(sim: Simulator, kc: st
         sim.faults.lose_response_next(verb="create", path=r"/trainjobs$")
         sim.faults.lose_response_next(verb="get", path=rf"/trainjobs/{name}$")
         with pytest.raises(OutcomeUnknownError, match="may or may not have taken effect"):
-            await b.start(spec(), identity)
+            await place(b, spec(), identity)
         assert sim.faults.injected == lost_before + 2
         assert _count(sim, name) == 1  # the create did land
-        handle = await b.start(spec(), identity)  # the supervisor starts the same identity again
+        handle = await place(b, spec(), identity)  # the supervisor starts the same identity again
         assert handle.ref == f"default/{name}"
         assert _count(sim, name) == 1
     finally:
@@ -110,7 +111,7 @@ async def test_a_lost_answer_is_settled_by_the_identity_lookup(sim: Simulator, k
         identity = ident("crashy-lookup")
         lost_before = sim.faults.injected
         sim.faults.lose_response_next(verb="create", path=r"/trainjobs$")
-        handle = await b.start(spec(), identity)
+        handle = await place(b, spec(), identity)
         assert sim.faults.injected == lost_before + 1
         assert handle.identity == identity and _count(sim, native_name(identity)) == 1
     finally:
@@ -123,7 +124,7 @@ async def test_a_lost_answer_is_settled_by_the_retry_itself(sim: Simulator, kc: 
         identity = ident("crashy-2")
         lost_before = sim.faults.injected
         sim.faults.lose_response_next(verb="create", path=r"/trainjobs$")
-        handle = await b.start(spec(), identity)
+        handle = await place(b, spec(), identity)
         assert sim.faults.injected == lost_before + 1
         assert handle.identity == identity
         assert _count(sim, native_name(identity)) == 1
@@ -136,7 +137,7 @@ async def test_through_the_host_registry_and_open(sim: Simulator, kc: str) -> No
 
     backend = await dispatch.new_backend("kubeflow", config({"kubeconfig": kc}, read_only=True))
     try:
-        assert isinstance(backend, Backend) and backend.read_only
+        assert isinstance(backend, Backend) and backend.mode is Mode.READ_ONLY
     finally:
         await backend.close()
     cfg = dispatch.Config(adapter={"kubeconfig": kc}, store=dispatch.MemoryStore(), read_only=True)

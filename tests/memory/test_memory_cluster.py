@@ -27,6 +27,7 @@ from dispatch import (
     State,
     UnsupportedError,
 )
+from dispatch.backend import place
 from dispatch.memory import MemoryBackend
 
 Make = Callable[..., MemoryBackend]
@@ -43,9 +44,9 @@ async def settle() -> None:
 
 async def test_queues_in_strict_fifo_when_capacity_is_short(make: Make, clock: ManualClock, job: Job) -> None:
     backend = make(nodes=3, startDelay=1, cessationDelay=2)
-    big = await backend.start(job("hang", nodes=2), Identity("big"))
-    wide = await backend.start(job("sleep 1", nodes=2), Identity("wide"))
-    small = await backend.start(job("sleep 1"), Identity("small"))
+    big = await place(backend, job("hang", nodes=2), Identity("big"))
+    wide = await place(backend, job("sleep 1", nodes=2), Identity("wide"))
+    small = await place(backend, job("sleep 1"), Identity("small"))
     obs = await backend.observe(wide)
     assert (obs.state, obs.cause) == (State.QUEUED, Cause.NO_CAPACITY)
     (ev,) = obs.outcome.evidence
@@ -66,8 +67,8 @@ async def test_queues_in_strict_fifo_when_capacity_is_short(make: Make, clock: M
 
 async def test_capacity_frees_when_a_job_ends(make: Make, clock: ManualClock, job: Job) -> None:
     backend = make(nodes=1, startDelay=0)
-    first = await backend.start(job("sleep 3; exit 1"), Identity("a"))
-    second = await backend.start(job("sleep 1"), Identity("b"))
+    first = await place(backend, job("sleep 3; exit 1"), Identity("a"))
+    second = await place(backend, job("sleep 1"), Identity("b"))
     clock.advance(3)
     assert (await backend.observe(first)).cause is Cause.EXIT_CODE
     # second was admitted at t=3 (when first ended), so it started then, not later
@@ -88,7 +89,7 @@ async def test_more_nodes_than_the_cluster_is_unsupported(make: Make, job: Job) 
     assert "acme.example/Gpu" in caught.value.reasons[0]
     assert "asks for 3 nodes; this memory cluster has 2" in caught.value.reasons[1]
     with pytest.raises(UnsupportedError):
-        await backend.start(spec, Identity("too-big"))
+        await place(backend, spec, Identity("too-big"))
     assert await backend.list() == []
 
 
@@ -111,8 +112,8 @@ async def test_capabilities(make: Make) -> None:
 
 async def test_time_limit_counts_from_admission(make: Make, clock: ManualClock, job: Job) -> None:
     backend = make(nodes=1, startDelay=1, cessationDelay=2)
-    blocker = await backend.start(job("sleep 10"), Identity("blocker"))
-    handle = await backend.start(job("hang", time_limit=5), Identity("slowpoke"))
+    blocker = await place(backend, job("sleep 10"), Identity("blocker"))
+    handle = await place(backend, job("hang", time_limit=5), Identity("slowpoke"))
     clock.advance(11)  # queued time does not count
     assert (await backend.observe(blocker)).state is State.SUCCEEDED
     clock.advance(4.5)
@@ -129,8 +130,8 @@ async def test_time_limit_counts_from_admission(make: Make, clock: ManualClock, 
 
 async def test_a_job_ending_within_its_limit_succeeds(make: Make, clock: ManualClock, job: Job) -> None:
     backend = make(startDelay=1)
-    handle = await backend.start(job("sleep 4"), Identity("in-time"))
-    handle_limited = await backend.start(job("sleep 4", time_limit=5), Identity("in-time-2"))
+    handle = await place(backend, job("sleep 4"), Identity("in-time"))
+    handle_limited = await place(backend, job("sleep 4", time_limit=5), Identity("in-time-2"))
     clock.advance(5)
     assert (await backend.observe(handle)).state is State.SUCCEEDED
     assert (await backend.observe(handle_limited)).state is State.SUCCEEDED
@@ -139,7 +140,7 @@ async def test_a_job_ending_within_its_limit_succeeds(make: Make, clock: ManualC
 async def test_image_pull_failure(make: Make, clock: ManualClock, job: Job) -> None:
     backend = make(startDelay=1, imagePullGrace=10)
     bad = job(extensions=Extensions([Image("registry.invalid/team/train:1")]))
-    handle = await backend.start(bad, Identity("pull"))
+    handle = await place(backend, bad, Identity("pull"))
     clock.advance(9)
     obs = await backend.observe(handle)
     assert (obs.state, obs.cause) == (State.STARTING, Cause.IMAGE_PULL)
@@ -156,7 +157,7 @@ async def test_image_pull_failure(make: Make, clock: ManualClock, job: Job) -> N
 )
 async def test_good_images_pull(make: Make, clock: ManualClock, job: Job, ref: str) -> None:
     backend = make(startDelay=1)
-    handle = await backend.start(job(extensions=Extensions([Image(ref)])), Identity("good"))
+    handle = await place(backend, job(extensions=Extensions([Image(ref)])), Identity("good"))
     clock.advance(1)
     assert (await backend.observe(handle)).state is State.RUNNING
 
@@ -166,7 +167,7 @@ async def test_good_images_pull(make: Make, clock: ManualClock, job: Job, ref: s
 
 async def test_holds(make: Make, clock: ManualClock, job: Job) -> None:
     backend = make(nodes=1, startDelay=0, cessationDelay=3)
-    handle = await backend.start(job("print once; sleep 10"), Identity("held"), held=True)
+    handle = await place(backend, job("print once; sleep 10"), Identity("held"), held=True)
     clock.advance(1000)
     assert (await backend.observe(handle)).state is State.HELD
     token = await backend.hold(handle)
@@ -192,9 +193,9 @@ async def test_holds(make: Make, clock: ManualClock, job: Job) -> None:
 
 async def test_a_queued_job_can_be_held_and_others_pass_it(make: Make, clock: ManualClock, job: Job) -> None:
     backend = make(nodes=1, startDelay=0)
-    running = await backend.start(job("sleep 5"), Identity("r"))
-    queued = await backend.start(job("sleep 5"), Identity("q"))
-    behind = await backend.start(job("sleep 5"), Identity("b"))
+    running = await place(backend, job("sleep 5"), Identity("r"))
+    queued = await place(backend, job("sleep 5"), Identity("q"))
+    behind = await place(backend, job("sleep 5"), Identity("b"))
     token = await backend.hold(queued)
     clock.advance(5)
     assert (await backend.observe(running)).state is State.SUCCEEDED
@@ -207,7 +208,7 @@ async def test_a_queued_job_can_be_held_and_others_pass_it(make: Make, clock: Ma
 async def test_hold_of_an_unknown_job(make: Make, job: Job) -> None:
     backend = make()
     other = make()
-    handle = await other.start(job(), Identity("elsewhere"))
+    handle = await place(other, job(), Identity("elsewhere"))
     with pytest.raises(NotFoundError):
         await backend.hold(handle)
 
@@ -217,8 +218,8 @@ async def test_hold_of_an_unknown_job(make: Make, job: Job) -> None:
 
 async def test_lose_node_fails_every_job_on_it(make: Make, clock: ManualClock, job: Job) -> None:
     backend = make(nodes=3, startDelay=0)
-    pair = await backend.start(job("hang", nodes=2), Identity("pair"))
-    solo = await backend.start(job("hang"), Identity("solo"))
+    pair = await place(backend, job("hang", nodes=2), Identity("pair"))
+    solo = await place(backend, job("hang"), Identity("solo"))
     await backend.lose_node(pair, rank=1)
     obs = await backend.observe(pair)
     (ev,) = obs.outcome.evidence
@@ -228,7 +229,7 @@ async def test_lose_node_fails_every_job_on_it(make: Make, clock: ManualClock, j
 
 async def test_injected_events(make: Make, clock: ManualClock, job: Job) -> None:
     backend = make(startDelay=1)
-    handle = await backend.start(job("hang"), Identity("events"))
+    handle = await place(backend, job("hang"), Identity("events"))
     with pytest.raises(InvalidError) as caught:
         await backend.inject(handle, "sleep 3")
     assert caught.value.path == "action"
@@ -249,8 +250,8 @@ async def test_injected_events(make: Make, clock: ManualClock, job: Job) -> None
 
 async def test_injected_exit_and_hang(make: Make, clock: ManualClock, job: Job) -> None:
     backend = make(startDelay=0)
-    a = await backend.start(job("sleep 2"), Identity("a"))
-    b = await backend.start(job("sleep 2"), Identity("b"))
+    a = await place(backend, job("sleep 2"), Identity("a"))
+    b = await place(backend, job("sleep 2"), Identity("b"))
     await backend.inject(a, "hang")
     await backend.exit(b, 5)
     clock.advance(100)
@@ -263,16 +264,16 @@ async def test_injected_exit_and_hang(make: Make, clock: ManualClock, job: Job) 
 
 async def test_injecting_into_a_queued_job_is_a_conflict(make: Make, job: Job) -> None:
     backend = make(nodes=1)
-    await backend.start(job("hang"), Identity("a"))
-    queued = await backend.start(job("hang"), Identity("b"))
+    await place(backend, job("hang"), Identity("a"))
+    queued = await place(backend, job("hang"), Identity("b"))
     with pytest.raises(ConflictError):
         await backend.oom(queued)
 
 
 async def test_vanished_job_is_lost(make: Make, clock: ManualClock, job: Job) -> None:
     backend = make(nodes=1, startDelay=0)
-    handle = await backend.start(job("hang"), Identity("gone"))
-    waiting = await backend.start(job("hang"), Identity("next"))
+    handle = await place(backend, job("hang"), Identity("gone"))
+    waiting = await place(backend, job("hang"), Identity("next"))
     await backend.vanish(handle)
     obs = await backend.observe(handle)
     assert (obs.state, obs.cause, obs.outcome.evidence[0].reason) == (State.LOST, Cause.UNKNOWN, "NotFound")
@@ -287,7 +288,7 @@ async def test_vanished_job_is_lost(make: Make, clock: ManualClock, job: Job) ->
 
 async def test_wait_ceased_sleeps_on_the_clock(make: Make, clock: ManualClock, job: Job) -> None:
     backend = make(startDelay=0, cessationDelay=2)
-    handle = await backend.start(job("hang"), Identity("w"))
+    handle = await place(backend, job("hang"), Identity("w"))
     waiter = asyncio.ensure_future(backend.wait_ceased(handle))
     await settle()
     assert not waiter.done()
@@ -302,9 +303,9 @@ async def test_wait_ceased_sleeps_on_the_clock(make: Make, clock: ManualClock, j
 
 async def test_stopping_a_queued_or_held_job_ceases_at_once(make: Make, job: Job) -> None:
     backend = make(nodes=1)
-    await backend.start(job("hang"), Identity("a"))
-    queued = await backend.start(job("hang"), Identity("b"))
-    held = await backend.start(job("hang"), Identity("c"), held=True)
+    await place(backend, job("hang"), Identity("a"))
+    queued = await place(backend, job("hang"), Identity("b"))
+    held = await place(backend, job("hang"), Identity("c"), held=True)
     assert not await backend.ceased(queued)  # it may still run
     for handle in (queued, held):
         await backend.stop(handle)
@@ -315,13 +316,13 @@ async def test_stopping_a_queued_or_held_job_ceases_at_once(make: Make, job: Job
 
 async def test_overlapping_incarnations_are_recorded(make: Make, clock: ManualClock, job: Job) -> None:
     backend = make(startDelay=0, cessationDelay=5)
-    first = await backend.start(job("hang"), Identity("o"))
+    first = await place(backend, job("hang"), Identity("o"))
     await backend.stop(first)
-    second = await backend.start(job("hang"), Identity("o", Epoch(2, 1)))
+    second = await place(backend, job("hang"), Identity("o", Epoch(2, 1)))
     assert [(o.running, o.started) for o in backend.overlaps] == [(first.identity, second.identity)]
     clock.advance(5)
     await backend.wait_ceased(first)
-    third = await backend.start(job("hang"), Identity("o", Epoch(3, 2)))
+    third = await place(backend, job("hang"), Identity("o", Epoch(3, 2)))
     assert len(backend.overlaps) == 2  # second still runs
     await backend.stop(second)
     await backend.stop(third)
@@ -345,7 +346,7 @@ async def collect(backend: MemoryBackend, cursor: str | None, count: int) -> lis
 
 async def test_watch_replays_and_resumes(make: Make, clock: ManualClock, job: Job) -> None:
     backend = make(startDelay=1)
-    handle = await backend.start(job("sleep 2; exit 3"), Identity("w"))
+    handle = await place(backend, job("sleep 2; exit 3"), Identity("w"))
     clock.advance(10)
     changes = await collect(backend, "0", 3)
     assert [str(c.observation.outcome) for c in changes] == ["starting", "running", "failed (exit_code)"]
@@ -367,7 +368,7 @@ async def test_watch_follows_the_clock(make: Make, clock: ManualClock, job: Job)
     task = asyncio.ensure_future(follow())
     try:
         await settle()
-        handle = await backend.start(job("sleep 2"), Identity("live"))
+        handle = await place(backend, job("sleep 2"), Identity("live"))
         await settle()
         assert [c.observation.state for c in seen] == [State.STARTING]
         clock.advance(1)
@@ -384,8 +385,8 @@ async def test_watch_follows_the_clock(make: Make, clock: ManualClock, job: Job)
 
 async def test_expired_cursor_relists(make: Make, clock: ManualClock, job: Job) -> None:
     backend = make(startDelay=1, watchHistory=2)
-    a = await backend.start(job("sleep 1"), Identity("a"))
-    b = await backend.start(job("hang"), Identity("b"))
+    a = await place(backend, job("sleep 1"), Identity("a"))
+    b = await place(backend, job("hang"), Identity("b"))
     clock.advance(5)  # 5 changes: a starting/running/succeeded, b starting/running; 2 kept
     relisted = await collect(backend, "1", 2)
     assert [(c.handle, c.observation.state) for c in relisted] == [(a, State.SUCCEEDED), (b, State.RUNNING)]
@@ -419,9 +420,9 @@ def test_native_names() -> None:
 
 async def test_start_conflicts_and_adoption(make: Make, job: Job) -> None:
     backend = make()
-    handle = await backend.start(job(), Identity("adopt"))
+    handle = await place(backend, job(), Identity("adopt"))
     other_process = MemoryBackend(cluster=backend.cluster)
-    assert await other_process.start(job("exit 1"), Identity("adopt")) == handle  # adopts, spec unchanged
+    assert await place(other_process, job("exit 1"), Identity("adopt")) == handle  # adopts, spec unchanged
     mismatched = type(handle)(handle.backend, Identity("someone-else"), handle.ref)
     with pytest.raises(ConflictError):
         await backend.observe(mismatched)
@@ -432,7 +433,7 @@ async def test_start_conflicts_and_adoption(make: Make, job: Job) -> None:
 
 async def test_identity_of(make: Make, job: Job) -> None:
     backend = make()
-    obj = await backend.dry_run(job(), Identity("read-back", Epoch(4, 2)))
+    obj = (await backend.prepare(job(), Identity("read-back", Epoch(4, 2)))).request
     assert backend.identity_of(obj) == Identity("read-back", Epoch(4, 2))
     assert backend.identity_of({"kind": "ConfigMap"}) is None
     broken = {**obj, "metadata": {**obj["metadata"], "annotations": {"dispatch.dev/job-id": "read-back"}}}
@@ -440,7 +441,7 @@ async def test_identity_of(make: Make, job: Job) -> None:
         backend.identity_of(broken)
 
 
-async def test_dry_run_object(make: Make, job: Job) -> None:
+async def test_prepared_object(make: Make, job: Job) -> None:
     backend = make()
     spec = job(
         "sleep 1",
@@ -450,7 +451,7 @@ async def test_dry_run_object(make: Make, job: Job) -> None:
         extensions=Extensions([Image("example.org/t:1"), SharedCheckpoint("/ckpt/run")]),
     )
     identity = Identity("dry", Epoch(2, 1))
-    obj = await backend.dry_run(spec, identity, held=True)
+    obj = (await backend.prepare(spec, identity, held=True)).request
     assert obj["kind"] == "MemoryJob"
     assert obj["metadata"]["name"] == backend.native_name(identity)
     assert obj["spec"]["env"] == {
@@ -465,7 +466,7 @@ async def test_dry_run_object(make: Make, job: Job) -> None:
         60,
     )
     assert await backend.list() == []
-    handle = await backend.start(spec, identity, held=True)
+    handle = await place(backend, spec, identity, held=True)
     (created,) = backend.objects()
     assert created["status"] == {"state": "held", "cause": "none", "nodes": [], "hold": "hold-1"}
     assert {k: v for k, v in created.items() if k != "status"} == obj
@@ -477,18 +478,18 @@ async def test_checkpoint_dir_is_visible_to_guards(make: Make, clock: ManualCloc
     spec = job(
         "env:DISPATCH_CHECKPOINT_DIR=/ckpt: exit 8", extensions=Extensions([SharedCheckpoint("/ckpt")])
     )
-    handle = await backend.start(spec, Identity("ckpt"))
+    handle = await place(backend, spec, Identity("ckpt"))
     assert (await backend.observe(handle)).outcome.evidence[0].exit_code == 8
 
 
 async def test_read_only_view_of_a_cluster(make: Make, job: Job) -> None:
     writer = make()
-    handle = await writer.start(job("hang"), Identity("ro"))
+    handle = await place(writer, job("hang"), Identity("ro"))
     reader = MemoryBackend(cluster=writer.cluster, read_only=True)
     assert (await reader.capabilities()).read_only
     assert [o.handle for o in await reader.list()] == [handle]
     for call in (
-        reader.start(job(), Identity("x")),
+        place(reader, job(), Identity("x")),
         reader.stop(handle),
         reader.hold(handle),
         reader.release(handle, "hold-1"),  # type: ignore[arg-type]
@@ -496,7 +497,7 @@ async def test_read_only_view_of_a_cluster(make: Make, job: Job) -> None:
         with pytest.raises(ReadOnlyError):
             await call
     # A dry run writes nothing: a read-only view shows what a start would create.
-    assert (await reader.dry_run(job(), Identity("x")))["metadata"]["name"] == reader.native_name(
+    assert (await reader.prepare(job(), Identity("x"))).request["metadata"]["name"] == reader.native_name(
         Identity("x")
     )
     assert (await writer.observe(handle)).state is not State.CANCELLED

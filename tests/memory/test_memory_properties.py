@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dispatch import ConflictError, Epoch, Identity, JobSpec, ManualClock, NotFoundError, State
+from dispatch.backend import place
 from dispatch.memory import MemoryBackend, MemorySettings
 
 SCRIPTS = [
@@ -46,7 +47,7 @@ async def run(ops: list[Any]) -> None:
             job_id = f"j{len(handles) // 2}"
             epoch = Epoch(1 + len(handles) % 2, len(handles) % 2)
             spec = JobSpec(("x",), nodes=nodes, env={"KUBESIM_SCRIPT": SCRIPTS[script]})
-            handles.append(await backend.start(spec, Identity(job_id, epoch), held=held))
+            handles.append(await place(backend, spec, Identity(job_id, epoch), held=held))
         elif kind == "advance":
             clock.advance(op[1])
         elif handles:
@@ -70,7 +71,7 @@ async def run(ops: list[Any]) -> None:
     # every change, replayed from the start: per incarnation, real changes only, ending at the current
     # outcome; nothing after a terminal outcome but "lost" for a vanished object
     current = {o.handle.ref: o.outcome for o in await backend.list()}
-    sentinel = await backend.start(JobSpec(("x",)), Identity("sentinel"), held=True)
+    sentinel = await place(backend, JobSpec(("x",)), Identity("sentinel"), held=True)
     stream = backend.watch("0")
     log = []
     async with asyncio.timeout(10):  # a safety net only: the sentinel's change is the last one

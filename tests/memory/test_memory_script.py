@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from dispatch import Cause, Epoch, Identity, InvalidError, JobSpec, ManualClock, State
+from dispatch.backend import place
 from dispatch.memory import MemoryBackend, parse_script
 
 
@@ -53,8 +54,8 @@ async def test_a_malformed_script_is_refused_before_anything_is_created(
     spec = job("sleep 1; explode")
     for call in (
         backend.capabilities(spec),
-        backend.start(spec, Identity("bad")),
-        backend.dry_run(spec, Identity("bad")),
+        place(backend, spec, Identity("bad")),
+        backend.prepare(spec, Identity("bad")),
     ):
         with pytest.raises(InvalidError) as caught:
             await call
@@ -67,7 +68,7 @@ async def test_default_behaviour_runs_five_seconds_then_succeeds(
     make: Callable[..., MemoryBackend], clock: ManualClock, job: Callable[..., JobSpec]
 ) -> None:
     backend = make(startDelay=1)
-    handle = await backend.start(job(), Identity("plain"))
+    handle = await place(backend, job(), Identity("plain"))
     assert (await backend.observe(handle)).state is State.STARTING
     clock.advance(1)
     assert (await backend.observe(handle)).state is State.RUNNING
@@ -85,7 +86,7 @@ async def test_settings_default_script(
     make: Callable[..., MemoryBackend], clock: ManualClock, job: Callable[..., JobSpec]
 ) -> None:
     backend = make(startDelay=0, defaultScript="exit 4")
-    handle = await backend.start(job(), Identity("d"))
+    handle = await place(backend, job(), Identity("d"))
     obs = await backend.observe(handle)
     assert (obs.state, obs.cause) == (State.FAILED, Cause.EXIT_CODE)
 
@@ -110,7 +111,7 @@ async def test_each_fault_verb(
     kind: str,
 ) -> None:
     backend = make(startDelay=1)
-    handle = await backend.start(job(f"print working; {script}; print never"), Identity("f"))
+    handle = await place(backend, job(f"print working; {script}; print never"), Identity("f"))
     clock.advance(2.5)
     assert (await backend.observe(handle)).state is State.RUNNING
     clock.advance(0.5)
@@ -130,7 +131,8 @@ async def test_rank_guards_pick_the_failing_node(
     make: Callable[..., MemoryBackend], clock: ManualClock, job: Callable[..., JobSpec]
 ) -> None:
     backend = make(startDelay=0, nodes=3)
-    handle = await backend.start(
+    handle = await place(
+        backend,
         job("print rank {rank} of {env:DISPATCH_JOB_ID}; sleep 4; rank=2: sleep 1; rank=2: exit 9", nodes=3),
         Identity("ranks"),
     )
@@ -148,8 +150,10 @@ async def test_the_first_failing_rank_ends_the_job(
     make: Callable[..., MemoryBackend], clock: ManualClock, job: Callable[..., JobSpec]
 ) -> None:
     backend = make(startDelay=0, nodes=2)
-    handle = await backend.start(
-        job("rank=0: sleep 3; rank=0: oom; rank=1: sleep 1; rank=1: exit 2", nodes=2), Identity("first")
+    handle = await place(
+        backend,
+        job("rank=0: sleep 3; rank=0: oom; rank=1: sleep 1; rank=1: exit 2", nodes=2),
+        Identity("first"),
     )
     clock.advance(1)
     obs = await backend.observe(handle)
@@ -161,10 +165,10 @@ async def test_epoch_guard_preempts_only_the_first_incarnation(
 ) -> None:
     backend = make(startDelay=0)
     spec = job("sleep 2; env:DISPATCH_EPOCH=1.0: preempt; exit 0")
-    first = await backend.start(spec, Identity("requeued"))
+    first = await place(backend, spec, Identity("requeued"))
     clock.advance(2)
     assert (await backend.observe(first)).cause is Cause.PREEMPTED
-    second = await backend.start(spec, Identity("requeued", Epoch(1, 0).requeued()))
+    second = await place(backend, spec, Identity("requeued", Epoch(1, 0).requeued()))
     assert second.ref != first.ref
     clock.advance(2)
     obs = await backend.observe(second)
@@ -175,7 +179,7 @@ async def test_hang_runs_until_stopped_and_slow_stop_lingers(
     make: Callable[..., MemoryBackend], clock: ManualClock, job: Callable[..., JobSpec]
 ) -> None:
     backend = make(startDelay=0, cessationDelay=2)
-    handle = await backend.start(job("sleep 1; slow-stop 30; hang"), Identity("slow"))
+    handle = await place(backend, job("sleep 1; slow-stop 30; hang"), Identity("slow"))
     clock.advance(1000)
     assert (await backend.observe(handle)).state is State.RUNNING
     await backend.stop(handle)
@@ -191,7 +195,7 @@ async def test_slow_stop_not_yet_reached_does_not_apply(
     make: Callable[..., MemoryBackend], clock: ManualClock, job: Callable[..., JobSpec]
 ) -> None:
     backend = make(startDelay=0, cessationDelay=2)
-    handle = await backend.start(job("sleep 10; slow-stop 30; hang"), Identity("not-yet"))
+    handle = await place(backend, job("sleep 10; slow-stop 30; hang"), Identity("not-yet"))
     clock.advance(5)
     await backend.stop(handle)
     clock.advance(2)
@@ -202,7 +206,7 @@ async def test_script_ending_without_exit_succeeds(
     make: Callable[..., MemoryBackend], clock: ManualClock, job: Callable[..., JobSpec]
 ) -> None:
     backend = make(startDelay=0)
-    handle = await backend.start(job("print a; sleep 1"), Identity("end"))
+    handle = await place(backend, job("print a; sleep 1"), Identity("end"))
     clock.advance(1)
     assert (await backend.observe(handle)).state is State.SUCCEEDED
 
@@ -211,13 +215,13 @@ async def test_a_short_slow_stop_replaces_the_cessation_delay(
     make: Callable[..., MemoryBackend], clock: ManualClock, job: Callable[..., JobSpec]
 ) -> None:
     backend = make(startDelay=0, cessationDelay=5, nodes=2)
-    handle = await backend.start(job("rank=0: slow-stop 1; hang", nodes=2), Identity("quick"))
+    handle = await place(backend, job("rank=0: slow-stop 1; hang", nodes=2), Identity("quick"))
     await backend.stop(handle)
     clock.advance(1)
     assert not await backend.ceased(handle)  # rank 1 has no slow-stop: it takes cessationDelay
     clock.advance(4)
     assert await backend.ceased(handle)
-    single = await backend.start(job("slow-stop 0.5; hang"), Identity("single"))
+    single = await place(backend, job("slow-stop 0.5; hang"), Identity("single"))
     await backend.stop(single)
     clock.advance(0.5)
     assert await backend.ceased(single)

@@ -9,6 +9,7 @@ import pytest
 
 import dispatch
 from dispatch import AdapterConfig, InvalidError, ReadOnlyError
+from dispatch.backend import place
 from dispatch.memory import MemoryBackend, MemorySettings, parse_settings, schema
 
 
@@ -92,7 +93,7 @@ async def test_factory_read_only() -> None:
     )
     assert (await backend.capabilities()).read_only
     with pytest.raises(ReadOnlyError):
-        await backend.start(JobSpec(("x",)), Identity("a"))
+        await place(backend, JobSpec(("x",)), Identity("a"))
     assert "s3cret" not in repr(backend)
 
 
@@ -103,7 +104,7 @@ async def test_named_clusters_are_shared_in_process() -> None:
     a = await dispatch.new_backend("memory", cfg)
     b = await dispatch.new_backend("memory", cfg)
     assert isinstance(a, MemoryBackend) and isinstance(b, MemoryBackend)
-    handle = await a.start(JobSpec(("x",)), Identity("shared-job"))
+    handle = await place(a, JobSpec(("x",)), Identity("shared-job"))
     assert [o.handle for o in await b.list()] == [handle]
     with pytest.raises(dispatch.ConflictError):
         await dispatch.new_backend(

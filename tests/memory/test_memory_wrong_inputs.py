@@ -40,13 +40,12 @@ def test_backend_settings_must_be_memory_settings() -> None:
 async def test_an_identity_must_be_an_identity() -> None:
     backend = MemoryBackend(MemorySettings(nodes=2), clock=ManualClock())
     spec = JobSpec(["train"])
-    for call in (
-        lambda: backend.start(spec, "j"),  # type: ignore[arg-type]
-        lambda: backend.dry_run(spec, "j"),  # type: ignore[arg-type]
-    ):
-        with pytest.raises(InvalidError) as info:
-            await call()
-        assert info.value.path == "identity"
+    with pytest.raises(InvalidError) as info:
+        await backend.prepare(spec, "j")  # type: ignore[arg-type]
+    assert info.value.path == "identity"
+    with pytest.raises(InvalidError) as info:
+        await backend.start(spec)  # type: ignore[arg-type]
+    assert info.value.path == "prepared"
     with pytest.raises(InvalidError) as info:
         backend.native_name("j")  # type: ignore[arg-type]
     assert info.value.path == "identity"

@@ -309,13 +309,21 @@ _write_command("release", "Release the hold on JOB.")
 @cli.command()
 @click.argument("job")
 @click.argument("jobfile", required=False, type=click.Path(dir_okay=False))
+@click.option(
+    "--wait",
+    type=click.FloatRange(0, 86400),
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for the previous incarnation's compute to go before giving up.",
+)
 @common
-def resubmit(opts: Options, job: str, jobfile: str | None) -> None:
-    """Start a new incarnation of finished JOB (with JOBFILE's spec, if given)."""
+def resubmit(opts: Options, job: str, jobfile: str | None, wait: float) -> None:
+    """Start a new incarnation of finished JOB (with JOBFILE's spec, if given), once the previous
+    incarnation's compute is gone."""
 
     async def act(cluster: Cluster) -> int:
         spec = load_spec(jobfile) if jobfile else None
-        opts.out.summary(await cluster.resubmit(job, spec), "resubmitted")
+        opts.out.summary(await cluster.resubmit(job, spec, wait=wait), "resubmitted")
         return EXIT_OK
 
     execute(opts, _with_cluster(opts, act))

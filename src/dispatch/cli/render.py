@@ -194,9 +194,8 @@ class Renderer:
         self.line(f"config:   {source}")
         self.line(f"store:    {store}")
         flags = caps.to_json()
+        self.line(f"{'mode:':<18}{caps.mode.value.replace('_', '-')}")
         for key in (
-            "readOnly",
-            "observeOnly",
             "holds",
             "watch",
             "output",

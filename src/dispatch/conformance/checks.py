@@ -17,9 +17,18 @@ from typing import Any, ClassVar
 
 import pytest
 
-from dispatch.backend import Backend, CessationSignal, DryRunner, Holder, HoldToken, IdentityWeakener, Watcher
+from dispatch.backend import (
+    Backend,
+    CessationSignal,
+    Holder,
+    HoldToken,
+    IdentityWeakener,
+    Prepared,
+    Watcher,
+    place,
+)
 from dispatch.conformance.harness import Harness
-from dispatch.errors import ConflictError, ReadOnlyError, UnsupportedError
+from dispatch.errors import ConflictError, InvalidError, ReadOnlyError, UnsupportedError
 from dispatch.model import (
     Capabilities,
     Cause,
@@ -40,7 +49,6 @@ __all__ = [
     "test_conformance_capabilities_of_a_spec_create_nothing",
     "test_conformance_capabilities_shape",
     "test_conformance_cessation",
-    "test_conformance_dry_run_creates_nothing",
     "test_conformance_exit_code_in_evidence",
     "test_conformance_held_start_never_runs_until_released",
     "test_conformance_hold_running_then_release",
@@ -48,6 +56,7 @@ __all__ = [
     "test_conformance_injected_cause",
     "test_conformance_lifecycle_to_success",
     "test_conformance_list_includes_every_incarnation",
+    "test_conformance_prepare_creates_nothing_and_start_sends_it",
     "test_conformance_read_only_refuses_every_write",
     "test_conformance_refuses_unsupported_extensions",
     "test_conformance_start_is_idempotent_per_identity",
@@ -61,6 +70,8 @@ __all__ = [
 ]
 
 _ids = itertools.count(1)
+
+
 _ORDER = {State.PENDING: 0, State.QUEUED: 1, State.STARTING: 2, State.RUNNING: 3}
 
 
@@ -244,7 +255,7 @@ async def test_conformance_refuses_unsupported_extensions(harness: Harness) -> N
     for name in names:
         assert name in text, f"the refusal does not name {name}: {caught.value.reasons}"
     with pytest.raises(UnsupportedError) as caught_start:
-        await backend.start(spec, _identity("ext"))
+        await place(backend, spec, _identity("ext"))
     for name in names:
         assert name in "\n".join(caught_start.value.reasons)
     assert _refs(await backend.list()) == before
@@ -256,13 +267,13 @@ async def test_conformance_start_is_idempotent_per_identity(harness: Harness) ->
     creates one object."""
     backend = await harness.open()
     identity = _identity("idem", Epoch(2, 0))
-    first = await backend.start(harness.spec(), identity)
+    first = await place(backend, harness.spec(), identity)
     assert isinstance(first, Handle)
     assert first.backend == harness.name
     assert first.identity == identity
-    again = await backend.start(harness.spec(), identity)
+    again = await place(backend, harness.spec(), identity)
     assert again == first
-    same_incarnation = await backend.start(harness.spec(), Identity(identity.job_id, Epoch(2, 1)))
+    same_incarnation = await place(backend, harness.spec(), Identity(identity.job_id, Epoch(2, 1)))
     assert same_incarnation.ref == first.ref
     assert same_incarnation.identity.same_incarnation(identity)
     mine = [o for o in await backend.list() if o.handle.identity.same_incarnation(identity)]
@@ -274,7 +285,7 @@ async def test_conformance_lifecycle_to_success(harness: Harness) -> None:
     """A job goes forward through queued/starting to running, then succeeds with evidence."""
     _needs(harness, "succeed")
     backend = await harness.open()
-    handle = await backend.start(harness.spec(), _identity("ok"))
+    handle = await place(backend, harness.spec(), _identity("ok"))
     first = await backend.observe(handle)
     _check_observation(first, handle)
     assert first.state in _ORDER, f"a new job is {first.outcome}"
@@ -303,7 +314,7 @@ async def test_conformance_injected_cause(harness: Harness, event: str, cause: C
     """Each injected cluster event yields its typed cause, with evidence."""
     _needs(harness, event)
     backend = await harness.open()
-    handle = await backend.start(harness.spec(), _identity(event.replace("_", "-")))
+    handle = await place(backend, harness.spec(), _identity(event.replace("_", "-")))
     await _running(harness, backend, handle)
     if event == "fail":
         await harness.fail(backend, handle, 3)
@@ -323,7 +334,7 @@ async def test_conformance_injected_cause(harness: Harness, event: str, cause: C
 async def test_conformance_exit_code_in_evidence(harness: Harness) -> None:
     _needs(harness, "fail")
     backend = await harness.open()
-    handle = await backend.start(harness.spec(), _identity("exit"))
+    handle = await place(backend, harness.spec(), _identity("exit"))
     await _running(harness, backend, handle)
     await harness.fail(backend, handle, 42)
     final = await _terminal(harness, backend, handle)
@@ -337,7 +348,7 @@ async def test_conformance_time_limit_times_out(harness: Harness) -> None:
     backend = await harness.open()
     limit = max(1, int(harness.step * 3))
     spec = dataclasses.replace(harness.spec(), time_limit=limit)
-    handle = await backend.start(spec, _identity("timeout"))
+    handle = await place(backend, spec, _identity("timeout"))
     final = await _terminal(harness, backend, handle)
     assert (final.state, final.cause) == (State.FAILED, Cause.TIMEOUT), final.outcome
 
@@ -345,7 +356,7 @@ async def test_conformance_time_limit_times_out(harness: Harness) -> None:
 @pytest.mark.asyncio
 async def test_conformance_stop_is_idempotent_and_cancels(harness: Harness) -> None:
     backend = await harness.open()
-    handle = await backend.start(harness.spec(), _identity("stop"))
+    handle = await place(backend, harness.spec(), _identity("stop"))
     await _running(harness, backend, handle)
     await backend.stop(handle)
     await backend.stop(handle)
@@ -362,7 +373,7 @@ async def test_conformance_list_includes_every_incarnation(harness: Harness) -> 
     first = _identity("list")
     second = Identity(first.job_id, first.epoch.requeued())
     other = _identity("list-other")
-    handles = [await backend.start(harness.spec(), i) for i in (first, second, other)]
+    handles = [await place(backend, harness.spec(), i) for i in (first, second, other)]
     listed = await backend.list()
     for handle in handles:
         mine = [o for o in listed if o.handle.identity.same_incarnation(handle.identity)]
@@ -376,7 +387,7 @@ async def test_conformance_vanished_is_lost(harness: Harness) -> None:
     """An incarnation whose object vanished without dispatch is observed ``lost``, not raised."""
     _needs(harness, "vanish")
     backend = await harness.open()
-    handle = await backend.start(harness.spec(), _identity("vanish"))
+    handle = await place(backend, harness.spec(), _identity("vanish"))
     await _running(harness, backend, handle)
     await harness.vanish(backend, handle)
     final = await _terminal(harness, backend, handle)
@@ -393,7 +404,7 @@ async def test_conformance_held_start_never_runs_until_released(harness: Harness
     backend = await harness.open()
     await _capable(backend, Holder, "holds")
     assert isinstance(backend, Holder)
-    handle = await backend.start(harness.spec(), _identity("held"), held=True)
+    handle = await place(backend, harness.spec(), _identity("held"), held=True)
     for _ in range(5):
         obs = await backend.observe(handle)
         _check_observation(obs, handle)
@@ -412,7 +423,7 @@ async def test_conformance_hold_running_then_release(harness: Harness) -> None:
     backend = await harness.open()
     await _capable(backend, Holder, "holds")
     assert isinstance(backend, Holder)
-    handle = await backend.start(harness.spec(), _identity("hold"))
+    handle = await place(backend, harness.spec(), _identity("hold"))
     await _running(harness, backend, handle)
     token = await backend.hold(handle)
     await _until(harness, backend, handle, lambda o: o.state is State.HELD, "held")
@@ -430,7 +441,7 @@ async def test_conformance_stop_a_held_job(harness: Harness) -> None:
     """A job stopped while held is cancelled and never runs."""
     backend = await harness.open()
     await _capable(backend, Holder, "holds")
-    handle = await backend.start(harness.spec(), _identity("held-stop"), held=True)
+    handle = await place(backend, harness.spec(), _identity("held-stop"), held=True)
     await backend.stop(handle)
     final = await _terminal(harness, backend, handle)
     assert (final.state, final.cause) == (State.CANCELLED, Cause.CANCELLED)
@@ -450,7 +461,7 @@ async def test_conformance_watch_emits_changes_and_resumes(harness: Harness) -> 
     live = _Collector(backend.watch())
     try:
         await harness.settle()
-        handle = await backend.start(harness.spec(), _identity("watch"))
+        handle = await place(backend, harness.spec(), _identity("watch"))
         observed = await _running(harness, backend, handle)
         await live.until(harness, handle, lambda c: c.observation.state is State.RUNNING, "running")
         await backend.stop(handle)
@@ -490,7 +501,7 @@ async def test_conformance_watch_without_cursor_lists_current(harness: Harness) 
     backend = await harness.open()
     await _capable(backend, Watcher, "watch")
     assert isinstance(backend, Watcher)
-    handle = await backend.start(harness.spec(), _identity("relist"))
+    handle = await place(backend, harness.spec(), _identity("relist"))
     await _running(harness, backend, handle)
     live = _Collector(backend.watch())
     try:
@@ -510,7 +521,7 @@ async def test_conformance_cessation(harness: Harness) -> None:
     backend = await harness.open()
     await _capable(backend, CessationSignal, "cessation")
     assert isinstance(backend, CessationSignal)
-    handle = await backend.start(harness.spec(), _identity("cease"))
+    handle = await place(backend, harness.spec(), _identity("cease"))
     await _running(harness, backend, handle)
     assert not await backend.ceased(handle), "a running job reports ceased"
     waiter = asyncio.ensure_future(backend.wait_ceased(handle))
@@ -543,7 +554,7 @@ async def test_conformance_wait_ceased_honours_timeout(harness: Harness) -> None
     backend = await harness.open()
     await _capable(backend, CessationSignal, "cessation")
     assert isinstance(backend, CessationSignal)
-    handle = await backend.start(harness.spec(), _identity("bounded"))
+    handle = await place(backend, harness.spec(), _identity("bounded"))
     await _running(harness, backend, handle)
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.05):
@@ -578,10 +589,8 @@ async def test_conformance_identity_weakener(harness: Harness) -> None:
     assert len(set(names)) == len(names), f"distinct incarnations share a native name: {names}"
     assert backend.native_name(Identity(base, Epoch(2, 1))) == names[1], "one incarnation, two names"
     assert backend.identity_of({"metadata": {"name": "not-ours"}}) is None
-    if not isinstance(backend, DryRunner):
-        return
     identity = Identity(base, Epoch(3, 1))
-    obj = await backend.dry_run(harness.spec(), identity)
+    obj = (await backend.prepare(harness.spec(), identity)).request
     read = backend.identity_of(obj)
     assert read is not None and read.same_incarnation(identity), f"read back {read}, not {identity}"
     forged: Any = copy.deepcopy(dict(obj))
@@ -591,25 +600,36 @@ async def test_conformance_identity_weakener(harness: Harness) -> None:
         backend.identity_of(forged)
 
 
-# --- DryRunner ----------------------------------------------------------------------------------
+# --- prepare ------------------------------------------------------------------------------------
 
 
 @pytest.mark.asyncio
-async def test_conformance_dry_run_creates_nothing(harness: Harness) -> None:
+async def test_conformance_prepare_creates_nothing_and_start_sends_it(harness: Harness) -> None:
+    """``prepare`` makes every check and returns the native request without creating anything;
+    ``start`` creates that incarnation; another adapter's request is refused."""
     backend = await harness.open()
-    if not isinstance(backend, DryRunner):
-        pytest.skip(f"{type(backend).__name__} does not implement DryRunner")
     before = _refs(await backend.list())
     identity = _identity("dry")
-    obj = await backend.dry_run(harness.spec(), identity)
-    assert isinstance(obj, Mapping) and obj
-    held = await backend.dry_run(harness.spec(), identity, held=True)
-    assert isinstance(held, Mapping) and held
+    prepared = await backend.prepare(harness.spec(), identity)
+    assert isinstance(prepared, Prepared)
+    assert (prepared.backend, prepared.identity, prepared.held) == (harness.name, identity, False)
+    assert isinstance(prepared.request, Mapping) and prepared.request
+    held = await backend.prepare(harness.spec(), identity, held=True)
+    assert held.held and held.request and held.request != prepared.request
     with pytest.raises(UnsupportedError):
-        await backend.dry_run(
+        await backend.prepare(
             _with_extensions(harness.spec(), OpaqueExtension("acme.example/Thing", {})), identity
         )
     assert _refs(await backend.list()) == before
+    foreign = dataclasses.replace(prepared, backend=f"not-{harness.name}")
+    with pytest.raises(InvalidError):
+        await backend.start(foreign)
+    assert _refs(await backend.list()) == before
+    handle = await backend.start(prepared)
+    assert handle.identity == identity
+    after = _refs(await backend.list())
+    assert len(after) == len(before) + 1
+    assert [i for i in after if i.same_incarnation(identity)] == [identity]
 
 
 # --- read-only ----------------------------------------------------------------------------------
@@ -620,7 +640,7 @@ async def test_conformance_read_only_refuses_every_write(harness: Harness) -> No
     """A read-only backend says so, reads, and refuses every write with ``ReadOnlyError`` without
     changing anything."""
     writer = await harness.open()
-    handle = await writer.start(harness.spec(), _identity("ro"))
+    handle = await place(writer, harness.spec(), _identity("ro"))
     await _running(harness, writer, handle)
     reader = await harness.open(read_only=True)
     caps = await reader.capabilities()
@@ -631,7 +651,7 @@ async def test_conformance_read_only_refuses_every_write(harness: Harness) -> No
     obs = await reader.observe(handle)
     assert obs.state is State.RUNNING
     with pytest.raises(ReadOnlyError):
-        await reader.start(harness.spec(), _identity("ro-new"))
+        await place(reader, harness.spec(), _identity("ro-new"))
     with pytest.raises(ReadOnlyError):
         await reader.stop(handle)
     if isinstance(reader, Holder):
@@ -639,8 +659,8 @@ async def test_conformance_read_only_refuses_every_write(harness: Harness) -> No
             await reader.hold(handle)
         with pytest.raises(ReadOnlyError):
             await reader.release(handle, HoldToken("any"))
-    if isinstance(reader, DryRunner):  # a dry run is a read: it works without write access
-        assert await reader.dry_run(harness.spec(), _identity("ro-dry"))
+    # Preparing is a read: a person without write access sees what a submit would create.
+    assert (await reader.prepare(harness.spec(), _identity("ro-dry"))).request
     await harness.settle()
     assert _refs(await reader.list()) == before
     assert (await writer.observe(handle)).state is State.RUNNING

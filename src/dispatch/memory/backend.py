@@ -6,7 +6,7 @@ import builtins
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from dispatch.backend import HoldToken
+from dispatch.backend import HoldToken, Prepared
 from dispatch.clock import Clock
 from dispatch.errors import InvalidError, ReadOnlyError, UnavailableError, UnsupportedError
 from dispatch.memory import naming
@@ -21,6 +21,7 @@ from dispatch.model import (
     Image,
     JobSpec,
     Limits,
+    Mode,
     Observation,
     OpaqueExtension,
     SharedCheckpoint,
@@ -36,7 +37,7 @@ class MemoryBackend:
     """An in-process cluster for tests, examples and the supervisor's simulations.
 
     Implements :class:`~dispatch.backend.Backend`, ``Holder``, ``Watcher``, ``CessationSignal``,
-    ``IdentityWeakener`` and ``DryRunner`` (every protocol but ``OutputReader``). Time comes from
+    and ``IdentityWeakener`` (every protocol but ``OutputReader``). Time comes from
     ``clock`` (default: the system clock); there are no background tasks. Several backends may share
     one ``cluster`` (e.g. a read-only view of a writable one, or a supervisor "restarted" on the same
     cluster); ``settings`` and ``clock`` then come from the cluster and must not be passed.
@@ -91,7 +92,7 @@ class MemoryBackend:
         if spec is not None:
             self._check(spec)
         return Capabilities(
-            read_only=self.read_only,
+            mode=Mode.READ_ONLY if self.read_only else Mode.READ_WRITE,
             holds=True,
             watch=True,
             output=False,
@@ -106,11 +107,27 @@ class MemoryBackend:
             ),
         )
 
-    async def start(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Handle:
+    async def prepare(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Prepared:
+        """Every check ``start`` makes, and the object it would create. It writes nothing, so a
+        read-only backend prepares too (that is a dry run)."""
+        self._open()
+        self._check(spec)
+        if not isinstance(identity, Identity):
+            raise InvalidError(f"expected an Identity, got {type(identity).__name__}", path="identity")
+        obj = native_object(naming.native_name(identity), spec, identity, held=held)
+        return Prepared(NAME, spec, identity, held, obj)
+
+    async def start(self, prepared: Prepared) -> Handle:
         self._writable("start")
+        if not isinstance(prepared, Prepared):
+            raise InvalidError(
+                f"expected a Prepared (from prepare), got {type(prepared).__name__}", path="prepared"
+            )
+        prepared.check(NAME)
+        spec, identity = prepared.spec, prepared.identity
         steps = self._check(spec)
         name = naming.native_name(identity)
-        return self.cluster.create(name, Handle(NAME, identity, name), spec, steps, held=held)
+        return self.cluster.create(name, Handle(NAME, identity, name), spec, steps, held=prepared.held)
 
     async def observe(self, handle: Handle) -> Observation:
         self._open()
@@ -169,14 +186,6 @@ class MemoryBackend:
 
     def identity_of(self, obj: Mapping[str, Any]) -> Identity | None:
         return naming.identity_of(obj)
-
-    # --- DryRunner ----------------------------------------------------------------------------------
-
-    async def dry_run(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Mapping[str, Any]:
-        """The object ``start`` would create, after every check ``start`` makes. It writes nothing, so a
-        read-only backend shows it too."""
-        self._check(spec)
-        return native_object(naming.native_name(identity), spec, identity, held=held)
 
     # --- cluster events, for tests and demos (not part of the SPI) ---------------------------------
 

@@ -653,7 +653,7 @@ class MemoryCluster:
             await self.wait_for_change()
 
     def objects(self) -> list[dict[str, Any]]:
-        """The native object of every job, as :meth:`MemoryBackend.dry_run` shows them."""
+        """The native object of every job, as :meth:`MemoryBackend.prepare` shows them."""
         self.sync()
         return [
             native_object(j.name, j.spec, j.identity, held=j.held_at_create, status=self._status(j))
@@ -731,7 +731,7 @@ def job_env(spec: JobSpec, identity: Identity) -> dict[str, str]:
 def native_object(
     name: str, spec: JobSpec, identity: Identity, *, held: bool, status: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The memory cluster's object for one incarnation (what ``dry_run`` returns)."""
+    """The memory cluster's object for one incarnation (the request ``prepare`` returns)."""
     body: dict[str, Any] = {
         "command": list(spec.command),
         "nodes": spec.nodes,

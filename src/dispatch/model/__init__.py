@@ -5,7 +5,7 @@ host or an adapter can depend on it.
 """
 
 from dispatch.model._decode import load_json, load_yaml
-from dispatch.model.capabilities import Capabilities, Limits
+from dispatch.model.capabilities import Capabilities, Limits, Mode
 from dispatch.model.extensions import (
     Extension,
     Extensions,
@@ -43,6 +43,7 @@ __all__ = [
     "JobSpec",
     "Lease",
     "Limits",
+    "Mode",
     "Observation",
     "OpaqueExtension",
     "Outcome",

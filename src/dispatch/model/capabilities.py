@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from dispatch.errors import InvalidError
-from dispatch.model._decode import Fields, as_bool, as_int, as_list, as_str
+from dispatch.model._decode import Fields, as_bool, as_enum, as_int, as_list, as_str
 
-__all__ = ["Capabilities", "Limits"]
+__all__ = ["Capabilities", "Limits", "Mode"]
+
+
+class Mode(StrEnum):
+    """How far dispatch may act on an opened cluster."""
+
+    READ_WRITE = "read_write"  # reads and writes
+    OBSERVE_ONLY = "observe_only"  # opened for writing, but the credentials may not write: reads only
+    READ_ONLY = "read_only"  # opened read-only on purpose (no probe, no write ever sent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +45,6 @@ class Limits:
 
 
 _FLAGS = (
-    "read_only",
-    "observe_only",
     "holds",
     "watch",
     "output",
@@ -45,11 +52,7 @@ _FLAGS = (
     "shared_checkpoint",
     "queueing",
 )
-_CAMEL = {
-    "read_only": "readOnly",
-    "observe_only": "observeOnly",
-    "shared_checkpoint": "sharedCheckpoint",
-}
+_CAMEL = {"shared_checkpoint": "sharedCheckpoint"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +60,7 @@ class Capabilities:
     """Reported per opened cluster, not per adapter: the same adapter may hold jobs on one cluster
     (Kueue installed) and not on another."""
 
-    read_only: bool = False
-    observe_only: bool = False
+    mode: Mode = Mode.READ_WRITE
     holds: bool = False
     watch: bool = False
     output: bool = False
@@ -70,6 +72,8 @@ class Capabilities:
     notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.mode, Mode):
+            raise InvalidError(f"expected a Mode, got {self.mode!r}", path="mode")
         # A lone string would silently become a set (or tuple) of its characters.
         for key in ("extensions", "notes"):
             value = getattr(self, key)
@@ -82,10 +86,20 @@ class Capabilities:
 
     @property
     def writable(self) -> bool:
-        return not (self.read_only or self.observe_only)
+        """Writes are allowed (``mode`` is ``read_write``)."""
+        return self.mode is Mode.READ_WRITE
+
+    @property
+    def read_only(self) -> bool:
+        return self.mode is Mode.READ_ONLY
+
+    @property
+    def observe_only(self) -> bool:
+        return self.mode is Mode.OBSERVE_ONLY
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {_CAMEL.get(k, k): getattr(self, k) for k in _FLAGS}
+        out: dict[str, Any] = {"mode": self.mode.value}
+        out |= {_CAMEL.get(k, k): getattr(self, k) for k in _FLAGS}
         out["extensions"] = sorted(self.extensions)
         out["limits"] = self.limits.to_json()
         out["notes"] = list(self.notes)
@@ -94,8 +108,10 @@ class Capabilities:
     @classmethod
     def from_json(cls, value: Any, path: str = "") -> Capabilities:
         f = Fields(value, path)
+        mode = f.optional("mode", lambda v, p: as_enum(Mode, v, p), Mode.READ_WRITE)
         flags = {k: f.optional(_CAMEL.get(k, k), as_bool, False) for k in _FLAGS}
         out = cls(
+            mode=mode,
             **flags,
             extensions=frozenset(f.optional("extensions", _str_list, list[str]())),
             limits=f.optional("limits", Limits.from_json, Limits()),
