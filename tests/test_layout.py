@@ -55,3 +55,85 @@ def test_model_imports_nothing_of_dispatch_but_errors() -> None:
         if _top(name) == "dispatch" and not (name == "dispatch.errors" or name.startswith("dispatch.model"))
     ]
     assert offenders == []
+
+
+# The modules that decide (SPEC's "pure functions for what decides"): no I/O, no clock, no event loop.
+# docs/architecture.md lists the same modules; test_architecture_page_lists_the_pure_modules keeps them equal.
+PURE = (
+    "dispatch/fold.py",
+    "dispatch/model",
+    "dispatch/memory/naming.py",
+    "dispatch/memory/script.py",
+    "dispatch_kubeflow/names.py",
+    "dispatch_kubeflow/naming.py",
+    "dispatch_kubeflow/runtime.py",
+    "dispatch_kubeflow/settings.py",
+    "dispatch_kubeflow/state.py",
+    "dispatch_kubeflow/trainjob.py",
+    "kubesim/controllers/trainjob_build.py",
+    "kubesim/patch.py",
+    "kubesim/selectors.py",
+)
+IO_MODULES = frozenset(
+    {
+        "asyncio",
+        "socket",
+        "ssl",
+        "select",
+        "selectors",
+        "subprocess",
+        "threading",
+        "multiprocessing",
+        "sqlite3",
+        "time",
+        "os",
+        "io",
+        "shutil",
+        "tempfile",
+        "pathlib",
+        "urllib",
+        "http",
+        "logging",
+        "aiohttp",
+        "httpx",
+        "httpx2",
+        "httpcore",
+        "lightkube",
+        "psycopg",
+        "psycopg_pool",
+        "dispatch.clock",
+        "dispatch.records",
+        "dispatch.cluster",
+        "dispatch_kubeflow.kube",
+        "dispatch_kubeflow.backend",
+        "kubesim.store",
+        "kubesim.server",
+    }
+)
+
+
+def _pure_files() -> list[Path]:
+    out: list[Path] = []
+    for entry in PURE:
+        path = SRC / entry
+        assert path.exists(), f"{entry} is listed as pure but does not exist"
+        out += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return out
+
+
+def test_pure_modules_do_no_io() -> None:
+    offenders = [
+        f"{path.relative_to(SRC)} imports {name}"
+        for path in _pure_files()
+        for name in _imports(path)
+        if name in IO_MODULES or _top(name) in IO_MODULES or any(name.startswith(m + ".") for m in IO_MODULES)
+    ]
+    assert offenders == []
+
+
+def test_architecture_page_lists_the_pure_modules() -> None:
+    page = (SRC.parent / "docs" / "architecture.md").read_text()
+    start = page.index("<!-- pure modules -->")
+    end = page.index("<!-- /pure modules -->")
+    listed = sorted(line.strip("- `\n") for line in page[start:end].splitlines()[1:] if line.startswith("- "))
+    assert listed == sorted(PURE)

@@ -65,7 +65,7 @@ from dispatch.model import (
     register_extension,
 )
 from dispatch.records import Store
-from dispatch.registry import adapters, new_backend, register
+from dispatch.registry import Adapter, adapters, describe, new_backend, register
 
 if TYPE_CHECKING:
     from dispatch.records import MemoryStore, SqliteStore, default_store_path
@@ -90,6 +90,7 @@ __all__ = [
     "EPOCH_BOUND",
     "Action",
     "Actor",
+    "Adapter",
     "AdapterConfig",
     "Backend",
     "BusyError",
@@ -144,6 +145,7 @@ __all__ = [
     "Watcher",
     "adapters",
     "default_store_path",
+    "describe",
     "new_backend",
     "open",
     "register",

@@ -1,41 +1,113 @@
-"""The adapter registry: adapters register by import, or are discovered through the entry-point group
-``dispatch.adapters`` (so ``dispatch.open("kubeflow", ...)`` works without importing the adapter)."""
+"""The adapter registry: one :class:`Adapter` descriptor per adapter, registered by import or discovered
+through the entry-point group ``dispatch.adapters`` (so ``dispatch.open("kubeflow", ...)`` works without
+importing the adapter).
+
+Everything the host needs to know about an adapter — its factory, how it reads and documents its
+settings, the extensions it accepts — is declared once, in its descriptor; ``dispatch.open``,
+``dispatch schema`` and ``dispatch adapters`` all read it from here, and this is the one module that reads
+entry points.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from dispatch.backend import Backend
 from dispatch.config import AdapterConfig
-from dispatch.errors import InvalidError, NotFoundError
+from dispatch.errors import InvalidError, NotFoundError, UnsupportedError
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
 
-__all__ = ["ENTRY_POINT_GROUP", "Factory", "adapters", "new_backend", "register"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Adapter",
+    "Factory",
+    "adapters",
+    "describe",
+    "load_installed",
+    "new_backend",
+    "register",
+]
 
 ENTRY_POINT_GROUP = "dispatch.adapters"
 
 Factory = Callable[[AdapterConfig], Awaitable[Backend]]
 """An adapter's factory: opens a backend from an :class:`AdapterConfig`."""
 
+
+@dataclass(frozen=True, slots=True)
+class Adapter:
+    """An adapter, described once.
+
+    ``parse_settings`` decodes and checks the settings bytes without touching a cluster (``InvalidError``
+    naming the path); ``schema`` returns the JSON Schema (draft 2020-12) of the settings, for a host to
+    publish; ``extensions`` names the job-spec extensions the adapter may accept (a cluster may accept
+    fewer: see ``Capabilities.extensions``). An adapter registered with a bare factory has no settings
+    parser or schema.
+    """
+
+    name: str
+    factory: Factory
+    parse_settings: Callable[[bytes], object] | None = None
+    schema: Callable[[], dict[str, Any]] | None = None
+    extensions: frozenset[str] = frozenset()
+    summary: str = ""
+
+    def __post_init__(self) -> None:
+        name = self.name
+        if not isinstance(name, str) or not name or not name.replace("-", "").replace("_", "").isalnum():
+            raise InvalidError(
+                f"adapter names are non-empty words ([A-Za-z0-9_-]), got {name!r}", path="name"
+            )
+        for key in ("factory", "parse_settings", "schema"):
+            value = getattr(self, key)
+            if value is not None and not callable(value):
+                raise InvalidError(f"expected a callable, got {type(value).__name__}", path=key)
+        if not callable(self.factory):
+            raise InvalidError("an adapter needs a factory", path="factory")
+        if not isinstance(self.extensions, frozenset | set | tuple | list) or not all(
+            isinstance(e, str) for e in self.extensions
+        ):
+            raise InvalidError(f"expected extension names, got {self.extensions!r}", path="extensions")
+        object.__setattr__(self, "extensions", frozenset(self.extensions))
+
+    def settings_schema(self) -> dict[str, Any]:
+        """The settings schema; ``UnsupportedError`` when the adapter publishes none."""
+        if self.schema is None:
+            raise UnsupportedError(f"adapter {self.name!r} publishes no settings schema")
+        value = self.schema()
+        if not isinstance(value, dict):
+            raise UnsupportedError(f"adapter {self.name!r}: its schema is not a JSON object")
+        return value
+
+
 _log = logging.getLogger(__name__)
-_factories: dict[str, Factory] = {}
+_adapters: dict[str, Adapter] = {}
 
 
-def register(name: str, factory: Factory) -> None:
-    """Register ``factory`` under ``name``. Registering the same factory again is a no-op (importing an
-    adapter twice is harmless); another factory under a taken name replaces it with a warning."""
-    if not isinstance(name, str) or not name or not name.replace("-", "").replace("_", "").isalnum():
-        raise InvalidError(f"adapter names are non-empty words ([A-Za-z0-9_-]), got {name!r}", path="name")
-    if not callable(factory):
-        raise InvalidError(f"expected a callable factory, got {type(factory).__name__}", path="factory")
-    old = _factories.get(name)
-    if old is not None and old is not factory:
-        _log.warning("adapter %r re-registered: %r replaces %r", name, factory, old)
-    _factories[name] = factory
+def register(adapter: Adapter | str, factory: Factory | None = None) -> Adapter:
+    """Register an adapter's descriptor (``register(Adapter(...))``), or a bare factory under a name
+    (``register(name, factory)``). Registering the same adapter again is a no-op (importing an adapter
+    twice is harmless); another one under a taken name replaces it with a warning."""
+    if isinstance(adapter, str):
+        if factory is None:
+            raise InvalidError("register(name, factory) needs a factory", path="factory")
+        described = Adapter(adapter, factory)
+    elif isinstance(adapter, Adapter):
+        if factory is not None:
+            raise InvalidError("pass an Adapter, or a name and a factory, not both", path="factory")
+        described = adapter
+    else:
+        raise InvalidError(f"expected an Adapter or a name, got {type(adapter).__name__}", path="adapter")
+    old = _adapters.get(described.name)
+    if old is not None and old != described:
+        _log.warning("adapter %r re-registered: %r replaces %r", described.name, described, old)
+    _adapters[described.name] = described
+    return described
 
 
 def _entry_points() -> dict[str, EntryPoint]:
@@ -47,40 +119,60 @@ def _entry_points() -> dict[str, EntryPoint]:
 
 def adapters() -> list[str]:
     """Names of every adapter available: registered, or installed under the entry-point group."""
-    return sorted(set(_factories) | set(_entry_points()))
+    return sorted(set(_adapters) | set(_entry_points()))
 
 
-def _factory(name: str) -> Factory:
-    if name in _factories:
-        return _factories[name]
-    ep = _entry_points().get(name)
-    if ep is None:
-        known = ", ".join(adapters()) or "none"
-        raise NotFoundError(f"no adapter named {name!r}; available: {known}")
+def _load(name: str, ep: EntryPoint) -> Adapter:
     try:
         loaded = ep.load()
     except Exception as exc:  # a broken plugin must not take the host down with a bare traceback
         raise NotFoundError(
             f"adapter {name!r} ({ep.value}) failed to load: {type(exc).__name__}: {exc}"
         ) from exc
-    # Importing the adapter usually registers it; otherwise the entry point names the factory itself.
-    factory = _factories.get(name)
-    if factory is None:
-        if not callable(loaded):
-            raise NotFoundError(f"adapter {name!r}: entry point {ep.value} is not a factory")
-        factory = loaded
-        _factories[name] = factory
-    return factory
+    # Importing the adapter usually registers it; otherwise the entry point names its descriptor or,
+    # for a minimal plugin, its factory.
+    if name in _adapters:
+        return _adapters[name]
+    if isinstance(loaded, Adapter):
+        return register(loaded)
+    if callable(loaded):
+        return register(name, loaded)
+    raise NotFoundError(f"adapter {name!r}: entry point {ep.value} is neither an Adapter nor a factory")
+
+
+def describe(name: str) -> Adapter:
+    """The descriptor of adapter ``name`` (loading it through its entry point if needed)."""
+    if name in _adapters:
+        return _adapters[name]
+    ep = _entry_points().get(name)
+    if ep is None:
+        known = ", ".join(adapters()) or "none"
+        raise NotFoundError(f"no adapter named {name!r}; available: {known}")
+    return _load(name, ep)
+
+
+def load_installed() -> list[Adapter]:
+    """Load every installed adapter (so that its extension types decode); a plugin that fails to load
+    is logged and left out."""
+    out: list[Adapter] = []
+    for name, ep in _entry_points().items():
+        try:
+            out.append(_adapters[name] if name in _adapters else _load(name, ep))
+        except NotFoundError as exc:
+            _log.warning("%s", exc)
+    known = {a.name for a in out}
+    out += [a for n, a in _adapters.items() if n not in known]
+    return sorted(out, key=lambda a: a.name)
 
 
 async def new_backend(name: str, cfg: AdapterConfig) -> Backend:
     """Build the backend of adapter ``name`` alone, for a host that composes its own supervisor."""
     if not isinstance(cfg, AdapterConfig):
         raise InvalidError(f"expected a dispatch.AdapterConfig, got {type(cfg).__name__}", path="cfg")
-    factory = _factory(name)
+    adapter = describe(name)
     if cfg.backend != name:
         raise InvalidError(f"AdapterConfig names adapter {cfg.backend!r}, not {name!r}", path="backend")
-    backend = await factory(cfg)
+    backend = await adapter.factory(cfg)
     if not isinstance(backend, Backend):
         raise NotFoundError(f"adapter {name!r} returned {type(backend).__name__}, which is not a Backend")
     return backend

@@ -303,14 +303,16 @@ def test_schema_of_an_adapter(config: Path) -> None:
     kubeflow = json.loads(invoke("schema", "kubeflow").stdout)
     assert kubeflow["type"] == "object" and kubeflow["additionalProperties"] is False
     missing = invoke("schema", "no-such")
-    assert missing.exit_code == 1 and missing.stderr.startswith("error: no installed adapter")
+    assert missing.exit_code == 1 and missing.stderr.startswith("error: no adapter named 'no-such'")
+    assert "available: kubeflow, memory" in missing.stderr
 
 
 def test_adapters_lists_registered_and_installed(config: Path) -> None:
     result = invoke("adapters", "--json")
-    names = {a["name"]: a["entryPoint"] for a in json.loads(result.stdout)}
-    assert names["memory"] == "dispatch.memory:factory"
-    assert "kubeflow" in names
+    found = {a["name"]: a for a in json.loads(result.stdout)}
+    assert found["memory"]["extensions"] == ["dispatch/Image", "dispatch/SharedCheckpoint"]
+    assert found["memory"]["schema"] is True
+    assert "kubeflow/RuntimeRef" in found["kubeflow"]["extensions"]
     assert "memory" in invoke("adapters").stdout
 
 

@@ -59,7 +59,7 @@ async def test_open_without_a_store_uses_sqlite_under_the_state_dir(
 
 PLUGIN = '''
 """A tiny adapter installed only through an entry point (it does not register itself)."""
-from dispatch import Capabilities, Mode
+from dispatch import Adapter, Capabilities, Mode
 
 class TinyBackend:
     name = "tiny"
@@ -85,6 +85,8 @@ async def factory(cfg):
 
 def schema():
     return {"type": "object", "additionalProperties": False, "properties": {}}
+
+ADAPTER = Adapter("tiny", factory, schema=schema, extensions={"dispatch/Image"}, summary="tiny")
 '''
 
 
@@ -95,7 +97,7 @@ def tiny_plugin(tmp_path: Path) -> Iterator[Path]:
     info = tmp_path / "tiny_dispatch_adapter-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-dispatch-adapter\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[dispatch.adapters]\ntiny = tiny_dispatch_adapter:factory\n")
+    (info / "entry_points.txt").write_text("[dispatch.adapters]\ntiny = tiny_dispatch_adapter:ADAPTER\n")
     sys.path.insert(0, str(tmp_path))
     try:
         yield tmp_path
@@ -111,6 +113,23 @@ async def test_open_an_adapter_found_only_by_entry_point(tiny_plugin: Path) -> N
         caps = await cluster.capabilities()
         assert caps.notes == ("tiny",)
         assert cluster.backend.cfg.read_only  # type: ignore[attr-defined]
+    # The descriptor the entry point names is what the host reads: schema and extensions, declared once.
+    tiny = dispatch.describe("tiny")
+    assert tiny.settings_schema()["additionalProperties"] is False
+    assert tiny.extensions == {"dispatch/Image"}
+
+
+async def test_a_bare_factory_registers_an_adapter_without_a_schema() -> None:
+    async def factory(cfg: dispatch.AdapterConfig) -> dispatch.Backend:
+        raise AssertionError("not opened")
+
+    described = dispatch.register("bare-test", factory)
+    assert dispatch.describe("bare-test") is described and described.factory is factory
+    with pytest.raises(dispatch.UnsupportedError, match="no settings schema"):
+        described.settings_schema()
+    with pytest.raises(dispatch.InvalidError) as info:
+        dispatch.register("bad name!", factory)
+    assert info.value.path == "name"
 
 
 @pytest.mark.parametrize(

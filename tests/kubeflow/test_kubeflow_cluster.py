@@ -80,7 +80,13 @@ async def test_registered_and_protocols(backend: Backend) -> None:
     (ep,) = [e for e in entry_points(group="dispatch.adapters") if e.name == "kubeflow"]
     import dispatch_kubeflow
 
-    assert ep.load() is dispatch_kubeflow.factory
+    assert ep.load() is dispatch_kubeflow.ADAPTER is dispatch.describe("kubeflow")
+    assert dispatch_kubeflow.ADAPTER.factory is dispatch_kubeflow.factory
+    assert dispatch_kubeflow.ADAPTER.extensions == {
+        "dispatch/Image",
+        "kubeflow/RuntimeRef",
+        "dispatch/SharedCheckpoint",
+    }
 
 
 async def test_preflight_learns_the_cluster_and_cleans_up(backend: Backend, sim: Simulator) -> None:

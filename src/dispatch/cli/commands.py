@@ -21,9 +21,9 @@ import click
 from dispatch.cli.config import ClusterFile, load_config, open_cluster, read_token
 from dispatch.cli.render import Renderer
 from dispatch.cluster import Cluster
-from dispatch.errors import DispatchError, InvalidError, NotFoundError, UnsupportedError
+from dispatch.errors import DispatchError, InvalidError, UnsupportedError
 from dispatch.model import JobSpec, State
-from dispatch.registry import ENTRY_POINT_GROUP, adapters
+from dispatch.registry import describe, load_installed
 
 __all__ = ["EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "cli", "load_spec"]
 
@@ -132,14 +132,8 @@ def load_job(jobfile: str) -> JobSpec:
 
 
 def load_adapter_extensions() -> None:
-    """Import every installed adapter, so that its extension types decode (e.g. ``kubeflow/RuntimeRef``)."""
-    from importlib import metadata
-
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            ep.load()
-        except Exception:  # a broken plugin only means its extensions stay opaque
-            continue
+    """Load every installed adapter, so that its extension types decode (e.g. ``kubeflow/RuntimeRef``)."""
+    load_installed()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -409,44 +403,32 @@ def schema(opts: Options, adapter: str) -> None:
 
 
 def adapter_schema(name: str) -> dict[str, Any]:
-    """The settings schema an installed adapter publishes: its module's ``schema()``."""
-    import importlib
-    from importlib import metadata
-
-    eps = {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
-    ep = eps.get(name)
-    if ep is None:
-        known = ", ".join(sorted(eps)) or "none"
-        raise NotFoundError(f"no installed adapter named {name!r}; installed: {known}")
-    try:
-        module = importlib.import_module(ep.module)
-    except Exception as exc:
-        raise NotFoundError(
-            f"adapter {name!r} ({ep.value}) failed to load: {type(exc).__name__}: {exc}"
-        ) from exc
-    fn = getattr(module, "schema", None)
-    if not callable(fn):
-        raise UnsupportedError(f"adapter {name!r} publishes no settings schema ({ep.module}.schema)")
-    value = fn()
-    if not isinstance(value, dict):
-        raise UnsupportedError(f"adapter {name!r}: {ep.module}.schema() did not return a JSON object")
-    return value
+    """The settings schema adapter ``name`` publishes (its descriptor's ``schema``)."""
+    return describe(name).settings_schema()
 
 
 @cli.command("adapters")
 @common
 def adapters_(opts: Options) -> None:
     """List the adapters available: registered in this process or installed (entry points)."""
-    from importlib import metadata
-
-    eps = {ep.name: ep.value for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
-    names = adapters()
+    found = load_installed()
     out = opts.out
     if out.as_json:
-        out.json([{"name": n, "entryPoint": eps.get(n)} for n in names])
+        out.json(
+            [
+                {
+                    "name": a.name,
+                    "summary": a.summary,
+                    "extensions": sorted(a.extensions),
+                    "schema": a.schema is not None,
+                }
+                for a in found
+            ]
+        )
         return
     out.table(
-        ["adapter", "source"], [[n, f"entry point {eps[n]}" if n in eps else "registered"] for n in names]
+        ["adapter", "extensions", "what it is"],
+        [[a.name, ", ".join(sorted(a.extensions)) or "-", a.summary] for a in found],
     )
 
 

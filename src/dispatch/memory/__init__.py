@@ -17,13 +17,14 @@ from dispatch.memory.cluster import MemoryCluster, Overlap
 from dispatch.memory.naming import identity_of, native_name
 from dispatch.memory.script import DEFAULT_SCRIPT, SCRIPT_ENV, parse_script
 from dispatch.memory.settings import MemorySettings, parse_settings, schema
-from dispatch.registry import register
+from dispatch.registry import Adapter, register
 
 Settings = MemorySettings
 """The adapter's settings type under the name every adapter exports (``dispatch_kubeflow.Settings``)."""
 
 __all__ = [
     "ACCEPTED_EXTENSIONS",
+    "ADAPTER",
     "DEFAULT_SCRIPT",
     "NAME",
     "SCRIPT_ENV",
@@ -48,4 +49,14 @@ async def factory(cfg: AdapterConfig) -> MemoryBackend:
     return MemoryBackend(settings, read_only=cfg.read_only)
 
 
-register(NAME, factory)
+ADAPTER = register(
+    Adapter(
+        NAME,
+        factory,
+        parse_settings=parse_settings,
+        schema=schema,
+        extensions=ACCEPTED_EXTENSIONS,
+        summary="an in-process cluster for tests and demos (jobs are scripted, not run)",
+    )
+)
+"""The ``memory`` adapter's descriptor (also the ``dispatch.adapters`` entry point)."""
