@@ -1,0 +1,128 @@
+"""Metrics and structured logs (docs/operations.md): declared once, parsed by Prometheus' own parser,
+and never carrying a secret."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from dispatch import InvalidError, metrics
+from dispatch.logs import configure, secret
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+
+
+@pytest.fixture
+def recorder() -> Iterator[metrics.Metrics]:
+    rec = metrics.enable("127.0.0.1:0")
+    try:
+        yield rec
+    finally:
+        metrics.disable()
+
+
+def test_disabled_metrics_record_nothing_and_cost_no_import() -> None:
+    assert metrics.current().enabled is False
+    metrics.current().inc("dispatch_requeues_total", {"cause": "preempted", "rule": "requeue"})
+    assert metrics.current().exposition() == b""
+
+
+def test_the_exposition_parses_and_names_match_the_declarations(recorder: metrics.Metrics) -> None:
+    recorder.inc("dispatch_requeues_total", {"cause": "preempted", "rule": "requeue max 3"})
+    recorder.inc("dispatch_requeues_total", {"cause": "preempted", "rule": "requeue max 3"})
+    recorder.set_all("dispatch_jobs", "state", {"running": 2}, every=("queued", "running"))
+    recorder.observe("dispatch_event_record_lag_seconds", 0.02)
+    recorder.inc(
+        "dispatch_api_requests_total",
+        {"verb": "create", "resource": "trainjobs", "status": metrics.status_class(201)},
+    )
+    port = metrics.served_port()
+    assert port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    declared = {m.name.removesuffix("_total") for m in metrics.METRICS}
+    assert declared <= set(families), declared - set(families)
+    requeues = {
+        tuple(sorted(s.labels.items())): s.value
+        for s in families["dispatch_requeues"].samples
+        if s.name == "dispatch_requeues_total"
+    }
+    assert requeues == {(("cause", "preempted"), ("rule", "requeue max 3")): 2.0}
+    jobs = {s.labels["state"]: s.value for s in families["dispatch_jobs"].samples}
+    assert jobs == {"queued": 0.0, "running": 2.0}
+
+
+def test_labels_are_checked_against_the_declaration(recorder: metrics.Metrics) -> None:
+    with pytest.raises(InvalidError, match="takes labels"):
+        recorder.inc("dispatch_requeues_total", {"job": "j1"})
+    with pytest.raises(InvalidError, match="no metric"):
+        recorder.inc("dispatch_nope_total")
+
+
+def test_no_label_is_a_job_id() -> None:
+    # Bounded series: labels come from closed sets, never from jobs.
+    assert all(not {"job", "job_id", "jobid", "name"} & set(m.labels) for m in metrics.METRICS)
+    assert all(m.name.startswith("dispatch_") for m in metrics.METRICS)
+    assert all(m.name.endswith("_total") == (m.kind == "counter") for m in metrics.METRICS)
+
+
+def test_a_bad_address_is_refused() -> None:
+    with pytest.raises(InvalidError) as info:
+        metrics.enable("localhost")
+    assert info.value.path == "metrics-address"
+    assert metrics.current().enabled is False
+
+
+def test_the_docs_table_is_the_declarations() -> None:
+    page = DOCS.read_text()
+    rows = page[page.index("<!-- metrics -->") : page.index("<!-- /metrics -->")].splitlines()[3:]
+    assert rows == [metrics_row(m) for m in metrics.METRICS]
+
+
+def metrics_row(m: metrics.Metric) -> str:
+    labels = ", ".join(f"`{x}`" for x in m.labels) or "-"
+    return f"| `{m.name}` | {m.kind} | {labels} | {m.help} |"
+
+
+def test_json_log_lines_carry_the_context_and_never_a_secret() -> None:
+    stream = io.StringIO()
+    handler = configure("json", level=logging.DEBUG, stream=stream)
+    try:
+        secret("s3cret-token-value")
+        log = logging.getLogger("dispatch.supervise")
+        log.info(
+            "requeued with s3cret-token-value",
+            extra={"job_id": "j1", "epoch": "2.1", "action": "requeue", "cause": "preempted"},
+        )
+        log.warning("header Authorization: Bearer abc.def.ghi")
+        logging.getLogger("httpx2").debug("Authorization: Bearer leaked")  # held at WARNING: dropped
+    finally:
+        for name in ("dispatch", "dispatch_kubeflow"):
+            logging.getLogger(name).removeHandler(handler)
+    lines = [json.loads(x) for x in stream.getvalue().splitlines()]
+    assert len(lines) == 2
+    first = lines[0]
+    assert first["level"] == "info" and first["logger"] == "dispatch.supervise"
+    assert (first["job_id"], first["epoch"], first["action"], first["cause"]) == (
+        "j1",
+        "2.1",
+        "requeue",
+        "preempted",
+    )
+    text = stream.getvalue()
+    assert "s3cret-token-value" not in text and "abc.def.ghi" not in text and "leaked" not in text
+    assert logging.getLogger("httpx2").getEffectiveLevel() >= logging.WARNING
+
+
+def test_an_unknown_log_format_is_refused() -> None:
+    with pytest.raises(InvalidError) as info:
+        configure("xml")
+    assert info.value.path == "log-format"
