@@ -482,10 +482,14 @@ class ApiServer:
         if dry_run:
             return _json_response(obj)
         if store.exists(rt, info.namespace, name):
-            # finalizers or a pod's grace period keep it: 202 Accepted, as the apiserver answers
-            return _json_response(obj, 202 if obj["metadata"].get("deletionTimestamp") else 200)
-        if (rt.group, rt.plural) in _RETURNS_DELETED or rt.group not in _BUILTIN_GROUPS:
+            # Finalizers, foreground deletion or a pod's grace period keep it: the apiserver's delete
+            # handler answers 200 with the object, and 202 only when the client sent
+            # orphanDependents=false (kept for old clients).
+            return _json_response(obj, 202 if opts["orphan_false"] else 200)
+        if (rt.group, rt.plural) in _RETURNS_DELETED:
             return _json_response(obj)
+        # Gone at once: the generic registry answers a Status naming what was deleted (custom resources
+        # included); only pods, services and namespaces return the deleted object.
         details: dict[str, Any] = {"name": name}
         if rt.group:
             details["group"] = rt.group
@@ -625,7 +629,13 @@ class ApiServer:
         return _json_response(obj, 201 if ctype == APPLY and not existed else 200)
 
     async def _delete_options(self, request: web.Request, q: dict[str, str]) -> dict[str, Any]:
-        opts: dict[str, Any] = {"propagation": None, "grace": None, "dry_run": False, "preconditions": None}
+        opts: dict[str, Any] = {
+            "propagation": None,
+            "grace": None,
+            "dry_run": False,
+            "preconditions": None,
+            "orphan_false": False,  # orphanDependents=false was sent (the only case that answers 202)
+        }
         raw = await request.read() if request.can_read_body else b""
         if raw.strip():
             try:
@@ -643,6 +653,7 @@ class ApiServer:
                 opts["dry_run"] = dr == ["All"]
                 if body.get("orphanDependents") is True and opts["propagation"] is None:
                     opts["propagation"] = "Orphan"
+                opts["orphan_false"] = body.get("orphanDependents") is False
         if q.get("propagationPolicy"):
             opts["propagation"] = q["propagationPolicy"]
         g = query_int64(q, "gracePeriodSeconds")
@@ -650,6 +661,8 @@ class ApiServer:
             opts["grace"] = g
         if query_bool(q.get("orphanDependents")) and opts["propagation"] is None:
             opts["propagation"] = "Orphan"
+        if "orphanDependents" in q and not query_bool(q["orphanDependents"]):
+            opts["orphan_false"] = True
         check_propagation(opts["propagation"])
         return opts
 

@@ -156,6 +156,9 @@ class Simulator:
                     f.write(self.cert.key_pem)
                 ctx.load_cert_chain(str(cert), str(key))
         self.url = await self.server.start(self._host, self._port, ctx)
+        # A real API server's watch cache starts from a list at its start: a watch from any earlier
+        # resourceVersion (here: the fixtures' writes, made before serving) is answered 410 Expired.
+        self.store.expire_before(self.store.resource_version)
         self._wake = asyncio.Event()
         if not isinstance(self.clock, ManualClock):
             self._background = asyncio.create_task(self._run_background(), name="kubesim-controllers")

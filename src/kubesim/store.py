@@ -447,6 +447,12 @@ class ObjectStore:
         out.reverse()
         return out
 
+    def expire_before(self, resource_version: int) -> None:
+        """Make every resourceVersion older than ``resource_version`` too old to watch from (410), as a
+        watch cache that starts with a list at that version has no earlier events; history is kept."""
+        for rt in REGISTRY.values():
+            self._compacted[rt] = max(self._compacted.get(rt, 0), resource_version)
+
     def compact(self) -> None:
         """Drop all watch history (fault injection): resuming from any earlier resourceVersion gives 410."""
         for rt in list(self._history) + list(REGISTRY.values()):
