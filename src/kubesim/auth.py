@@ -12,10 +12,12 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["ADMIN", "READONLY", "Authenticator", "Permissions", "Rule"]
+__all__ = ["ADMIN", "ANONYMOUS", "READONLY", "Authenticator", "Permissions", "Rule"]
 
 ADMIN = "admin"
 READONLY = "readonly"
+#: The user a request without credentials is authenticated as (``--anonymous-auth``, on by default).
+ANONYMOUS = "system:anonymous"
 READ_VERBS = frozenset({"get", "list", "watch"})
 
 
@@ -82,6 +84,15 @@ class Permissions:
     @staticmethod
     def custom(name: str, rules: Iterable[Rule]) -> Permissions:
         return Permissions(name, tuple(rules))
+
+    @staticmethod
+    def anonymous() -> Permissions:
+        """``system:anonymous``: no rules (RBAC's default bindings give it only the public-info paths)."""
+        return Permissions(ANONYMOUS)
+
+    @property
+    def is_anonymous(self) -> bool:
+        return self.name == ANONYMOUS
 
     def decide(
         self, verb: str, group: str, resource: str, subresource: str = "", namespace: str | None = None

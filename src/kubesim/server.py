@@ -242,13 +242,23 @@ class ApiServer:
                 final = web.Response(text="ok", content_type="text/plain")
                 return final
             info = self._parse(request, parts)
-            perms = sim.auth.authenticate(request.headers.get("Authorization"))
-            if perms is None:
+            header = request.headers.get("Authorization")
+            if header:
+                perms = sim.auth.authenticate(header)
+                if perms is None:  # credentials that do not authenticate are refused, never anonymous
+                    raise unauthorized()
+            elif sim.anonymous_auth:
+                perms = Permissions.anonymous()
+            else:
                 raise unauthorized()
             fault = sim.faults.check(info.verb or request.method.lower(), request.path)
             if fault is not None:
                 raise fault
             if info.rt is None:
+                if perms.is_anonymous and parts[:1] != ["version"]:
+                    # RBAC's default bindings: system:public-info-viewer (/version, /healthz, /livez,
+                    # /readyz) is bound to unauthenticated users, system:discovery only to authenticated
+                    raise forbidden(perms.name, request.method.lower(), None, path=request.path)
                 resp: web.StreamResponse = self._non_resource(request, parts)
             else:
                 self._authorize(perms, info)
@@ -343,8 +353,8 @@ class ApiServer:
     def _authorize(self, perms: Permissions, info: RequestInfo) -> None:
         rt = info.rt
         assert rt is not None
-        if rt is SELFSUBJECTACCESSREVIEWS:
-            return  # every authenticated user may ask what it may do
+        if rt is SELFSUBJECTACCESSREVIEWS and not perms.is_anonymous:
+            return  # every authenticated user may ask what it may do (system:basic-user)
         if not perms.allows(info.verb, rt.group, rt.plural, info.subresource, info.namespace):
             raise forbidden(
                 perms.name,

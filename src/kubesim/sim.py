@@ -84,6 +84,7 @@ class Simulator:
         watch_timeout: float = 1800.0,
         request_log_size: int = 100_000,
         disabled_groups: Iterable[str] = (),
+        anonymous_auth: bool = True,
     ) -> None:
         self.clock: Clock = clock if clock is not None else ManualClock()
         self.store = ObjectStore(self.clock, history_limit=history_limit)
@@ -94,6 +95,9 @@ class Simulator:
         self.auth = Authenticator([Permissions.admin(), Permissions.readonly()])
         for tok, perms in (tokens or {}).items():
             self.auth.add(perms, tok)
+        # As kube-apiserver's --anonymous-auth (default on): a request without credentials is
+        # system:anonymous and gets 403 from authorization; off, it is 401.
+        self.anonymous_auth = anonymous_auth
         self.kueue = kueue
         # API groups this cluster does not serve (as if their CRDs were not installed); without Kueue
         # the kueue.x-k8s.io group is absent from discovery, like on a cluster without Kueue.

@@ -35,9 +35,35 @@ def ssar(verb: str, resource: str, group: str = "", namespace: str | None = "def
     }
 
 
-async def test_missing_or_wrong_token_is_401(sim: Simulator) -> None:
+async def test_no_credentials_is_system_anonymous_and_forbidden(sim: Simulator) -> None:
+    """A real server (anonymous auth on, as by default) authenticates a request without credentials as
+    system:anonymous; RBAC then refuses it (403) except the public-info paths."""
     async with aiohttp.ClientSession() as session:
-        for token in (None, "not-a-token"):
+        anon = Raw(sim, session, None)
+        code, body, _ = await anon.request("GET", CM)
+        assert code == 403 and body["reason"] == "Forbidden"
+        assert body["message"] == (
+            'configmaps is forbidden: User "system:anonymous" cannot list resource "configmaps" '
+            'in API group "" in the namespace "default"'
+        )
+        code, body, _ = await anon.request("POST", CM, configmap("c"))
+        assert code == 403 and not sim.store.exists(CONFIGMAPS, "default", "c")
+        code, body, _ = await anon.request("GET", "/apis")
+        assert code == 403
+        assert body["message"] == 'forbidden: User "system:anonymous" cannot get path "/apis"'
+        code, _, _ = await anon.request("POST", SSAR, ssar("list", "pods"))
+        assert code == 403
+        for path in ("/version", "/healthz", "/readyz", "/livez"):
+            assert (await anon.request("GET", path))[0] == 200, path
+        assert sim.requests.filter(identity="system:anonymous", status=403)
+    async with Simulator(controllers=[], anonymous_auth=False) as strict:
+        async with aiohttp.ClientSession() as session:
+            assert (await Raw(strict, session, None).request("GET", CM))[0] == 401
+
+
+async def test_wrong_token_is_401(sim: Simulator) -> None:
+    async with aiohttp.ClientSession() as session:
+        for token in ("not-a-token",):
             code, body, _ = await Raw(sim, session, token).request("GET", CM)
             assert code == 401
             assert body == {
