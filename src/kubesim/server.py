@@ -33,6 +33,7 @@ from kubesim.errors import (
     method_not_allowed,
     unauthorized,
 )
+from kubesim.fields import prune_unknown
 from kubesim.logs import LogLine
 from kubesim.patch import APPLY, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from kubesim.requestlog import WRITE_VERBS, RequestRecord
@@ -88,6 +89,36 @@ def _error_response(err: ApiError) -> web.Response:
     if err.code in (429, 503) and err.details and "retryAfterSeconds" in err.details:
         headers["Retry-After"] = str(err.details["retryAfterSeconds"])
     return _json_response(err.status(), err.code, headers)
+
+
+class _FieldValidation:
+    """Drops the fields a kind does not know from a request body, answering as ``fieldValidation`` asks:
+    ``Strict`` 400 (apimachinery's ``StrictDecodingError`` wording), ``Warn`` (the default) one
+    ``Warning`` header per field, ``Ignore`` nothing."""
+
+    def __init__(self, rt: ResourceType, mode: str | None) -> None:
+        self.rt = rt
+        self.mode = mode or "Warn"
+        self.warnings: list[str] = []
+
+    def __call__(self, obj: dict[str, Any]) -> None:
+        if not isinstance(obj, dict):
+            return
+        paths = prune_unknown(self.rt, obj)
+        if not paths:
+            return
+        if self.mode == "Strict":
+            raise bad_request("strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in paths))
+        if self.mode == "Warn":
+            self.warnings += [
+                f'unknown field "{p}"' for p in paths if f'unknown field "{p}"' not in self.warnings
+            ]
+
+    def respond(self, body: Any, status: int = 200) -> web.Response:
+        resp = _json_response(body, status)
+        for text in self.warnings:  # RFC 7234 warn-code 299, agent "-", as the apiserver's warning recorder
+            resp.headers.add("Warning", f"299 - {json.dumps(text)}")
+        return resp
 
 
 def _not_found_path() -> ApiError:
@@ -455,14 +486,18 @@ class ApiServer:
         if rt is SELFSUBJECTACCESSREVIEWS:
             return _json_response(self._ssar(body, perms), 201)
         self._check_body(rt, body, info)
+        fields = _FieldValidation(rt, q.get("fieldValidation"))
+        fields(body)
         obj = self.sim.store.create(rt, body, dry_run=self._dry_run(q), reset_status=True)
-        return _json_response(obj, 201)
+        return fields.respond(obj, 201)
 
     async def _update(self, request: web.Request, info: RequestInfo, q: dict[str, str]) -> web.Response:
         rt = info.rt
         assert rt is not None
         body = await self._body(request)
         self._check_body(rt, body, info)
+        fields = _FieldValidation(rt, q.get("fieldValidation"))
+        fields(body)
         obj = self.sim.store.replace(
             rt,
             body,
@@ -471,7 +506,7 @@ class ApiServer:
             # custom resources refuse unconditional updates, built-in types allow them
             require_resource_version=rt.group not in _BUILTIN_GROUPS and not info.subresource,
         )
-        return _json_response(obj)
+        return fields.respond(obj)
 
     async def _delete(self, request: web.Request, info: RequestInfo, q: dict[str, str]) -> web.Response:
         rt = info.rt
@@ -625,6 +660,7 @@ class ApiServer:
             raise bad_request(f"the patch body could not be decoded: {exc}") from None
         store = self.sim.store
         existed = store.exists(rt, info.namespace, info.name or "")
+        fields = _FieldValidation(rt, q.get("fieldValidation"))
         obj = store.patch(
             rt,
             info.namespace,
@@ -635,8 +671,9 @@ class ApiServer:
             dry_run=dry_run,
             field_manager=q.get("fieldManager"),
             force=query_bool(force),
+            prune=fields,
         )
-        return _json_response(obj, 201 if ctype == APPLY and not existed else 200)
+        return fields.respond(obj, 201 if ctype == APPLY and not existed else 200)
 
     async def _delete_options(self, request: web.Request, q: dict[str, str]) -> dict[str, Any]:
         opts: dict[str, Any] = {

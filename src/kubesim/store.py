@@ -725,8 +725,12 @@ class ObjectStore:
         dry_run: bool = False,
         field_manager: str | None = None,
         force: bool = False,
+        prune: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """PATCH with ``patch_type`` one of the merge, JSON, strategic-merge or apply content types.
+
+        ``prune`` (what the HTTP server passes) sees the patched object (for apply: the applied
+        configuration) before admission, to drop the fields the kind does not know.
 
         A resourceVersion placed in the patch acts as a precondition (409 when stale). Strategic merge
         patch is refused with 415 for custom resources, as a real server does. Apply creates the object
@@ -742,7 +746,7 @@ class ObjectStore:
                 )
             current = self._lookup(rt, ns, name)
             if patch_type == APPLY:
-                return self._apply(rt, ns, name, body, current, subresource, dry_run, field_manager)
+                return self._apply(rt, ns, name, body, current, subresource, dry_run, field_manager, prune)
             if current is None:
                 raise not_found(rt, name)
             if patch_type == MERGE_PATCH:
@@ -762,6 +766,8 @@ class ObjectStore:
             patched["metadata"]["name"] = name
             if rt.namespaced:
                 patched["metadata"]["namespace"] = ns
+            if prune is not None:
+                prune(patched)
             return self._replace(rt, patched, subresource=subresource, dry_run=dry_run)
 
     def _apply(
@@ -774,6 +780,7 @@ class ObjectStore:
         subresource: str | None,
         dry_run: bool,
         field_manager: str | None,
+        prune: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise bad_request("an apply patch must be a YAML or JSON object")
@@ -805,6 +812,8 @@ class ObjectStore:
                 f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
             )
         applied = deep_copy(body)
+        if prune is not None:
+            prune(applied)
         applied.setdefault("metadata", {})["name"] = name
         if rt.namespaced:
             applied["metadata"]["namespace"] = ns

@@ -56,9 +56,8 @@ async def test_no_credentials_is_system_anonymous_and_forbidden(sim: Simulator) 
         for path in ("/version", "/healthz", "/readyz", "/livez"):
             assert (await anon.request("GET", path))[0] == 200, path
         assert sim.requests.filter(identity="system:anonymous", status=403)
-    async with Simulator(controllers=[], anonymous_auth=False) as strict:
-        async with aiohttp.ClientSession() as session:
-            assert (await Raw(strict, session, None).request("GET", CM))[0] == 401
+    async with Simulator(controllers=[], anonymous_auth=False) as strict, aiohttp.ClientSession() as session:
+        assert (await Raw(strict, session, None).request("GET", CM))[0] == 401
 
 
 async def test_wrong_token_is_401(sim: Simulator) -> None:

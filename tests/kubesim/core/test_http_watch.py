@@ -269,7 +269,12 @@ async def test_a_bookmark_comes_shortly_before_the_timeout() -> None:
             rv = str(sim.store.resource_version)
             loop = asyncio.get_running_loop()
             t0 = loop.time()
-            params = {"watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "true", "timeoutSeconds": "3"}
+            params = {
+                "watch": "1",
+                "resourceVersion": rv,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": "3",
+            }
             events = await raw.stream_lines(CM, params)
             assert loop.time() - t0 >= 2.9
             assert [e["type"] for e in events] == ["BOOKMARK"]
