@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kubesim.clock import Clock, parse_rfc3339, rfc3339
+from kubesim.defaults import default_job, default_pod
 from kubesim.errors import (
     ApiError,
     Cause,
@@ -508,6 +509,10 @@ class ObjectStore:
         self._check_shape(rt, new)
         if reset_status and rt is PODS:
             new["status"] = {"phase": "Pending", "qosClass": _pod_qos(new)}
+        if rt is PODS:
+            default_pod(new, self.clock.now())
+        elif rt is JOBS:
+            default_job(new)
         if rt is NAMESPACES:
             new.setdefault("spec", {})["finalizers"] = ["kubernetes"]
             new["status"] = {"phase": "Active"}
