@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from kubesim import discovery, protobuf
-from kubesim.auth import Permissions
+from kubesim.auth import ANONYMOUS, Permissions
 from kubesim.bodies import BodyError, decode_json, decode_yaml
 from kubesim.clock import parse_rfc3339, rfc3339
 from kubesim.errors import (
@@ -37,7 +37,15 @@ from kubesim.fields import prune_unknown
 from kubesim.logs import LogLine
 from kubesim.patch import APPLY, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from kubesim.requestlog import WRITE_VERBS, RequestRecord
-from kubesim.resources import PODS, REGISTRY, SELFSUBJECTACCESSREVIEWS, ResourceType, by_plural
+from kubesim.resources import (
+    PODS,
+    REGISTRY,
+    SELFSUBJECTACCESSREVIEWS,
+    SELFSUBJECTREVIEWS,
+    SELFSUBJECTRULESREVIEWS,
+    ResourceType,
+    by_plural,
+)
 from kubesim.store import check_propagation
 from kubesim.tables import table, wants_table
 from kubesim.watch import (
@@ -59,9 +67,30 @@ log = logging.getLogger(__name__)
 
 KUBE_VERSION = discovery.KUBE_VERSION
 _HEALTH = ("healthz", "livez", "readyz")
-_BUILTIN_GROUPS = frozenset({"", "batch", "coordination.k8s.io", "authorization.k8s.io"})
+_BUILTIN_GROUPS = frozenset(
+    {"", "batch", "coordination.k8s.io", "authorization.k8s.io", "authentication.k8s.io"}
+)
 _RETURNS_DELETED = frozenset({("", "pods"), ("", "namespaces"), ("", "services")})
 _JSON = "application/json"
+_SELF_REVIEWS = (SELFSUBJECTACCESSREVIEWS, SELFSUBJECTRULESREVIEWS, SELFSUBJECTREVIEWS)
+# The pseudo-resources the impersonation filter authorizes ("impersonate" on users/groups, core group).
+_IMPERSONATED = {
+    "users": ResourceType("", "v1", "User", "users", False),
+    "groups": ResourceType("", "v1", "Group", "groups", False),
+}
+_DISCOVERY_URLS = (
+    "/api",
+    "/api/*",
+    "/apis",
+    "/apis/*",
+    "/healthz",
+    "/livez",
+    "/openapi",
+    "/openapi/*",
+    "/readyz",
+    "/version",
+    "/version/",
+)
 
 
 @dataclass
@@ -282,6 +311,7 @@ class ApiServer:
                 perms = Permissions.anonymous()
             else:
                 raise unauthorized()
+            perms = self._impersonate(request, perms)
             fault = sim.faults.check(info.verb or request.method.lower(), request.path)
             if fault is not None:
                 raise fault
@@ -381,11 +411,31 @@ class ApiServer:
             raise method_not_allowed()  # a subresource is read, replaced or patched, never deleted
         return info
 
+    def _impersonate(self, request: web.Request, perms: Permissions) -> Permissions:
+        """The identity the request acts as: the authenticated one, or the one it impersonates
+        (``Impersonate-User``/``-Group`` headers, ``kubectl --as``) when it may (verb ``impersonate`` on
+        ``users``/``groups``, as the impersonation filter asks the authorizer); 403 otherwise."""
+        headers = request.headers
+        as_user = headers.get("Impersonate-User")
+        as_groups = headers.getall("Impersonate-Group", [])
+        others = [h for h in headers if h.lower().startswith(("impersonate-extra-", "impersonate-uid"))]
+        if as_user is None:
+            if as_groups or others:
+                raise internal("requested impersonation of groups or extra without impersonating a user")
+            return perms
+        for resource, name in [("users", as_user)] + [("groups", g) for g in as_groups]:
+            if not perms.allows("impersonate", "", resource, "", None):
+                raise forbidden(perms.name, "impersonate", _IMPERSONATED[resource], name=name)
+        if as_user == ANONYMOUS:
+            return Permissions.anonymous()
+        # a user kubesim knows acts with its rules; any other name is a user no role is bound to
+        return self.sim.auth.by_name(as_user) or Permissions(as_user)
+
     def _authorize(self, perms: Permissions, info: RequestInfo) -> None:
         rt = info.rt
         assert rt is not None
-        if rt is SELFSUBJECTACCESSREVIEWS and not perms.is_anonymous:
-            return  # every authenticated user may ask what it may do (system:basic-user)
+        if rt in _SELF_REVIEWS and not perms.is_anonymous:
+            return  # every authenticated user may ask who it is and what it may do (system:basic-user)
         if not perms.allows(info.verb, rt.group, rt.plural, info.subresource, info.namespace):
             raise forbidden(
                 perms.name,
@@ -485,6 +535,19 @@ class ApiServer:
         body = await self._body(request)
         if rt is SELFSUBJECTACCESSREVIEWS:
             return _json_response(self._ssar(body, perms), 201)
+        if rt is SELFSUBJECTRULESREVIEWS:
+            return _json_response(self._ssrr(body, perms), 201)
+        if rt is SELFSUBJECTREVIEWS:
+            user = {"username": perms.name, "groups": perms.groups}
+            return _json_response(
+                {
+                    "kind": "SelfSubjectReview",
+                    "apiVersion": "authentication.k8s.io/v1",
+                    "metadata": {"creationTimestamp": None},
+                    "status": {"userInfo": user},
+                },
+                201,
+            )
         self._check_body(rt, body, info)
         fields = _FieldValidation(rt, q.get("fieldValidation"))
         fields(body)
@@ -899,6 +962,38 @@ class ApiServer:
         raise bad_request(f'container "{container}" in pod "{name}" is waiting to start - no logs yet')
 
     # ----------------------------------------------------------------------------------- SSAR
+
+    def _ssrr(self, body: Any, perms: Permissions) -> dict[str, Any]:
+        spec = body.get("spec") if isinstance(body, dict) else None
+        if not isinstance(spec, dict):
+            spec = {}
+        ns = spec.get("namespace") or None
+        if ns is not None and not isinstance(ns, str):
+            raise bad_request("the SelfSubjectRulesReview body is not valid: spec.namespace must be a string")
+        rules = perms.describe_rules(ns)
+        # system:basic-user and system:discovery, bound to every authenticated user
+        rules += [
+            {
+                "verbs": ["create"],
+                "apiGroups": ["authorization.k8s.io"],
+                "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+            },
+            {
+                "verbs": ["create"],
+                "apiGroups": ["authentication.k8s.io"],
+                "resources": ["selfsubjectreviews"],
+            },
+        ]
+        non_resource = [
+            {"verbs": ["get"], "nonResourceURLs": sorted(_DISCOVERY_URLS)},
+        ]
+        return {
+            "kind": "SelfSubjectRulesReview",
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": {"resourceRules": rules, "nonResourceRules": non_resource, "incomplete": False},
+        }
 
     def _ssar(self, body: Any, perms: Permissions) -> dict[str, Any]:
         if not isinstance(body, dict) or not isinstance(body.get("spec"), dict):

@@ -62,7 +62,9 @@ AdmissionHook = Callable[[str, ResourceType, dict[str, Any], dict[str, Any] | No
 
 FOREGROUND = "foregroundDeletion"
 ORPHAN_FINALIZER = "orphan"
-_BUILTIN_GROUPS = frozenset({"", "batch", "coordination.k8s.io", "authorization.k8s.io"})
+_BUILTIN_GROUPS = frozenset(
+    {"", "batch", "coordination.k8s.io", "authorization.k8s.io", "authentication.k8s.io"}
+)
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 

@@ -105,3 +105,44 @@ async def test_pod_defaults_and_scheduling_gated(tmp_path: Path) -> None:
         code, out, err = await kubectl(kc, "get", "pod", "web", "-o", "json")
         assert code == 0, err
         assert json.loads(out)["spec"]["securityContext"] == {}
+
+
+async def test_impersonation_whoami_and_rules(tmp_path: Path) -> None:
+    async with Simulator(controllers=[], tls=True) as sim:
+        kc = sim.write_kubeconfig(tmp_path / "kc")
+        ro = sim.write_kubeconfig(tmp_path / "ro", token="readonly")
+        code, out, err = await kubectl(kc, "auth", "whoami", "-o", "json")
+        assert code == 0, err
+        assert json.loads(out)["status"]["userInfo"] == {
+            "username": "admin",
+            "groups": ["system:authenticated"],
+        }
+        # --as: the admin may impersonate; the impersonated identity's rules decide
+        code, out, _ = await kubectl(kc, "auth", "can-i", "delete", "trainjobs", "--as=readonly")
+        assert out.strip() == "no" and code != 0
+        code, out, _ = await kubectl(kc, "auth", "can-i", "delete", "trainjobs")
+        assert out.strip() == "yes" and code == 0
+        code, out, err = await kubectl(kc, "auth", "whoami", "--as=readonly")
+        assert code == 0 and "readonly" in out, err
+        code, _, err = await kubectl(kc, "create", "configmap", "x", "--as=readonly")
+        assert code != 0 and 'User "readonly" cannot create resource "configmaps"' in err
+        # a user kubesim does not know is authenticated but has no rules
+        code, out, _ = await kubectl(kc, "auth", "can-i", "get", "pods", "--as=stranger")
+        assert out.strip() == "no"
+        # the read-only identity may not impersonate anybody
+        code, _, err = await kubectl(ro, "get", "pods", "--as=admin")
+        assert code != 0
+        assert (
+            'users "admin" is forbidden: User "readonly" cannot impersonate resource "users" '
+            'in API group "" at the cluster scope' in err
+        )
+        # can-i --list: SelfSubjectRulesReview
+        code, out, err = await kubectl(ro, "auth", "can-i", "--list")
+        assert code == 0, err
+        lines = [ln.split() for ln in out.splitlines()]
+        assert ["*.*", "[]", "[]", "[get", "list", "watch]"] in lines
+        assert any(ln[:1] == ["selfsubjectreviews.authentication.k8s.io"] for ln in lines)
+        assert ["[/version]", "[]", "[get]"] in lines
+        code, out, err = await kubectl(kc, "auth", "can-i", "--list", "--as=stranger")
+        assert code == 0, err
+        assert "*.*" not in out
