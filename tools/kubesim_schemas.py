@@ -100,20 +100,34 @@ def main(crds: Path, out: Path) -> None:
         count(n)
     defs: dict[str, Any] = {}
 
-    def share(n: Any) -> Any:
+    def share(n: Any, hint: str) -> Any:
+        """``n`` with repeated sub-trees moved to ``defs``, named after the field they first appear in
+        (``kubectl explain`` shows the name as the field's type)."""
         if isinstance(n, dict):
-            inner = {k: share(v) for k, v in n.items()}
-            if "t" not in n and "p" not in n:  # a properties map or small leaf: keep inline
-                return inner
+            if "t" not in n and "p" not in n and "i" not in n:  # a properties map: recurse by field name
+                return {k: share(v, k) for k, v in n.items()}
+            inner: dict[str, Any] = {}
+            for k, v in n.items():
+                if k == "p":
+                    inner[k] = {f: share(sub, f) for f, sub in v.items()}
+                elif k in ("i", "a"):
+                    inner[k] = share(v, hint[:-1] if k == "i" and hint.endswith("s") else hint)
+                else:
+                    inner[k] = v
             k = key(n)
             if counts.get(k, 0) > 1 and len(json.dumps(inner)) > 200:
-                defs.setdefault(k, inner)
-                canon[k] = k
-                return {"$": k}
+                if k not in canon:
+                    base = hint[:1].upper() + hint[1:] or "Object"
+                    name, i = base, 2
+                    while name in defs:
+                        name, i = f"{base}{i}", i + 1
+                    canon[k] = name
+                    defs[name] = inner
+                return {"$": canon[k]}
             return inner
         return n
 
-    shared = {name: share(n) for name, n in kinds.items()}
+    shared = {name: share(n, name.rsplit("/", 1)[-1]) for name, n in kinds.items()}
     out.write_text(json.dumps({"defs": defs, "kinds": shared}, sort_keys=True, separators=(",", ":")) + "\n")
     print(f"wrote {out} ({out.stat().st_size} bytes, {len(defs)} shared sub-trees)")
 

@@ -15,6 +15,7 @@ JSON types and the structural markers only. The few core kinds without such a so
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -32,7 +33,7 @@ from kubesim.resources import (
     ResourceType,
 )
 
-__all__ = ["OBJECT_META", "Node", "prune_unknown", "schema_of"]
+__all__ = ["OBJECT_META", "Node", "openapi_schemas", "prune_unknown", "schema_name", "schema_of"]
 
 Node = dict[str, Any]
 
@@ -101,12 +102,18 @@ def _root(**props: Node) -> Node:
     return _n("object", apiVersion=_S, kind=_S, metadata=OBJECT_META, **props)
 
 
-def _core(rt: ResourceType) -> Node | None:
-    """The core kinds kubesim serves; statuses the simulator writes are kept as they are (see docs)."""
+def _raw(key: str) -> Node:
+    out: Node = _data()["kinds"][key]
+    return out
+
+
+def _core(rt: ResourceType, gen: Callable[[str], Node] = _generated) -> Node | None:
+    """The core kinds kubesim serves; statuses the simulator writes are kept as they are (see docs).
+    ``gen`` reads a generated skeleton (resolved, or with its shared references for OpenAPI)."""
     if rt is PODS:
-        return _root(spec=_generated("/PodSpec"), status=_PRESERVE)
+        return _root(spec=gen("/PodSpec"), status=_PRESERVE)
     if rt is JOBS:
-        return _root(spec=_generated("batch/JobSpec"), status=_PRESERVE)
+        return _root(spec=gen("batch/JobSpec"), status=_PRESERVE)
     if rt is CONFIGMAPS:
         return _root(data=_STRING_MAP, binaryData=_STRING_MAP, immutable=_B)
     if rt is SECRETS:
@@ -244,3 +251,78 @@ def _prune(value: Any, node: Node, path: str, pruned: list[str]) -> None:
     elif isinstance(value, list) and isinstance(node.get("i"), dict):
         for i, item in enumerate(value):
             _prune(item, node["i"], f"{path}[{i}]", pruned)
+
+
+# ------------------------------------------------------------------------------------------- OpenAPI
+
+_SHARED = "io.kubesim.shared."
+
+
+def schema_name(rt: ResourceType) -> str:
+    """The component name the apiserver gives a kind's schema: ``io.k8s.api.core.v1.Pod``,
+    ``io.k8s.api.batch.v1.Job``, and for a custom resource its reversed group, version and kind
+    (``org.kubeflow.trainer.v1alpha1.TrainJob``)."""
+    if rt.group in ("", "batch", "coordination.k8s.io"):
+        group = {"": "core", "batch": "batch", "coordination.k8s.io": "coordination"}[rt.group]
+        return f"io.k8s.api.{group}.{rt.version}.{rt.kind}"
+    return ".".join(reversed(rt.group.split("."))) + f".{rt.version}.{rt.kind}"
+
+
+def _openapi(node: Any, refs: set[str]) -> Any:
+    """A skeleton node as an OpenAPI v3 schema (shared sub-trees become ``$ref``s, collected in ``refs``)."""
+    if not isinstance(node, dict):
+        return node
+    if "$" in node:
+        refs.add(node["$"])
+        return {"$ref": f"#/components/schemas/{_SHARED}{node['$']}"}
+    out: dict[str, Any] = {}
+    t = node.get("t")
+    if t == "int-or-string":
+        out["x-kubernetes-int-or-string"] = True
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    elif t:
+        out["type"] = t
+    if "p" in node:
+        out["properties"] = {k: _openapi(v, refs) for k, v in node["p"].items()}
+    if isinstance(node.get("a"), dict):
+        out["additionalProperties"] = _openapi(node["a"], refs)
+    elif node.get("a") is True:
+        out["additionalProperties"] = True
+    if "i" in node:
+        out["items"] = _openapi(node["i"], refs)
+    if node.get("x"):
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    if node.get("e"):
+        out["x-kubernetes-embedded-resource"] = True
+    if node.get("r"):
+        out["required"] = list(node["r"])
+    return out
+
+
+def openapi_schemas(rts: Sequence[ResourceType]) -> dict[str, Any]:
+    """``components.schemas`` of an OpenAPI v3 group-version document: each kind's schema (with its
+    ``x-kubernetes-group-version-kind``) and the shared sub-trees they reference. Field names and types
+    only: ``kubectl explain`` lists the fields, without descriptions."""
+    out: dict[str, Any] = {}
+    refs: set[str] = set()
+    for rt in rts:
+        node = _core(rt, _raw)
+        if node is None:
+            key = f"{rt.group}/{rt.plural}"
+            if key not in _data()["kinds"]:
+                continue
+            node = dict(_raw(key))
+            if "$" in node:
+                node = dict(_data()["defs"][node["$"]])
+            node["p"] = {**node["p"], "metadata": OBJECT_META}
+        schema = _openapi(node, refs)
+        schema["x-kubernetes-group-version-kind"] = [
+            {"group": rt.group, "version": rt.version, "kind": rt.kind}
+        ]
+        out[schema_name(rt)] = schema
+    done: set[str] = set()
+    while refs - done:
+        ref = sorted(refs - done)[0]
+        done.add(ref)
+        out[_SHARED + ref] = _openapi(_data()["defs"][ref], refs)
+    return out

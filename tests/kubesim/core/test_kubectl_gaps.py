@@ -146,3 +146,29 @@ async def test_impersonation_whoami_and_rules(tmp_path: Path) -> None:
         code, out, err = await kubectl(kc, "auth", "can-i", "--list", "--as=stranger")
         assert code == 0, err
         assert "*.*" not in out
+
+
+async def test_explain_reads_the_served_schemas(tmp_path: Path) -> None:
+    async with Simulator(controllers=[], tls=True) as sim:
+        kc = sim.write_kubeconfig(tmp_path / "kc")
+        code, out, err = await kubectl(kc, "explain", "trainjob.spec.trainer")
+        assert code == 0, err
+        assert "KIND:       TrainJob" in out
+        for field in ("numNodes\t<integer>", "image\t<string>", "env\t<[]Object>", "resourcesPerNode"):
+            assert field in out, field
+        code, out, err = await kubectl(kc, "explain", "pod.spec.containers.ports")
+        assert code == 0, err
+        assert "containerPort\t<integer> -required-" in out and "protocol\t<string>" in out
+        code, out, err = await kubectl(kc, "explain", "workloads.spec.podSets")
+        assert code == 0 and "count\t<integer>" in out, err
+        # the schemas do not turn kubectl's client-side apply of a custom resource into a strategic patch
+        manifest = tmp_path / "tj.yaml"
+        manifest.write_text(
+            "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata: {name: t}\n"
+            "spec:\n  runtimeRef: {name: torch-distributed}\n  trainer: {numNodes: 1}\n"
+        )
+        assert (await kubectl(kc, "apply", "-f", str(manifest)))[0] == 0
+        manifest.write_text(manifest.read_text().replace("numNodes: 1", "numNodes: 1, image: busybox"))
+        code, _, err = await kubectl(kc, "apply", "-f", str(manifest))
+        assert code == 0, err  # a strategic merge patch would be a 415 for a custom resource
+        assert sim.requests.filter(verb="patch", status=200)
