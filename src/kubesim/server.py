@@ -38,6 +38,7 @@ from kubesim.logs import LogLine
 from kubesim.patch import APPLY, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from kubesim.requestlog import WRITE_VERBS, RequestRecord
 from kubesim.resources import (
+    CONFIGMAPS,
     PODS,
     REGISTRY,
     SELFSUBJECTACCESSREVIEWS,
@@ -213,6 +214,9 @@ class ApiServer:
         self.host = "127.0.0.1"
         self.port = 0
         self.scheme = "http"
+        # (namespace, name) of ConfigMaps a RoleBinding lets every authenticated user get (fixtures add
+        # the Trainer install's kubeflow-trainer-public)
+        self.authenticated_reads: set[tuple[str, str]] = set()
         self.app = web.Application(client_max_size=16 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self._handle)
         sim.faults.on_drop(self.watches.drop)
@@ -436,6 +440,14 @@ class ApiServer:
         assert rt is not None
         if rt in _SELF_REVIEWS and not perms.is_anonymous:
             return  # every authenticated user may ask who it is and what it may do (system:basic-user)
+        if (
+            rt is CONFIGMAPS
+            and info.verb == "get"
+            and not info.subresource
+            and not perms.is_anonymous
+            and (info.namespace or "", info.name or "") in self.authenticated_reads
+        ):
+            return
         if not perms.allows(info.verb, rt.group, rt.plural, info.subresource, info.namespace):
             raise forbidden(
                 perms.name,

@@ -259,3 +259,19 @@ async def test_request_log_counts_bytes(sim: Simulator, raw: Raw) -> None:
         watch.verb == "watch" and watch.response_bytes > create.response_bytes
     )  # the event wraps the object
     assert sim.requests.bytes_total()[1] == create.response_bytes + watch.response_bytes
+
+
+async def test_trainer_public_configmap_readable_by_every_authenticated_user() -> None:
+    """What the Kubeflow SDK's TrainerClient() reads at start (a warning when it is missing)."""
+    nobody = Permissions.custom("nobody", [])
+    async with Simulator(tokens={"nobody-token": nobody}) as sim, aiohttp.ClientSession() as session:
+        path = "/api/v1/namespaces/kubeflow-system/configmaps/kubeflow-trainer-public"
+        code, body, _ = await Raw(sim, session, "nobody-token").request("GET", path)
+        assert code == 200 and body["data"]["kubeflow_trainer_version"] == "v2.3.0"
+        # only that one object, only get
+        code, _, _ = await Raw(sim, session, "nobody-token").request(
+            "GET", "/api/v1/namespaces/kubeflow-system/configmaps"
+        )
+        assert code == 403
+        assert (await Raw(sim, session, None).request("GET", path))[0] == 403  # anonymous: not bound
+        assert (await Raw(sim, session, "nobody-token").request("DELETE", path))[0] == 403
