@@ -25,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kubesim import admission
 from kubesim.auth import ADMIN, Authenticator, Permissions
 from kubesim.behaviour import Behaviours
 from kubesim.clock import Clock, ManualClock
@@ -88,6 +89,9 @@ class Simulator:
     ) -> None:
         self.clock: Clock = clock if clock is not None else ManualClock()
         self.store = ObjectStore(self.clock, history_limit=history_limit)
+        # The installed CRDs' defaults, schema and CEL rules belong to the API server, so they hold with
+        # any controllers (or none); webhooks come with the controllers that install them.
+        admission.install_crds(self.store, self.clock)
         self.logs = PodLogs(self.clock)
         self.faults = Faults()
         self.faults.on_compact(self.store.compact)

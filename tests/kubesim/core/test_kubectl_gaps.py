@@ -168,7 +168,9 @@ async def test_explain_reads_the_served_schemas(tmp_path: Path) -> None:
             "spec:\n  runtimeRef: {name: torch-distributed}\n  trainer: {numNodes: 1}\n"
         )
         assert (await kubectl(kc, "apply", "-f", str(manifest)))[0] == 0
-        manifest.write_text(manifest.read_text().replace("numNodes: 1", "numNodes: 1, image: busybox"))
+        manifest.write_text(
+            manifest.read_text().replace("metadata: {name: t}", "metadata: {name: t, labels: {a: b}}")
+        )
         code, _, err = await kubectl(kc, "apply", "-f", str(manifest))
         assert code == 0, err  # a strategic merge patch would be a 415 for a custom resource
         assert sim.requests.filter(verb="patch", status=200)
