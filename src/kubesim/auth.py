@@ -12,10 +12,12 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["ADMIN", "READONLY", "Authenticator", "Permissions", "Rule"]
+__all__ = ["ADMIN", "ANONYMOUS", "READONLY", "Authenticator", "Permissions", "Rule"]
 
 ADMIN = "admin"
 READONLY = "readonly"
+#: The user a request without credentials is authenticated as (``--anonymous-auth``, on by default).
+ANONYMOUS = "system:anonymous"
 READ_VERBS = frozenset({"get", "list", "watch"})
 
 
@@ -83,6 +85,38 @@ class Permissions:
     def custom(name: str, rules: Iterable[Rule]) -> Permissions:
         return Permissions(name, tuple(rules))
 
+    @staticmethod
+    def anonymous() -> Permissions:
+        """``system:anonymous``: no rules (RBAC's default bindings give it only the public-info paths)."""
+        return Permissions(ANONYMOUS)
+
+    @property
+    def is_anonymous(self) -> bool:
+        return self.name == ANONYMOUS
+
+    @property
+    def groups(self) -> list[str]:
+        """The groups the authenticator reports for this user (SelfSubjectReview)."""
+        return ["system:unauthenticated"] if self.is_anonymous else ["system:authenticated"]
+
+    def describe_rules(self, namespace: str | None) -> list[dict[str, list[str]]]:
+        """The resource rules that apply in ``namespace`` (None: cluster scope), as RBAC's
+        SelfSubjectRulesReview lists them."""
+        out = []
+        for rule in self.rules:
+            if rule.namespaces is not None and (
+                namespace is None or (namespace not in rule.namespaces and "*" not in rule.namespaces)
+            ):
+                continue
+            out.append(
+                {
+                    "verbs": sorted(rule.verbs),
+                    "apiGroups": sorted(rule.groups),
+                    "resources": sorted(rule.resources),
+                }
+            )
+        return out
+
     def decide(
         self, verb: str, group: str, resource: str, subresource: str = "", namespace: str | None = None
     ) -> tuple[bool, str]:
@@ -126,6 +160,11 @@ class Authenticator:
         if tok is None:
             raise LookupError(f"no identity {name!r}; known identities: {sorted(self._token_of)}")
         return tok
+
+    def by_name(self, name: str) -> Permissions | None:
+        """The identity called ``name`` (for impersonation), or None."""
+        tok = self._token_of.get(name)
+        return self._by_token.get(tok) if tok is not None else None
 
     def identities(self) -> list[str]:
         return sorted(self._token_of)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kubesim.fields import openapi_schemas
 from kubesim.resources import ResourceType
 
 __all__ = ["KUBE_VERSION", "document"]
@@ -114,8 +115,9 @@ def _gv_path(rt: ResourceType) -> str:
 
 def openapi_root(served: Sequence[ResourceType]) -> dict[str, Any]:
     """The OpenAPI v3 index. The per group-version documents list each resource's operations and their
-    query parameters (so kubectl sees that the server validates fields itself) but carry no schemas (so
-    kubectl does no client-side schema validation and uses merge patches for custom resources)."""
+    query parameters (so kubectl sees that the server validates fields itself) and the kinds' schemas
+    (for ``kubectl explain``); the patch operations declare no request body, so kubectl's client-side
+    apply keeps using merge patches for custom resources."""
     paths = {}
     for gvp in sorted({_gv_path(rt) for rt in served}):
         paths[gvp] = {"serverRelativeURL": f"/openapi/v3/{gvp}?hash=kubesim-{KUBE_VERSION['gitVersion']}"}
@@ -160,5 +162,5 @@ def openapi_group_version(served: Sequence[ResourceType], gv_path: str) -> dict[
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes (kubesim)", "version": KUBE_VERSION["gitVersion"]},
         "paths": paths,
-        "components": {"schemas": {}},
+        "components": {"schemas": openapi_schemas(rts)},
     }

@@ -14,7 +14,9 @@ from kubesim.resources import (
     ADMISSIONCHECKS,
     CLUSTERQUEUES,
     CLUSTERTRAININGRUNTIMES,
+    CONFIGMAPS,
     LOCALQUEUES,
+    NAMESPACES,
     NODES,
     RESOURCEFLAVORS,
     ResourceType,
@@ -323,11 +325,40 @@ def install_default_kueue(store: ObjectStore, **kwargs: Any) -> None:
         _create(store, rt, obj)
 
 
+TRAINER_NAMESPACE = "kubeflow-system"
+TRAINER_PUBLIC = "kubeflow-trainer-public"
+TRAINER_VERSION = "v2.3.0"
+
+
+def install_trainer_public(store: ObjectStore) -> None:
+    """The ``kubeflow-system`` namespace and the ``kubeflow-trainer-public`` ConfigMap a Trainer install
+    creates (``manifests/base/manager/kubeflow-trainer-public-configmap.yaml``); the Kubeflow SDK's
+    ``TrainerClient()`` reads ``data.kubeflow_trainer_version`` from it and logs a warning without it."""
+    _create(
+        store, NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TRAINER_NAMESPACE}}
+    )
+    _create(
+        store,
+        CONFIGMAPS,
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": TRAINER_PUBLIC, "namespace": TRAINER_NAMESPACE},
+            "data": {"kubeflow_trainer_version": TRAINER_VERSION},
+        },
+    )
+
+
 def install(sim: Any) -> None:
     """What ``Simulator()`` installs with its default controllers: the stock-like runtimes (unless
     ``install_runtimes=False``), nodes (``nodes=None`` → 4 default nodes; an int → that many; a list of
     Node dicts → those), and the default Kueue objects when ``kueue=True``."""
     store = sim.store
+    install_trainer_public(store)
+    server = getattr(sim, "server", None)
+    if server is not None:
+        # the install's RoleBinding: every authenticated user may get that one ConfigMap
+        server.authenticated_reads.add((TRAINER_NAMESPACE, TRAINER_PUBLIC))
     if getattr(sim, "install_runtimes", True):
         install_runtimes(store)
     nodes = getattr(sim, "nodes", None)

@@ -2,8 +2,9 @@
 
 kubectl's typed clients (``kubectl create namespace|configmap``, ``kubectl auth can-i``) send
 ``application/vnd.kubernetes.protobuf`` bodies. kubesim answers in JSON (kubectl accepts it) and decodes
-the request bodies of these kinds only: Namespace, ConfigMap, Secret and SelfSubjectAccessReview. Other
-kinds sent as protobuf are answered 415.
+the request bodies of these kinds only: Namespace, ConfigMap, Secret and the self reviews
+(SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview). Other kinds sent as protobuf are
+answered 415.
 """
 
 from __future__ import annotations
@@ -142,11 +143,31 @@ def _ssar(f: Fields) -> dict[str, Any]:
     }
 
 
+def _ssrr(f: Fields) -> dict[str, Any]:
+    spec_f = _fields(f.get(2, [b""])[-1])
+    spec: dict[str, Any] = {}
+    ns = _str(spec_f, 1)
+    if ns:
+        spec["namespace"] = ns
+    return {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectRulesReview",
+        "metadata": {},
+        "spec": spec,
+    }
+
+
+def _ssr(f: Fields) -> dict[str, Any]:
+    return {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview", "metadata": {}}
+
+
 _DECODERS: dict[tuple[str, str], Callable[[Fields], dict[str, Any]]] = {
     ("v1", "Namespace"): _namespace,
     ("v1", "ConfigMap"): _configmap,
     ("v1", "Secret"): _secret,
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): _ssar,
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): _ssrr,
+    ("authentication.k8s.io/v1", "SelfSubjectReview"): _ssr,
 }
 
 

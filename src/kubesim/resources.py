@@ -24,6 +24,8 @@ __all__ = [
     "RESOURCEFLAVORS",
     "SECRETS",
     "SELFSUBJECTACCESSREVIEWS",
+    "SELFSUBJECTREVIEWS",
+    "SELFSUBJECTRULESREVIEWS",
     "SERVICES",
     "TRAININGRUNTIMES",
     "TRAINJOBS",
@@ -177,6 +179,28 @@ SELFSUBJECTACCESSREVIEWS = register(
         "v1",
         "SelfSubjectAccessReview",
         "selfsubjectaccessreviews",
+        False,
+        _NOSTATUS,
+        verbs=("create",),
+    )
+)
+SELFSUBJECTRULESREVIEWS = register(
+    ResourceType(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+        False,
+        _NOSTATUS,
+        verbs=("create",),
+    )
+)
+SELFSUBJECTREVIEWS = register(
+    ResourceType(
+        "authentication.k8s.io",
+        "v1",
+        "SelfSubjectReview",
+        "selfsubjectreviews",
         False,
         _NOSTATUS,
         verbs=("create",),

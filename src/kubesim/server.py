@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from kubesim import discovery, protobuf
-from kubesim.auth import Permissions
+from kubesim.auth import ANONYMOUS, Permissions
 from kubesim.bodies import BodyError, decode_json, decode_yaml
 from kubesim.clock import parse_rfc3339, rfc3339
 from kubesim.errors import (
@@ -33,10 +33,20 @@ from kubesim.errors import (
     method_not_allowed,
     unauthorized,
 )
+from kubesim.fields import prune_unknown
 from kubesim.logs import LogLine
 from kubesim.patch import APPLY, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from kubesim.requestlog import WRITE_VERBS, RequestRecord
-from kubesim.resources import PODS, REGISTRY, SELFSUBJECTACCESSREVIEWS, ResourceType, by_plural
+from kubesim.resources import (
+    CONFIGMAPS,
+    PODS,
+    REGISTRY,
+    SELFSUBJECTACCESSREVIEWS,
+    SELFSUBJECTREVIEWS,
+    SELFSUBJECTRULESREVIEWS,
+    ResourceType,
+    by_plural,
+)
 from kubesim.store import check_propagation
 from kubesim.tables import table, wants_table
 from kubesim.watch import (
@@ -58,9 +68,30 @@ log = logging.getLogger(__name__)
 
 KUBE_VERSION = discovery.KUBE_VERSION
 _HEALTH = ("healthz", "livez", "readyz")
-_BUILTIN_GROUPS = frozenset({"", "batch", "coordination.k8s.io", "authorization.k8s.io"})
+_BUILTIN_GROUPS = frozenset(
+    {"", "batch", "coordination.k8s.io", "authorization.k8s.io", "authentication.k8s.io"}
+)
 _RETURNS_DELETED = frozenset({("", "pods"), ("", "namespaces"), ("", "services")})
 _JSON = "application/json"
+_SELF_REVIEWS = (SELFSUBJECTACCESSREVIEWS, SELFSUBJECTRULESREVIEWS, SELFSUBJECTREVIEWS)
+# The pseudo-resources the impersonation filter authorizes ("impersonate" on users/groups, core group).
+_IMPERSONATED = {
+    "users": ResourceType("", "v1", "User", "users", False),
+    "groups": ResourceType("", "v1", "Group", "groups", False),
+}
+_DISCOVERY_URLS = (
+    "/api",
+    "/api/*",
+    "/apis",
+    "/apis/*",
+    "/healthz",
+    "/livez",
+    "/openapi",
+    "/openapi/*",
+    "/readyz",
+    "/version",
+    "/version/",
+)
 
 
 @dataclass
@@ -88,6 +119,36 @@ def _error_response(err: ApiError) -> web.Response:
     if err.code in (429, 503) and err.details and "retryAfterSeconds" in err.details:
         headers["Retry-After"] = str(err.details["retryAfterSeconds"])
     return _json_response(err.status(), err.code, headers)
+
+
+class _FieldValidation:
+    """Drops the fields a kind does not know from a request body, answering as ``fieldValidation`` asks:
+    ``Strict`` 400 (apimachinery's ``StrictDecodingError`` wording), ``Warn`` (the default) one
+    ``Warning`` header per field, ``Ignore`` nothing."""
+
+    def __init__(self, rt: ResourceType, mode: str | None) -> None:
+        self.rt = rt
+        self.mode = mode or "Warn"
+        self.warnings: list[str] = []
+
+    def __call__(self, obj: dict[str, Any]) -> None:
+        if not isinstance(obj, dict):
+            return
+        paths = prune_unknown(self.rt, obj)
+        if not paths:
+            return
+        if self.mode == "Strict":
+            raise bad_request("strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in paths))
+        if self.mode == "Warn":
+            self.warnings += [
+                f'unknown field "{p}"' for p in paths if f'unknown field "{p}"' not in self.warnings
+            ]
+
+    def respond(self, body: Any, status: int = 200) -> web.Response:
+        resp = _json_response(body, status)
+        for text in self.warnings:  # RFC 7234 warn-code 299, agent "-", as the apiserver's warning recorder
+            resp.headers.add("Warning", f"299 - {json.dumps(text)}")
+        return resp
 
 
 def _not_found_path() -> ApiError:
@@ -153,6 +214,9 @@ class ApiServer:
         self.host = "127.0.0.1"
         self.port = 0
         self.scheme = "http"
+        # (namespace, name) of ConfigMaps a RoleBinding lets every authenticated user get (fixtures add
+        # the Trainer install's kubeflow-trainer-public)
+        self.authenticated_reads: set[tuple[str, str]] = set()
         self.app = web.Application(client_max_size=16 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self._handle)
         sim.faults.on_drop(self.watches.drop)
@@ -242,13 +306,24 @@ class ApiServer:
                 final = web.Response(text="ok", content_type="text/plain")
                 return final
             info = self._parse(request, parts)
-            perms = sim.auth.authenticate(request.headers.get("Authorization"))
-            if perms is None:
+            header = request.headers.get("Authorization")
+            if header:
+                perms = sim.auth.authenticate(header)
+                if perms is None:  # credentials that do not authenticate are refused, never anonymous
+                    raise unauthorized()
+            elif sim.anonymous_auth:
+                perms = Permissions.anonymous()
+            else:
                 raise unauthorized()
+            perms = self._impersonate(request, perms)
             fault = sim.faults.check(info.verb or request.method.lower(), request.path)
             if fault is not None:
                 raise fault
             if info.rt is None:
+                if perms.is_anonymous and parts[:1] != ["version"]:
+                    # RBAC's default bindings: system:public-info-viewer (/version, /healthz, /livez,
+                    # /readyz) is bound to unauthenticated users, system:discovery only to authenticated
+                    raise forbidden(perms.name, request.method.lower(), None, path=request.path)
                 resp: web.StreamResponse = self._non_resource(request, parts)
             else:
                 self._authorize(perms, info)
@@ -340,11 +415,39 @@ class ApiServer:
             raise method_not_allowed()  # a subresource is read, replaced or patched, never deleted
         return info
 
+    def _impersonate(self, request: web.Request, perms: Permissions) -> Permissions:
+        """The identity the request acts as: the authenticated one, or the one it impersonates
+        (``Impersonate-User``/``-Group`` headers, ``kubectl --as``) when it may (verb ``impersonate`` on
+        ``users``/``groups``, as the impersonation filter asks the authorizer); 403 otherwise."""
+        headers = request.headers
+        as_user = headers.get("Impersonate-User")
+        as_groups = headers.getall("Impersonate-Group", [])
+        others = [h for h in headers if h.lower().startswith(("impersonate-extra-", "impersonate-uid"))]
+        if as_user is None:
+            if as_groups or others:
+                raise internal("requested impersonation of groups or extra without impersonating a user")
+            return perms
+        for resource, name in [("users", as_user)] + [("groups", g) for g in as_groups]:
+            if not perms.allows("impersonate", "", resource, "", None):
+                raise forbidden(perms.name, "impersonate", _IMPERSONATED[resource], name=name)
+        if as_user == ANONYMOUS:
+            return Permissions.anonymous()
+        # a user kubesim knows acts with its rules; any other name is a user no role is bound to
+        return self.sim.auth.by_name(as_user) or Permissions(as_user)
+
     def _authorize(self, perms: Permissions, info: RequestInfo) -> None:
         rt = info.rt
         assert rt is not None
-        if rt is SELFSUBJECTACCESSREVIEWS:
-            return  # every authenticated user may ask what it may do
+        if rt in _SELF_REVIEWS and not perms.is_anonymous:
+            return  # every authenticated user may ask who it is and what it may do (system:basic-user)
+        if (
+            rt is CONFIGMAPS
+            and info.verb == "get"
+            and not info.subresource
+            and not perms.is_anonymous
+            and (info.namespace or "", info.name or "") in self.authenticated_reads
+        ):
+            return
         if not perms.allows(info.verb, rt.group, rt.plural, info.subresource, info.namespace):
             raise forbidden(
                 perms.name,
@@ -444,15 +547,32 @@ class ApiServer:
         body = await self._body(request)
         if rt is SELFSUBJECTACCESSREVIEWS:
             return _json_response(self._ssar(body, perms), 201)
+        if rt is SELFSUBJECTRULESREVIEWS:
+            return _json_response(self._ssrr(body, perms), 201)
+        if rt is SELFSUBJECTREVIEWS:
+            user = {"username": perms.name, "groups": perms.groups}
+            return _json_response(
+                {
+                    "kind": "SelfSubjectReview",
+                    "apiVersion": "authentication.k8s.io/v1",
+                    "metadata": {"creationTimestamp": None},
+                    "status": {"userInfo": user},
+                },
+                201,
+            )
         self._check_body(rt, body, info)
+        fields = _FieldValidation(rt, q.get("fieldValidation"))
+        fields(body)
         obj = self.sim.store.create(rt, body, dry_run=self._dry_run(q), reset_status=True)
-        return _json_response(obj, 201)
+        return fields.respond(obj, 201)
 
     async def _update(self, request: web.Request, info: RequestInfo, q: dict[str, str]) -> web.Response:
         rt = info.rt
         assert rt is not None
         body = await self._body(request)
         self._check_body(rt, body, info)
+        fields = _FieldValidation(rt, q.get("fieldValidation"))
+        fields(body)
         obj = self.sim.store.replace(
             rt,
             body,
@@ -461,7 +581,7 @@ class ApiServer:
             # custom resources refuse unconditional updates, built-in types allow them
             require_resource_version=rt.group not in _BUILTIN_GROUPS and not info.subresource,
         )
-        return _json_response(obj)
+        return fields.respond(obj)
 
     async def _delete(self, request: web.Request, info: RequestInfo, q: dict[str, str]) -> web.Response:
         rt = info.rt
@@ -482,10 +602,14 @@ class ApiServer:
         if dry_run:
             return _json_response(obj)
         if store.exists(rt, info.namespace, name):
-            # finalizers or a pod's grace period keep it: 202 Accepted, as the apiserver answers
-            return _json_response(obj, 202 if obj["metadata"].get("deletionTimestamp") else 200)
-        if (rt.group, rt.plural) in _RETURNS_DELETED or rt.group not in _BUILTIN_GROUPS:
+            # Finalizers, foreground deletion or a pod's grace period keep it: the apiserver's delete
+            # handler answers 200 with the object, and 202 only when the client sent
+            # orphanDependents=false (kept for old clients).
+            return _json_response(obj, 202 if opts["orphan_false"] else 200)
+        if (rt.group, rt.plural) in _RETURNS_DELETED:
             return _json_response(obj)
+        # Gone at once: the generic registry answers a Status naming what was deleted (custom resources
+        # included); only pods, services and namespaces return the deleted object.
         details: dict[str, Any] = {"name": name}
         if rt.group:
             details["group"] = rt.group
@@ -611,6 +735,7 @@ class ApiServer:
             raise bad_request(f"the patch body could not be decoded: {exc}") from None
         store = self.sim.store
         existed = store.exists(rt, info.namespace, info.name or "")
+        fields = _FieldValidation(rt, q.get("fieldValidation"))
         obj = store.patch(
             rt,
             info.namespace,
@@ -621,11 +746,18 @@ class ApiServer:
             dry_run=dry_run,
             field_manager=q.get("fieldManager"),
             force=query_bool(force),
+            prune=fields,
         )
-        return _json_response(obj, 201 if ctype == APPLY and not existed else 200)
+        return fields.respond(obj, 201 if ctype == APPLY and not existed else 200)
 
     async def _delete_options(self, request: web.Request, q: dict[str, str]) -> dict[str, Any]:
-        opts: dict[str, Any] = {"propagation": None, "grace": None, "dry_run": False, "preconditions": None}
+        opts: dict[str, Any] = {
+            "propagation": None,
+            "grace": None,
+            "dry_run": False,
+            "preconditions": None,
+            "orphan_false": False,  # orphanDependents=false was sent (the only case that answers 202)
+        }
         raw = await request.read() if request.can_read_body else b""
         if raw.strip():
             try:
@@ -643,6 +775,7 @@ class ApiServer:
                 opts["dry_run"] = dr == ["All"]
                 if body.get("orphanDependents") is True and opts["propagation"] is None:
                     opts["propagation"] = "Orphan"
+                opts["orphan_false"] = body.get("orphanDependents") is False
         if q.get("propagationPolicy"):
             opts["propagation"] = q["propagationPolicy"]
         g = query_int64(q, "gracePeriodSeconds")
@@ -650,6 +783,8 @@ class ApiServer:
             opts["grace"] = g
         if query_bool(q.get("orphanDependents")) and opts["propagation"] is None:
             opts["propagation"] = "Orphan"
+        if "orphanDependents" in q and not query_bool(q["orphanDependents"]):
+            opts["orphan_false"] = True
         check_propagation(opts["propagation"])
         return opts
 
@@ -839,6 +974,38 @@ class ApiServer:
         raise bad_request(f'container "{container}" in pod "{name}" is waiting to start - no logs yet')
 
     # ----------------------------------------------------------------------------------- SSAR
+
+    def _ssrr(self, body: Any, perms: Permissions) -> dict[str, Any]:
+        spec = body.get("spec") if isinstance(body, dict) else None
+        if not isinstance(spec, dict):
+            spec = {}
+        ns = spec.get("namespace") or None
+        if ns is not None and not isinstance(ns, str):
+            raise bad_request("the SelfSubjectRulesReview body is not valid: spec.namespace must be a string")
+        rules = perms.describe_rules(ns)
+        # system:basic-user and system:discovery, bound to every authenticated user
+        rules += [
+            {
+                "verbs": ["create"],
+                "apiGroups": ["authorization.k8s.io"],
+                "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+            },
+            {
+                "verbs": ["create"],
+                "apiGroups": ["authentication.k8s.io"],
+                "resources": ["selfsubjectreviews"],
+            },
+        ]
+        non_resource = [
+            {"verbs": ["get"], "nonResourceURLs": sorted(_DISCOVERY_URLS)},
+        ]
+        return {
+            "kind": "SelfSubjectRulesReview",
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": {"resourceRules": rules, "nonResourceRules": non_resource, "incomplete": False},
+        }
 
     def _ssar(self, body: Any, perms: Permissions) -> dict[str, Any]:
         if not isinstance(body, dict) or not isinstance(body.get("spec"), dict):

@@ -25,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kubesim import admission
 from kubesim.auth import ADMIN, Authenticator, Permissions
 from kubesim.behaviour import Behaviours
 from kubesim.clock import Clock, ManualClock
@@ -84,9 +85,13 @@ class Simulator:
         watch_timeout: float = 1800.0,
         request_log_size: int = 100_000,
         disabled_groups: Iterable[str] = (),
+        anonymous_auth: bool = True,
     ) -> None:
         self.clock: Clock = clock if clock is not None else ManualClock()
         self.store = ObjectStore(self.clock, history_limit=history_limit)
+        # The installed CRDs' defaults, schema and CEL rules belong to the API server, so they hold with
+        # any controllers (or none); webhooks come with the controllers that install them.
+        admission.install_crds(self.store, self.clock)
         self.logs = PodLogs(self.clock)
         self.faults = Faults()
         self.faults.on_compact(self.store.compact)
@@ -94,6 +99,9 @@ class Simulator:
         self.auth = Authenticator([Permissions.admin(), Permissions.readonly()])
         for tok, perms in (tokens or {}).items():
             self.auth.add(perms, tok)
+        # As kube-apiserver's --anonymous-auth (default on): a request without credentials is
+        # system:anonymous and gets 403 from authorization; off, it is 401.
+        self.anonymous_auth = anonymous_auth
         self.kueue = kueue
         # API groups this cluster does not serve (as if their CRDs were not installed); without Kueue
         # the kueue.x-k8s.io group is absent from discovery, like on a cluster without Kueue.
@@ -156,6 +164,9 @@ class Simulator:
                     f.write(self.cert.key_pem)
                 ctx.load_cert_chain(str(cert), str(key))
         self.url = await self.server.start(self._host, self._port, ctx)
+        # A real API server's watch cache starts from a list at its start: a watch from any earlier
+        # resourceVersion (here: the fixtures' writes, made before serving) is answered 410 Expired.
+        self.store.expire_before(self.store.resource_version)
         self._wake = asyncio.Event()
         if not isinstance(self.clock, ManualClock):
             self._background = asyncio.create_task(self._run_background(), name="kubesim-controllers")

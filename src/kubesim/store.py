@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kubesim.clock import Clock, parse_rfc3339, rfc3339
+from kubesim.defaults import default_job, default_pod
 from kubesim.errors import (
     ApiError,
     Cause,
@@ -61,7 +62,9 @@ AdmissionHook = Callable[[str, ResourceType, dict[str, Any], dict[str, Any] | No
 
 FOREGROUND = "foregroundDeletion"
 ORPHAN_FINALIZER = "orphan"
-_BUILTIN_GROUPS = frozenset({"", "batch", "coordination.k8s.io", "authorization.k8s.io"})
+_BUILTIN_GROUPS = frozenset(
+    {"", "batch", "coordination.k8s.io", "authorization.k8s.io", "authentication.k8s.io"}
+)
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -447,6 +450,12 @@ class ObjectStore:
         out.reverse()
         return out
 
+    def expire_before(self, resource_version: int) -> None:
+        """Make every resourceVersion older than ``resource_version`` too old to watch from (410), as a
+        watch cache that starts with a list at that version has no earlier events; history is kept."""
+        for rt in REGISTRY.values():
+            self._compacted[rt] = max(self._compacted.get(rt, 0), resource_version)
+
     def compact(self) -> None:
         """Drop all watch history (fault injection): resuming from any earlier resourceVersion gives 410."""
         for rt in list(self._history) + list(REGISTRY.values()):
@@ -502,6 +511,10 @@ class ObjectStore:
         self._check_shape(rt, new)
         if reset_status and rt is PODS:
             new["status"] = {"phase": "Pending", "qosClass": _pod_qos(new)}
+        if rt is PODS:
+            default_pod(new, self.clock.now())
+        elif rt is JOBS:
+            default_job(new)
         if rt is NAMESPACES:
             new.setdefault("spec", {})["finalizers"] = ["kubernetes"]
             new["status"] = {"phase": "Active"}
@@ -719,8 +732,12 @@ class ObjectStore:
         dry_run: bool = False,
         field_manager: str | None = None,
         force: bool = False,
+        prune: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """PATCH with ``patch_type`` one of the merge, JSON, strategic-merge or apply content types.
+
+        ``prune`` (what the HTTP server passes) sees the patched object (for apply: the applied
+        configuration) before admission, to drop the fields the kind does not know.
 
         A resourceVersion placed in the patch acts as a precondition (409 when stale). Strategic merge
         patch is refused with 415 for custom resources, as a real server does. Apply creates the object
@@ -736,7 +753,7 @@ class ObjectStore:
                 )
             current = self._lookup(rt, ns, name)
             if patch_type == APPLY:
-                return self._apply(rt, ns, name, body, current, subresource, dry_run, field_manager)
+                return self._apply(rt, ns, name, body, current, subresource, dry_run, field_manager, prune)
             if current is None:
                 raise not_found(rt, name)
             if patch_type == MERGE_PATCH:
@@ -756,6 +773,8 @@ class ObjectStore:
             patched["metadata"]["name"] = name
             if rt.namespaced:
                 patched["metadata"]["namespace"] = ns
+            if prune is not None:
+                prune(patched)
             return self._replace(rt, patched, subresource=subresource, dry_run=dry_run)
 
     def _apply(
@@ -768,6 +787,7 @@ class ObjectStore:
         subresource: str | None,
         dry_run: bool,
         field_manager: str | None,
+        prune: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise bad_request("an apply patch must be a YAML or JSON object")
@@ -799,6 +819,8 @@ class ObjectStore:
                 f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
             )
         applied = deep_copy(body)
+        if prune is not None:
+            prune(applied)
         applied.setdefault("metadata", {})["name"] = name
         if rt.namespaced:
             applied["metadata"]["namespace"] = ns

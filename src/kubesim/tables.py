@@ -76,6 +76,10 @@ def _condition(obj: dict[str, Any], ctype: str) -> str:
 def _pod_status(pod: dict[str, Any]) -> str:
     status = pod.get("status") or {}
     reason = status.get("reason") or status.get("phase") or "Pending"
+    # printPod: a PodScheduled condition with reason SchedulingGated shows as that reason
+    for c in status.get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("reason") == "SchedulingGated":
+            reason = "SchedulingGated"
     for cs in reversed(status.get("containerStatuses") or []):
         state = cs.get("state") or {}
         if (state.get("waiting") or {}).get("reason"):

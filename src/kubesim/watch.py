@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 _QUEUE_LIMIT = 50_000  # events a consumer may fall behind before it is disconnected
+_PRE_TIMEOUT = 2.0  # seconds before a watch's deadline the watch cache sends a last bookmark
 _SER_CACHE = 4096  # serialized objects kept, so N watchers of one change serialize it once
 
 Render = Callable[[dict[str, Any]], Any]  # what a watch sends for an object (itself, or a Table)
@@ -282,6 +283,15 @@ class WatchHub:
         etype = transition(ev.type, wr.matches(ev.obj), before)
         return None if etype is None else self._line(etype, ev, wr.render)
 
+    def _next_bookmark(self, now: float, deadline: float) -> float | None:
+        """When the next bookmark is due: every ``bookmark_interval``, and also ``_PRE_TIMEOUT`` seconds
+        before the watch's deadline (the watch cache's ``nextBookmarkTime``), none once that has passed."""
+        due = now + self.bookmark_interval
+        pre_timeout = deadline - _PRE_TIMEOUT
+        if pre_timeout < due:
+            due = pre_timeout
+        return None if due <= now else due
+
     def _bookmark(self, wr: WatchRequest, rv: int, *, initial_end: bool = False) -> bytes:
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if initial_end:
@@ -344,18 +354,22 @@ class WatchHub:
                 await send(self._bookmark(wr, last_rv, initial_end=True))
             loop = asyncio.get_running_loop()
             deadline = loop.time() + wr.timeout
+            next_bookmark = self._next_bookmark(loop.time(), deadline) if wr.bookmarks else None
             while True:
-                remaining = deadline - loop.time()
+                now = loop.time()
+                remaining = deadline - now
                 if remaining <= 0:
                     break
-                wait = min(remaining, self.bookmark_interval) if wr.bookmarks else remaining
+                wait = remaining if next_bookmark is None else max(0.0, min(remaining, next_bookmark - now))
                 try:
                     item = await asyncio.wait_for(watcher.queue.get(), wait)
                 except TimeoutError:
-                    # An empty queue means every change so far was delivered: resuming from the current
-                    # resourceVersion loses nothing.
-                    if wr.bookmarks and watcher.queue.empty() and loop.time() < deadline:
-                        await send(self._bookmark(wr, store.resource_version))
+                    if next_bookmark is not None and loop.time() >= next_bookmark:
+                        # An empty queue means every change so far was delivered: resuming from the
+                        # current resourceVersion loses nothing.
+                        if watcher.queue.empty() and loop.time() < deadline:
+                            await send(self._bookmark(wr, store.resource_version))
+                        next_bookmark = self._next_bookmark(loop.time(), deadline)
                     continue
                 if item is None:
                     if watcher.abort and request.transport is not None:

@@ -18,14 +18,31 @@ from kubesim.resources import CLUSTERTRAININGRUNTIMES, JOBSETS, TRAININGRUNTIMES
 if TYPE_CHECKING:
     from kubesim.store import ObjectStore
 
-__all__ = ["default_jobset", "default_runtime", "install", "kueue_default_trainjob"]
+__all__ = [
+    "default_jobset",
+    "default_runtime",
+    "install",
+    "install_crds",
+    "install_webhooks",
+    "kueue_default_trainjob",
+]
 
 
-def install(store: ObjectStore, clock: Clock, *, kueue: bool, webhooks: bool = True) -> None:
-    """Register the TrainJob and JobSet hooks (with Kueue's TrainJob defaulter when ``kueue``).
+def install_crds(store: ObjectStore, clock: Clock) -> None:
+    """What the API server does for the installed CRDs: the TrainJob CRD's defaults, schema and CEL
+    rules, the runtime CRDs' defaults. The Simulator installs these itself, controllers or not."""
+    tj = TrainJobAdmission(store.get, clock, webhooks=False)
+    store.add_admission(TRAINJOBS, tj.crd_mutate, mutating=True)
+    store.add_admission(TRAINJOBS, tj.crd_validate)
+    store.add_admission(TRAININGRUNTIMES, default_runtime, mutating=True)
+    store.add_admission(CLUSTERTRAININGRUNTIMES, default_runtime, mutating=True)
 
-    ``webhooks=False`` leaves out Trainer's own webhooks (the CRD's defaults, schema and CEL stay)."""
-    tj = TrainJobAdmission(store.get, clock, webhooks=webhooks)
+
+def install_webhooks(store: ObjectStore, clock: Clock, *, kueue: bool, trainer: bool = True) -> None:
+    """The admission webhooks the controllers' installs bring: Kueue's TrainJob defaulter (``kueue``),
+    Trainer's defaulting and validating webhooks (``trainer``) and JobSet's defaulter. Registered after
+    :func:`install_crds`, so they see CRD-defaulted objects and validate only schema-valid ones."""
+    tj = TrainJobAdmission(store.get, clock, webhooks=True)
 
     def mutate_trainjob(
         operation: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
@@ -34,14 +51,19 @@ def install(store: ObjectStore, clock: Clock, *, kueue: bool, webhooks: bool = T
             return None
         if kueue and operation == "CREATE":
             obj = kueue_default_trainjob(obj)
-        out = tj.mutate(operation, rt, obj, old)
+        out = tj.webhook_mutate(operation, rt, obj, old) if trainer else None
         return out if out is not None else obj
 
     store.add_admission(TRAINJOBS, mutate_trainjob, mutating=True)
-    store.add_admission(TRAINJOBS, tj.validate)
+    if trainer:
+        store.add_admission(TRAINJOBS, tj.webhook_validate)
     store.add_admission(JOBSETS, jobset_defaulter, mutating=True)
-    store.add_admission(TRAININGRUNTIMES, default_runtime, mutating=True)
-    store.add_admission(CLUSTERTRAININGRUNTIMES, default_runtime, mutating=True)
+
+
+def install(store: ObjectStore, clock: Clock, *, kueue: bool, webhooks: bool = True) -> None:
+    """Both halves on a store that has neither (a store used without a Simulator)."""
+    install_crds(store, clock)
+    install_webhooks(store, clock, kueue=kueue, trainer=webhooks)
 
 
 def default_runtime(

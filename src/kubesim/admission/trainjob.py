@@ -479,7 +479,11 @@ def _patch_causes(
 
 
 class TrainJobAdmission:
-    """The hooks a real cluster runs for TrainJobs, bound to a store reader and a clock."""
+    """The hooks a real cluster runs for TrainJobs, bound to a store reader and a clock.
+
+    ``mutate``/``validate`` run the CRD's part and (with ``webhooks``) Trainer's webhooks in one hook;
+    ``crd_mutate``/``crd_validate`` and ``webhook_mutate``/``webhook_validate`` are the two halves, for
+    an API server (the CRD) and a controller install (the webhooks) registering them separately."""
 
     def __init__(self, get: RuntimeGetter, clock: Clock, *, webhooks: bool = True) -> None:
         self._get = get
@@ -496,6 +500,53 @@ class TrainJobAdmission:
         if not self._webhooks:
             return out
         return stamp_patch_times(out, old if operation == "UPDATE" else None, rfc3339(self._clock.now()))
+
+    def crd_mutate(
+        self, operation: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """The CRD's schema defaults only."""
+        if rt != TRAINJOBS or operation not in ("CREATE", "UPDATE"):
+            return None
+        return default_trainjob(obj)
+
+    def webhook_mutate(
+        self, operation: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """Trainer's defaulting webhook only (runtime patch timestamps)."""
+        if rt != TRAINJOBS or operation not in ("CREATE", "UPDATE"):
+            return None
+        return stamp_patch_times(obj, old if operation == "UPDATE" else None, rfc3339(self._clock.now()))
+
+    def crd_validate(
+        self, operation: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """Schema + CEL only (422)."""
+        if rt != TRAINJOBS or operation not in ("CREATE", "UPDATE"):
+            return None
+        prev = old if operation == "UPDATE" else None
+        if prev is not None and obj.get("spec") == prev.get("spec"):
+            return None
+        causes = crd_validate(obj, prev)
+        if causes:
+            raise invalid(TRAINJOBS, str((obj.get("metadata") or {}).get("name") or ""), causes)
+        return None
+
+    def webhook_validate(
+        self, operation: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """Trainer's validating webhook only (403 denial); registered after ``crd_validate``, so it only
+        sees objects the schema accepted."""
+        if rt != TRAINJOBS or operation not in ("CREATE", "UPDATE"):
+            return None
+        prev = old if operation == "UPDATE" else None
+        if prev is not None and obj.get("spec") == prev.get("spec"):
+            return None
+        plain, wcauses = trainer_webhook_causes(obj, prev, self._get)
+        if plain is not None:
+            raise denied(TRAINER_WEBHOOK, plain)
+        if wcauses:
+            raise denied(TRAINER_WEBHOOK, aggregate(wcauses))
+        return None
 
     def validate(
         self, operation: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None

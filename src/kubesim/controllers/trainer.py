@@ -73,7 +73,7 @@ def _copy_condition(obj: dict[str, Any], c: dict[str, Any]) -> None:
 
 
 class TrainerController(BaseController):
-    """Reconciles TrainJobs into JobSets and reports their status (also installs admission hooks)."""
+    """Reconciles TrainJobs into JobSets and reports their status (also installs the webhooks)."""
 
     name = "trainer"
 
@@ -83,8 +83,9 @@ class TrainerController(BaseController):
         self.webhooks = webhooks
 
     def setup(self) -> None:
-        admission.install(
-            self.store, self.clock, kueue=bool(getattr(self.sim, "kueue", False)), webhooks=self.webhooks
+        # The CRDs' own defaults and validation are the API server's (the Simulator installs them).
+        admission.install_webhooks(
+            self.store, self.clock, kueue=bool(getattr(self.sim, "kueue", False)), trainer=self.webhooks
         )
 
     def resync(self) -> None:

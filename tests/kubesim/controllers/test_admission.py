@@ -282,9 +282,9 @@ def test_kueue_webhook_suspends_queued_trainjobs() -> None:
 
 def test_jobset_defaults() -> None:
     sim = Simulator(kueue=False, controllers=[])
-    from kubesim.admission import install
+    from kubesim.admission import install_webhooks
 
-    install(sim.store, sim.clock, kueue=False)
+    install_webhooks(sim.store, sim.clock, kueue=False)  # JobSet's defaulter is a webhook
     js = sim.store.create(
         JOBSETS,
         {

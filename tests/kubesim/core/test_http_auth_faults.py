@@ -35,9 +35,34 @@ def ssar(verb: str, resource: str, group: str = "", namespace: str | None = "def
     }
 
 
-async def test_missing_or_wrong_token_is_401(sim: Simulator) -> None:
+async def test_no_credentials_is_system_anonymous_and_forbidden(sim: Simulator) -> None:
+    """A real server (anonymous auth on, as by default) authenticates a request without credentials as
+    system:anonymous; RBAC then refuses it (403) except the public-info paths."""
     async with aiohttp.ClientSession() as session:
-        for token in (None, "not-a-token"):
+        anon = Raw(sim, session, None)
+        code, body, _ = await anon.request("GET", CM)
+        assert code == 403 and body["reason"] == "Forbidden"
+        assert body["message"] == (
+            'configmaps is forbidden: User "system:anonymous" cannot list resource "configmaps" '
+            'in API group "" in the namespace "default"'
+        )
+        code, body, _ = await anon.request("POST", CM, configmap("c"))
+        assert code == 403 and not sim.store.exists(CONFIGMAPS, "default", "c")
+        code, body, _ = await anon.request("GET", "/apis")
+        assert code == 403
+        assert body["message"] == 'forbidden: User "system:anonymous" cannot get path "/apis"'
+        code, _, _ = await anon.request("POST", SSAR, ssar("list", "pods"))
+        assert code == 403
+        for path in ("/version", "/healthz", "/readyz", "/livez"):
+            assert (await anon.request("GET", path))[0] == 200, path
+        assert sim.requests.filter(identity="system:anonymous", status=403)
+    async with Simulator(controllers=[], anonymous_auth=False) as strict, aiohttp.ClientSession() as session:
+        assert (await Raw(strict, session, None).request("GET", CM))[0] == 401
+
+
+async def test_wrong_token_is_401(sim: Simulator) -> None:
+    async with aiohttp.ClientSession() as session:
+        for token in ("not-a-token",):
             code, body, _ = await Raw(sim, session, token).request("GET", CM)
             assert code == 401
             assert body == {
@@ -234,3 +259,19 @@ async def test_request_log_counts_bytes(sim: Simulator, raw: Raw) -> None:
         watch.verb == "watch" and watch.response_bytes > create.response_bytes
     )  # the event wraps the object
     assert sim.requests.bytes_total()[1] == create.response_bytes + watch.response_bytes
+
+
+async def test_trainer_public_configmap_readable_by_every_authenticated_user() -> None:
+    """What the Kubeflow SDK's TrainerClient() reads at start (a warning when it is missing)."""
+    nobody = Permissions.custom("nobody", [])
+    async with Simulator(tokens={"nobody-token": nobody}) as sim, aiohttp.ClientSession() as session:
+        path = "/api/v1/namespaces/kubeflow-system/configmaps/kubeflow-trainer-public"
+        code, body, _ = await Raw(sim, session, "nobody-token").request("GET", path)
+        assert code == 200 and body["data"]["kubeflow_trainer_version"] == "v2.3.0"
+        # only that one object, only get
+        code, _, _ = await Raw(sim, session, "nobody-token").request(
+            "GET", "/api/v1/namespaces/kubeflow-system/configmaps"
+        )
+        assert code == 403
+        assert (await Raw(sim, session, None).request("GET", path))[0] == 403  # anonymous: not bound
+        assert (await Raw(sim, session, "nobody-token").request("DELETE", path))[0] == 403

@@ -206,7 +206,7 @@ async def test_delete_status_codes(raw: Raw) -> None:
     assert code == 200 and body["kind"] == "Status" and body["status"] == "Success"
     await raw.request("POST", CM, configmap("f", finalizers=["example.com/keep"]))
     code, body, _ = await raw.request("DELETE", CM + "/f")
-    assert code == 202 and body["metadata"]["deletionTimestamp"]
+    assert code == 200 and body["metadata"]["deletionTimestamp"]
     code, body, _ = await raw.request("DELETE", CM + "/missing")
     assert code == 404
 
@@ -235,3 +235,22 @@ async def test_namespaces_cluster_scoped(client: AsyncClient) -> None:
     await client.delete(Namespace, "team-a")
     with pytest.raises(LkApiError):
         await client.get(Namespace, "team-a")
+
+
+async def test_crd_rules_hold_without_controllers(sim: Simulator, raw: Raw) -> None:
+    """The CRD's defaults, schema and CEL rules are the API server's: a bare simulator applies them;
+    Trainer's webhooks (the runtime must exist) come only with its controller."""
+    tj = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"
+    body = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "t"},
+        "spec": {"runtimeRef": {"name": "no-such-runtime"}},
+    }
+    code, out, _ = await raw.request("POST", tj, body)
+    assert code == 201  # no webhook to look the runtime up
+    assert out["spec"]["managedBy"] == "trainer.kubeflow.org/trainjob-controller"
+    assert out["spec"]["runtimeRef"]["kind"] == "ClusterTrainingRuntime" and out["spec"]["suspend"] is False
+    body["metadata"]["name"] = "1-starts-with-a-digit"
+    code, out, _ = await raw.request("POST", tj, body)
+    assert code == 422 and "RFC 1035" in out["message"]

@@ -231,3 +231,55 @@ async def test_lightkube_sees_410_on_a_compacted_resume(client: AsyncClient, sim
         async for _ in client.watch(ConfigMap, namespace="default", resource_version=old):
             pass
     assert ei.value.status.code == 410 and ei.value.status.reason == "Expired"
+
+
+async def test_watch_from_before_the_server_started_is_expired() -> None:
+    """The fixtures' writes happen before the server serves: like a watch cache that starts with a list,
+    a watch from one of their resourceVersions gets one 410 ERROR event, not a replay of history."""
+    sim = Simulator(controllers=[])
+    first = sim.store.create(CONFIGMAPS, configmap("before"))["metadata"]["resourceVersion"]
+    sim.store.create(CONFIGMAPS, configmap("before2"))
+    async with sim:
+        import aiohttp
+
+        start = sim.store.resource_version
+        async with aiohttp.ClientSession() as session:
+            raw = Raw(sim, session, sim.token("admin"))
+            params = {"watch": "1", "resourceVersion": first, "timeoutSeconds": "1"}
+            events = await raw.stream_lines(CM, params)
+            assert [e["type"] for e in events] == ["ERROR"]
+            assert events[0]["object"]["code"] == 410
+            assert events[0]["object"]["message"] == f"too old resource version: {first} ({start})"
+            # every resourceVersion handed out since the start stays watchable
+            sim.store.create(CONFIGMAPS, configmap("after"))
+            events = await raw.stream_lines(
+                CM, {"watch": "1", "resourceVersion": str(start), "timeoutSeconds": "1"}, limit=1
+            )
+            assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "after")]
+
+
+async def test_a_bookmark_comes_shortly_before_the_timeout() -> None:
+    """Bookmarks every 60 s, a 3 s watch: the watch cache still sends one about 2 s before the deadline,
+    so the client can resume from it."""
+    async with Simulator(controllers=[], bookmark_interval=60) as sim:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            raw = Raw(sim, session, sim.token("admin"))
+            rv = str(sim.store.resource_version)
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            params = {
+                "watch": "1",
+                "resourceVersion": rv,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": "3",
+            }
+            events = await raw.stream_lines(CM, params)
+            assert loop.time() - t0 >= 2.9
+            assert [e["type"] for e in events] == ["BOOKMARK"]
+            assert events[0]["object"]["metadata"]["resourceVersion"] == rv
+            # without allowWatchBookmarks, none
+            params.pop("allowWatchBookmarks")
+            params["timeoutSeconds"] = "1"
+            assert await raw.stream_lines(CM, params) == []

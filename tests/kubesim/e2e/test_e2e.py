@@ -108,6 +108,7 @@ async def test_webhook_denial_and_invalid_over_http(client: AsyncClient) -> None
 
 
 async def test_failure_seen_through_a_watch(sim: Simulator, client: AsyncClient) -> None:
+    start = str(sim.store.resource_version)  # a version this server handed out (1 predates its start)
     await client.create(TrainJob(body("bad", script="print oops; exit 4")))
     await sim.settle()
     sim.advance(2000)
@@ -116,7 +117,7 @@ async def test_failure_seen_through_a_watch(sim: Simulator, client: AsyncClient)
     failed = cond(tj, "Failed")
     assert failed is not None and failed["reason"] == "FailedJobs"
     seen: list[str] = []
-    async for _, obj in client.watch(TrainJob, namespace=NS, resource_version="1"):
+    async for _, obj in client.watch(TrainJob, namespace=NS, resource_version=start):
         c = cond(obj, "Failed")
         if c is not None:
             seen.append(c["reason"])

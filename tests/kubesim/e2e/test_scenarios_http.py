@@ -224,7 +224,7 @@ async def test_exit_code_under_never_is_the_terminated_state(sim: Simulator, cli
     job_spec = spec["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
     job_spec["backoffLimit"] = 0
     job_spec["template"]["spec"]["restartPolicy"] = "Never"
-    await client.create(
+    created = await client.create(
         ClusterTrainingRuntime(
             {
                 "apiVersion": "trainer.kubeflow.org/v1alpha1",
@@ -234,7 +234,8 @@ async def test_exit_code_under_never_is_the_terminated_state(sim: Simulator, cli
             }
         )
     )
-    since = base.metadata.resourceVersion
+    # the fixture runtime's version predates the server's start (410 to watch from): use the new one's
+    since = created.metadata.resourceVersion
     await client.create(trainjob("never", runtime="torch-never", script="print bye; exit 7"))
     await sim.settle()
     tj = await client.get(TrainJob, "never", namespace=NS)
