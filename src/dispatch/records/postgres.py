@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import math
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -67,6 +68,7 @@ from dispatch.records._common import (
     lease_after_acquire,
     lease_after_release,
 )
+from dispatch.records.postgres_url import check_dsn, redact_dsn
 from dispatch.records.store import Changes
 
 __all__ = ["CHANNEL", "SCHEMA_VERSION", "PostgresStore", "redact_dsn"]
@@ -137,22 +139,6 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1}
 run in one transaction, under the advisory lock, with the row recording the new version."""
 
 
-def redact_dsn(dsn: str) -> str:
-    """``postgresql://user@host:port/dbname`` for a connection string, without its password (or any
-    other option). Never raises: a string that does not parse is shown as ``postgresql://?``."""
-    try:
-        params = conninfo_to_dict(dsn)
-    except (psycopg.Error, TypeError, ValueError):
-        return "postgresql://?"
-    user = str(params.get("user") or "")
-    host = str(params.get("host") or params.get("hostaddr") or "")
-    port = str(params.get("port") or "")
-    db = str(params.get("dbname") or "")
-    if host.startswith("/"):  # a unix socket directory: the URL form would need escaping; say it plainly
-        return f"postgresql://{user + '@' if user else ''}[{host}]{':' + port if port else ''}/{db}"
-    return f"postgresql://{user + '@' if user else ''}{host}{':' + port if port else ''}/{db}"
-
-
 class PostgresStore:
     """Job records in a PostgreSQL database, shared by supervisors and CLIs on any number of hosts.
 
@@ -194,6 +180,8 @@ class PostgresStore:
                 "or key=value pairs",
                 path="dsn",
             ) from None
+        if "://" in dsn:
+            check_dsn(dsn, "dsn")  # libpq would accept a bad port here and fail only when connecting
         if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
             raise InvalidError(f"expected a positive number of connections, got {max_size!r}", path="max_size")
         if (
@@ -355,30 +343,41 @@ class PostgresStore:
 
     async def _read(self, body: Callable[[AsyncConnection[tuple[Any, ...]]], Awaitable[T]]) -> T:
         """Run ``body`` on a pooled connection in autocommit: each statement sees committed data."""
-        pool = await self._ready()
-        try:
-            async with pool.connection() as conn:
-                return await body(conn)
-        except DispatchError:
-            raise
-        except psycopg.Error as exc:
-            raise self._mapped(exc) from None
+        return await self._call(body, write=False)
 
     async def _write(self, body: Callable[[AsyncConnection[tuple[Any, ...]]], Awaitable[T]]) -> T:
         """Run ``body`` in one transaction: applied whole or not at all. A cancelled call is settled
         (committed or rolled back) before the cancellation propagates; psycopg waits for the server."""
+        return await self._call(body, write=True)
+
+    async def _call(
+        self, body: Callable[[AsyncConnection[tuple[Any, ...]]], Awaitable[T]], *, write: bool
+    ) -> T:
         pool = await self._ready()
-        committing = False
-        try:
-            async with pool.connection() as conn:
-                async with conn.transaction():
-                    result = await body(conn)
-                    committing = True  # leaving the block sends COMMIT
-                return result
-        except DispatchError:
-            raise
-        except psycopg.Error as exc:
-            raise self._mapped(exc, committing=committing) from None
+        # A pooled connection the server dropped (restart, idle timeout, pg_terminate_backend) is
+        # found dead only when used. Until COMMIT was sent nothing can have been applied, so the call
+        # runs again on another connection (at most once per pooled one); a drop during COMMIT is
+        # reported as OutcomeUnknownError, never retried.
+        for attempt in range(self._max_size + 1):
+            stage = "start"
+            used: AsyncConnection[tuple[Any, ...]] | None = None
+            try:
+                async with pool.connection() as conn:
+                    used = conn
+                    if not write:
+                        return await body(conn)
+                    async with conn.transaction():
+                        result = await body(conn)
+                        stage = "commit"  # leaving the block sends COMMIT
+                    return result
+            except DispatchError:
+                raise
+            except psycopg.Error as exc:
+                lost = used is not None and used.closed
+                if lost and stage != "commit" and attempt < self._max_size:
+                    continue
+                raise self._mapped(exc, committing=stage == "commit") from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _now(self) -> float | None:
         return self._clock.now() if self._clock is not None else None
@@ -636,10 +635,13 @@ class PostgresStore:
 class _PostgresChanges(Changes):
     """``LISTEN dispatch_records`` on a dedicated autocommit connection."""
 
+    _WAKE = 0.25
+    """How often a waiting feed looks whether its store was closed (notifications wake it at once)."""
+
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
         self._conn: AsyncConnection[tuple[Any, ...]] | None = None
-        self._notifies: Any = None
+        self._pending: deque[str] = deque()
 
     async def _start(self) -> None:
         await self._store._ready()  # the schema (and its trigger) exists before we listen
@@ -650,26 +652,23 @@ class _PostgresChanges(Changes):
             await conn.close()
             raise self._store._mapped(exc) from None
         self._conn = conn
-        self._notifies = conn.notifies()
 
     async def _next(self) -> str:
-        if self._notifies is None:
-            raise UnavailableError(f"{self._store.where}: the change feed is closed")
-        try:
-            notify = await anext(self._notifies)
-        except StopAsyncIteration:
-            raise UnavailableError(f"{self._store.where}: the change feed's connection ended") from None
-        except psycopg.Error as exc:
-            raise self._store._mapped(exc) from None
-        return str(notify.payload)
+        while not self._pending:
+            if self._store._closed:
+                raise UnavailableError(f"{self._store.where}: the store is closed; its change feed ended")
+            if self._conn is None:
+                raise UnavailableError(f"{self._store.where}: the change feed is closed")
+            # Bounded waits, so a closed store is noticed; nothing is lost between them (unread
+            # notifications wait in the socket, or in psycopg's backlog).
+            try:
+                async for notify in self._conn.notifies(timeout=self._WAKE, stop_after=1):
+                    self._pending.append(str(notify.payload))
+            except psycopg.Error as exc:
+                raise self._store._mapped(exc) from None
+        return self._pending.popleft()
 
     async def _stop(self) -> None:
         conn, self._conn = self._conn, None
-        gen, self._notifies = self._notifies, None
-        if gen is not None:
-            try:
-                await gen.aclose()
-            except psycopg.Error:
-                pass  # the connection is going away anyway
         if conn is not None:
             await conn.close()
