@@ -192,7 +192,7 @@ def _store_url(value: str, path: str) -> StoreChoice:
     if scheme not in ("postgresql", "postgres"):
         shown = f"a {scheme}:// URL" if scheme else "a string that is not a URL"
         raise InvalidError(
-            f'expected a postgresql://user@host:port/dbname URL, or {{sqlite: FILE}} or {{memory: {{}}}}; got {shown}',
+            f"expected a postgresql://user@host:port/dbname URL, or {{sqlite: FILE}} or {{memory: {{}}}}; got {shown}",
             path=path,
         )
     from dispatch.records.postgres_url import check_dsn

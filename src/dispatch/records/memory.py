@@ -17,6 +17,7 @@ from dispatch.clock import Clock, SystemClock
 from dispatch.errors import ConflictError, NotFoundError, UnavailableError
 from dispatch.model import JobRecord, State, Transition, check_job_id
 from dispatch.records._common import (
+    QueueChanges,
     check_cutoff,
     check_holder,
     check_revision,
@@ -24,7 +25,6 @@ from dispatch.records._common import (
     check_ttl,
     checked_record,
     checked_transition,
-    QueueChanges,
     checked_transitions,
     decode_record,
     dumps,

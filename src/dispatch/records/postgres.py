@@ -183,7 +183,9 @@ class PostgresStore:
         if "://" in dsn:
             check_dsn(dsn, "dsn")  # libpq would accept a bad port here and fail only when connecting
         if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
-            raise InvalidError(f"expected a positive number of connections, got {max_size!r}", path="max_size")
+            raise InvalidError(
+                f"expected a positive number of connections, got {max_size!r}", path="max_size"
+            )
         if (
             isinstance(timeout, bool)
             or not isinstance(timeout, int | float)
@@ -241,7 +243,9 @@ class PostgresStore:
         if sqlstate.startswith("28") or "authentication failed" in detail or "no password supplied" in detail:
             return PermissionDeniedError(f"{where}: cannot log in: {detail}")
         if isinstance(exc, errors.UndefinedTable):
-            return InvalidError(f"the database's dispatch tables are missing or altered ({detail})", path=where)
+            return InvalidError(
+                f"the database's dispatch tables are missing or altered ({detail})", path=where
+            )
         if committing and isinstance(exc, psycopg.OperationalError):
             return OutcomeUnknownError(
                 f"{where}: the connection was lost while a write was committing ({detail}); "
@@ -551,7 +555,9 @@ class PostgresStore:
             rows = await cur.fetchall()
             if not rows:
                 raise NotFoundError(f"no record for job {job_id!r}")
-            return [decode_transition(job_id, seq, text, self._where) for seq, text in rows if seq is not None]
+            return [
+                decode_transition(job_id, seq, text, self._where) for seq, text in rows if seq is not None
+            ]
 
         return await self._read(body)
 
