@@ -493,6 +493,15 @@ async def test_a_change_feed_ends_when_its_store_closes(store: Store) -> None:
             await waiting
 
 
+async def test_a_change_feed_of_a_closed_store_ends_at_once(store: Store) -> None:
+    assert isinstance(store, ChangeNotifier)
+    await store.list()
+    await store.close()
+    with pytest.raises(UnavailableError, match="closed"):
+        async with store.changes() as feed:
+            await seen_until(feed, {"never"})
+
+
 async def test_a_change_feed_is_used_inside_async_with(store: Store) -> None:
     assert isinstance(store, ChangeNotifier)
     feed = store.changes()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from dispatch.errors import ConflictError, InvalidError, UnavailableError
@@ -194,15 +194,18 @@ def lease_after_release(
 class QueueChanges(Changes):
     """A change feed the store pushes job ids into (from any thread), in the subscriber's loop."""
 
-    def __init__(self, subscribers: set[QueueChanges], where: str) -> None:
+    def __init__(self, subscribers: set[QueueChanges], where: str, closed: Callable[[], bool]) -> None:
         self._subscribers = subscribers
         self._where = where
+        self._closed = closed
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: asyncio.Queue[str | None] = asyncio.Queue()
 
     async def _start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._subscribers.add(self)
+        if self._closed():
+            self._queue.put_nowait(None)
 
     def push(self, job_id: str | None) -> None:
         """Report ``job_id`` changed; ``None`` means the store closed (the feed then raises)."""

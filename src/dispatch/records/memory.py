@@ -87,7 +87,7 @@ class MemoryStore:
     def changes(self) -> QueueChanges:
         """Subscribe to this store's writes (see :class:`~dispatch.records.Changes`): in-process only,
         as the records are."""
-        return QueueChanges(self._subscribers, _WHERE)
+        return QueueChanges(self._subscribers, _WHERE, lambda: self._closed)
 
     @staticmethod
     def _read(entry: _Entry) -> JobRecord:

@@ -26,6 +26,8 @@ class Store(Protocol):
       taken over by another holder; lease changes are writes (they bump the revision);
     - records are never deleted implicitly; :meth:`purge` is explicit;
     - a write that returned is durable (it survives the process being killed right after).
+
+    Change notification is not part of this protocol but an optional hook, :class:`ChangeNotifier`.
     """
 
     async def create(self, record: JobRecord, transition: Transition) -> JobRecord:
