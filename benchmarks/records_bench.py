@@ -1,21 +1,29 @@
-"""Records store throughput: creates/s, CAS updates/s, gets/s and lists for each store.
+"""Records store throughput: creates/s, CAS updates/s, gets/s, lists and change-notification latency
+for each store (Memory, SQLite, PostgreSQL).
 
-Run: ``.venv/bin/python benchmarks/records_bench.py [--jobs N] [--updates N] [--dir DIR]``.
+Run: ``.venv/bin/python benchmarks/records_bench.py [--jobs N] [--updates N] [--dir DIR] [--postgres DSN]``.
 Numbers depend on the disk (SQLite fsyncs every commit: ``synchronous=FULL``); run it where the store
-will live. Not part of the test suite.
+will live. PostgreSQL: ``--postgres URL`` measures that server (an empty database you can write to);
+without it, a throwaway local server is started from the ``postgresql`` package's binaries (the one the
+tests use, with fsync off, so its write figures are an upper bound), or skipped when there are none.
+Not part of the test suite.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from dispatch import Actor, JobRecord, JobSpec, State, Store, Transition
-from dispatch.records import MemoryStore, SqliteStore
+from dispatch.records import ChangeNotifier, MemoryStore, SqliteStore
+
+_TEST_HELPERS = Path(__file__).resolve().parent.parent / "tests" / "records"  # pgserver.py
 
 
 def _record(job_id: str, now: float) -> JobRecord:
@@ -35,7 +43,9 @@ async def _timed(label: str, n: int, fn: Callable[[int], Awaitable[object]]) -> 
     print(f"  {label:<28} {n / elapsed:>10.0f}/s   ({elapsed * 1e3 / n:.3f} ms each, n={n})")
 
 
-async def bench(name: str, store: Store, jobs: int, updates: int) -> None:
+async def bench(
+    name: str, store: Store, jobs: int, updates: int, reopen: Callable[[], Store] | None = None
+) -> None:
     print(f"{name}:")
     now = time.time()
     first = Transition(at=now, actor=Actor.USER, what="submitted")
@@ -78,7 +88,36 @@ async def bench(name: str, store: Store, jobs: int, updates: int) -> None:
     await asyncio.gather(writer(updates // 2), writer(updates // 2))
     elapsed = time.perf_counter() - start
     print(f"  {'contended CAS (2 tasks)':<28} {done / elapsed:>10.0f}/s")
+    if isinstance(store, ChangeNotifier):
+        await _notification_latency(store, reopen)
     await store.close()
+
+
+async def _notification_latency(store: Store, reopen: Callable[[], Store] | None, n: int = 50) -> None:
+    """From an update's call to a subscriber hearing of it: in-process, and (for a shared store) with
+    the write made by another store instance, as another supervisor would."""
+    assert isinstance(store, ChangeNotifier)
+    writers = [("same store", store)]
+    if reopen is not None:
+        writers.append(("other store", reopen()))
+    for label, writer in writers:
+        samples = []
+        async with store.changes() as feed:
+            for _ in range(n):
+                cur = await writer.get("contended")
+                start = time.perf_counter()
+                await writer.update(cur, expected_revision=cur.revision)
+                async for job_id in feed:
+                    if job_id == "contended":
+                        break
+                samples.append(time.perf_counter() - start)
+        if writer is not store:
+            await writer.close()
+        samples.sort()
+        print(
+            f"  {'notify (' + label + ')':<28} median {statistics.median(samples) * 1e3:.2f} ms, "
+            f"p95 {samples[int(len(samples) * 0.95) - 1] * 1e3:.2f} ms (update + delivery, n={n})"
+        )
 
 
 async def main() -> None:
@@ -88,10 +127,42 @@ async def main() -> None:
     parser.add_argument(
         "--dir", type=Path, default=None, help="where to put the SQLite file (default: a temp dir)"
     )
+    parser.add_argument("--postgres", default=None, help="a PostgreSQL URL (default: a throwaway server)")
     args = parser.parse_args()
     await bench("MemoryStore", MemoryStore(), args.jobs, args.updates)
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
-        await bench(f"SqliteStore ({d})", SqliteStore(Path(d) / "jobs.db"), args.jobs, args.updates)
+        path = Path(d) / "jobs.db"
+        await bench(
+            f"SqliteStore ({d})", SqliteStore(path), args.jobs, args.updates, lambda: SqliteStore(path)
+        )
+    await bench_postgres(args)
+
+
+async def bench_postgres(args: argparse.Namespace) -> None:
+    try:
+        from dispatch.records import PostgresStore
+    except Exception as exc:  # UnsupportedError: psycopg is not installed
+        print(f"PostgresStore: skipped ({exc})")
+        return
+    server = None
+    dsn = args.postgres
+    if dsn is None:
+        sys.path.insert(0, str(_TEST_HELPERS))
+        from pgserver import PgServer, find_bin
+
+        bindir = find_bin()
+        if bindir is None:
+            print("PostgresStore: skipped (no initdb/pg_ctl: apt-get install postgresql, or --postgres URL)")
+            return
+        server = PgServer.start(bindir)
+        dsn = server.dsn(server.new_database())
+    try:
+        store = PostgresStore(dsn)
+        label = f"PostgresStore ({store.where}{', throwaway server, fsync off' if server else ''})"
+        await bench(label, store, args.jobs, args.updates, lambda: PostgresStore(dsn))
+    finally:
+        if server is not None:
+            server.stop()
 
 
 if __name__ == "__main__":

@@ -1,9 +1,13 @@
-"""A second process for the SQLite store tests: ``python records_child.py MODE PATH [ARGS...]``.
+"""A second process for the shared-store tests: ``python records_child.py MODE WHERE [ARGS...]``.
+
+``WHERE`` is a SQLite file, or a ``postgresql://`` URL for a PostgresStore.
 
 Modes (each prints one line per acknowledged step, flushed, so the parent knows what was promised):
 - ``increment N``: N increments of the record ``counter``'s COUNTER, retrying on ConflictError;
   prints ``won REVISION`` after each successful update.
 - ``lease HOLDER JOB...``: try to take each job's lease once; prints ``got JOB`` or ``lost JOB``.
+- ``hold TTL HOLDER JOB...``: like ``lease`` with a TTL-second lease, then prints ``holding`` and
+  waits, holding them, until killed.
 - ``burst PREFIX``: create ``PREFIX-K`` records and update them forever; prints ``rev JOB REVISION`` after
   each write returns. Meant to be killed.
 Every mode prints ``ready`` once the store is open, then waits for a line on stdin before starting.
@@ -16,7 +20,7 @@ import sys
 
 from records_samples import counter_of, note, simple_record, with_counter
 
-from dispatch import ConflictError
+from dispatch import ConflictError, Store
 from dispatch.records import SqliteStore
 
 
@@ -26,7 +30,13 @@ def say(line: str) -> None:
 
 
 async def main(mode: str, path: str, args: list[str]) -> None:
-    store = SqliteStore(path, busy_timeout=60.0)
+    store: Store
+    if path.startswith("postgresql://"):
+        from dispatch.records import PostgresStore
+
+        store = PostgresStore(path, timeout=60.0)
+    else:
+        store = SqliteStore(path, busy_timeout=60.0)
     await store.list()  # opens (and creates) the store before we say so
     say("ready")
     await asyncio.to_thread(sys.stdin.readline)
@@ -45,15 +55,19 @@ async def main(mode: str, path: str, args: list[str]) -> None:
                     continue
                 say(f"won {stored.revision}")
                 break
-    elif mode == "lease":
+    elif mode in ("lease", "hold"):
+        ttl = float(args.pop(0)) if mode == "hold" else 3600.0
         holder, jobs = args[0], args[1:]
         for job in jobs:
             try:
-                await store.acquire_lease(job, holder, 3600.0)
+                await store.acquire_lease(job, holder, ttl)
             except ConflictError:
                 say(f"lost {job}")
             else:
                 say(f"got {job}")
+        if mode == "hold":
+            say("holding")
+            await asyncio.Event().wait()  # until killed: the leases are never released
     elif mode == "burst":
         k = 0
         while True:

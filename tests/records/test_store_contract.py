@@ -27,7 +27,7 @@ from dispatch import (
     Transition,
     UnavailableError,
 )
-from dispatch.records import SqliteStore
+from dispatch.records import ChangeNotifier, Changes, SqliteStore
 
 # ---- create / get / list ------------------------------------------------------------------------
 
@@ -426,6 +426,89 @@ async def test_outcome_states_are_stored_and_filtered(store: Store) -> None:
     assert await store.list(states=[State.PENDING]) == []
 
 
+# ---- change notification -------------------------------------------------------------------------
+
+FEED_TIMEOUT = 20.0  # guards against a hung feed only; every expected id normally arrives in milliseconds
+
+
+async def seen_until(feed: Changes, wanted: set[str]) -> list[str]:
+    """The ids the feed yields, in order, until every id in ``wanted`` has been seen."""
+    seen: list[str] = []
+
+    async def read() -> None:
+        async for job_id in feed:
+            seen.append(job_id)
+            if wanted <= set(seen):
+                return
+
+    await asyncio.wait_for(read(), FEED_TIMEOUT)
+    return seen
+
+
+async def test_changes_report_every_kind_of_write_after_subscribing(store: Store, clock: ManualClock) -> None:
+    assert isinstance(store, ChangeNotifier)
+    for job_id in ("updated", "leased", "released", "quiet"):
+        await store.create(simple_record(job_id), note("created"))
+    await store.create(simple_record("purged", state=State.SUCCEEDED), note("created"))
+    held = await store.acquire_lease("released", "sup", 60)
+    async with store.changes() as feed:
+        rec = await store.get("updated")
+        await store.update(with_counter(rec, 1), expected_revision=rec.revision, transitions=[note("a")])
+        await store.acquire_lease("leased", "sup", 60)
+        await store.release_lease("released", "sup")
+        clock.advance(10)
+        assert await store.purge(clock.now()) == 1
+        await store.create(simple_record("created"), note("created"))
+        seen = await seen_until(feed, {"updated", "leased", "released", "purged", "created"})
+    # Writes before the subscription, and records nobody wrote, are not reported.
+    assert "quiet" not in seen
+    assert held.lease is not None
+
+
+async def test_changes_do_not_report_refused_writes(store: Store) -> None:
+    rec = await store.create(simple_record("refused"), note("created"))
+    await store.create(simple_record("written"), note("created"))
+    await store.acquire_lease("refused", "sup-a", 60)
+    async with store.changes() as feed:
+        with pytest.raises(ConflictError):
+            await store.update(with_counter(rec, 1), expected_revision=rec.revision)
+        with pytest.raises(ConflictError):
+            await store.acquire_lease("refused", "sup-b", 60)
+        with pytest.raises(ConflictError):
+            await store.create(simple_record("refused"), note("again"))
+        written = await store.get("written")
+        await store.update(written, expected_revision=written.revision)
+        seen = await seen_until(feed, {"written"})
+    assert "refused" not in seen  # a change is reported in commit order: it would have come first
+
+
+async def test_a_change_feed_ends_when_its_store_closes(store: Store) -> None:
+    assert isinstance(store, ChangeNotifier)
+    await store.create(simple_record("job"), note("created"))
+    async with store.changes() as feed:
+        waiting = asyncio.create_task(seen_until(feed, {"never"}))
+        await asyncio.sleep(0.05)
+        await store.close()
+        with pytest.raises(UnavailableError, match="closed"):
+            await waiting
+
+
+async def test_a_change_feed_of_a_closed_store_ends_at_once(store: Store) -> None:
+    assert isinstance(store, ChangeNotifier)
+    await store.list()
+    await store.close()
+    with pytest.raises(UnavailableError, match="closed"):
+        async with store.changes() as feed:
+            await seen_until(feed, {"never"})
+
+
+async def test_a_change_feed_is_used_inside_async_with(store: Store) -> None:
+    assert isinstance(store, ChangeNotifier)
+    feed = store.changes()
+    with pytest.raises(InvalidError, match="async with"):
+        await anext(aiter(feed))
+
+
 # ---- lifecycle -----------------------------------------------------------------------------------
 
 
@@ -439,8 +522,11 @@ async def test_a_closed_store_refuses_calls_and_close_is_idempotent(store: Store
         await store.create(simple_record("other"), note("created"))
 
 
-def test_both_stores_satisfy_the_protocol() -> None:
-    from dispatch.records import MemoryStore, SqliteStore
+def test_every_store_satisfies_the_protocol_and_the_change_hook() -> None:
+    from dispatch.records import MemoryStore, PostgresStore, SqliteStore
 
     assert isinstance(MemoryStore(), Store)
-    assert issubclass(SqliteStore, Store)
+    assert isinstance(MemoryStore(), ChangeNotifier)
+    for cls in (SqliteStore, PostgresStore):
+        assert issubclass(cls, Store)
+        assert issubclass(cls, ChangeNotifier)

@@ -3,14 +3,17 @@
 ```yaml
 adapter: memory            # a registered or installed adapter name
 settings: {startDelay: 1}  # the adapter's settings (checked strictly by the adapter)
-store: {sqlite: jobs.db}   # or {memory: {}}; omitted: SQLite under the user's state directory
+store: {sqlite: jobs.db}   # or {memory: {}}, or postgresql://user@host/db; omitted: SQLite under the
+                           # user's state directory
 policy: {rules: {preempted: {action: requeue, max: 5}}}
 readOnly: false
 ```
 
 Decoded strictly (unknown keys, nulls, duplicate keys, wrong types are refused naming the path). A
 relative SQLite path is relative to the config file's directory. The token is never in the file: it
-comes from ``DISPATCH_TOKEN`` or ``--token-file``.
+comes from ``DISPATCH_TOKEN`` or ``--token-file``. A PostgreSQL store's password should not be either:
+leave it out of the URL and libpq reads ``PGPASSFILE`` (``~/.pgpass``) or ``PGPASSWORD``; one in the
+URL works, but is never shown (``str(StoreChoice)`` is the URL without it).
 """
 
 from __future__ import annotations
@@ -69,23 +72,36 @@ DEFAULT_CONFIG = MEMORY_DEFAULT
 
 @dataclass(frozen=True, slots=True)
 class StoreChoice:
-    """``kind`` is ``"default"`` (SQLite at the default path), ``"sqlite"`` (at ``path``) or ``"memory"``."""
+    """``kind`` is ``"default"`` (SQLite at the default path), ``"sqlite"`` (at ``path``), ``"memory"``
+    or ``"postgres"`` (``path`` is the URL, password included if it had one: never print ``path``)."""
 
     kind: str = "default"
-    path: str | None = None
+    path: str | None = field(default=None, repr=False)
 
     def open(self) -> Store:
         if self.kind == "memory":
             from dispatch.records.memory import MemoryStore
 
             return MemoryStore()
+        if self.kind == "postgres":
+            from dispatch.records import PostgresStore
+
+            assert self.path is not None
+            return PostgresStore(self.path)
         from dispatch.records import SqliteStore, default_store_path  # deferred: sqlite3 is not light
 
         return SqliteStore(self.path if self.path is not None else default_store_path())
 
+    def __repr__(self) -> str:
+        return f"StoreChoice({str(self)!r})"
+
     def __str__(self) -> str:
         if self.kind == "memory":
             return "memory"
+        if self.kind == "postgres":
+            from dispatch.records.postgres_url import redact_dsn
+
+            return redact_dsn(self.path or "")
         if self.path:
             return f"sqlite:{self.path}"
         from dispatch.records.paths import default_store_path
@@ -145,6 +161,8 @@ def _settings(value: Any, path: str) -> dict[str, Any]:
 
 
 def _store(value: Any, path: str, base: Path | None) -> StoreChoice:
+    if isinstance(value, str):
+        return _store_url(value, path)
     obj = as_object(value, path)
     if len(obj) != 1:
         raise InvalidError('expected exactly one of "sqlite" or "memory"', path=path)
@@ -166,6 +184,21 @@ def _store(value: Any, path: str, base: Path | None) -> StoreChoice:
         raise InvalidError(f'unknown store "{key}"; expected "sqlite" or "memory"', path=join(path, key))
     f.done()
     return result
+
+
+def _store_url(value: str, path: str) -> StoreChoice:
+    """``store: postgresql://user@host:port/dbname`` (or ``postgres://``): a PostgreSQL store."""
+    scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+    if scheme not in ("postgresql", "postgres"):
+        shown = f"a {scheme}:// URL" if scheme else "a string that is not a URL"
+        raise InvalidError(
+            f"expected a postgresql://user@host:port/dbname URL, or {{sqlite: FILE}} or {{memory: {{}}}}; got {shown}",
+            path=path,
+        )
+    from dispatch.records.postgres_url import check_dsn
+
+    check_dsn(value, path)  # malformed URLs are refused at load time, without echoing them
+    return StoreChoice("postgres", value)
 
 
 def load_config(path: str | None = None, *, environ: Mapping[str, str] | None = None) -> ClusterFile:

@@ -1,26 +1,37 @@
 """Records: the durable job records dispatch keeps, whatever the cluster garbage-collects.
 
-:class:`Store` is the protocol; :class:`SqliteStore` (the embedded default) and :class:`MemoryStore`
-(tests) implement it. The implementations load on first use, so ``import dispatch`` does not import
-``sqlite3``.
+:class:`Store` is the protocol; :class:`SqliteStore` (the embedded default, one host),
+:class:`PostgresStore` (several hosts; ``pip install 'dispatch[postgres]'``) and :class:`MemoryStore`
+(tests) implement it, and the optional change-notification hook :class:`ChangeNotifier`. The
+implementations load on first use, so ``import dispatch`` imports neither ``sqlite3`` nor ``psycopg``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dispatch.records.store import Store
+from dispatch.records.store import ChangeNotifier, Changes, Store
 
 if TYPE_CHECKING:
     from dispatch.records.memory import MemoryStore
     from dispatch.records.paths import default_store_path
+    from dispatch.records.postgres import PostgresStore
     from dispatch.records.sqlite import SqliteStore
 
-__all__ = ["MemoryStore", "SqliteStore", "Store", "default_store_path"]
+__all__ = [
+    "ChangeNotifier",
+    "Changes",
+    "MemoryStore",
+    "PostgresStore",
+    "SqliteStore",
+    "Store",
+    "default_store_path",
+]
 
 _LAZY = {
     "MemoryStore": "dispatch.records.memory",
     "SqliteStore": "dispatch.records.sqlite",
+    "PostgresStore": "dispatch.records.postgres",
     "default_store_path": "dispatch.records.paths",
 }
 
@@ -31,7 +42,18 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(module), name)
+    try:
+        loaded = importlib.import_module(module)
+    except ImportError as exc:
+        if exc.name is None or not exc.name.startswith(("psycopg", "psycopg_pool")):
+            raise
+        from dispatch.errors import UnsupportedError
+
+        raise UnsupportedError(
+            f"{name} needs psycopg 3 and psycopg_pool, which are not installed: "
+            "pip install 'dispatch[postgres]'"
+        ) from None
+    value = getattr(loaded, name)
     globals()[name] = value  # later lookups skip this function
     return value
 

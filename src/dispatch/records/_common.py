@@ -6,16 +6,19 @@ the same lease decisions; only where the bytes live differs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from dispatch.errors import ConflictError, InvalidError
+from dispatch.errors import ConflictError, InvalidError, UnavailableError
 from dispatch.model import JobRecord, Lease, State, Transition, load_json
 from dispatch.model._decode import check_plain
+from dispatch.records.store import Changes
 
 __all__ = [
+    "QueueChanges",
     "check_cutoff",
     "check_holder",
     "check_revision",
@@ -186,3 +189,40 @@ def lease_after_release(
     if current.live(now):
         raise ConflictError(f"job {job_id!r} is leased by {current.holder!r}, not {holder!r}")
     return False, current
+
+
+class QueueChanges(Changes):
+    """A change feed the store pushes job ids into (from any thread), in the subscriber's loop."""
+
+    def __init__(self, subscribers: set[QueueChanges], where: str, closed: Callable[[], bool]) -> None:
+        self._subscribers = subscribers
+        self._where = where
+        self._closed = closed
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+    async def _start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._subscribers.add(self)
+        if self._closed():
+            self._queue.put_nowait(None)
+
+    def push(self, job_id: str | None) -> None:
+        """Report ``job_id`` changed; ``None`` means the store closed (the feed then raises)."""
+        if self._loop is None:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, job_id)
+        except RuntimeError:  # the subscriber's loop is gone: nobody is listening any more
+            self._subscribers.discard(self)
+
+    async def _next(self) -> str:
+        job_id = await self._queue.get()
+        if job_id is None:
+            self._queue.put_nowait(None)  # stays ended for later calls
+            raise UnavailableError(f"{self._where} is closed; its change feed ended")
+        return job_id
+
+    async def _stop(self) -> None:
+        self._subscribers.discard(self)
+        self._loop = None

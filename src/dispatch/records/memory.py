@@ -17,6 +17,7 @@ from dispatch.clock import Clock, SystemClock
 from dispatch.errors import ConflictError, NotFoundError, UnavailableError
 from dispatch.model import JobRecord, State, Transition, check_job_id
 from dispatch.records._common import (
+    QueueChanges,
     check_cutoff,
     check_holder,
     check_revision,
@@ -57,6 +58,7 @@ class MemoryStore:
         self._records: dict[str, _Entry] = {}  # insertion order is creation order: oldest first
         self._history: dict[str, builtins.list[Transition]] = {}
         self._closed = False
+        self._subscribers: set[QueueChanges] = set()
 
     def __repr__(self) -> str:
         return f"MemoryStore({len(self._records)} records{', closed' if self._closed else ''})"
@@ -75,7 +77,17 @@ class MemoryStore:
         opaque = bool(record.spec.extensions.opaque())
         text = dumps(record.to_json(), f"record of job {record.job_id!r}") if opaque else ""
         self._records[record.job_id] = _Entry(record, text, opaque)
+        self._notify(record.job_id)
         return self._read(self._records[record.job_id])
+
+    def _notify(self, job_id: str | None) -> None:
+        for feed in builtins.list(self._subscribers):
+            feed.push(job_id)
+
+    def changes(self) -> QueueChanges:
+        """Subscribe to this store's writes (see :class:`~dispatch.records.Changes`): in-process only,
+        as the records are."""
+        return QueueChanges(self._subscribers, _WHERE, lambda: self._closed)
 
     @staticmethod
     def _read(entry: _Entry) -> JobRecord:
@@ -199,9 +211,12 @@ class MemoryStore:
             for job_id in doomed:
                 del self._records[job_id]
                 del self._history[job_id]
+                self._notify(job_id)
             return len(doomed)
 
     async def close(self) -> None:
         """Forget nothing, accept nothing more. Idempotent."""
         with self._lock:
-            self._closed = True
+            if not self._closed:
+                self._closed = True
+                self._notify(None)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import abc
 import builtins
 from collections.abc import Iterable, Sequence
+from types import TracebackType
 from typing import Protocol, runtime_checkable
 
 from dispatch.model import JobRecord, State, Transition
 
-__all__ = ["Store"]
+__all__ = ["ChangeNotifier", "Changes", "Store"]
 
 
 @runtime_checkable
@@ -24,6 +26,8 @@ class Store(Protocol):
       taken over by another holder; lease changes are writes (they bump the revision);
     - records are never deleted implicitly; :meth:`purge` is explicit;
     - a write that returned is durable (it survives the process being killed right after).
+
+    Change notification is not part of this protocol but an optional hook, :class:`ChangeNotifier`.
     """
 
     async def create(self, record: JobRecord, transition: Transition) -> JobRecord:
@@ -66,4 +70,69 @@ class Store(Protocol):
 
     async def close(self) -> None:
         """Release the store's resources. Idempotent."""
+        ...
+
+
+class Changes(abc.ABC):
+    """A subscription to a store's changes: an async context manager and an async iterator of job ids.
+
+    ``async with store.changes() as feed:`` subscribes; once the ``async with`` body starts, every
+    write committed afterwards to the store (by this process or, for shared stores, any other) is
+    reported. ``async for job_id in feed`` then yields the id of each record created, updated, leased,
+    released or purged. An id is a *hint*, not the change: read the record to learn what it is now.
+    Several writes to one record may be reported once, and a write may be reported although the
+    reader already saw its effect; nothing committed after subscribing is missed while the feed is
+    open. If the feed loses its source (e.g. the database connection), iteration raises
+    ``UnavailableError``: subscribe again and re-read (``list``) what may have changed meanwhile.
+
+    The usual pattern (what ``Cluster.watch`` or an idle supervisor does): subscribe, read the
+    current records, then act on each reported id.
+    """
+
+    _entered = False
+
+    async def __aenter__(self) -> Changes:
+        await self._start()
+        self._entered = True
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._entered = False
+        await self._stop()
+
+    def __aiter__(self) -> Changes:
+        return self
+
+    async def __anext__(self) -> str:
+        if not self._entered:
+            from dispatch.errors import InvalidError
+
+            raise InvalidError("iterate a change feed inside `async with store.changes() as feed`")
+        return await self._next()
+
+    @abc.abstractmethod
+    async def _start(self) -> None:
+        """Subscribe: after this returns, no committed change may be missed."""
+
+    @abc.abstractmethod
+    async def _next(self) -> str:
+        """The next changed job id (waiting for one)."""
+
+    @abc.abstractmethod
+    async def _stop(self) -> None:
+        """Unsubscribe and release resources. Idempotent."""
+
+
+@runtime_checkable
+class ChangeNotifier(Protocol):
+    """The optional change-notification hook of a :class:`Store` (not part of ``Store`` itself, so a
+    store without it is still a store; callers check ``isinstance(store, ChangeNotifier)`` and fall
+    back to polling ``list``). All three dispatch stores have it: :class:`MemoryStore` (in-process),
+    :class:`SqliteStore` (polls the file's ``data_version``, so other processes' writes show too) and
+    :class:`PostgresStore` (``LISTEN/NOTIFY``, so other hosts' writes show too)."""
+
+    def changes(self) -> Changes:
+        """A new, not yet started subscription; see :class:`Changes`."""
         ...
