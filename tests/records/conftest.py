@@ -53,9 +53,11 @@ def pg_server() -> Iterator[PgServer]:
 
 
 @pytest.fixture
-def pg_dsn(pg_server: PgServer) -> str:
-    """The URL (password included) of a fresh, empty database."""
-    return pg_server.dsn(pg_server.new_database())
+def pg_dsn(pg_server: PgServer) -> Iterator[str]:
+    """The URL (password included) of a fresh, empty database, dropped after the test."""
+    name = pg_server.new_database()
+    yield pg_server.dsn(name)
+    pg_server.drop_database(name)
 
 
 @pytest.fixture

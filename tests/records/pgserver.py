@@ -135,6 +135,10 @@ class PgServer:
         self.admin(f"CREATE DATABASE {name} OWNER {ROLE} TEMPLATE template0")
         return name
 
+    def drop_database(self, name: str) -> None:
+        """Drop a test's database (closing its connections): the server's disk stays small."""
+        self.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
             try:
