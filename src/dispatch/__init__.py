@@ -68,11 +68,11 @@ from dispatch.records import Store
 from dispatch.registry import Adapter, adapters, describe, new_backend, register
 
 if TYPE_CHECKING:
-    from dispatch.records import MemoryStore, SqliteStore, default_store_path
+    from dispatch.records import MemoryStore, PostgresStore, SqliteStore, default_store_path
 
 __version__ = "0.1.0"
 
-_LAZY = {"MemoryStore", "SqliteStore", "default_store_path"}
+_LAZY = {"MemoryStore", "PostgresStore", "SqliteStore", "default_store_path"}
 
 
 def __getattr__(name: str) -> Any:
@@ -131,6 +131,7 @@ __all__ = [
     "Plan",
     "PlanAction",
     "Policy",
+    "PostgresStore",
     "Prepared",
     "ReadOnlyError",
     "Rule",
