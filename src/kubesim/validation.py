@@ -169,7 +169,7 @@ def validate_metadata(meta: dict[str, Any], *, name_rule: str = "subdomain") -> 
                 if not isinstance(v, str):
                     causes.append(Cause.invalid_value(f"metadata.annotations[{k}]", v, "must be a string"))
                     continue
-                total += len(str(k)) + len(v)
+                total += len(str(k).encode()) + len(v.encode())  # the API server counts bytes
             if total > TOTAL_ANNOTATION_SIZE_LIMIT:
                 causes.append(Cause.too_long("metadata.annotations", TOTAL_ANNOTATION_SIZE_LIMIT))
     finalizers = meta.get("finalizers")

@@ -254,3 +254,16 @@ async def test_crd_rules_hold_without_controllers(sim: Simulator, raw: Raw) -> N
     body["metadata"]["name"] = "1-starts-with-a-digit"
     code, out, _ = await raw.request("POST", tj, body)
     assert code == 422 and "RFC 1035" in out["message"]
+
+
+async def test_the_annotation_limit_counts_utf8_bytes(raw: Raw) -> None:
+    """262,144 bytes of keys and values, as the real server counts: multibyte characters count for more."""
+    at_limit = trainjob("ascii")
+    at_limit["metadata"]["annotations"] = {"a": "x" * (262_144 - 1)}
+    code, _, _ = await raw.request("POST", TJ, at_limit)
+    assert code == 201
+    wide = trainjob("wide")
+    wide["metadata"]["annotations"] = {"a": "é" * 131_072}  # 131,073 characters, 262,145 bytes
+    code, body, _ = await raw.request("POST", TJ, wide)
+    assert code == 422
+    assert "may not be more than 262144 bytes" in body["message"]
