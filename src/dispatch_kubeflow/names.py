@@ -58,5 +58,10 @@ MAX_COMMAND_ITEM: Final = 1_048_576
 MAX_IMAGE: Final = 500
 MAX_RUNTIME_PATCHES: Final = 16
 MAX_NUM_NODES: Final = 2_147_483_647  # int32
+MAX_ANNOTATION_BYTES: Final = 262_144
+"""The API server's limit on ``metadata.annotations``: keys plus values, in UTF-8 bytes, all of them."""
+OWN_ANNOTATION_BYTES: Final = len(ANNOTATION_JOB_ID) + 253 + len(ANNOTATION_EPOCH) + len("999999.999999")
+"""The most dispatch's own annotations can take (the longest job id, the largest epoch): settings
+``annotations`` get the rest of :data:`MAX_ANNOTATION_BYTES`."""
 MAX_OBJECT_BYTES: Final = 1_500_000
 """A TrainJob larger than this would exceed etcd's default request limit (1.5 MiB)."""

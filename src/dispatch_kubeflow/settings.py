@@ -21,6 +21,8 @@ from dispatch.model._decode import Fields, as_int, as_list, as_mapping, as_objec
 from dispatch_kubeflow.extension import RuntimeRef
 from dispatch_kubeflow.names import (
     DOMAIN,
+    MAX_ANNOTATION_BYTES,
+    OWN_ANNOTATION_BYTES,
     KIND_CLUSTER_TRAINING_RUNTIME,
     LABEL_MANAGED_BY,
     LABEL_PRIORITY,
@@ -281,8 +283,16 @@ def _labels(value: Any, path: str) -> dict[str, str]:
 def _annotations(value: Any, path: str) -> dict[str, str]:
     out = as_mapping(value, path, as_str)
     _map_keys(out, path, "annotation", reserved=True)
-    if sum(len(k) + len(v) for k, v in out.items()) > 256 * 1024:
-        raise InvalidError("annotations may hold at most 256 KiB in all", path=path)
+    # The API server counts UTF-8 bytes of every annotation, dispatch's own included (SPEC §9.5).
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in out.items())
+    budget = MAX_ANNOTATION_BYTES - OWN_ANNOTATION_BYTES
+    if size > budget:
+        raise InvalidError(
+            f"annotations take {size} bytes (keys and values, UTF-8); at most {budget} are allowed: the API "
+            f"server's limit is {MAX_ANNOTATION_BYTES} bytes for all annotations and dispatch's own take up to "
+            f"{OWN_ANNOTATION_BYTES}",
+            path=path,
+        )
     return out
 
 
@@ -384,6 +394,13 @@ def parse_quantity(value: Any, path: str) -> Decimal:
             as_str(value, path)  # the shared null refusal
         raise InvalidError(
             f'expected a quantity (a string such as "4Gi" or an integer), got {value!r}', path=path
+        )
+    if isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
+        # The API server decodes an integer quantity as int64 and refuses larger ones (as a string it is fine).
+        raise InvalidError(
+            f"{value} is out of range for an integer quantity (at most {_INT64_MAX}); write it as a string, "
+            f'e.g. "{value}"',
+            path=path,
         )
     text = str(value)
     if len(text) > 64 or not _RE[QUANTITY].match(text):
@@ -495,7 +512,10 @@ def schema() -> dict[str, Any]:
     """
     label_value = {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE}
     quantity = {
-        "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": QUANTITY, "maxLength": 64}]
+        "anyOf": [
+            {"type": "integer", "minimum": 0, "maximum": _INT64_MAX},
+            {"type": "string", "pattern": QUANTITY, "maxLength": 64},
+        ]
     }
     resource_map = {
         "type": "object",
