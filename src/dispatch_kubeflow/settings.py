@@ -21,12 +21,12 @@ from dispatch.model._decode import Fields, as_int, as_list, as_mapping, as_objec
 from dispatch_kubeflow.extension import RuntimeRef
 from dispatch_kubeflow.names import (
     DOMAIN,
-    MAX_ANNOTATION_BYTES,
-    OWN_ANNOTATION_BYTES,
     KIND_CLUSTER_TRAINING_RUNTIME,
     LABEL_MANAGED_BY,
     LABEL_PRIORITY,
     LABEL_QUEUE,
+    MAX_ANNOTATION_BYTES,
+    OWN_ANNOTATION_BYTES,
     RUNTIME_KINDS,
 )
 
