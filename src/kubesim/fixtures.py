@@ -350,15 +350,18 @@ def install_trainer_public(store: ObjectStore) -> None:
 
 
 def install(sim: Any) -> None:
-    """What ``Simulator()`` installs with its default controllers: the stock-like runtimes (unless
-    ``install_runtimes=False``), nodes (``nodes=None`` → 4 default nodes; an int → that many; a list of
-    Node dicts → those), and the default Kueue objects when ``kueue=True``."""
+    """What ``Simulator()`` installs with its default controllers: the TrainJob CRD (:mod:`kubesim.crds`),
+    the stock-like runtimes (unless ``install_runtimes=False``), nodes (``nodes=None`` → 4 default nodes; an
+    int → that many; a list of Node dicts → those), and the default Kueue objects when ``kueue=True``."""
     store = sim.store
     install_trainer_public(store)
     server = getattr(sim, "server", None)
     if server is not None:
         # the install's RoleBinding: every authenticated user may get that one ConfigMap
         server.authenticated_reads.add((TRAINER_NAMESPACE, TRAINER_PUBLIC))
+    from kubesim.crds import install_crds
+
+    install_crds(store)
     if getattr(sim, "install_runtimes", True):
         install_runtimes(store)
     nodes = getattr(sim, "nodes", None)

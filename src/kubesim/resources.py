@@ -12,6 +12,7 @@ __all__ = [
     "CLUSTERQUEUES",
     "CLUSTERTRAININGRUNTIMES",
     "CONFIGMAPS",
+    "CUSTOMRESOURCEDEFINITIONS",
     "EVENTS",
     "JOBS",
     "JOBSETS",
@@ -204,5 +205,16 @@ SELFSUBJECTREVIEWS = register(
         False,
         _NOSTATUS,
         verbs=("create",),
+    )
+)
+CUSTOMRESOURCEDEFINITIONS = register(
+    ResourceType(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        False,
+        _STATUS,
+        ("crd", "crds"),
     )
 )

@@ -144,3 +144,26 @@ async def test_an_indexed_job_too_wide_is_422_and_a_huge_trainjob_creates_no_pod
     assert all(e["type"] == "Warning" and "spec.parallelism" in e["message"] for e in events)
     assert sim.store.list(PODS, "default", label_selector="jobset.sigs.k8s.io/jobset-name=huge")[0] == []
     assert [e for c in sim.controllers for e in getattr(c, "errors", [])] == []
+
+
+async def test_the_trainjob_crd_is_served_with_its_schema(sim: Simulator) -> None:
+    """A client can read the TrainJob CRD from apiextensions to see which spec fields this Trainer has."""
+    headers = {"Authorization": f"Bearer {sim.token('readonly')}"}
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/trainjobs.trainer.kubeflow.org"
+    async with aiohttp.ClientSession() as session, session.get(sim.url + path, headers=headers) as resp:
+        assert resp.status == 200
+        crd = await resp.json()
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == "v1alpha1"
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert {"runtimeRef", "trainer", "suspend", "activeDeadlineSeconds", "runtimePatches"} <= set(spec)
+    assert "numProcPerNode" in spec["trainer"]["properties"]
+
+
+def test_an_older_trainer_crd_lacks_the_fields_named() -> None:
+    from kubesim.crds import trainjob_crd
+
+    crd = trainjob_crd(without=("runtimePatches", "trainer.numProcPerNode"))
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert "runtimePatches" not in spec and "numProcPerNode" not in spec["trainer"]["properties"]
+    assert "activeDeadlineSeconds" in spec
