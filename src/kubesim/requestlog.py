@@ -35,6 +35,7 @@ class RequestRecord:
     name: str = ""
     request_bytes: int = 0
     response_bytes: int = 0
+    user_agent: str = ""  # the client's User-Agent header, as an audit log records it
 
     @property
     def is_write(self) -> bool:

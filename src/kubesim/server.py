@@ -285,6 +285,7 @@ class ApiServer:
                 name=info.name or "",
                 request_bytes=request.content_length or 0,
                 response_bytes=response_bytes,
+                user_agent=request.headers.get("User-Agent", ""),
             )
             sim.requests.record(rec)
             return rec

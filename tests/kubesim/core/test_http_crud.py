@@ -267,3 +267,9 @@ async def test_the_annotation_limit_counts_utf8_bytes(raw: Raw) -> None:
     code, body, _ = await raw.request("POST", TJ, wide)
     assert code == 422
     assert "may not be more than 262144 bytes" in body["message"]
+
+
+async def test_the_request_log_records_the_user_agent(raw: Raw, sim: Simulator) -> None:
+    raw.session.headers["User-Agent"] = "audit-me/1.2"
+    await raw.request("GET", TJ)
+    assert sim.requests.filter(verb="list")[-1].user_agent == "audit-me/1.2"
