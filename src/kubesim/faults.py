@@ -41,6 +41,7 @@ class Faults:
         self.latency: float = 0.0  # seconds of real time added to every request
         self._failures: list[_Failure] = []
         self._losses: list[_Failure] = []
+        self._warnings: list[_Failure] = []
         self._drop_listeners: list[Callable[[bool], None]] = []
         self._compact: Callable[[], None] | None = None
         self.injected = 0  # how many requests were failed on purpose
@@ -124,6 +125,24 @@ class Faults:
                 return True
         return False
 
+    def warn_next(self, text: str, n: int = 1, *, verb: str | None = None, path: str | None = None) -> None:
+        """Answer the next ``n`` matching successful requests with a ``Warning: 299 - "<text>"`` header, as
+        an API server does for a deprecated API or a field it dropped under ``fieldValidation=Warn``."""
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        self._warnings.append(_Failure(n, 0, verb, re.compile(path) if path else None, None, 0, text))
+
+    def warnings_for(self, verb: str, path: str) -> list[str]:
+        """The warning texts to attach to this (successful) request's answer."""
+        out = []
+        for f in list(self._warnings):
+            if f.remaining > 0 and f.matches(verb, path):
+                f.remaining -= 1
+                if f.remaining == 0:
+                    self._warnings.remove(f)
+                out.append(f.message)
+        return out
+
     def retry_after(self, err: ApiError) -> int | None:
         if err.details and "retryAfterSeconds" in err.details:
             return int(err.details["retryAfterSeconds"])
@@ -152,3 +171,4 @@ class Faults:
         self.latency = 0.0
         self._failures.clear()
         self._losses.clear()
+        self._warnings.clear()

@@ -335,6 +335,10 @@ class ApiServer:
                 if request.transport is not None:
                     request.transport.abort()
                 return web.Response(status=204)  # never written: the connection is gone
+            if info.verb and not resp.prepared and resp.status < 400:
+                for text in sim.faults.warnings_for(info.verb, request.path):
+                    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+                    resp.headers.add("Warning", f'299 - "{escaped}"')
             final = resp
             return resp
         except ApiError as err:

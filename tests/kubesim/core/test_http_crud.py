@@ -273,3 +273,12 @@ async def test_the_request_log_records_the_user_agent(raw: Raw, sim: Simulator) 
     raw.session.headers["User-Agent"] = "audit-me/1.2"
     await raw.request("GET", TJ)
     assert sim.requests.filter(verb="list")[-1].user_agent == "audit-me/1.2"
+
+
+async def test_an_injected_warning_rides_on_a_successful_write(raw: Raw, sim: Simulator) -> None:
+    sim.faults.warn_next('unknown field "spec.bogus"', verb="create", path=r"/trainjobs$")
+    code, _, headers = await raw.request("POST", TJ, trainjob("warned"))
+    assert code == 201
+    assert headers["Warning"] == '299 - "unknown field \\"spec.bogus\\""'
+    code, _, headers = await raw.request("POST", TJ, trainjob("quiet"))
+    assert code == 201 and "Warning" not in headers
