@@ -1,7 +1,9 @@
 """The Kubeflow Trainer backend: :class:`Backend` and :func:`factory` (SPEC §9.3–§9.5).
 
 The deciding parts are pure and live beside this module (settings, runtime rules, TrainJob building,
-naming, error mapping, state); this module does the I/O around them through :mod:`dispatch_kubeflow.kube`.
+naming, error mapping, the cause table in :mod:`dispatch_kubeflow.causes`); this module does the I/O around
+them through :mod:`dispatch_kubeflow.kube` (the one Kubernetes layer, which raises dispatch's errors) and
+:mod:`dispatch_kubeflow.reading`.
 """
 
 from __future__ import annotations
@@ -15,15 +17,29 @@ from dispatch.clock import Clock, SystemClock
 from dispatch.config import AdapterConfig
 from dispatch.errors import (
     ConflictError,
+    DispatchError,
     InvalidError,
+    NotFoundError,
+    OutcomeUnknownError,
     ReadOnlyError,
     UnsupportedError,
 )
-from dispatch.model import Capabilities, Handle, Identity, JobSpec, Limits, Mode, Observation
+from dispatch.model import (
+    Capabilities,
+    Cause,
+    Handle,
+    Identity,
+    JobSpec,
+    Limits,
+    Mode,
+    Observation,
+    Outcome,
+)
 from dispatch_kubeflow import naming
-from dispatch_kubeflow.kube import ApiStatus, KubeClient, Retry, Unreachable, resource_path
+from dispatch_kubeflow.causes import Snapshot, carry, classify
+from dispatch_kubeflow.errors import AlreadyExistsError
+from dispatch_kubeflow.kube import KubeClient, Retry
 from dispatch_kubeflow.names import (
-    LABEL_INCARNATION,
     LABEL_JOB_HASH,
     LABEL_MANAGED_BY,
     MANAGED_BY,
@@ -40,9 +56,9 @@ from dispatch_kubeflow.preflight import (
     runtime_path,
     trainjob_path,
 )
+from dispatch_kubeflow.reading import Parts, confirm_gone, read_all, read_one
 from dispatch_kubeflow.runtime import check_runtime, inspect_runtime
 from dispatch_kubeflow.settings import Settings, parse_settings
-from dispatch_kubeflow.state import cancelled, lost, outcome_of
 from dispatch_kubeflow.trainjob import (
     ACCEPTED_EXTENSIONS,
     build_trainjob,
@@ -54,6 +70,7 @@ __all__ = ["Backend", "factory", "open_backend"]
 
 _log = logging.getLogger(__name__)
 _SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_JOB_HASH}"
+_SEEN_LIMIT = 10_000
 
 
 async def factory(cfg: AdapterConfig) -> Backend:
@@ -84,21 +101,16 @@ async def open_backend(
     client.read_only = cfg.read_only  # from the first request on: not one write may leave the process
     facts = ClusterFacts()
     try:
-        try:
-            await discover(client, settings, facts)
-            if cfg.read_only:
-                facts.notes += await kueue_objects(client, settings, facts)
+        await discover(client, settings, facts)
+        if cfg.read_only:
+            facts.notes += await kueue_objects(client, settings, facts)
+        else:
+            await review_access(client, settings, facts)
+            if facts.may_write:
+                await probe(client, settings, facts, window=window, clock=clock)
             else:
-                await review_access(client, settings, facts)
-                if facts.may_write:
-                    await probe(client, settings, facts, window=window, clock=clock)
-                else:
-                    client.read_only = True
-                    facts.notes += await kueue_objects(client, settings, facts)
-        except ApiStatus as exc:
-            raise exc.to_error(f"preflight of the cluster at {client.server}") from None
-        except Unreachable as exc:
-            raise exc.to_error(f"preflight of the cluster at {client.server}") from None
+                client.read_only = True
+                facts.notes += await kueue_objects(client, settings, facts)
     except BaseException:
         await client.close()
         raise
@@ -129,6 +141,9 @@ class Backend:
         # Refs this backend deleted: a TrainJob gone after our own stop was cancelled, not lost. (Across
         # restarts the host's record decides: "record says we cancelled" comes first in SPEC §9.7.)
         self._stopped: set[str] = set()
+        # The last non-terminal outcome with a cause, per ref: what the Job controller deletes when a job
+        # fails (its pods) cannot be read afterwards, so what was seen before is carried (causes.carry).
+        self._seen: dict[str, Outcome] = {}
 
     def __repr__(self) -> str:
         return f"<dispatch_kubeflow.Backend {self._client.server} namespace={self.settings.namespace!r} {self.mode}>"
@@ -163,6 +178,7 @@ class Backend:
             if value is not None:
                 notes.append(f"{label}: {'yes' if value else 'no'}")
         notes += self.facts.notes
+        notes += self._client.findings  # warnings the API server attached to our writes
         if self.mode is Mode.READ_ONLY:
             notes.append("read-only: opened without the probe; every write is refused")
         if writable and not self.queueing:
@@ -197,12 +213,7 @@ class Backend:
         reasons = unsupported_extensions(spec, self.settings)
         ns = self.settings.runtime_namespace(ref.kind)
         where = f'{ref.kind} "{ref.runtime}"'
-        try:
-            runtime = await self._client.get_or_none(
-                runtime_path(ref.kind, ref.runtime, ns), what=f"get {where}"
-            )
-        except (ApiStatus, Unreachable) as exc:
-            raise exc.to_error(f"get {where}") from None
+        runtime = await self._client.get_or_none(runtime_path(ref.kind, ref.runtime, ns), what=f"get {where}")
         if runtime is None:
             place = f" in namespace {ns!r}" if ns else ""
             reasons.append(f"{where} was not found{place}")
@@ -270,19 +281,23 @@ class Backend:
             await self._client.create(path, obj, what=what)
             _log.info("created TrainJob %s/%s for %s", self.settings.namespace, name, identity)
             return self._handle(identity, name)
-        except ApiStatus as exc:
-            if exc.code != 409 or exc.reason != "AlreadyExists":
-                raise exc.to_error(what) from None
-        except Unreachable as exc:
+        except AlreadyExistsError:
+            pass
+        except UnsupportedError:
+            # The server took it but dropped fields it does not know (it ignored Strict validation): the
+            # job would run without them (its checkpoint volume, its time limit...). Take it back.
+            await self._withdraw(name, what)
+            raise
+        except OutcomeUnknownError:
             # The create may have landed; the identity lookup settles it when the cluster answers.
             try:
                 existing = await self._client.get_or_none(
                     trainjob_path(self.settings.namespace, name), what=what
                 )
-            except (ApiStatus, Unreachable):
-                raise exc.to_error(what) from None
+            except DispatchError:
+                existing = None
             if existing is None:
-                raise exc.to_error(what) from None
+                raise
             return self._adopt(existing, identity, name)
         existing = await self._get(name, what=f'get TrainJob "{name}"')
         if existing is None:
@@ -305,11 +320,20 @@ class Backend:
         _log.info("adopted existing TrainJob %s/%s for %s", self.settings.namespace, name, identity)
         return self._handle(identity, name)
 
-    async def _get(self, name: str, *, what: str) -> dict[str, Any] | None:
+    async def _withdraw(self, name: str, what: str) -> None:
+        """Delete a TrainJob this backend just created and must not leave running; a failure is logged
+        (the caller's error already says what happened)."""
         try:
-            return await self._client.get_or_none(trainjob_path(self.settings.namespace, name), what=what)
-        except (ApiStatus, Unreachable) as exc:
-            raise exc.to_error(what) from None
+            await self._client.delete(
+                trainjob_path(self.settings.namespace, name),
+                what=f"withdraw after {what}",
+                propagation="Foreground",
+            )
+        except DispatchError as exc:
+            _log.warning("%s: could not delete it again: %s", what, exc)
+
+    async def _get(self, name: str, *, what: str) -> dict[str, Any] | None:
+        return await self._client.get_or_none(trainjob_path(self.settings.namespace, name), what=what)
 
     # --- observe / stop / list -----------------------------------------------------------------------
 
@@ -331,31 +355,52 @@ class Backend:
                 f'TrainJob "{handle.ref}" carries {found or "no dispatch identity"}, not {handle.identity}'
             )
 
-    async def _pods(self, selector: str) -> list[dict[str, Any]]:
-        path = resource_path("", "v1", "pods", namespace=self.settings.namespace)
-        try:
-            return await self._client.list(path, what="list pods", label_selector=selector)
-        except ApiStatus as exc:
-            if exc.code in (401, 403):
-                return []  # pods unreadable with these credentials: read the TrainJob alone
-            raise exc.to_error("list pods") from None
-        except Unreachable as exc:
-            raise exc.to_error("list pods") from None
+    def _classify(
+        self, name: str, trainjob: Mapping[str, Any] | None, parts: Parts | None, *, stopped: bool, now: float
+    ) -> Outcome:
+        ref = f"{self.settings.namespace}/{name}"
+        outcome = carry(self._seen.get(ref), self._read(name, trainjob, parts, stopped=stopped, now=now))
+        if not outcome.terminal and outcome.cause not in (Cause.NONE, Cause.UNKNOWN):
+            self._seen.pop(ref, None)
+            self._seen[ref] = outcome
+            while len(self._seen) > _SEEN_LIMIT:
+                del self._seen[next(iter(self._seen))]
+        return outcome
+
+    def _read(
+        self, name: str, trainjob: Mapping[str, Any] | None, parts: Parts | None, *, stopped: bool, now: float
+    ) -> Outcome:
+        snapshot = Snapshot.of(
+            name,
+            trainjob,
+            jobset=parts.jobset if parts is not None else None,
+            jobs=parts.jobs if parts is not None else (),
+            pods=parts.pods if parts is not None else (),
+            workload=parts.workload if parts is not None else None,
+            stopped=stopped,
+            now=now,
+        )
+        return classify(snapshot)
 
     async def observe(self, handle: Handle) -> Observation:
-        """The state of the incarnation as its TrainJob and pods show it now; a TrainJob that is gone is
-        reported ``lost``."""
+        """The outcome of the incarnation as its TrainJob, JobSet, Jobs, pods and (with Kueue) Workload show
+        it now, classified by the cause table (:mod:`dispatch_kubeflow.causes`). A TrainJob that answers 404
+        is read again before it is reported gone: ``cancelled`` if this backend stopped it, else ``lost``."""
         name = self._name_of(handle)
+        stopped = handle.ref in self._stopped
         obj = await self._get(name, what=f'get TrainJob "{handle.ref}"')
         if obj is None:
-            gone = cancelled(name) if handle.ref in self._stopped else lost(name)
-            return Observation(handle, gone, self._clock.now())
+            obj = await confirm_gone(self._client, self.settings.namespace, name)
+        if obj is None:
+            return Observation(
+                handle,
+                self._classify(name, None, None, stopped=stopped, now=self._clock.now()),
+                self._clock.now(),
+            )
         self._check_owner(obj, handle)
-        labels = naming.identity_labels(handle.identity)
-        pods = await self._pods(
-            f"{LABEL_JOB_HASH}={labels[LABEL_JOB_HASH]},{LABEL_INCARNATION}={labels[LABEL_INCARNATION]}"
-        )
-        return Observation(handle, outcome_of(obj, pods), self._clock.now())
+        parts = await read_one(self._client, self.settings.namespace, obj, kueue=self.facts.kueue)
+        now = self._clock.now()
+        return Observation(handle, self._classify(name, obj, parts, stopped=stopped, now=now), now)
 
     async def stop(self, handle: Handle) -> None:
         """Delete the incarnation's TrainJob with foreground propagation (its JobSet and pods go with it).
@@ -375,43 +420,40 @@ class Backend:
                 propagation="Foreground",
                 uid=obj["metadata"].get("uid"),
             )
-        except ApiStatus as exc:
-            if exc.code == 404:
-                return
-            raise exc.to_error(what) from None
-        except Unreachable as exc:
-            raise exc.to_error(what) from None
+        except NotFoundError:
+            return
 
     async def list(self) -> list[Observation]:
-        """An observation of every TrainJob in the namespace that carries dispatch's identity. Objects whose
-        marks are inconsistent are skipped with a warning."""
+        """An observation of every TrainJob in the namespace that carries dispatch's identity, read with
+        one list request per kind (TrainJobs, JobSets, Jobs, pods, Workloads), never one per job. Objects
+        whose marks are inconsistent are skipped with a warning."""
         what = f"list TrainJobs in namespace {self.settings.namespace!r}"
-        try:
-            items = await self._client.list(
-                trainjob_path(self.settings.namespace), what=what, label_selector=_SELECTOR
-            )
-        except (ApiStatus, Unreachable) as exc:
-            raise exc.to_error(what) from None
-        pods_by_key: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for pod in await self._pods(_SELECTOR):
-            labels = pod.get("metadata", {}).get("labels", {})
-            pods_by_key.setdefault(
-                (labels.get(LABEL_JOB_HASH, ""), labels.get(LABEL_INCARNATION, "")), []
-            ).append(pod)
-        now = self._clock.now()
-        out: list[Observation] = []
+        items = await self._client.list(
+            trainjob_path(self.settings.namespace), what=what, label_selector=_SELECTOR
+        )
+        mine: list[tuple[Identity, dict[str, Any]]] = []
         for obj in items:
             try:
                 identity = naming.identity_of(obj)
             except ConflictError as exc:
                 _log.warning("skipping a TrainJob with inconsistent dispatch marks: %s", exc)
                 continue
-            if identity is None:
-                continue
-            labels = obj.get("metadata", {}).get("labels", {})
-            pods = pods_by_key.get((labels.get(LABEL_JOB_HASH, ""), labels.get(LABEL_INCARNATION, "")), [])
-            handle = self._handle(identity, obj["metadata"]["name"])
-            out.append(Observation(handle, outcome_of(obj, pods), now))
+            if identity is not None:
+                mine.append((identity, obj))
+        parts = await read_all(
+            self._client,
+            self.settings.namespace,
+            [obj for _, obj in mine],
+            kueue=self.facts.kueue,
+            pod_selector=_SELECTOR,
+        )
+        now = self._clock.now()
+        out: list[Observation] = []
+        for identity, obj in mine:
+            name = str(obj["metadata"]["name"])
+            handle = self._handle(identity, name)
+            outcome = self._classify(name, obj, parts.get(name), stopped=handle.ref in self._stopped, now=now)
+            out.append(Observation(handle, outcome, now))
         return out
 
     async def close(self) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "Termination",
     "TrainJob",
     "Workload",
+    "carry",
     "classify",
     "table_markdown",
 ]
@@ -704,10 +705,23 @@ def _failed_otherwise(s: Snapshot) -> Outcome | None:
     return Outcome(State.FAILED, Cause.UNKNOWN, s.supporting())
 
 
+_REQUEUE_CAUSES = {
+    "Preempted": Cause.PREEMPTED,
+    "NodeFailures": Cause.NODE_LOST,
+    "PodsReadyTimeout": Cause.NO_CAPACITY,
+}
+
+
 def _restarting(s: Snapshot) -> Outcome | None:
-    """Containers restarted in place (or the JobSet recreated) while the job runs: say what ended them."""
+    """Containers restarted in place, pods replaced, the JobSet recreated or Kueue requeued the job, while
+    it goes on: say what ended the earlier attempts."""
     evidence: list[Evidence] = []
     cause = Cause.UNKNOWN
+    wl = s.workload
+    requeued = wl.true("Requeued") if wl is not None and not wl.finished else None
+    if wl is not None and requeued is not None and requeued.reason in _REQUEUE_CAUSES:
+        evidence.append(wl.evidence(requeued))
+        cause = _REQUEUE_CAUSES[requeued.reason]
     for pod in s.pods:
         for c in pod.containers:
             # In place (OnFailure): lastState; replaced by the Job (Never): the failed pod's state.
@@ -862,9 +876,9 @@ RULES: Final[tuple[Rule, ...]] = (
     ),
     Rule(
         "restarting",
-        "a container restarted in place (`restartCount`, `lastState`), a failed pod the Job replaces, or JobSet `status.restarts` > 0",
-        "Pod, JobSet",
-        "the live state / exit_code (or unknown)",
+        "Kueue requeued the job (`Requeued=True` `Preempted`/`NodeFailures`/`PodsReadyTimeout`), a container restarted in place (`restartCount`, `lastState`), a failed pod the Job replaces, or JobSet `status.restarts` > 0",
+        "Workload, Pod, JobSet",
+        "the live state / preempted, node_lost, no_capacity, exit_code (or unknown)",
         _restarting,
     ),
     Rule(
@@ -875,6 +889,24 @@ RULES: Final[tuple[Rule, ...]] = (
         _live,
     ),
 )
+
+
+def carry(previous: Outcome | None, current: Outcome) -> Outcome:
+    """``current``, unless it is ``failed``/``unknown`` and ``previous`` — an earlier observation of the same
+    incarnation, not terminal — had a cause: then the job failed of that cause, with both evidences.
+
+    The Job controller deletes a failed job's pods (a container in crash-loop back-off goes at once), so the
+    OOM or exit code that made it fail is often gone by the time the TrainJob says ``Failed``; what was
+    seen while it restarted is the best evidence left. ``observe``, ``list`` and the watch fold their
+    observations through this."""
+    if (
+        previous is None
+        or previous.terminal
+        or previous.cause in (Cause.NONE, Cause.UNKNOWN)
+        or (current.state, current.cause) != (State.FAILED, Cause.UNKNOWN)
+    ):
+        return current
+    return Outcome(State.FAILED, previous.cause, (*previous.evidence, *current.evidence))
 
 
 def classify(snapshot: Snapshot) -> Outcome:

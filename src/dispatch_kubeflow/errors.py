@@ -21,7 +21,15 @@ from dispatch.errors import (
     UnavailableError,
 )
 
-__all__ = ["PodsRemainError", "StaleHoldError", "is_retryable", "map_status", "map_transport"]
+__all__ = [
+    "AlreadyExistsError",
+    "ExpiredError",
+    "PodsRemainError",
+    "StaleHoldError",
+    "is_retryable",
+    "map_status",
+    "map_transport",
+]
 
 
 class StaleHoldError(ConflictError):
@@ -31,6 +39,14 @@ class StaleHoldError(ConflictError):
 
 class PodsRemainError(BusyError):
     """The incarnation's pods are still terminating: its compute is not gone yet. Retry later."""
+
+
+class AlreadyExistsError(ConflictError):
+    """A create found an object of that name already there (HTTP 409 ``AlreadyExists``)."""
+
+
+class ExpiredError(ConflictError):
+    """A resourceVersion is too old to list or watch from (HTTP 410 ``Expired``/``Gone``): list again."""
 
 
 def is_retryable(code: int) -> bool:
@@ -63,6 +79,8 @@ def map_status(code: int, body: Mapping[str, Any] | None, *, what: str) -> Dispa
     reason = _reason(body)
     if code == 404:
         return NotFoundError(f"{what}: not found ({message})")
+    if code == 409 and reason == "AlreadyExists":
+        return AlreadyExistsError(f"{what}: it already exists ({message})")
     if code == 409:
         return ConflictError(f"{what}: conflict ({message}); observe again before retrying")
     if code == 422 or code == 400 or _webhook_denial(message):
@@ -76,7 +94,7 @@ def map_status(code: int, body: Mapping[str, Any] | None, *, what: str) -> Dispa
             f"{what}: forbidden ({message}); grant the credentials this permission (see the adapter's RBAC docs)"
         )
     if code == 410:
-        return ConflictError(f"{what}: the resource version expired ({message}); list again")
+        return ExpiredError(f"{what}: the resource version expired ({message}); list again")
     if is_retryable(code):
         return UnavailableError(
             f"{what}: the cluster kept failing (HTTP {code} {reason}: {message}); try again later"

@@ -1,28 +1,56 @@
-"""The one module that talks to the Kubernetes API. Everything above it sees plain JSON dicts.
+"""The one Kubernetes layer: every request the adapter sends goes through :class:`KubeClient`.
 
-It uses lightkube (``<2``) for what is hard to get right — kubeconfig and in-cluster configuration,
-TLS, exec/token-file authentication — and its HTTP client for plain JSON requests, so swapping the
-client library means rewriting this module only. It owns the bounded retries (429, 5xx, lost
-connections, with doubling backoff) and the last line of the read-only guarantee: in read-only mode
-a write is refused here, before anything is sent.
+It uses lightkube (``<2``) for what is hard to get right — kubeconfig and in-cluster configuration, TLS,
+exec/token-file authentication — and its httpx2 client for plain JSON requests. It owns, in one place:
+
+- the mapping of transport failures and HTTP error answers to dispatch's errors (:func:`_send` catches
+  the transport's exceptions, :func:`dispatch_kubeflow.errors.map_status` maps answers; no other module
+  catches an HTTP error — they catch dispatch's);
+- the bounded retries (429, 5xx, lost connections, with doubling backoff and ``Retry-After``);
+- what every request carries: ``User-Agent: dispatch/<version>`` (so a cluster's audit log shows who
+  acted) and, on writes, ``fieldValidation=Strict`` (so a field the cluster's CRD lacks is refused, not
+  silently pruned);
+- the ``Warning`` headers the server attaches to a write: recorded as findings and logged; an
+  ``unknown field`` warning (a server that ignored Strict) is an :class:`~dispatch.errors.UnsupportedError`;
+- the last line of the read-only guarantee: in read-only mode a write is refused before anything is sent.
+
+Paths come from :mod:`dispatch_kubeflow.resources`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+import re
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _package_version
 from typing import Any
-from urllib.parse import quote
+
+import httpx2 as httpx
 
 from dispatch.clock import Clock, SystemClock
-from dispatch.errors import DispatchError, InvalidError, ReadOnlyError
+from dispatch.errors import InvalidError, ReadOnlyError, UnsupportedError
 from dispatch_kubeflow.errors import is_retryable, map_status, map_transport
+from dispatch_kubeflow.resources import SELF_SUBJECT_ACCESS_REVIEWS, group_version_path
 
-__all__ = ["ApiStatus", "KubeClient", "Retry", "Unreachable", "resource_path"]
+__all__ = ["USER_AGENT", "KubeClient", "Retry", "user_agent"]
 
 _log = logging.getLogger(__name__)
+_WRITES = frozenset({"POST", "PUT", "PATCH"})
+_MAX_FINDINGS = 50
+
+
+def user_agent() -> str:
+    """``dispatch/<version>``: the installed distribution's version."""
+    try:
+        return f"dispatch/{_package_version('dispatch')}"
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "dispatch/0+unknown"
+
+
+USER_AGENT = user_agent()
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,61 +65,8 @@ class Retry:
         return float(min(self.cap, self.base * (2**attempt)))
 
 
-class ApiStatus(Exception):
-    """The API server answered with an error status (after retries, for retryable ones)."""
-
-    def __init__(self, code: int, body: Mapping[str, Any] | None) -> None:
-        self.code = code
-        self.body = body if isinstance(body, Mapping) else None
-        reason = self.body.get("reason", "") if self.body else ""
-        message = self.body.get("message", "") if self.body else ""
-        super().__init__(f"HTTP {code} {reason}: {message}")
-
-    @property
-    def reason(self) -> str:
-        reason = self.body.get("reason") if self.body else None
-        return reason if isinstance(reason, str) else ""
-
-    def to_error(self, what: str) -> DispatchError:
-        return map_status(self.code, self.body, what=what)
-
-
-class Unreachable(Exception):
-    """No usable answer after the retries. ``ambiguous``: a write may have reached the server."""
-
-    def __init__(self, detail: str, *, ambiguous: bool) -> None:
-        self.detail = detail
-        self.ambiguous = ambiguous
-        super().__init__(detail)
-
-    def to_error(self, what: str) -> DispatchError:
-        return map_transport(what, self.detail, ambiguous_write=self.ambiguous)
-
-
-def resource_path(
-    group: str,
-    version: str,
-    plural: str,
-    *,
-    namespace: str | None = None,
-    name: str | None = None,
-    subresource: str | None = None,
-) -> str:
-    """The REST path of a collection, an object or a subresource."""
-    parts = ["api", version] if not group else ["apis", group, version]
-    if namespace is not None:
-        parts += ["namespaces", quote(namespace, safe="")]
-    parts.append(plural)
-    if name is not None:
-        parts.append(quote(name, safe=""))
-    if subresource is not None:
-        parts.append(subresource)
-    return "/" + "/".join(parts)
-
-
 def _config(kubeconfig: str | None, context: str | None) -> Any:
-    from lightkube.config.kubeconfig import KubeConfig
-    from lightkube.core.exceptions import ConfigError
+    from lightkube import ConfigError, KubeConfig
 
     try:
         config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
@@ -115,8 +90,46 @@ def _config(kubeconfig: str | None, context: str | None) -> Any:
     return single
 
 
+def _http_options(single: Any, timeout: float) -> dict[str, Any]:
+    """The httpx2 client options (server, TLS, credentials) of one kubeconfig context.
+
+    lightkube's public API (``KubeConfig``, ``SingleConfig``, ``AsyncClient``) gives no HTTP client with a
+    configuration's authentication except inside its own ``AsyncClient``, whose typed request methods
+    cannot carry the query parameters and headers dispatch must send. Re-implementing exec plugins, token
+    files and client certificates would be worse, so this one function uses
+    ``lightkube.config.client_adapter.ConnectionParams.httpx_params`` (lightkube 1.x; the dependency is
+    pinned ``<2`` and ``test_kubeflow_connection`` fails loudly if the hook moves). Nothing else in
+    dispatch reaches past lightkube's public names.
+    """
+    from lightkube import ConfigError
+    from lightkube.config.client_adapter import ConnectionParams
+
+    params = ConnectionParams(timeout=httpx.Timeout(timeout))
+    try:
+        options: dict[str, Any] = params.httpx_params(single)
+    except (ConfigError, OSError, AssertionError, ValueError) as exc:  # ValueError: bad base64 data
+        raise InvalidError(
+            f"the cluster configuration is incomplete ({type(exc).__name__}: {exc})", path="kubeconfig"
+        ) from None
+    return options
+
+
+class _Bearer(httpx.Auth):
+    """``Authorization: Bearer <token>`` on every request (the token is never shown)."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    def __repr__(self) -> str:
+        return "<bearer token>"
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["Authorization"] = f"Bearer {self._token}"
+        yield request
+
+
 class KubeClient:
-    """JSON requests to one API server, with retries; see the module docstring."""
+    """JSON requests to one API server, with retries, raising dispatch's errors; see the module docstring."""
 
     def __init__(
         self, http: Any, *, server: str, retry: Retry | None = None, clock: Clock | None = None
@@ -127,6 +140,8 @@ class KubeClient:
         self._clock = clock or SystemClock()
         self.read_only = False
         self.requests = 0
+        self.findings: list[str] = []
+        """Warnings the API server attached to writes (the last fifty), for capabilities' notes."""
 
     @classmethod
     def connect(
@@ -141,21 +156,13 @@ class KubeClient:
     ) -> KubeClient:
         """Open a client from a kubeconfig (or in-cluster configuration). ``token``, if given, is sent as
         the bearer token on every request instead of the configuration's own credentials."""
-        import httpx2 as httpx
-        from lightkube.config.client_adapter import BearerAuth, ConnectionParams
-        from lightkube.core.exceptions import ConfigError
-
         single = _config(kubeconfig, context)
-        params = ConnectionParams(timeout=httpx.Timeout(timeout))
-        try:
-            options = params.httpx_params(single)
-        except (ConfigError, OSError, AssertionError, ValueError) as exc:  # ValueError: bad base64 data
-            raise InvalidError(
-                f"the cluster configuration is incomplete ({type(exc).__name__}: {exc})", path="kubeconfig"
-            ) from None
+        options = _http_options(single, timeout)
         if token is not None:
-            options["auth"] = BearerAuth(token)
-        http = httpx.AsyncClient(**options)
+            options["auth"] = _Bearer(token)
+        headers = dict(options.pop("headers", None) or {})
+        headers["User-Agent"] = USER_AGENT
+        http = httpx.AsyncClient(headers=headers, **options)
         return cls(http, server=str(single.cluster.server), retry=retry, clock=clock)
 
     async def close(self) -> None:
@@ -173,13 +180,18 @@ class KubeClient:
         accept_text: bool = False,
     ) -> Any:
         """Send one request (retrying 429, 5xx and lost connections) and return the parsed JSON answer
-        (text with ``accept_text``). Raises :class:`ApiStatus` for an error answer,
-        :class:`Unreachable` when no answer came, ``ReadOnlyError`` for a write in read-only mode."""
-        import httpx2 as httpx
-        from lightkube.core.exceptions import ConfigError
+        (text with ``accept_text``). ``what`` names the operation in errors (``create TrainJob "x"``).
 
+        Raises dispatch's errors: ``NotFoundError`` (404), ``ConflictError`` (409; ``AlreadyExistsError``
+        for a create), ``ExpiredError`` (410), ``InvalidError`` (400/422/webhook denial),
+        ``PermissionDeniedError`` (401/403), ``UnavailableError`` (no usable answer after the retries),
+        ``OutcomeUnknownError`` (a write that may have reached the server), ``ReadOnlyError`` (a write in
+        read-only mode, never sent)."""
         if method != "GET" and self.read_only:
             raise ReadOnlyError(f"{what}: refused, the backend is read-only (no write request is sent)")
+        query = dict(params or {})
+        if method in _WRITES:
+            query.setdefault("fieldValidation", "Strict")
         content = None if body is None else json.dumps(body).encode()
         headers = {"Accept": "application/json"} if not accept_text else {}
         if content is not None:
@@ -192,51 +204,76 @@ class KubeClient:
                 await self._clock.sleep(self._backoff(attempt - 1, server_wait))
                 server_wait = None
             self.requests += 1
-            try:
-                resp = await self._http.request(
-                    method, path, params=dict(params or {}), content=content, headers=headers
-                )
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                # The reason (refused, TLS certificate not trusted, ...) says what to fix; it holds no credential.
-                detail = f"{type(exc).__name__}: cannot connect to {self.server}: {exc}"
-                _log.debug("%s %s: %s (attempt %d)", method, path, detail, attempt + 1)
-                continue
-            except (ConfigError, OSError, ValueError, KeyError) as exc:
-                # The kubeconfig's credentials are obtained per request (token file, exec plugin), before
-                # anything is sent: like a missing client certificate, the configuration is at fault.
-                raise InvalidError(
-                    f"{what}: the kubeconfig's credentials could not be obtained ({type(exc).__name__}: {exc})",
-                    path="kubeconfig",
-                ) from None
-            except httpx.TransportError as exc:
+            resp, failure = await self._send(method, path, query, content, headers, what)
+            if resp is None:
                 # The request may have reached the server: a write's effect is now unknown.
-                ambiguous = ambiguous or method != "GET"
-                detail = f"{type(exc).__name__}: the connection to {self.server} failed before an answer"
+                ambiguous = ambiguous or (failure.ambiguous and method != "GET")
+                detail = failure.detail
                 _log.debug("%s %s: %s (attempt %d)", method, path, detail, attempt + 1)
                 continue
             _log.debug("%s %s -> %d", method, path, resp.status_code)
             if resp.status_code < 400:
-                if accept_text:
-                    return resp.text
-                if not resp.content:
-                    return None
-                try:
-                    return resp.json()
-                except ValueError:
-                    # Not an API server (a login page, a redirect to one, a proxy): say so, do not crash.
-                    raise Unreachable(
-                        f"{self.server} answered HTTP {resp.status_code} with something that is not a Kubernetes "
-                        "API answer (not JSON): is the kubeconfig's server address right?",
-                        ambiguous=method != "GET" and resp.status_code < 300,
-                    ) from None
+                if method != "GET":
+                    self._warnings(resp, what)
+                return _answer(resp, self.server, method, accept_text, what)
             status = _status_body(resp)
             if is_retryable(resp.status_code):
                 ambiguous = ambiguous or (method != "GET" and resp.status_code != 429)
                 detail = f"HTTP {resp.status_code} {status.get('reason', '') if status else ''}".strip()
                 server_wait = _retry_after(resp)
                 continue
-            raise ApiStatus(resp.status_code, status)
-        raise Unreachable(f"{detail} (after {self.retry.attempts} attempts)", ambiguous=ambiguous)
+            raise map_status(resp.status_code, status, what=what)
+        raise map_transport(
+            what, f"{detail} (after {self.retry.attempts} attempts)", ambiguous_write=ambiguous
+        )
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str],
+        content: bytes | None,
+        headers: dict[str, str],
+        what: str,
+    ) -> tuple[Any, _Failure]:
+        """One attempt: the response, or ``None`` and why no answer came. The one place that catches the
+        transport's exceptions (as httpx's own ``map_httpcore_exceptions`` does one layer down)."""
+        from lightkube import ConfigError
+
+        try:
+            resp = await self._http.request(method, path, params=query, content=content, headers=headers)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            # The reason (refused, TLS certificate not trusted, ...) says what to fix; it holds no credential.
+            return None, _Failure(f"{type(exc).__name__}: cannot connect to {self.server}: {exc}", False)
+        except (ConfigError, OSError, ValueError, KeyError) as exc:
+            # The kubeconfig's credentials are obtained per request (token file, exec plugin), before
+            # anything is sent: like a missing client certificate, the configuration is at fault.
+            raise InvalidError(
+                f"{what}: the kubeconfig's credentials could not be obtained ({type(exc).__name__}: {exc})",
+                path="kubeconfig",
+            ) from None
+        except httpx.TransportError as exc:
+            detail = f"{type(exc).__name__}: the connection to {self.server} failed before an answer"
+            return None, _Failure(detail, True)
+        return resp, _NO_FAILURE
+
+    def _warnings(self, resp: Any, what: str) -> None:
+        """Record the ``Warning`` headers of a write's answer; an unknown field pruned by the server is an
+        error (the object lost part of what dispatch sent)."""
+        texts = [w for h in resp.headers.get_list("warning") for w in _split_warnings(h)]
+        if not texts:
+            return
+        for text in texts:
+            _log.warning("%s: the API server warned: %s", what, text)
+            self.findings.append(f"{what}: the API server warned: {text}")
+        del self.findings[:-_MAX_FINDINGS]
+        pruned = [m.group(1) for t in texts for m in [_UNKNOWN_FIELD.search(t)] if m is not None]
+        if pruned:
+            raise UnsupportedError(
+                f"{what}: the API server accepted it but dropped {', '.join(pruned)} (its schema lacks "
+                "them, and it ignored fieldValidation=Strict): upgrade Kubeflow Trainer to v2.3, then observe "
+                "and stop the object this left behind"
+            )
 
     def _backoff(self, attempt: int, server_wait: float | None) -> float:
         delay = self.retry.delay(attempt)
@@ -251,15 +288,26 @@ class KubeClient:
         return out if isinstance(out, dict) else {}
 
     async def get_or_none(self, path: str, *, what: str) -> dict[str, Any] | None:
+        from dispatch.errors import NotFoundError
+
         try:
             return await self.get(path, what=what)
-        except ApiStatus as exc:
-            if exc.code == 404:
-                return None
-            raise
+        except NotFoundError:
+            return None
 
-    async def list(self, path: str, *, what: str, label_selector: str | None = None) -> list[dict[str, Any]]:
-        params = {"labelSelector": label_selector} if label_selector else None
+    async def list(
+        self,
+        path: str,
+        *,
+        what: str,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[dict[str, Any]]:
+        params = {}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
         out = await self.request("GET", path, what=what, params=params)
         items = out.get("items") if isinstance(out, dict) else None
         return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
@@ -279,13 +327,14 @@ class KubeClient:
 
     async def served(self, group: str, version: str) -> set[str] | None:
         """The resources served under ``group/version`` (discovery), or ``None`` if it is not served."""
-        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        from dispatch.errors import NotFoundError
+
         try:
-            out = await self.get(path, what=f"discover {group or 'core'}/{version}")
-        except ApiStatus as exc:
-            if exc.code in (404, 503):
-                return None
-            raise
+            out = await self.get(
+                group_version_path(group, version), what=f"discover {group or 'core'}/{version}"
+            )
+        except NotFoundError:
+            return None
         return {
             r["name"]
             for r in out.get("resources", [])
@@ -308,17 +357,49 @@ class KubeClient:
         if subresource:
             attrs["subresource"] = subresource
         review = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SelfSubjectAccessReview",
+            "apiVersion": SELF_SUBJECT_ACCESS_REVIEWS.api_version,
+            "kind": SELF_SUBJECT_ACCESS_REVIEWS.kind,
             "spec": {"resourceAttributes": attrs},
         }
         out = await self.create(
-            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-            review,
-            what=f"access review ({verb} {resource})",
+            SELF_SUBJECT_ACCESS_REVIEWS.path(), review, what=f"access review ({verb} {resource})"
         )
         status = out.get("status")
         return isinstance(status, dict) and status.get("allowed") is True
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    detail: str
+    ambiguous: bool
+
+
+_NO_FAILURE = _Failure("", False)
+_UNKNOWN_FIELD = re.compile(r'unknown field "([^"]+)"')
+_WARNING = re.compile(r'\s*\d{3}\s+\S+\s+"((?:[^"\\]|\\.)*)"')
+
+
+def _split_warnings(header: str) -> list[str]:
+    """The texts of one ``Warning`` header (RFC 7234: ``299 - "text"``, several comma-separated)."""
+    out = [m.group(1).replace('\\"', '"').replace("\\\\", "\\") for m in _WARNING.finditer(header)]
+    return out or [header.strip()]
+
+
+def _answer(resp: Any, server: str, method: str, accept_text: bool, what: str) -> Any:
+    if accept_text:
+        return resp.text
+    if not resp.content:
+        return None
+    try:
+        return resp.json()
+    except ValueError:
+        # Not an API server (a login page, a redirect to one, a proxy): say so, do not crash.
+        raise map_transport(
+            what,
+            f"{server} answered HTTP {resp.status_code} with something that is not a Kubernetes API answer "
+            "(not JSON): is the kubeconfig's server address right?",
+            ambiguous_write=method != "GET" and resp.status_code < 300,
+        ) from None
 
 
 def _status_body(resp: Any) -> dict[str, Any] | None:

@@ -18,8 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dispatch.clock import Clock
-from dispatch.errors import UnsupportedError
-from dispatch_kubeflow.kube import ApiStatus, KubeClient, Unreachable, resource_path
+from dispatch.errors import (
+    DispatchError,
+    InvalidError,
+    NotFoundError,
+    OutcomeUnknownError,
+    PermissionDeniedError,
+    UnavailableError,
+    UnsupportedError,
+)
+from dispatch_kubeflow.errors import AlreadyExistsError
+from dispatch_kubeflow.kube import KubeClient
 from dispatch_kubeflow.names import (
     JOBSET_GROUP,
     JOBSET_VERSION,
@@ -30,8 +39,22 @@ from dispatch_kubeflow.names import (
     TRAINER_GROUP,
     TRAINER_VERSION,
 )
+from dispatch_kubeflow.resources import (
+    ADMISSION_CHECKS,
+    CLUSTER_TRAINING_RUNTIMES,
+    CRDS,
+    JOBSETS,
+    LOCAL_QUEUES,
+    PODS,
+    TRAINING_RUNTIMES,
+    TRAINJOBS,
+    WORKLOAD_PRIORITY_CLASSES,
+    WORKLOADS,
+    group_version_path,
+)
 from dispatch_kubeflow.runtime import inspect_runtime
 from dispatch_kubeflow.settings import Settings
+from dispatch_kubeflow.trainer_schema import CRD_NAME, missing_fields, schema_from_crd, schema_from_openapi
 from dispatch_kubeflow.trainjob import build_probe
 
 __all__ = ["ClusterFacts", "discover", "kueue_objects", "probe", "review_access", "runtime_path"]
@@ -53,17 +76,18 @@ class ClusterFacts:
     pods_visible: bool | None = None
     logs_readable: bool | None = None
     probe_ceased: bool | None = None
+    probe_left: str = ""
+    """What of the probe remained when preflight stopped waiting for it ("" when nothing did)."""
     notes: list[str] = field(default_factory=list)
 
 
 def trainjob_path(namespace: str, name: str | None = None) -> str:
-    return resource_path(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", namespace=namespace, name=name)
+    return TRAINJOBS.path(namespace, name)
 
 
 def runtime_path(kind: str, name: str, namespace: str | None) -> str:
     """A ``TrainingRuntime`` lives in ``namespace``; a ``ClusterTrainingRuntime`` is cluster-scoped."""
-    plural = "clustertrainingruntimes" if namespace is None else "trainingruntimes"
-    return resource_path(TRAINER_GROUP, TRAINER_VERSION, plural, namespace=namespace, name=name)
+    return (CLUSTER_TRAINING_RUNTIMES if namespace is None else TRAINING_RUNTIMES).path(namespace, name)
 
 
 async def discover(client: KubeClient, settings: Settings, facts: ClusterFacts) -> None:
@@ -76,6 +100,8 @@ async def discover(client: KubeClient, settings: Settings, facts: ClusterFacts) 
             f"the Trainer API {TRAINER_GROUP}/{TRAINER_VERSION} is not served ({', '.join(missing)} missing): "
             "install Kubeflow Trainer v2.3 (its CRDs and controller)"
         )
+    else:
+        reasons += await check_trainjob_schema(client, facts)
     jobset = await client.served(JOBSET_GROUP, JOBSET_VERSION)
     if jobset is None or "jobsets" not in jobset:
         reasons.append(
@@ -92,6 +118,35 @@ async def discover(client: KubeClient, settings: Settings, facts: ClusterFacts) 
         raise UnsupportedError(reasons)
 
 
+async def check_trainjob_schema(client: KubeClient, facts: ClusterFacts) -> list[str]:
+    """Reasons the cluster's TrainJob schema lacks a field dispatch sends (see
+    :mod:`dispatch_kubeflow.trainer_schema`): read from the TrainJob CRD, else from the OpenAPI v3 document.
+    When neither can be read, a note says so (Strict field validation still refuses a missing field)."""
+    schema = None
+    try:
+        crd = await client.get_or_none(
+            CRDS.path(name=CRD_NAME), what=f'get CustomResourceDefinition "{CRD_NAME}"'
+        )
+        schema = schema_from_crd(crd)
+    except (PermissionDeniedError, InvalidError):
+        pass
+    if schema is None:
+        path = "/openapi/v3" + group_version_path(TRAINER_GROUP, TRAINER_VERSION)
+        try:
+            schema = schema_from_openapi(
+                await client.get(path, what="read the OpenAPI v3 document of the Trainer API")
+            )
+        except (PermissionDeniedError, NotFoundError, InvalidError):
+            schema = None
+    if schema is None:
+        facts.notes.append(
+            "the TrainJob schema could not be read (neither its CRD nor the OpenAPI v3 document): the Trainer "
+            "version is unchecked; writes use fieldValidation=Strict, so a field it lacks is refused, not dropped"
+        )
+        return []
+    return missing_fields(schema)
+
+
 async def review_access(client: KubeClient, settings: Settings, facts: ClusterFacts) -> None:
     """SelfSubjectAccessReviews: may we create, patch and delete TrainJobs, read pods and their logs?"""
     ns = settings.namespace
@@ -99,10 +154,8 @@ async def review_access(client: KubeClient, settings: Settings, facts: ClusterFa
     async def ask(verb: str, resource: str, group: str = "", subresource: str = "") -> bool:
         try:
             return await client.allowed(verb, resource, group=group, namespace=ns, subresource=subresource)
-        except ApiStatus as exc:
-            facts.notes.append(
-                f"could not ask the API server whether it may {verb} {resource} (HTTP {exc.code})"
-            )
+        except (PermissionDeniedError, NotFoundError, InvalidError) as exc:
+            facts.notes.append(f"could not ask the API server whether it may {verb} {resource} ({exc})")
             return False
 
     for verb in ("create", "patch", "delete"):
@@ -130,48 +183,45 @@ async def _poll_once(
             return f"the Trainer failed the probe: {c.get('reason', '')}: {c.get('message', '')}"
     if tj.get("spec", {}).get("suspend") is True:
         seen["suspended"] = True
-    if not facts.trainer_reconciles:
-        js = resource_path(JOBSET_GROUP, JOBSET_VERSION, "jobsets", namespace=ns, name=name)
-        if await client.get_or_none(js, what=f'get JobSet "{name}"') is not None:
-            facts.trainer_reconciles = True
+    if (
+        not facts.trainer_reconciles
+        and await client.get_or_none(JOBSETS.path(ns, name), what=f'get JobSet "{name}"') is not None
+    ):
+        facts.trainer_reconciles = True
     if facts.kueue and not facts.kueue_takes_jobs:
         uid = tj.get("metadata", {}).get("uid")
-        path = resource_path(KUEUE_GROUP, KUEUE_VERSION, "workloads", namespace=ns)
-        with contextlib.suppress(ApiStatus):
-            for wl in await client.list(path, what="list Kueue Workloads"):
+        with contextlib.suppress(PermissionDeniedError, NotFoundError):
+            for wl in await client.list(WORKLOADS.path(ns), what="list Kueue Workloads"):
                 owners = wl.get("metadata", {}).get("ownerReferences") or []
                 if any(isinstance(o, Mapping) and o.get("uid") == uid for o in owners):
                     facts.kueue_takes_jobs = True
     if not facts.pods_visible or facts.logs_readable is None:
-        pods_path = resource_path("", "v1", "pods", namespace=ns)
         try:
             pods = await client.list(
-                pods_path, what="list probe pods", label_selector=f"{LABEL_JOBSET_NAME}={name}"
+                PODS.path(ns), what="list probe pods", label_selector=f"{LABEL_JOBSET_NAME}={name}"
             )
-        except ApiStatus as exc:
-            if exc.code in (401, 403):
-                facts.pods_visible = False
-                return None
-            raise
+        except PermissionDeniedError:
+            facts.pods_visible = False
+            return None
         if pods:
             facts.pods_visible = True
             pod = pods[0].get("metadata", {}).get("name", "")
-            log_path = resource_path("", "v1", "pods", namespace=ns, name=pod, subresource="log")
             try:
                 await client.request(
                     "GET",
-                    log_path,
+                    PODS.path(ns, pod, "log"),
                     what="read probe log",
                     params={"container": NODE_CONTAINER},
                     accept_text=True,
                 )
                 facts.logs_readable = True
-            except ApiStatus as exc:
+            except InvalidError:
                 # A gated pod's container has not started: 400 "waiting to start" still proves we may read.
-                if exc.code in (400, 200):
-                    facts.logs_readable = True
-                elif exc.code in (401, 403):
-                    facts.logs_readable = False
+                facts.logs_readable = True
+            except PermissionDeniedError:
+                facts.logs_readable = False
+            except NotFoundError:
+                pass  # the pod went away between the list and the read: try again next time
     return None
 
 
@@ -181,19 +231,19 @@ async def kueue_objects(client: KubeClient, settings: Settings, facts: ClusterFa
     if not facts.kueue:
         return []
     wanted = [
-        ("LocalQueue", "localqueues", settings.queue, settings.namespace),
-        ("WorkloadPriorityClass", "workloadpriorityclasses", settings.priority_class, None),
-        ("AdmissionCheck", "admissionchecks", settings.admission_check, None),
+        (LOCAL_QUEUES, settings.queue, settings.namespace),
+        (WORKLOAD_PRIORITY_CLASSES, settings.priority_class, None),
+        (ADMISSION_CHECKS, settings.admission_check, None),
     ]
     reasons: list[str] = []
-    for kind, plural, name, ns in wanted:
+    for resource, name, ns in wanted:
         if name is None:
             continue
-        path = resource_path(KUEUE_GROUP, KUEUE_VERSION, plural, namespace=ns, name=name)
+        kind = resource.kind
         try:
-            found = await client.get_or_none(path, what=f'get Kueue {kind} "{name}"')
-        except ApiStatus as exc:
-            facts.notes.append(f'could not check that Kueue {kind} "{name}" exists (HTTP {exc.code})')
+            found = await client.get_or_none(resource.path(ns, name), what=f'get Kueue {kind} "{name}"')
+        except (PermissionDeniedError, InvalidError) as exc:
+            facts.notes.append(f'could not check that Kueue {kind} "{name}" exists ({exc})')
             continue
         if found is None:
             place = f" in namespace {ns!r}" if ns else ""
@@ -221,29 +271,53 @@ async def probe(
         )
     name = f"dispatch-probe-{secrets.token_hex(4)}"
     body = build_probe(name, settings, inspect_runtime(runtime))
+    what = f'create probe TrainJob "{name}"'
     try:
-        await client.create(trainjob_path(settings.namespace), body, what=f'create probe TrainJob "{name}"')
-    except ApiStatus as exc:
-        # AlreadyExists: an earlier attempt of this very create landed and its answer was lost (the client
-        # retried); the random name is ours, so the probe is there and is watched like any other.
-        if exc.code != 409 or exc.reason != "AlreadyExists":
-            message = (exc.body or {}).get("message", "") if exc.body else ""
-            if exc.code in (400, 422) or "denied the request" in str(message):
-                raise UnsupportedError(
-                    f"the cluster refused the probe TrainJob on {where} (HTTP {exc.code}): {message}: a webhook or "
-                    "the CRD schema refuses it; check the Trainer version (v2.3) and the runtime"
-                ) from None
-            raise exc.to_error(f'create probe TrainJob "{name}"') from None
-    except Unreachable as exc:
+        await client.create(trainjob_path(settings.namespace), body, what=what)
+    except AlreadyExistsError:
+        # An earlier attempt of this very create landed and its answer was lost (the client retried); the
+        # random name is ours, so the probe is there and is watched like any other.
+        pass
+    except InvalidError as exc:
+        raise UnsupportedError(
+            f"the cluster refused the probe TrainJob on {where}: {exc.detail}: a webhook or the CRD schema "
+            "refuses it; check the Trainer version (v2.3) and the runtime"
+        ) from None
+    except OutcomeUnknownError as exc:
         # The create may have landed: remove whatever is there before giving up.
         await _cleanup_shielded(client, settings, name, facts, window=window, clock=clock)
-        if facts.probe_ceased:
-            raise Unreachable(exc.detail, ambiguous=False) from None  # no probe remains: nothing is unknown
-        raise
+        if facts.probe_ceased:  # no probe remains: nothing is unknown, the cluster was just unreachable
+            raise UnavailableError(str(exc)) from None
+        raise _left_behind(exc, settings, name, facts) from None
     try:
         await _watch(client, settings, name, facts, window=window, clock=clock)
-    finally:
+    except DispatchError as exc:
         await _cleanup_shielded(client, settings, name, facts, window=window, clock=clock)
+        if facts.probe_ceased is False:
+            raise _left_behind(exc, settings, name, facts) from None
+        raise
+    except BaseException:
+        await _cleanup_shielded(client, settings, name, facts, window=window, clock=clock)
+        raise
+    await _cleanup_shielded(client, settings, name, facts, window=window, clock=clock)
+
+
+def _left_behind(exc: DispatchError, settings: Settings, name: str, facts: ClusterFacts) -> DispatchError:
+    """``exc``, of the same class, saying which probe preflight left behind and how to remove it."""
+    ns = settings.namespace
+    left = facts.probe_left or "it had not gone when preflight gave up"
+    unfinalize = """'{"metadata":{"finalizers":null}}'"""
+    how = (
+        f'preflight left its probe TrainJob "{name}" behind in namespace {ns!r} ({left}); remove it with: '
+        f"kubectl -n {ns} delete trainjob {name} --wait=false; if it stays (a finalizer nobody removes, e.g. "
+        f"foregroundDeletion without a garbage collector): kubectl -n {ns} patch trainjob {name} --type=merge "
+        f"-p {unfinalize}"
+    )
+    if isinstance(exc, UnsupportedError):
+        return type(exc)([*exc.reasons, how])
+    if isinstance(exc, InvalidError):
+        return InvalidError(f"{exc.detail}; {how}", path=exc.path)
+    return type(exc)(f"{exc}; {how}")
 
 
 async def _cleanup_shielded(
@@ -304,46 +378,62 @@ async def _watch(
 async def _cleanup(
     client: KubeClient, settings: Settings, name: str, facts: ClusterFacts, *, window: float, clock: Clock
 ) -> None:
+    """Delete the probe (foreground: its JobSet and pods first) and wait, bounded, for all of it to go.
+    Whatever remains is described in ``facts.probe_left``."""
     path = trainjob_path(settings.namespace, name)
+    facts.probe_left = ""
     try:
         await client.delete(path, what=f'delete probe TrainJob "{name}"', propagation="Foreground")
-    except ApiStatus as exc:
-        if exc.code != 404:
-            facts.notes.append(
-                f'could not delete the probe TrainJob "{name}" (HTTP {exc.code}); delete it by hand'
-            )
-            facts.probe_ceased = False
-            return
-    except Unreachable as exc:
-        facts.notes.append(f'could not delete the probe TrainJob "{name}" ({exc.detail}); delete it by hand')
+    except NotFoundError:
+        pass
+    except DispatchError as exc:
+        facts.probe_left = f"deleting it failed: {exc}"
+        facts.notes.append(f'could not delete the probe TrainJob "{name}" ({exc}); delete it by hand')
         facts.probe_ceased = False
         return
-    pods_path = resource_path("", "v1", "pods", namespace=settings.namespace)
     deadline = clock.now() + max(window, 10.0)
+    tj: dict[str, Any] | None = None
+    pods: list[dict[str, Any]] = []
     while True:
         try:
-            gone = await client.get_or_none(path, what=f'get probe TrainJob "{name}"') is None
+            tj = await client.get_or_none(path, what=f'get probe TrainJob "{name}"')
             pods = (
                 await client.list(
-                    pods_path, what="list probe pods", label_selector=f"{LABEL_JOBSET_NAME}={name}"
+                    PODS.path(settings.namespace),
+                    what="list probe pods",
+                    label_selector=f"{LABEL_JOBSET_NAME}={name}",
                 )
-                if gone
+                if tj is None
                 else []
             )
-        except ApiStatus as exc:
-            if exc.code not in (401, 403):
-                raise exc.to_error(f'watch the probe TrainJob "{name}" cease') from None
+        except PermissionDeniedError:
             facts.probe_ceased = None  # its pods cannot be seen with these credentials
             return
-        except Unreachable:
-            gone, pods = False, []
-        if gone and not pods:
+        except UnavailableError:
+            tj, pods = {}, []
+        if tj is None and not pods:
             facts.probe_ceased = True
             return
         if clock.now() >= deadline:
             facts.probe_ceased = False
+            facts.probe_left = _remains(tj, pods)
             facts.notes.append(
-                f'the probe TrainJob "{name}" had not ceased when preflight ended; the cluster will remove it'
+                f'the probe TrainJob "{name}" had not ceased when preflight ended ({facts.probe_left})'
             )
             return
         await clock.sleep(0.1)
+
+
+def _remains(tj: Mapping[str, Any] | None, pods: list[dict[str, Any]]) -> str:
+    if tj is None:
+        names = ", ".join(str(p.get("metadata", {}).get("name", "")) for p in pods)
+        return f"the TrainJob is gone, {len(pods)} pod(s) remain: {names}"
+    if not tj:
+        return "the cluster stopped answering while it was being deleted"
+    meta = tj.get("metadata") if isinstance(tj.get("metadata"), Mapping) else {}
+    finalizers = meta.get("finalizers") if isinstance(meta, Mapping) else None
+    since = meta.get("deletionTimestamp") if isinstance(meta, Mapping) else None
+    text = f"being deleted since {since}" if since else "still there"
+    if isinstance(finalizers, list) and finalizers:
+        text += f", waiting on finalizers {', '.join(str(f) for f in finalizers)}"
+    return text

@@ -13,7 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatch import Cause, Outcome, State
-from dispatch_kubeflow.causes import IMAGE_PULL_GRACE, RULES, Snapshot, classify, rule_of, table_markdown
+from dispatch_kubeflow.causes import (
+    IMAGE_PULL_GRACE,
+    RULES,
+    Snapshot,
+    carry,
+    classify,
+    rule_of,
+    table_markdown,
+)
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "kubeflow-causes.md"
 T0 = "2026-01-01T00:00:00Z"
@@ -692,3 +700,33 @@ def test_any_malformed_object_gives_a_typed_outcome(data: st.DataObject) -> None
 def test_snapshot_of_anything(trainjob_value: Any, many: Any) -> None:
     out = classify(Snapshot.of("tj", trainjob_value, jobset=many, jobs=many, pods=many, workload=many))
     assert isinstance(out, Outcome)
+
+
+def test_a_kueue_requeue_is_evidence_while_the_job_runs_again() -> None:
+    wl = workload(
+        cond("QuotaReserved", "QuotaReserved"),
+        cond("Evicted", "QuotaReserved", "False"),
+        cond("Requeued", "NodeFailures", message="Workload eviction triggered due to node failures: node-2"),
+    )
+    out = classify(snap(pods=running_pods(), workload=wl))
+    assert (out.state, out.cause) == (State.RUNNING, Cause.NODE_LOST)
+    assert (out.evidence[0].kind, out.evidence[0].reason) == ("Workload", "NodeFailures")
+
+
+def test_carry_keeps_the_cause_seen_before_the_pods_were_deleted() -> None:
+    restarting = classify(
+        snap(pods=[pod("p0", "Running", container(last=terminated(137, "OOMKilled"), restarts=2)), pod("p1")])
+    )
+    assert restarting.cause is Cause.OUT_OF_MEMORY and not restarting.terminal
+    failed_now = classify(snap(FAILED_TJ))  # the Job controller deleted the pods
+    assert (failed_now.state, failed_now.cause) == (State.FAILED, Cause.UNKNOWN)
+    out = carry(restarting, failed_now)
+    assert (out.state, out.cause) == (State.FAILED, Cause.OUT_OF_MEMORY)
+    assert [e.kind for e in out.evidence] == ["Pod", "TrainJob"]
+    # Only failed/unknown is refined, and only from a non-terminal outcome with a cause.
+    assert (
+        carry(restarting, classify(snap(trainjob(cond("Complete", "AllJobsCompleted"))))).state
+        is State.SUCCEEDED
+    )
+    assert carry(Outcome(State.RUNNING), failed_now) == failed_now
+    assert carry(None, failed_now) == failed_now

@@ -3,8 +3,8 @@
 Each check gets a fresh simulated cluster. The harness's runtime is the stock torch runtime made not to
 restart in the cluster (pod ``restartPolicy: Never``, Job ``backoffLimit: 0``), as dispatch recommends: a
 failed node fails the TrainJob at once and its pod keeps the exit code. Its pods ``hang`` until the harness
-makes them exit. Events needing the full cause table (preemption, node loss, OOM, eviction) are not
-injected until that table lands; checks of protocols not implemented yet (holds, watch, cessation) skip.
+makes them exit, or disrupts them as the cluster would (the scheduler preempting, a node lost, an OOM, an
+eviction). Checks of protocols not implemented yet (holds, watch, cessation) skip.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _runtime() -> dict[str, object]:
 
 class KubeflowHarness(BaseHarness):
     name = "kubeflow"
-    injects = frozenset({"succeed", "fail", "vanish"})
+    injects = frozenset({"succeed", "fail", "vanish", "preempt", "lose_node", "oom", "evict"})
     step = 5.0
     patience = 300.0
     lingers = True
@@ -67,6 +67,24 @@ class KubeflowHarness(BaseHarness):
 
     async def fail(self, backend: Backend, handle: Handle, exit_code: int) -> None:
         self.sim.actions.exit("default", self._pods(handle)[0], exit_code)
+        await self.settle()
+
+    async def preempt(self, backend: Backend, handle: Handle) -> None:
+        self.sim.actions.preempt("default", self._pods(handle)[0])
+        await self.settle()
+
+    async def lose_node(self, backend: Backend, handle: Handle) -> None:
+        pod = self.sim.store.get(PODS, "default", self._pods(handle)[0])
+        self.sim.actions.lose_node(pod["spec"]["nodeName"])
+        self.sim.advance(301)  # the taint manager deletes the pod once its 300 s toleration runs out
+        await self.settle()
+
+    async def oom(self, backend: Backend, handle: Handle) -> None:
+        self.sim.actions.oom("default", self._pods(handle)[0])
+        await self.settle()
+
+    async def evict(self, backend: Backend, handle: Handle) -> None:
+        self.sim.actions.evict("default", self._pods(handle)[0])
         await self.settle()
 
     async def vanish(self, backend: Backend, handle: Handle) -> None:

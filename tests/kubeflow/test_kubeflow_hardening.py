@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 from kubeflow_fixtures import config, ident, kubeconfig, spec
 
-from dispatch import InvalidError, State
+from dispatch import Cause, InvalidError, State
 from dispatch_kubeflow import Backend, parse_settings
 from dispatch_kubeflow.backend import open_backend
 from dispatch_kubeflow.names import MAX_ANNOTATION_BYTES, OWN_ANNOTATION_BYTES
@@ -55,7 +55,7 @@ async def test_annotations_at_the_budget_start_even_with_the_longest_job_id(kc: 
     assert sum(len(k) + len(v) for k, v in annotations.items()) == BUDGET
     b = await open_backend(config({"kubeconfig": kc, "annotations": annotations}), probe_window=0.3)
     try:
-        handle = await b.start(spec(), ident(LONGEST_JOB_ID, n=999_999, r=999_998))
+        handle = await b.start(await b.prepare(spec(), ident(LONGEST_JOB_ID, n=999_999, r=999_998)))
         stored = sim.store.get(TRAINJOBS, "default", handle.ref.split("/", 1)[1])
         total = sum(len(k.encode()) + len(v.encode()) for k, v in stored["metadata"]["annotations"].items())
         assert total == MAX_ANNOTATION_BYTES
@@ -95,9 +95,12 @@ async def test_the_largest_int64_quantity_is_accepted_by_the_server(kc: str, sim
     raw = {"kubeconfig": kc, "resourcesPerNode": {"limits": {"example.com/widgets": 2**63 - 1}}}
     b = await open_backend(config(raw), probe_window=0.3)
     try:
-        handle = await b.start(spec(), ident("int64-quantity"))
+        handle = await b.start(await b.prepare(spec(), ident("int64-quantity")))
         await sim.settle()
-        assert (await b.observe(handle)).state in (State.STARTING, State.RUNNING)
+        # Accepted by the server; no node has that many widgets, so the pod waits for capacity.
+        obs = await b.observe(handle)
+        assert (obs.state, obs.cause) == (State.QUEUED, Cause.NO_CAPACITY)
+        assert "example.com/widgets" in obs.outcome.evidence[0].message
         await b.stop(handle)
     finally:
         await b.close()

@@ -34,10 +34,10 @@ from dispatch import (
     UnavailableError,
 )
 from dispatch_kubeflow import RuntimeRef, parse_settings
-from dispatch_kubeflow.errors import map_status, map_transport
+from dispatch_kubeflow.causes import Snapshot, classify
+from dispatch_kubeflow.errors import AlreadyExistsError, ExpiredError, map_status, map_transport
 from dispatch_kubeflow.naming import MAX_NAME, identity_of, native_name
 from dispatch_kubeflow.runtime import check_runtime, inspect_runtime
-from dispatch_kubeflow.state import outcome_of
 from dispatch_kubeflow.trainjob import build_trainjob, job_extensions, unsupported_extensions
 
 SETTINGS = parse_settings(b"{}")
@@ -446,7 +446,7 @@ def test_runtime_ref_json() -> None:
     ("code", "body", "cls"),
     [
         (404, {"reason": "NotFound", "message": 'trainjobs "x" not found'}, NotFoundError),
-        (409, {"reason": "AlreadyExists", "message": "exists"}, ConflictError),
+        (409, {"reason": "AlreadyExists", "message": "exists"}, AlreadyExistsError),
         (409, {"reason": "Conflict", "message": "stale"}, ConflictError),
         (422, {"reason": "Invalid", "message": "bad"}, InvalidError),
         (400, {"reason": "BadRequest", "message": "bad"}, InvalidError),
@@ -460,12 +460,15 @@ def test_runtime_ref_json() -> None:
         (429, None, UnavailableError),
         (500, {"message": "etcd"}, UnavailableError),
         (503, {}, UnavailableError),
+        (410, {"reason": "Expired", "message": "too old resource version"}, ExpiredError),
     ],
 )
 def test_api_errors_map_to_dispatch_errors(code: int, body: Any, cls: type) -> None:
     err = map_status(code, body, what='create TrainJob "x"')
     assert type(err) is cls
     assert 'create TrainJob "x"' in str(err)
+    if cls in (AlreadyExistsError, ExpiredError):
+        assert isinstance(err, ConflictError)
 
 
 def test_transport_errors() -> None:
@@ -473,7 +476,7 @@ def test_transport_errors() -> None:
     assert isinstance(map_transport("get", "refused", ambiguous_write=False), UnavailableError)
 
 
-# --- state -------------------------------------------------------------------------------------------
+# --- state (the full table: test_kubeflow_causes.py) ---------------------------------------------------
 
 
 def _tj(**kw: Any) -> dict[str, Any]:
@@ -500,6 +503,12 @@ def _pod(phase: str, exit_code: int | None = None) -> dict[str, Any]:
     return {"metadata": {"name": f"p-{phase}"}, "status": st}
 
 
+def outcome_of(
+    trainjob: dict[str, Any], pods: list[dict[str, Any]] | None = None, *, stopped: bool = False
+) -> Any:
+    return classify(Snapshot.of("t", trainjob, pods=pods or [], stopped=stopped))
+
+
 def test_state_from_conditions_and_pods() -> None:
     assert outcome_of(_tj(**_cond("Complete", "AllJobsCompleted"))).state is State.SUCCEEDED
     assert outcome_of(_tj(**_cond("Failed", "DeadlineExceeded"))).cause is Cause.TIMEOUT
@@ -514,9 +523,15 @@ def test_state_from_conditions_and_pods() -> None:
     assert outcome_of(held).state is State.QUEUED
     assert outcome_of(_tj(), [_pod("Running"), _pod("Running")]).state is State.RUNNING
     assert outcome_of(_tj(), [_pod("Running"), _pod("Pending")]).state is State.STARTING
+
+
+def test_a_trainjob_deleted_by_someone_else_is_lost_not_cancelled() -> None:
+    """Cancelled means dispatch cancelled: a deletion by anyone else (kubectl, a TTL, a namespace
+    cleanup) says nothing about why the job ended."""
     deleting = _tj()
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    assert outcome_of(deleting).state is State.CANCELLED
+    assert (outcome_of(deleting).state, outcome_of(deleting).cause) == (State.LOST, Cause.UNKNOWN)
+    assert outcome_of(deleting, stopped=True).state is State.CANCELLED
 
 
 def test_exit_code_read_from_last_state_while_restarting() -> None:

@@ -1,0 +1,96 @@
+"""Every Kubernetes resource the adapter reads or writes, as typed REST paths (pure).
+
+The adapter never spells a URL by hand: it names a :class:`Resource` here and asks it for a path, so the
+group, version, plural and scope of each kind live in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import quote
+
+from dispatch_kubeflow.names import (
+    JOBSET_GROUP,
+    JOBSET_VERSION,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    TRAINER_GROUP,
+    TRAINER_VERSION,
+)
+
+__all__ = [
+    "ADMISSION_CHECKS",
+    "CLUSTER_TRAINING_RUNTIMES",
+    "CRDS",
+    "JOBS",
+    "JOBSETS",
+    "LOCAL_QUEUES",
+    "PODS",
+    "SELF_SUBJECT_ACCESS_REVIEWS",
+    "TRAINING_RUNTIMES",
+    "TRAINJOBS",
+    "WORKLOADS",
+    "WORKLOAD_PRIORITY_CLASSES",
+    "Resource",
+    "group_version_path",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One served resource: API group ("" for core), version, plural, kind and scope."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
+        """The REST path of the collection (no ``name``), an object, or one of its subresources. A namespaced
+        resource without ``namespace`` is the all-namespaces collection."""
+        parts = [group_version_path(self.group, self.version).lstrip("/")]
+        if self.namespaced and namespace is not None:
+            parts += ["namespaces", quote(namespace, safe="")]
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(quote(name, safe=""))
+        if subresource is not None:
+            parts.append(subresource)
+        return "/" + "/".join(parts)
+
+
+def group_version_path(group: str, version: str) -> str:
+    """``/api/v1`` for the core group, else ``/apis/<group>/<version>`` (the discovery document's path)."""
+    return f"/apis/{group}/{version}" if group else f"/api/{version}"
+
+
+TRAINJOBS: Final = Resource(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", "TrainJob", True)
+TRAINING_RUNTIMES: Final = Resource(
+    TRAINER_GROUP, TRAINER_VERSION, "trainingruntimes", "TrainingRuntime", True
+)
+CLUSTER_TRAINING_RUNTIMES: Final = Resource(
+    TRAINER_GROUP, TRAINER_VERSION, "clustertrainingruntimes", "ClusterTrainingRuntime", False
+)
+JOBSETS: Final = Resource(JOBSET_GROUP, JOBSET_VERSION, "jobsets", "JobSet", True)
+JOBS: Final = Resource("batch", "v1", "jobs", "Job", True)
+PODS: Final = Resource("", "v1", "pods", "Pod", True)
+WORKLOADS: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload", True)
+LOCAL_QUEUES: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "localqueues", "LocalQueue", True)
+WORKLOAD_PRIORITY_CLASSES: Final = Resource(
+    KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses", "WorkloadPriorityClass", False
+)
+ADMISSION_CHECKS: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", "AdmissionCheck", False)
+SELF_SUBJECT_ACCESS_REVIEWS: Final = Resource(
+    "authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False
+)
+CRDS: Final = Resource(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+)
