@@ -64,11 +64,13 @@ PURE = (
     "dispatch/model",
     "dispatch/memory/naming.py",
     "dispatch/memory/script.py",
+    "dispatch_kubeflow/causes.py",
     "dispatch_kubeflow/names.py",
     "dispatch_kubeflow/naming.py",
+    "dispatch_kubeflow/resources.py",
     "dispatch_kubeflow/runtime.py",
     "dispatch_kubeflow/settings.py",
-    "dispatch_kubeflow/state.py",
+    "dispatch_kubeflow/trainer_schema.py",
     "dispatch_kubeflow/trainjob.py",
     "kubesim/controllers/trainjob_build.py",
     "kubesim/patch.py",
@@ -137,3 +139,53 @@ def test_architecture_page_lists_the_pure_modules() -> None:
     end = page.index("<!-- /pure modules -->")
     listed = sorted(line.strip("- `\n") for line in page[start:end].splitlines()[1:] if line.startswith("- "))
     assert listed == sorted(PURE)
+
+
+def _declared_dependencies() -> set[str]:
+    import re
+    import tomllib
+
+    project = tomllib.loads((SRC.parent / "pyproject.toml").read_text())["project"]
+    # Optional ones count: dispatch.conformance is pytest checks, for whoever installs pytest to run them.
+    deps = list(project["dependencies"]) + [
+        d for extra in project["optional-dependencies"].values() for d in extra
+    ]
+    names = {re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].strip().lower() for d in deps}
+    return {n.replace("-", "_") for n in names}
+
+
+# Import name -> distribution name, where they differ.
+_DISTRIBUTIONS = {"yaml": "pyyaml"}
+
+
+def test_every_third_party_package_imported_is_declared() -> None:
+    """A package imported directly must be a declared dependency, not something another one happens to pull in."""
+    import sys
+
+    local = {"dispatch", "dispatch_kubeflow", "kubesim"}
+    declared = _declared_dependencies()
+    missing = sorted(
+        {
+            f"{path.relative_to(SRC)} imports {name}"
+            for package in sorted(local)
+            for path in _modules(package)
+            for name in _imports(path)
+            if _top(name) not in local
+            and _top(name) not in sys.stdlib_module_names
+            and _DISTRIBUTIONS.get(_top(name), _top(name)) not in declared
+        }
+    )
+    assert missing == []
+
+
+def test_only_the_kubernetes_layer_talks_http() -> None:
+    """dispatch_kubeflow.kube is the one module that imports the HTTP client or lightkube (and so the one
+    that can catch their errors); the others see dispatch's errors only."""
+    offenders = [
+        f"{path.relative_to(SRC)} imports {name}"
+        for path in _modules("dispatch_kubeflow")
+        for name in _imports(path)
+        if _top(name) in {"httpx", "httpx2", "httpcore", "httpcore2", "lightkube", "aiohttp"}
+        and path.name != "kube.py"
+    ]
+    assert offenders == []

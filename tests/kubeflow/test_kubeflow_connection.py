@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,14 @@ async def test_tls_with_the_cluster_ca(tmp_path: Path) -> None:
             assert b.facts.trainer_reconciles
         finally:
             await b.close()
+
+
+async def test_the_one_lightkube_hook_beyond_its_public_api_is_still_there() -> None:
+    """dispatch_kubeflow.kube builds its HTTP client from lightkube's ConnectionParams.httpx_params (no
+    public lightkube API gives a client with a kubeconfig's authentication): fail here, loudly, if a
+    lightkube release moves it, rather than at a user's first request."""
+    from lightkube.config import client_adapter
+
+    params = client_adapter.ConnectionParams
+    assert callable(getattr(params, "httpx_params", None))
+    assert list(inspect.signature(params.httpx_params).parameters) == ["self", "config"]
