@@ -189,6 +189,25 @@ async def test_kueue_node_failure_requeues_with_node_lost(scenario: Scenario) ->
     assert not obs.outcome.terminal
 
 
+async def test_kueue_quota_refusal_is_queued_without_capacity(scenario: Scenario) -> None:
+    _kueue_quota(scenario.sim, "8")
+    b = await scenario.open(queue="user-queue", resourcesPerNode={"requests": {"cpu": "16"}})
+    handle = await scenario.start(b, _job(), ident("over-quota"))
+    obs = (await scenario.until(b, handle, lambda o: o.cause is Cause.NO_CAPACITY))[-1]
+    assert obs.state is State.QUEUED
+    assert "maximum capacity" in _evidence(obs, "Workload", "ExceedsMaxQuota").message
+
+
+async def test_kueue_maximum_execution_time(scenario: Scenario) -> None:
+    _kueue_quota(scenario.sim, "64")
+    b = await scenario.open(queue="user-queue", labels={"kueue.x-k8s.io/max-exec-time-seconds": "60"})
+    handle = await scenario.start(b, _job(), ident("max-exec"))
+    obs = (await scenario.until(b, handle, _terminal))[-1]
+    assert (obs.state, obs.cause) == (State.FAILED, Cause.TIMEOUT)
+    assert obs.outcome.evidence[0].kind == "Workload"
+    assert "maximum execution time" in obs.outcome.evidence[0].message
+
+
 # --- pods ------------------------------------------------------------------------------------------------
 
 
