@@ -416,9 +416,11 @@ class Snapshot:
             return State.QUEUED if tj.queued_in_kueue or wl is not None else State.HELD
         if wl is not None and not wl.true("QuotaReserved") and not wl.finished:
             return State.QUEUED
-        live = [p for p in self.pods if not p.deleting]
+        # Pods still to run or running (a node that already succeeded counts as done, not as starting).
+        live = [p for p in self.pods if not p.deleting and p.phase not in ("Succeeded", "Failed")]
         running = [p for p in live if p.phase == "Running"]
-        if len(running) >= tj.num_nodes and len(running) == len(live):
+        done = sum(1 for p in self.pods if p.phase == "Succeeded")
+        if running and len(running) == len(live) and len(running) + done >= tj.num_nodes:
             return State.RUNNING
         return State.STARTING
 
@@ -883,7 +885,7 @@ RULES: Final[tuple[Rule, ...]] = (
     ),
     Rule(
         "live",
-        "none of the above: suspended → queued (Kueue) or held; every node pod `Running` → running; else starting",
+        "none of the above: suspended → queued (Kueue) or held; every pod that has not finished `Running` (and all nodes there or done) → running; else starting",
         "TrainJob, Workload, Pod",
         "queued, held, starting or running / none",
         _live,

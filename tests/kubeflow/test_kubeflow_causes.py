@@ -730,3 +730,60 @@ def test_carry_keeps_the_cause_seen_before_the_pods_were_deleted() -> None:
     )
     assert carry(Outcome(State.RUNNING), failed_now) == failed_now
     assert carry(None, failed_now) == failed_now
+
+
+def test_a_node_that_finished_first_does_not_make_a_running_job_starting() -> None:
+    done = pod("p1", "Succeeded", container(state=terminated(0, "Completed")))
+    assert classify(snap(pods=[pod("p0"), done])).state is State.RUNNING
+
+
+# --- the TrainJob schema (trainer_schema) -----------------------------------------------------------------
+
+
+def test_the_schema_of_a_v2_3_crd_has_every_field_dispatch_sends() -> None:
+    from dispatch_kubeflow.trainer_schema import missing_fields, schema_from_crd
+    from kubesim.crds import trainjob_crd
+
+    schema = schema_from_crd(trainjob_crd())
+    assert schema is not None and missing_fields(schema) == []
+    old = schema_from_crd(trainjob_crd(without=("runtimePatches", "trainer.numProcPerNode")))
+    assert old is not None
+    reasons = missing_fields(old)
+    assert len(reasons) == 2
+    assert "spec.trainer.numProcPerNode" in reasons[0] and "v2.2" in reasons[0]
+    assert "spec.runtimePatches" in reasons[1]
+
+
+def test_the_schema_from_an_openapi_v3_document_follows_refs() -> None:
+    from dispatch_kubeflow.trainer_schema import missing_fields, schema_from_openapi
+
+    prefix = "#/components/schemas/"
+    doc = {
+        "components": {
+            "schemas": {
+                "TJ": {
+                    "x-kubernetes-group-version-kind": [
+                        {"group": "trainer.kubeflow.org", "version": "v1alpha1", "kind": "TrainJob"}
+                    ],
+                    "properties": {"spec": {"allOf": [{"$ref": prefix + "Spec"}]}},
+                },
+                "Spec": {
+                    "properties": {
+                        "runtimeRef": {"$ref": prefix + "Ref"},
+                        "trainer": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                        "suspend": {"type": "boolean"},
+                        "activeDeadlineSeconds": {"type": "integer"},
+                    }
+                },
+                "Ref": {"properties": {k: {"type": "string"} for k in ("name", "kind", "apiGroup")}},
+            }
+        }
+    }
+    schema = schema_from_openapi(doc)
+    assert schema is not None
+    # trainer keeps unknown fields (nothing it lacks can be told); runtimePatches is missing.
+    assert [r.split(",")[0] for r in missing_fields(schema)] == [
+        "the cluster's TrainJob schema has no spec.runtimePatches"
+    ]
+    assert schema_from_openapi({"components": {"schemas": {}}}) is None
+    assert schema_from_openapi("not a document") is None
