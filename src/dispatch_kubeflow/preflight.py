@@ -283,6 +283,12 @@ async def probe(
             f"the cluster refused the probe TrainJob on {where}: {exc.detail}: a webhook or the CRD schema "
             "refuses it; check the Trainer version (v2.3) and the runtime"
         ) from None
+    except UnsupportedError as exc:
+        # Created, but the server dropped fields it does not know: take the probe back before refusing.
+        await _cleanup_shielded(client, settings, name, facts, window=window, clock=clock)
+        if facts.probe_ceased is False:
+            raise _left_behind(exc, settings, name, facts) from None
+        raise
     except OutcomeUnknownError as exc:
         # The create may have landed: remove whatever is there before giving up.
         await _cleanup_shielded(client, settings, name, facts, window=window, clock=clock)

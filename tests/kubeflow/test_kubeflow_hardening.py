@@ -267,3 +267,17 @@ async def test_a_failed_preflight_says_what_probe_it_left_behind(tmp_path: Path)
         assert "example.com/never-removed" in left
         assert f"kubectl -n default delete trainjob {name}" in left
         assert f"kubectl -n default patch trainjob {name}" in left
+
+
+@amod
+async def test_a_probe_the_server_pruned_is_refused_and_removed(tmp_path: Path) -> None:
+    async with Simulator(install_runtimes=False) as s:
+        install(s, *(make() for make in STOCK.values()))
+        s.faults.warn_next('unknown field "spec.runtimePatches"', verb="create", path=r"/trainjobs$")
+        kc = kubeconfig(tmp_path / "kc", s.url, s.token("admin"))
+        with pytest.raises(UnsupportedError, match=r"dropped spec\.runtimePatches"):
+            await open_backend(config({"kubeconfig": kc}), probe_window=0.3)
+        await s.settle()
+        assert [
+            t for t in s.store.list(TRAINJOBS, "default")[0] if not t["metadata"].get("deletionTimestamp")
+        ] == []
