@@ -205,9 +205,25 @@ async def test_preflight_reads_the_schema_of_an_int_or_string_field(tmp_path: Pa
 
 
 @amod
+async def test_without_the_crd_the_openapi_document_is_read(tmp_path: Path) -> None:
+    """Credentials that may not read CRDs (here: no CRD object) fall back to the OpenAPI v3 document, which
+    carries the TrainJob schema on a real server and on kubesim."""
+    async with Simulator() as s:
+        s.store.delete(CUSTOMRESOURCEDEFINITIONS, None, "trainjobs.trainer.kubeflow.org")
+        kc = kubeconfig(tmp_path / "kc", s.url, s.token("admin"))
+        b = await open_backend(config({"kubeconfig": kc}), probe_window=0.3)
+        try:
+            assert not any("schema could not be read" in n for n in (await b.capabilities()).notes)
+        finally:
+            await b.close()
+        assert [r.path for r in s.requests.filter() if r.path.startswith("/openapi/v3/apis/trainer")]
+
+
+@amod
 async def test_an_unreadable_schema_is_a_note_not_a_refusal(tmp_path: Path) -> None:
     async with Simulator() as s:
         s.store.delete(CUSTOMRESOURCEDEFINITIONS, None, "trainjobs.trainer.kubeflow.org")
+        s.faults.fail_next(1, 404, path=r"^/openapi/v3/apis/trainer\.kubeflow\.org/")
         kc = kubeconfig(tmp_path / "kc", s.url, s.token("admin"))
         b = await open_backend(config({"kubeconfig": kc}), probe_window=0.3)
         try:
