@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import quote
 
 from dispatch_kubeflow.names import (
     JOBSET_GROUP,
@@ -58,13 +57,22 @@ class Resource:
         resource without ``namespace`` is the all-namespaces collection."""
         parts = [group_version_path(self.group, self.version).lstrip("/")]
         if self.namespaced and namespace is not None:
-            parts += ["namespaces", quote(namespace, safe="")]
+            parts += ["namespaces", _segment(namespace)]
         parts.append(self.plural)
         if name is not None:
-            parts.append(quote(name, safe=""))
+            parts.append(_segment(name))
         if subresource is not None:
             parts.append(subresource)
         return "/" + "/".join(parts)
+
+
+def _segment(text: str) -> str:
+    """``text`` as one path segment: RFC 3986 unreserved characters as they are, the rest percent-encoded
+    (Kubernetes names never need it; a malformed one must not change the path's shape)."""
+    return "".join(
+        c if c.isascii() and (c.isalnum() or c in "-._~") else "".join(f"%{b:02X}" for b in c.encode())
+        for c in text
+    )
 
 
 def group_version_path(group: str, version: str) -> str:

@@ -559,3 +559,23 @@ def test_kubesims_own_stock_runtimes_are_accepted_too() -> None:
     for name in ("torch-distributed", "deepspeed-distributed", "jax-distributed"):
         assert name in found
         assert check_runtime(found[name], spec(name), kind=found[name]["kind"]) == []
+
+
+# --- resource paths ----------------------------------------------------------------------------------
+
+
+def test_resource_paths() -> None:
+    from dispatch_kubeflow.resources import CLUSTER_TRAINING_RUNTIMES, CRDS, PODS, TRAINJOBS
+
+    assert TRAINJOBS.path("team-a") == "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs"
+    assert PODS.path("ns", "p", "log") == "/api/v1/namespaces/ns/pods/p/log"
+    assert CLUSTER_TRAINING_RUNTIMES.path("ignored", "rt") == (
+        "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/rt"
+    )
+    assert CRDS.path(name="trainjobs.trainer.kubeflow.org").endswith(
+        "/customresourcedefinitions/trainjobs.trainer.kubeflow.org"
+    )
+    # A malformed name cannot change the path's shape.
+    assert TRAINJOBS.path("ns", "../x y/é") == (
+        "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/..%2Fx%20y%2F%C3%A9"
+    )
