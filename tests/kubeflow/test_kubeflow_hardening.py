@@ -6,6 +6,8 @@ what probe it left behind."""
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from importlib.metadata import version
@@ -297,3 +299,20 @@ async def test_a_probe_the_server_pruned_is_refused_and_removed(tmp_path: Path) 
         assert [
             t for t in s.store.list(TRAINJOBS, "default")[0] if not t["metadata"].get("deletionTimestamp")
         ] == []
+
+
+@amod
+async def test_a_field_the_cluster_does_not_know_is_refused_not_pruned(
+    backend: Backend, sim: Simulator
+) -> None:
+    """With fieldValidation=Strict the API server answers 400 for a field its schema lacks (as an older
+    Trainer's CRD lacks runtimePatches) instead of dropping it with only a warning."""
+    prepared = await backend.prepare(spec(), ident("unknown-field"))
+    request = copy.deepcopy(dict(prepared.request))
+    request["spec"]["notAFieldOfTrainJob"] = True
+    with pytest.raises(InvalidError, match=r'unknown field "spec\.notAFieldOfTrainJob"'):
+        await backend.start(dataclasses.replace(prepared, request=request))
+    assert (
+        sim.store.list(TRAINJOBS, "default", field_selector=f"metadata.name={request['metadata']['name']}")[0]
+        == []
+    )
