@@ -392,11 +392,8 @@ class Backend:
         if obj is None:
             obj = await confirm_gone(self._client, self.settings.namespace, name)
         if obj is None:
-            return Observation(
-                handle,
-                self._classify(name, None, None, stopped=stopped, now=self._clock.now()),
-                self._clock.now(),
-            )
+            now = self._clock.now()
+            return Observation(handle, self._classify(name, None, None, stopped=stopped, now=now), now)
         self._check_owner(obj, handle)
         parts = await read_one(self._client, self.settings.namespace, obj, kueue=self.facts.kueue)
         now = self._clock.now()
