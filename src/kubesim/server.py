@@ -285,6 +285,7 @@ class ApiServer:
                 name=info.name or "",
                 request_bytes=request.content_length or 0,
                 response_bytes=response_bytes,
+                user_agent=request.headers.get("User-Agent", ""),
             )
             sim.requests.record(rec)
             return rec
@@ -350,7 +351,7 @@ class ApiServer:
             return final
         finally:
             body = getattr(final, "body", None) if isinstance(final, web.Response) else None
-            record(status, len(body) if isinstance(body, bytes) else 0)
+            sim.requests.finish(record(status, len(body) if isinstance(body, bytes) else 0))
             if info.verb in WRITE_VERBS and status < 400:
                 sim.kick()
 
