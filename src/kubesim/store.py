@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kubesim.clock import Clock, parse_rfc3339, rfc3339
-from kubesim.defaults import default_job, default_pod
+from kubesim.defaults import default_job, default_pod, ephemeral_containers
 from kubesim.errors import (
     ApiError,
     Cause,
@@ -593,7 +593,7 @@ class ObjectStore:
     ) -> dict[str, Any]:
         if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
             raise bad_request(f"the body of a {rt.kind} must be a JSON object with metadata")
-        if subresource not in (None, "status"):
+        if subresource not in (None, "status", "ephemeralcontainers"):
             raise bad_request(f"subresource {subresource!r} cannot be updated")
         if subresource == "status" and not rt.has_status:
             raise not_found(rt, str(obj["metadata"].get("name", "")))
@@ -637,6 +637,11 @@ class ObjectStore:
                 new["status"] = deep_copy(obj["status"])
             else:
                 new.pop("status", None)
+        elif subresource == "ephemeralcontainers":
+            new = _copy(current)
+            new.setdefault("spec", {})["ephemeralContainers"] = ephemeral_containers(
+                name, (current.get("spec") or {}).get("ephemeralContainers"), obj.get("spec")
+            )
         else:
             new = _copy(obj)
             new["apiVersion"] = rt.api_version
