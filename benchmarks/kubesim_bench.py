@@ -7,7 +7,8 @@ Measures, on a bare simulator (no controllers) over real HTTP on loopback:
 - cost per create for the first 1,000 vs the last 1,000 of N creates (the ratio should stay near 1:
   a request's cost must not grow with the number of requests served);
 - watch fan-out: W watchers each receiving M events, time until all are delivered;
-- memory with N objects in the store (tracemalloc of the store, process RSS).
+- memory with N objects in the store (tracemalloc of the store, process RSS);
+- the cost of pruning unknown fields from a pod and a ClusterTrainingRuntime body.
 """
 
 from __future__ import annotations
@@ -153,6 +154,35 @@ def bench_memory(n: int) -> dict[str, float]:
     }
 
 
+def bench_pruning(rounds: int = 2000) -> dict[str, float]:
+    """Cost of dropping unknown fields (every create/update/patch over HTTP pays it once per body)."""
+    import copy
+
+    from kubesim.fields import prune_unknown
+    from kubesim.fixtures import runtimes
+    from kubesim.resources import CLUSTERTRAININGRUNTIMES, PODS
+
+    runtime = runtimes()[0]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default", "labels": {"a": "b"}},
+        "spec": runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+            "spec"
+        ],
+    }
+    out: dict[str, float] = {}
+    for label, rt, body in (("pod", PODS, pod), ("clustertrainingruntime", CLUSTERTRAININGRUNTIMES, runtime)):
+        copies = [copy.deepcopy(body) for _ in range(rounds)]
+        prune_unknown(rt, copy.deepcopy(body))  # build the cached skeleton first
+        t0 = time.perf_counter()
+        for c in copies:
+            prune_unknown(rt, c)
+        out[f"{label}_us_per_body"] = (time.perf_counter() - t0) / rounds * 1e6
+        out[f"{label}_body_bytes"] = float(len(json.dumps(body)))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--objects", type=int, default=10_000)
@@ -168,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     show("creates over HTTP", asyncio.run(bench_creates(args.objects)))
     show("watch fan-out", asyncio.run(bench_fanout(args.watchers, args.events)))
     show("memory (store only, in-process)", bench_memory(args.objects))
+    show("unknown-field pruning (in-process)", bench_pruning())
     return 0
 
 

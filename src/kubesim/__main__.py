@@ -15,8 +15,11 @@ import contextlib
 import signal
 import sys
 from pathlib import Path
+from typing import TextIO
 
+from kubesim.auth import READONLY
 from kubesim.clock import RealClock
+from kubesim.requestlog import RequestRecord
 from kubesim.sim import Simulator
 
 DEFAULT_KUBECONFIG = "kubesim.kubeconfig"
@@ -47,7 +50,33 @@ def _parser() -> argparse.ArgumentParser:
         "--nodes", type=int, default=None, help="number of simulated nodes (default: the fixtures')"
     )
     s.add_argument("--bookmark-interval", type=float, default=10.0, help="seconds between watch bookmarks")
+    s.add_argument(
+        "--readonly-kubeconfig",
+        default=None,
+        metavar="PATH",
+        help="also write a kubeconfig for the read-only identity (get/list/watch only) to PATH",
+    )
+    s.add_argument(
+        "--no-controllers",
+        dest="controllers",
+        action="store_false",
+        help="an API server only: CRD defaulting, schema and CEL validation; no controllers, fixtures or nodes",
+    )
+    s.add_argument(
+        "--request-log",
+        default=None,
+        metavar="FILE",
+        help="append one JSON line per request to FILE (time, identity, user agent, verb, path, status, bytes)",
+    )
     return p
+
+
+def _open_request_log(path: str | None) -> tuple[TextIO | None, str]:
+    """The request log, opened for appending one line at a time (so ``tail -f`` sees each request)."""
+    if not path:
+        return None, ""
+    p = Path(path).resolve()
+    return p.open("a", buffering=1, encoding="utf-8"), str(p)
 
 
 async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None) -> None:
@@ -56,6 +85,7 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
         raise SystemExit(f"--speed must be > 0, got {args.speed}")
     sim = Simulator(
         clock=RealClock(args.speed),
+        controllers=None if getattr(args, "controllers", True) else [],
         kueue=args.kueue,
         nodes=args.nodes,
         tls=args.tls,
@@ -68,20 +98,37 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    async with sim:
-        path = sim.write_kubeconfig(Path(args.kubeconfig))
-        print(
-            f"kubesim serving {sim.url} (speed x{args.speed:g}, kueue {'on' if args.kueue else 'off'})",
-            flush=True,
-        )
-        print(f"kubeconfig written to {path.resolve()}", flush=True)
-        print(f"  export KUBECONFIG={path.resolve()}", flush=True)
-        if not args.tls:
-            print("note: plain HTTP; kubectl will not send the token (use TLS for kubectl)", flush=True)
-        if ready is not None:
-            ready.set()
-        await stop.wait()
-        print("kubesim: stopping", flush=True)
+    log_file, log_path = _open_request_log(getattr(args, "request_log", None))
+    if log_file is not None:
+        sink = log_file
+
+        def write(rec: RequestRecord) -> None:
+            sink.write(rec.as_json_line() + "\n")
+
+        sim.requests.add_sink(write)
+    try:
+        async with sim:
+            path = sim.write_kubeconfig(Path(args.kubeconfig))
+            mode = "kueue " + ("on" if args.kueue else "off")
+            if not getattr(args, "controllers", True):
+                mode = "API server only, no controllers"
+            print(f"kubesim serving {sim.url} (speed x{args.speed:g}, {mode})", flush=True)
+            print(f"kubeconfig written to {path.resolve()}", flush=True)
+            print(f"  export KUBECONFIG={path.resolve()}", flush=True)
+            if getattr(args, "readonly_kubeconfig", None):
+                ro = sim.write_kubeconfig(Path(args.readonly_kubeconfig), token=READONLY)
+                print(f"read-only kubeconfig written to {ro.resolve()}", flush=True)
+            if log_file is not None:
+                print(f"request log: {log_path}", flush=True)
+            if not args.tls:
+                print("note: plain HTTP; kubectl will not send the token (use TLS for kubectl)", flush=True)
+            if ready is not None:
+                ready.set()
+            await stop.wait()
+            print("kubesim: stopping", flush=True)
+    finally:
+        if log_file is not None:
+            log_file.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,8 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from kubesim.clock import rfc3339
+from kubesim.errors import Cause, invalid
+from kubesim.resources import PODS
 
-__all__ = ["GATED_MESSAGE", "default_job", "default_pod"]
+__all__ = ["GATED_MESSAGE", "default_job", "default_pod", "ephemeral_containers"]
 
 GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
 LEGACY_JOB_NAME, JOB_NAME = "job-name", "batch.kubernetes.io/job-name"
@@ -118,3 +120,33 @@ def default_job(job: dict[str, Any]) -> None:
     # same object, so it also sees the generated labels) — only when the template had labels.
     if had_labels and not meta.get("labels"):
         meta["labels"] = dict(labels)
+
+
+def ephemeral_containers(pod_name: str, existing: Any, spec: Any) -> list[Any]:
+    """The ``spec.ephemeralContainers`` an update of ``pods/<name>/ephemeralcontainers`` leaves (what
+    ``kubectl debug`` patches): new ones are added, with the container defaults; existing ones may not be
+    changed or removed (422, as ``ValidatePodEphemeralContainersUpdate``)."""
+    old = [c for c in existing or [] if isinstance(c, dict)]
+    wanted = (spec or {}).get("ephemeralContainers") if isinstance(spec, dict) else None
+    if not isinstance(wanted, list):
+        wanted = []
+    by_name = {c.get("name"): c for c in wanted if isinstance(c, dict)}
+    causes = []
+    for i, c in enumerate(old):
+        if by_name.get(c.get("name")) != c:
+            causes.append(
+                Cause.forbidden(
+                    f"spec.ephemeralContainers[{i}]",
+                    f"existing ephemeral containers {c.get('name')!r} may not be changed",
+                )
+            )
+    if causes:
+        raise invalid(PODS, pod_name, causes)
+    out = list(old)
+    names = {c.get("name") for c in old}
+    for c in wanted:
+        if isinstance(c, dict) and c.get("name") not in names:
+            c = dict(c)
+            _default_container(c)
+            out.append(c)
+    return out

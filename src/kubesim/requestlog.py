@@ -6,9 +6,11 @@ and timestamps. The log is a bounded deque, so recording costs the same on the m
 
 from __future__ import annotations
 
+import json
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 __all__ = ["WRITE_VERBS", "RequestLog", "RequestRecord"]
 
@@ -37,6 +39,27 @@ class RequestRecord:
     response_bytes: int = 0
     user_agent: str = ""  # the client's User-Agent header, as an audit log records it
 
+    def as_json_line(self) -> str:
+        """One JSON line for ``serve --request-log``: what was asked, by whom, and the answer (the
+        identity's name, never its token; the path without the query)."""
+        when = (
+            datetime.fromtimestamp(self.time, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        )
+        return json.dumps(
+            {
+                "time": when,
+                "identity": self.identity,
+                "userAgent": self.user_agent,
+                "method": self.method,
+                "verb": self.verb,
+                "path": self.path,
+                "status": self.status,
+                "bytes": self.response_bytes,
+                "requestBytes": self.request_bytes,
+            },
+            separators=(",", ":"),
+        )
+
     @property
     def is_write(self) -> bool:
         return self.verb in WRITE_VERBS
@@ -50,6 +73,7 @@ class RequestLog:
 
     def __init__(self, maxlen: int = 100_000) -> None:
         self._records: deque[RequestRecord] = deque(maxlen=maxlen)
+        self._sinks: list[Callable[[RequestRecord], None]] = []
         self.total = 0  # requests seen since start (including those rotated away)
 
     def __repr__(self) -> str:
@@ -58,6 +82,16 @@ class RequestLog:
     def record(self, rec: RequestRecord) -> None:
         self._records.append(rec)
         self.total += 1
+
+    def add_sink(self, sink: Callable[[RequestRecord], None]) -> None:
+        """Call ``sink`` with each record once its request is finished (a watch or log stream: when the
+        stream ends, with all its bytes counted)."""
+        self._sinks.append(sink)
+
+    def finish(self, rec: RequestRecord) -> None:
+        """The server calls this when a request is done; passes the record to the sinks."""
+        for sink in self._sinks:
+            sink(rec)
 
     def __iter__(self) -> Iterator[RequestRecord]:
         return iter(list(self._records))

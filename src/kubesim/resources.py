@@ -110,7 +110,16 @@ _STATUS = frozenset({"status"})
 
 NAMESPACES = register(ResourceType("", "v1", "Namespace", "namespaces", False, _STATUS, ("ns",)))
 PODS = register(
-    ResourceType("", "v1", "Pod", "pods", True, frozenset({"status", "log"}), ("po",), categories=("all",))
+    ResourceType(
+        "",
+        "v1",
+        "Pod",
+        "pods",
+        True,
+        frozenset({"status", "log", "ephemeralcontainers"}),
+        ("po",),
+        categories=("all",),
+    )
 )
 EVENTS = register(ResourceType("", "v1", "Event", "events", True, _NOSTATUS, ("ev",)))
 SERVICES = register(

@@ -48,6 +48,7 @@ from kubesim.resources import (
     by_plural,
 )
 from kubesim.store import check_propagation
+from kubesim.strategies import strategy_for
 from kubesim.tables import table, wants_table
 from kubesim.watch import (
     WatchHub,
@@ -68,10 +69,6 @@ log = logging.getLogger(__name__)
 
 KUBE_VERSION = discovery.KUBE_VERSION
 _HEALTH = ("healthz", "livez", "readyz")
-_BUILTIN_GROUPS = frozenset(
-    {"", "batch", "coordination.k8s.io", "authorization.k8s.io", "authentication.k8s.io"}
-)
-_RETURNS_DELETED = frozenset({("", "pods"), ("", "namespaces"), ("", "services")})
 _JSON = "application/json"
 _SELF_REVIEWS = (SELFSUBJECTACCESSREVIEWS, SELFSUBJECTRULESREVIEWS, SELFSUBJECTREVIEWS)
 # The pseudo-resources the impersonation filter authorizes ("impersonate" on users/groups, core group).
@@ -355,7 +352,7 @@ class ApiServer:
             return final
         finally:
             body = getattr(final, "body", None) if isinstance(final, web.Response) else None
-            record(status, len(body) if isinstance(body, bytes) else 0)
+            sim.requests.finish(record(status, len(body) if isinstance(body, bytes) else 0))
             if info.verb in WRITE_VERBS and status < 400:
                 sim.kick()
 
@@ -584,7 +581,7 @@ class ApiServer:
             subresource=info.subresource or None,
             dry_run=self._dry_run(q),
             # custom resources refuse unconditional updates, built-in types allow them
-            require_resource_version=rt.group not in _BUILTIN_GROUPS and not info.subresource,
+            require_resource_version=not strategy_for(rt).unconditional_update and not info.subresource,
         )
         return fields.respond(obj)
 
@@ -611,7 +608,7 @@ class ApiServer:
             # handler answers 200 with the object, and 202 only when the client sent
             # orphanDependents=false (kept for old clients).
             return _json_response(obj, 202 if opts["orphan_false"] else 200)
-        if (rt.group, rt.plural) in _RETURNS_DELETED:
+        if strategy_for(rt).returns_deleted_object:
             return _json_response(obj)
         # Gone at once: the generic registry answers a Status naming what was deleted (custom resources
         # included); only pods, services and namespaces return the deleted object.

@@ -39,7 +39,7 @@ from kubesim.store import ObjectStore, WatchEvent
 from kubesim.tls import SelfSignedCert, make_self_signed
 
 if TYPE_CHECKING:
-    from kubesim.controllers.kubelet import Actions
+    from kubesim.controllers.actions import Actions
 
 __all__ = ["ADMIN_TOKEN", "Controller", "SettleError", "Simulator"]
 
@@ -135,7 +135,8 @@ class Simulator:
     def actions(self) -> Actions:
         """Direct disruptions for tests (preempt, evict, OOM, exit, lose or restore a node), acting at once
         through the kubelet controller; :class:`RuntimeError` when this simulator runs no kubelet."""
-        from kubesim.controllers.kubelet import Actions, KubeletController
+        from kubesim.controllers.actions import Actions
+        from kubesim.controllers.kubelet import KubeletController
 
         for c in self.controllers:
             if isinstance(c, KubeletController):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kubesim.clock import Clock, parse_rfc3339, rfc3339
-from kubesim.defaults import default_job, default_pod
+from kubesim.defaults import ephemeral_containers
 from kubesim.errors import (
     ApiError,
     Cause,
@@ -48,9 +48,10 @@ from kubesim.patch import (
     merge_patch,
     strategic_merge_patch,
 )
-from kubesim.resources import JOBS, NAMESPACES, PODS, REGISTRY, SERVICES, ResourceType
+from kubesim.resources import NAMESPACES, PODS, REGISTRY, ResourceType
 from kubesim.selectors import parse_field_selector, parse_label_selector
 from kubesim.shapes import shape_causes
+from kubesim.strategies import strategy_for
 from kubesim.validation import validate_metadata
 
 __all__ = ["AdmissionHook", "ObjectStore", "WatchEvent", "check_propagation"]
@@ -62,9 +63,6 @@ AdmissionHook = Callable[[str, ResourceType, dict[str, Any], dict[str, Any] | No
 
 FOREGROUND = "foregroundDeletion"
 ORPHAN_FINALIZER = "orphan"
-_BUILTIN_GROUPS = frozenset(
-    {"", "batch", "coordination.k8s.io", "authorization.k8s.io", "authentication.k8s.io"}
-)
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -119,22 +117,6 @@ def _copy(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# Built-in kinds whose registry keeps metadata.generation (custom resources always do).
-_GENERATION_KINDS = frozenset({("", "pods"), ("batch", "jobs")})
-
-
-def _tracks_generation(rt: ResourceType) -> bool:
-    return rt.group not in _BUILTIN_GROUPS or (rt.group, rt.plural) in _GENERATION_KINDS
-
-
-def _name_rule(rt: ResourceType) -> str:
-    if rt is NAMESPACES:
-        return "label"
-    if rt is SERVICES:
-        return "dns1035"
-    return "subdomain"
-
-
 def _spec_part(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
     skip = (
         ("metadata", "status", "apiVersion", "kind") if rt.has_status else ("metadata", "apiVersion", "kind")
@@ -147,24 +129,6 @@ def _without_rv(obj: dict[str, Any]) -> dict[str, Any]:
     out = dict(obj)
     out["metadata"] = meta
     return out
-
-
-def _pod_qos(pod: dict[str, Any]) -> str:
-    containers = list((pod.get("spec") or {}).get("containers") or [])
-    containers += list((pod.get("spec") or {}).get("initContainers") or [])
-    any_set = False
-    guaranteed = bool(containers)
-    for c in containers:
-        res = c.get("resources") or {} if isinstance(c, dict) else {}
-        req, lim = res.get("requests") or {}, res.get("limits") or {}
-        if req or lim:
-            any_set = True
-        for r in ("cpu", "memory"):
-            if r not in lim or (r in req and req[r] != lim[r]):
-                guaranteed = False
-    if not any_set:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
 
 
 class ObjectStore:
@@ -328,7 +292,7 @@ class ObjectStore:
             if out is not None:
                 obj = out
         if validate:
-            causes = validate_metadata(obj.get("metadata", {}), name_rule=_name_rule(rt))
+            causes = validate_metadata(obj.get("metadata", {}), name_rule=strategy_for(rt).name_rule)
             if causes:
                 raise invalid(rt, str(obj.get("metadata", {}).get("name") or ""), causes)
         for hook in self._validating.get(rt, ()):
@@ -504,20 +468,13 @@ class ObjectStore:
             meta["name"] = self._generate_name(rt, ns, generate)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = rfc3339(self.clock.now())
-        if _tracks_generation(rt):
+        strategy = strategy_for(rt)
+        if strategy.tracks_generation:
             meta["generation"] = 1
-        if reset_status and rt.has_status and rt is not NAMESPACES and rt.kind != "Node":
+        if reset_status and rt.has_status and strategy.resets_status_on_create:
             new.pop("status", None)
         self._check_shape(rt, new)
-        if reset_status and rt is PODS:
-            new["status"] = {"phase": "Pending", "qosClass": _pod_qos(new)}
-        if rt is PODS:
-            default_pod(new, self.clock.now())
-        elif rt is JOBS:
-            default_job(new)
-        if rt is NAMESPACES:
-            new.setdefault("spec", {})["finalizers"] = ["kubernetes"]
-            new["status"] = {"phase": "Active"}
+        strategy.prepare_for_create(new, now=self.clock.now(), from_api=reset_status)
         if rt.namespaced:
             nsobj = self._lookup(NAMESPACES, None, ns)
             if nsobj is None:
@@ -593,7 +550,7 @@ class ObjectStore:
     ) -> dict[str, Any]:
         if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
             raise bad_request(f"the body of a {rt.kind} must be a JSON object with metadata")
-        if subresource not in (None, "status"):
+        if subresource not in (None, "status", "ephemeralcontainers"):
             raise bad_request(f"subresource {subresource!r} cannot be updated")
         if subresource == "status" and not rt.has_status:
             raise not_found(rt, str(obj["metadata"].get("name", "")))
@@ -637,6 +594,11 @@ class ObjectStore:
                 new["status"] = deep_copy(obj["status"])
             else:
                 new.pop("status", None)
+        elif subresource == "ephemeralcontainers":
+            new = _copy(current)
+            new.setdefault("spec", {})["ephemeralContainers"] = ephemeral_containers(
+                name, (current.get("spec") or {}).get("ephemeralContainers"), obj.get("spec")
+            )
         else:
             new = _copy(obj)
             new["apiVersion"] = rt.api_version
@@ -664,8 +626,7 @@ class ObjectStore:
                     new["status"] = deep_copy(current["status"])
                 else:
                     new.pop("status", None)
-            if rt is NAMESPACES:
-                new["spec"] = deep_copy(current.get("spec", {}))
+            strategy_for(rt).prepare_for_update(new, current)
             if cur_meta.get("deletionTimestamp"):
                 added = set(meta.get("finalizers") or []) - set(cur_meta.get("finalizers") or [])
                 if added:
@@ -744,7 +705,7 @@ class ObjectStore:
         when absent and, for one field manager, removes fields it applied before and omits now."""
         with self._operation():
             ns = self._ns_key(rt, namespace)
-            if patch_type == STRATEGIC_MERGE_PATCH and rt.group not in _BUILTIN_GROUPS:
+            if patch_type == STRATEGIC_MERGE_PATCH and not strategy_for(rt).strategic_merge:
                 raise ApiError(
                     415,
                     "UnsupportedMediaType",
@@ -907,22 +868,14 @@ class ObjectStore:
                     f"Precondition failed: ResourceVersion in precondition: {p_rv}, "
                     f"ResourceVersion in object meta: {cur_meta['resourceVersion']}",
                 )
+        strategy = strategy_for(rt)
         if propagation is None:
-            propagation = "Orphan" if rt is JOBS else "Background"
+            propagation = strategy.default_propagation
         check_propagation(propagation)
         for hook in self._validating.get(rt, ()):
             self._call_hook(hook, "DELETE", rt, deep_copy(current), deep_copy(current))
         now = self.clock.now()
-
-        if rt is PODS:
-            if grace is None:
-                grace = int((current.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
-            grace = max(grace, 0)
-            phase = (current.get("status") or {}).get("phase")
-            if not (current.get("spec") or {}).get("nodeName") or phase in ("Succeeded", "Failed"):
-                grace = 0  # never ran or already finished: nothing for a kubelet to stop
-        else:
-            grace = 0
+        grace = strategy.delete_grace(current, grace)
 
         new = _copy(current)
         meta = new["metadata"]
@@ -941,7 +894,7 @@ class ObjectStore:
 
         already = bool(cur_meta.get("deletionTimestamp"))
         if already:
-            if rt is PODS:
+            if strategy.graceful:  # a second delete may shorten the grace period, never lengthen it
                 remaining = int(cur_meta.get("deletionGracePeriodSeconds", 0))
                 started = parse_rfc3339(cur_meta["deletionTimestamp"]) - remaining
                 if grace < remaining and now + grace < parse_rfc3339(cur_meta["deletionTimestamp"]):
@@ -954,15 +907,14 @@ class ObjectStore:
                 return _copy(self._lookup(rt, ns, name) or new)
             return _copy(current)
 
-        if not finalizers and grace == 0 and rt is not NAMESPACES:
+        if not finalizers and grace == 0 and not strategy.always_graceful:
             self._commit(rt, "DELETED", new, current)
             return new
         meta["deletionTimestamp"] = rfc3339(now + grace)
         meta["deletionGracePeriodSeconds"] = grace
         if "generation" in meta:
             meta["generation"] = int(meta["generation"]) + 1
-        if rt is NAMESPACES:
-            new.setdefault("status", {})["phase"] = "Terminating"
+        strategy.on_deletion_start(new)
         self._commit(rt, "MODIFIED", new, current)
         if rt is NAMESPACES:
             self._gc_queue.append(("namespace", name))
@@ -998,9 +950,7 @@ class ObjectStore:
         meta = obj["metadata"]
         if not meta.get("deletionTimestamp") or meta.get("finalizers"):
             return False
-        if rt is PODS and int(meta.get("deletionGracePeriodSeconds", 0)) > 0:
-            return False
-        if rt is NAMESPACES and (obj.get("spec") or {}).get("finalizers"):
+        if strategy_for(rt).deletion_pending(obj):
             return False
         ns = meta.get("namespace", "") if rt.namespaced else ""
         current = self._lookup(rt, ns, meta["name"])

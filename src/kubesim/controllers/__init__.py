@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+from kubesim.controllers.actions import Actions
 from kubesim.controllers.base import BaseController
 from kubesim.controllers.job import JobController
 from kubesim.controllers.jobset import JobSetController
-from kubesim.controllers.kubelet import Actions, KubeletController, NodeLifecycleController
+from kubesim.controllers.kubelet import KubeletController
 from kubesim.controllers.kueue import KueueController
+from kubesim.controllers.nodelifecycle import NodeLifecycleController
 from kubesim.controllers.scheduler import SchedulerController
 from kubesim.controllers.trainer import TrainerController
 

@@ -1,4 +1,6 @@
-"""Simulated kubelets (one per Node, all in this controller) and the node lifecycle's taint manager.
+"""Simulated kubelets (one per Node, all in this controller).
+
+Outside disruptions are in ``actions.py``, the node lifecycle's taint manager in ``nodelifecycle.py``.
 
 A bound pod's main container (the one named ``node``, else the first) runs its behaviour script
 (:mod:`kubesim.behaviour`): from ``sim.behaviours``, else env ``KUBESIM_SCRIPT``, else the default script.
@@ -28,17 +30,16 @@ from kubesim.behaviour import (
     parse_script,
     render_text,
 )
-from kubesim.clock import parse_rfc3339, rfc3339
+from kubesim.clock import parse_rfc3339
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key
-from kubesim.controllers.scheduler import tolerates
 from kubesim.errors import ApiError
 from kubesim.resources import NODES, PODS
 
 if TYPE_CHECKING:
     from kubesim.store import WatchEvent
 
-__all__ = ["Actions", "KubeletController", "NodeLifecycleController", "image_problem"]
+__all__ = ["KubeletController", "image_problem"]
 
 BACKOFF_START = 10.0
 BACKOFF_MAX = 300.0
@@ -344,6 +345,8 @@ class KubeletController(BaseController):
             else:  # preempt / lose-node / evict: disruptions decided elsewhere in the cluster
                 run.pc += 1
                 self._publish(run)
+                from kubesim.controllers.actions import Actions  # it acts through this kubelet
+
                 actions = Actions(self)
                 if verb == "preempt":
                     actions.preempt(run.ns, run.name)
@@ -557,235 +560,3 @@ class KubeletController(BaseController):
             except ApiError as e:
                 if e.code != 404:
                     raise
-
-
-class Actions:
-    """Direct cluster disruptions for tests (``sim.actions``); each acts at once, like the real component.
-
-    - ``preempt(ns, pod)``: the scheduler preempts the pod (``DisruptionTarget``/``PreemptionByScheduler``,
-      then a graceful delete).
-    - ``evict(ns, pod)``: an Eviction API call (``DisruptionTarget``/``EvictionByEvictionAPI``, graceful delete).
-    - ``node_pressure_evict(ns, pod, resource="memory")``: the kubelet evicts under node pressure: the pod
-      fails with ``status.reason: Evicted`` and ``DisruptionTarget``/``TerminationByKubelet`` (not deleted).
-    - ``oom(ns, pod)``: the main container is OOM-killed (exit 137, ``OOMKilled``).
-    - ``exit(ns, pod, code)``: the main container exits with ``code`` now.
-    - ``lose_node(node)``: the node stops reporting (``Ready=Unknown``, unreachable taints); its pods are
-      deleted by the taint manager (``DeletionByTaintManager``) once their toleration runs out (300 s by
-      default).
-    - ``restore_node(node)``: the node comes back (Ready, taints removed).
-    """
-
-    def __init__(self, kubelet: KubeletController) -> None:
-        self._k = kubelet
-
-    def _pod(self, ns: str, pod: str) -> dict[str, Any]:
-        return self._k.store.get(PODS, ns, pod)
-
-    def _disrupt(self, ns: str, pod: str, reason: str, message: str) -> None:
-        obj = self._pod(ns, pod)
-        before = copy.deepcopy(obj)
-        cond.set_pod_condition(obj, "DisruptionTarget", "True", reason, message, self._k.now())
-        body = copy.deepcopy(before)
-        body["status"] = obj["status"]
-        self._k.store.update_status(PODS, body)
-        self._k.store.delete(PODS, ns, pod)
-
-    def preempt(self, ns: str, pod: str) -> None:
-        obj = self._pod(ns, pod)
-        self._disrupt(
-            ns,
-            pod,
-            "PreemptionByScheduler",
-            "default-scheduler: preempting to accommodate a higher priority pod",
-        )
-        self._k.record_event(
-            obj,
-            "Normal",
-            "Preempted",
-            "Preempted by pod on node " + str((obj.get("spec") or {}).get("nodeName")),
-            component="default-scheduler",
-        )
-
-    def evict(self, ns: str, pod: str) -> None:
-        self._disrupt(ns, pod, "EvictionByEvictionAPI", "Eviction API: evicting")
-
-    def node_pressure_evict(self, ns: str, pod: str, resource: str = "memory") -> None:
-        obj = self._pod(ns, pod)
-        run = self._k.runs.get(obj["metadata"]["uid"])
-        message = f"The node was low on resource: {resource}. Threshold quantity: 100Mi, available: 10Mi. "
-        before = copy.deepcopy(obj)
-        now = self._k.now()
-        cond.set_pod_condition(obj, "DisruptionTarget", "True", "TerminationByKubelet", message, now)
-        if run is not None and run.mode != "done":
-            run.state = self._k._terminated(run, 137, "Error")
-            run.ready = False
-            run.mode = "done"
-            run.phase = "Failed"
-            self._k.logs.close(run.ns, run.name, run.main)
-            self._k._publish(run)
-            obj = self._pod(ns, pod)
-            before = copy.deepcopy(obj)
-            cond.set_pod_condition(obj, "DisruptionTarget", "True", "TerminationByKubelet", message, now)
-        obj["status"]["phase"] = "Failed"
-        obj["status"]["reason"] = "Evicted"
-        obj["status"]["message"] = message
-        body = copy.deepcopy(before)
-        body["status"] = obj["status"]
-        self._k.store.update_status(PODS, body)
-        self._k.record_event(obj, "Warning", "Evicted", message, component="kubelet")
-
-    def _kill(self, ns: str, pod: str, code: int, reason: str) -> None:
-        obj = self._pod(ns, pod)
-        run = self._k.runs.get(obj["metadata"]["uid"])
-        if run is None or run.mode != "running":
-            raise ValueError(f"pod {ns}/{pod} has no running container to end (is it scheduled and started?)")
-        self._k._exit(obj, run, code, reason)
-        self._k._publish(run)
-
-    def oom(self, ns: str, pod: str) -> None:
-        self._kill(ns, pod, 137, "OOMKilled")
-
-    def exit(self, ns: str, pod: str, code: int) -> None:
-        self._kill(ns, pod, code, "Completed" if code == 0 else "Error")
-
-    def lose_node(self, node: str) -> None:
-        store = self._k.store
-        obj = store.get(NODES, None, node)
-        now = self._k.now()
-        before = copy.deepcopy(obj)
-        taints = [
-            t
-            for t in (obj.get("spec") or {}).get("taints") or []
-            if t.get("key") != "node.kubernetes.io/unreachable"
-        ]
-        taints.append({"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule", "timeAdded": now})
-        taints.append({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": now})
-        obj.setdefault("spec", {})["taints"] = taints
-        obj = self._k.write(NODES, before, obj)
-        before = copy.deepcopy(obj)
-        for c in (obj.get("status") or {}).get("conditions") or []:
-            if c.get("type") == "Ready":
-                c.update(
-                    status="Unknown",
-                    reason="NodeStatusUnknown",
-                    message="Kubelet stopped posting node status.",
-                    lastTransitionTime=now,
-                )
-        self._k.write(NODES, before, obj)
-        self._k.dead_nodes.add(node)
-        self._k.record_event(
-            obj,
-            "Normal",
-            "NodeNotReady",
-            f"Node {node} status is now: NodeNotReady",
-            component="node-controller",
-        )
-
-    def restore_node(self, node: str) -> None:
-        store = self._k.store
-        obj = store.get(NODES, None, node)
-        before = copy.deepcopy(obj)
-        obj.setdefault("spec", {})["taints"] = [
-            t
-            for t in (obj.get("spec") or {}).get("taints") or []
-            if t.get("key") != "node.kubernetes.io/unreachable"
-        ]
-        if not obj["spec"]["taints"]:
-            del obj["spec"]["taints"]
-        obj = self._k.write(NODES, before, obj)
-        before = copy.deepcopy(obj)
-        for c in (obj.get("status") or {}).get("conditions") or []:
-            if c.get("type") == "Ready":
-                c.update(
-                    status="True",
-                    reason="KubeletReady",
-                    message="kubelet is posting ready status",
-                    lastTransitionTime=self._k.now(),
-                )
-        self._k.write(NODES, before, obj)
-        self._k.dead_nodes.discard(node)
-        for pod in store.list(PODS, field_selector=f"spec.nodeName={node}")[0]:
-            self._k.enqueue(pod["metadata"].get("namespace"), pod["metadata"]["name"])  # its kubelet is back
-
-
-class NodeLifecycleController(BaseController):
-    """The taint manager: deletes pods from nodes with ``NoExecute`` taints they do not tolerate (at once,
-    or after their ``tolerationSeconds``), marking them ``DisruptionTarget``/``DeletionByTaintManager``."""
-
-    name = "node-lifecycle"
-
-    def keys_for(self, ev: WatchEvent) -> Iterable[Key]:
-        if ev.rt == NODES:
-            yield ("", ev.obj["metadata"]["name"])
-        elif ev.rt == PODS and (ev.obj.get("spec") or {}).get("nodeName") and ev.type == "ADDED":
-            yield ("", str(ev.obj["spec"]["nodeName"]))
-
-    def reconcile(self, namespace: str, name: str) -> None:
-        node = self.get_or_none(NODES, None, name)
-        if node is None:
-            return
-        if not cond.is_true(node, "Ready"):
-            self._mark_pods_not_ready(name)
-        taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") == "NoExecute"]
-        if not taints:
-            return
-        pods, _ = self.store.list(PODS, field_selector=f"spec.nodeName={name}")
-        now_s = self.clock.now()
-        for pod in pods:
-            if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
-                "Succeeded",
-                "Failed",
-            ):
-                continue
-            tolerations = list((pod.get("spec") or {}).get("tolerations") or [])
-            evict_at: float | None = None
-            for taint in taints:
-                matching = [t for t in tolerations if tolerates([t], taint)]
-                if not matching:
-                    evict_at = now_s
-                    break
-                secs = [t.get("tolerationSeconds") for t in matching]
-                if any(s is None for s in secs):
-                    continue  # tolerated forever
-                added = parse_rfc3339(taint["timeAdded"]) if taint.get("timeAdded") else now_s
-                at = added + float(min(int(s) for s in secs if s is not None))
-                evict_at = at if evict_at is None else min(evict_at, at)
-            if evict_at is None:
-                continue
-            if now_s >= evict_at:
-                before = copy.deepcopy(pod)
-                cond.set_pod_condition(
-                    pod,
-                    "DisruptionTarget",
-                    "True",
-                    "DeletionByTaintManager",
-                    "Taint manager: deleting due to NoExecute taint",
-                    self.now(),
-                )
-                body = copy.deepcopy(before)
-                body["status"] = pod["status"]
-                self.store.update_status(PODS, body)
-                self.store.delete(PODS, pod["metadata"].get("namespace"), pod["metadata"]["name"])
-                self.record_event(
-                    pod,
-                    "Normal",
-                    "TaintManagerEviction",
-                    f"Marking for deletion Pod {pod['metadata'].get('namespace')}/{pod['metadata']['name']}",
-                    component="taint-eviction-controller",
-                )
-            else:
-                self.requeue_at(evict_at, None, name)
-
-    def _mark_pods_not_ready(self, node: str) -> None:
-        # As the node lifecycle controller does for a node that stopped reporting: every pod on it turns
-        # Ready=False at once (only the status changes), long before the taint manager deletes it.
-        for pod in self.store.list(PODS, field_selector=f"spec.nodeName={node}")[0]:
-            if not cond.is_true(pod, "Ready"):
-                continue
-            for c in pod["status"]["conditions"]:
-                if c.get("type") == "Ready":
-                    c.update(status="False", lastTransitionTime=self.now())
-            self.store.update_status(PODS, pod)
-
-
-__all__ += ["rfc3339"]

@@ -1,8 +1,8 @@
-"""A small strategic-merge for pod/job templates, as Trainer applies runtime patches to a runtime template.
+"""Trainer's template merging: runtime patches strategic-merged into a runtime's templates, and Upsert.
 
-Maps merge recursively; lists of known Kubernetes types merge by their patch-merge key (containers, env,
-volumes by ``name``; volumeMounts by ``mountPath``; ports by ``containerPort``); other lists (tolerations,
-command, args, ...) are replaced; ``None`` deletes a key.
+Trainer applies ``runtimePatches`` with the Kubernetes strategic merge patch on the pod/job template
+types; kubesim uses its one strategic-merge implementation (``kubesim.patch``) for that, so a patch
+means the same in a runtime patch as in a ``kubectl patch``.
 """
 
 from __future__ import annotations
@@ -10,20 +10,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-__all__ = ["merge_template", "upsert_by_key"]
+from kubesim.patch import strategic_merge_patch
 
-_MERGE_KEYS = {
-    "containers": "name",
-    "initContainers": "name",
-    "ephemeralContainers": "name",
-    "env": "name",
-    "volumes": "name",
-    "imagePullSecrets": "name",
-    "schedulingGates": "name",
-    "volumeMounts": "mountPath",
-    "ports": "containerPort",
-    "hostAliases": "ip",
-}
+__all__ = ["merge_template", "upsert_by_key"]
 
 
 def upsert_by_key(
@@ -41,33 +30,7 @@ def upsert_by_key(
     return out
 
 
-def _merge_list(base: list[Any], patch: list[Any], key: str) -> list[Any]:
-    out = [copy.deepcopy(i) for i in base]
-    for p in patch:
-        if not isinstance(p, dict):
-            out.append(copy.deepcopy(p))
-            continue
-        for i, cur in enumerate(out):
-            if isinstance(cur, dict) and cur.get(key) == p.get(key):
-                out[i] = merge_template(cur, p)
-                break
-        else:
-            out.append(merge_template({}, p))
-    return out
-
-
 def merge_template(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     """Strategic-merge ``patch`` into a copy of ``base`` (neither is modified)."""
-    out = copy.deepcopy(base)
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        elif isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = merge_template(out[k], v)
-        elif isinstance(v, list) and k in _MERGE_KEYS and isinstance(out.get(k), list):
-            out[k] = _merge_list(out[k], v, _MERGE_KEYS[k])
-        elif isinstance(v, dict):
-            out[k] = merge_template({}, v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
+    out = strategic_merge_patch(base, patch)
+    return out if isinstance(out, dict) else {}

@@ -275,3 +275,49 @@ async def test_trainer_public_configmap_readable_by_every_authenticated_user() -
         assert code == 403
         assert (await Raw(sim, session, None).request("GET", path))[0] == 403  # anonymous: not bound
         assert (await Raw(sim, session, "nobody-token").request("DELETE", path))[0] == 403
+
+
+async def test_impersonation_headers_and_rules_review(tmp_path: Path) -> None:
+    team = Permissions.custom(
+        "team-a",
+        [Rule.of(["get", "list"], "", "pods", "team-a"), Rule.of("impersonate", "", "users")],
+    )
+    async with Simulator(controllers=[], tokens={"team-token": team}) as sim, aiohttp.ClientSession() as s:
+        url = sim.url
+
+        async def call(
+            method: str, path: str, headers: dict[str, str], body: object = None
+        ) -> tuple[int, dict]:
+            h = {"Authorization": "Bearer team-token", "Content-Type": "application/json", **headers}
+            async with s.request(method, url + path, headers=h, json=body) as resp:
+                return resp.status, await resp.json()
+
+        # team-a may impersonate users but not groups
+        code, body = await call("GET", CM, {"Impersonate-User": "admin", "Impersonate-Group": "ops"})
+        assert code == 403
+        assert body["message"] == (
+            'groups "ops" is forbidden: User "team-a" cannot impersonate resource "groups" '
+            'in API group "" at the cluster scope'
+        )
+        code, body = await call("GET", CM, {"Impersonate-Group": "ops"})
+        assert code == 500  # groups without a user, as the impersonation filter answers
+        code, _ = await call("GET", CM, {"Impersonate-User": "admin"})
+        assert code == 200
+        assert sim.requests.filter(identity="admin", status=200)  # the log shows who acted
+        code, body = await call(
+            "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", {"Impersonate-User": "admin"}, {}
+        )
+        assert code == 201 and body["status"]["userInfo"]["username"] == "admin"
+        # the rules review lists only the rules that apply in the namespace asked about
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview"}
+        path = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews"
+        code, body = await call("POST", path, {}, {**review, "spec": {"namespace": "team-a"}})
+        assert code == 201 and body["status"]["incomplete"] is False
+        rules = body["status"]["resourceRules"]
+        assert {"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]} in rules
+        code, body = await call("POST", path, {}, {**review, "spec": {"namespace": "default"}})
+        assert {"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]} not in body["status"][
+            "resourceRules"
+        ]
+        async with s.post(url + "/apis/authentication.k8s.io/v1/selfsubjectreviews", json={}) as resp:
+            assert resp.status == 403  # system:anonymous has no self reviews

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kubesim import Simulator
+from kubesim.errors import ApiError
 from kubesim.resources import JOBS, PODS
 
 from .test_kubectl import KUBECTL, kubectl
@@ -174,3 +175,25 @@ async def test_explain_reads_the_served_schemas(tmp_path: Path) -> None:
         code, _, err = await kubectl(kc, "apply", "-f", str(manifest))
         assert code == 0, err  # a strategic merge patch would be a 415 for a custom resource
         assert sim.requests.filter(verb="patch", status=200)
+
+
+async def test_kubectl_debug_adds_an_ephemeral_container(tmp_path: Path) -> None:
+    async with Simulator(controllers=[], tls=True) as sim:
+        kc = sim.write_kubeconfig(tmp_path / "kc")
+        code, _, err = await kubectl(kc, "run", "web", "--image=nginx")
+        assert code == 0, err
+        code, _, err = await kubectl(kc, "debug", "web", "--image=busybox:1.36", "-c", "dbg")
+        assert code == 0, err
+        code, _, err = await kubectl(
+            kc, "debug", "web", "--image=busybox:1.36", "-c", "dbg2", "--profile=restricted"
+        )
+        assert code == 0, err
+        eph = sim.store.get(PODS, "default", "web")["spec"]["ephemeralContainers"]
+        assert [c["name"] for c in eph] == ["dbg", "dbg2"]
+        assert eph[0]["terminationMessagePolicy"] == "File"  # container defaults apply
+        assert eph[1]["securityContext"]["runAsNonRoot"] is True
+        # an existing ephemeral container may not be changed or removed
+        pod = sim.store.get(PODS, "default", "web")
+        pod["spec"]["ephemeralContainers"] = eph[1:]
+        with pytest.raises(ApiError, match="may not be changed"):
+            sim.store.replace(PODS, pod, subresource="ephemeralcontainers")
