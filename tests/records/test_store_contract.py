@@ -444,3 +444,50 @@ def test_both_stores_satisfy_the_protocol() -> None:
 
     assert isinstance(MemoryStore(), Store)
     assert issubclass(SqliteStore, Store)
+
+
+# ---- the key-value table beside the records (KeyValues) -----------------------------------------
+
+
+async def test_key_values_round_trip_replace_and_delete(store: Store) -> None:
+    from dispatch.records import KeyValues
+
+    assert isinstance(store, KeyValues)
+    assert await store.get_value("probe/x") is None
+    await store.put_value("probe/x", '{"a": 1}')
+    await store.put_value("probe/x", '{"a": 2}')
+    assert await store.get_value("probe/x") == '{"a": 2}'
+    await store.put_value("probe/x", None)
+    assert await store.get_value("probe/x") is None
+    assert await store.list() == []  # values are not records
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "path"),
+    [("", "v", "key"), ("k" * 513, "v", "key"), ("k", 3, "value"), ("k", "x" * (1 << 20 + 1), "value")],
+)
+async def test_key_values_refuse_bad_keys_and_values(
+    store: Store, key: object, value: object, path: str
+) -> None:
+    with pytest.raises(InvalidError) as info:
+        await store.put_value(key, value)  # type: ignore[attr-defined]
+    assert info.value.path == path
+
+
+async def test_a_version_1_store_is_migrated_and_keeps_its_records(tmp_path: object) -> None:
+    import sqlite3
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "v1.db"
+    first = SqliteStore(path)
+    await first.create(simple_record("a"), note("created"))
+    await first.close()
+    with sqlite3.connect(path) as raw:  # make it a version-1 file: no kv table
+        raw.execute("DROP TABLE kv")
+        raw.execute("PRAGMA user_version = 1")
+    raw.close()
+    again = SqliteStore(path)
+    assert [r.job_id for r in await again.list()] == ["a"]
+    await again.put_value("k", "v")
+    assert await again.get_value("k") == "v"
+    await again.close()

@@ -1,7 +1,7 @@
 """Records: the durable job records dispatch keeps, whatever the cluster garbage-collects.
 
 :class:`Store` is the protocol; :class:`SqliteStore` (the embedded default) and :class:`MemoryStore`
-(tests) implement it. The implementations load on first use, so ``import dispatch`` does not import
+(tests) implement it, and the optional :class:`KeyValues` (a small table for host caches) too. The implementations load on first use, so ``import dispatch`` does not import
 ``sqlite3``.
 """
 
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dispatch.records.store import Store
+from dispatch.records.store import KeyValues, Store
 
 if TYPE_CHECKING:
     from dispatch.records.memory import MemoryStore
     from dispatch.records.paths import default_store_path
     from dispatch.records.sqlite import SqliteStore
 
-__all__ = ["MemoryStore", "SqliteStore", "Store", "default_store_path"]
+__all__ = ["KeyValues", "MemoryStore", "SqliteStore", "Store", "default_store_path"]
 
 _LAZY = {
     "MemoryStore": "dispatch.records.memory",
