@@ -64,6 +64,7 @@ from dispatch.model import (
     Transition,
     register_extension,
 )
+from dispatch.probecache import MemoryProbeCache, ProbeCache, StoreProbeCache
 from dispatch.records import Store
 from dispatch.registry import adapters, new_backend, register
 
@@ -118,6 +119,7 @@ __all__ = [
     "Lease",
     "Limits",
     "ManualClock",
+    "MemoryProbeCache",
     "MemoryStore",
     "Mode",
     "NotFoundError",
@@ -131,12 +133,14 @@ __all__ = [
     "PlanAction",
     "Policy",
     "Prepared",
+    "ProbeCache",
     "ReadOnlyError",
     "Rule",
     "SharedCheckpoint",
     "SqliteStore",
     "State",
     "Store",
+    "StoreProbeCache",
     "SystemClock",
     "Transition",
     "UnavailableError",

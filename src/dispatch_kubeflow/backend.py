@@ -20,7 +20,8 @@ from dispatch.errors import (
     UnsupportedError,
 )
 from dispatch.model import Capabilities, Handle, Identity, JobSpec, Limits, Mode, Observation
-from dispatch_kubeflow import naming
+from dispatch.probecache import ProbeCache
+from dispatch_kubeflow import naming, probecache
 from dispatch_kubeflow.kube import ApiStatus, KubeClient, Retry, Unreachable, resource_path
 from dispatch_kubeflow.names import (
     LABEL_INCARNATION,
@@ -36,6 +37,7 @@ from dispatch_kubeflow.preflight import (
     discover,
     kueue_objects,
     probe,
+    probe_runtime,
     review_access,
     runtime_path,
     trainjob_path,
@@ -58,7 +60,8 @@ _SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_JOB_HASH}"
 
 async def factory(cfg: AdapterConfig) -> Backend:
     """Open the Kubeflow adapter from an :class:`~dispatch.config.AdapterConfig` (runs preflight unless
-    read-only; takes at least the probe window, ten seconds or more, unless read-only or observe-only)."""
+    read-only; takes at least the probe window, ten seconds or more, unless read-only or observe-only,
+    or the config carries a ``probe_cache`` holding findings whose fingerprint still matches)."""
     return await open_backend(cfg)
 
 
@@ -90,8 +93,13 @@ async def open_backend(
                 facts.notes += await kueue_objects(client, settings, facts)
             else:
                 await review_access(client, settings, facts)
-                if facts.may_write:
+                if facts.may_write and cfg.probe_cache is not None:
+                    await _probe_or_reuse(
+                        client, settings, facts, cfg.probe_cache, window=window, clock=clock
+                    )
+                elif facts.may_write:
                     await probe(client, settings, facts, window=window, clock=clock)
+                    facts.probed_at = clock.now()
                 else:
                     client.read_only = True
                     facts.notes += await kueue_objects(client, settings, facts)
@@ -103,6 +111,41 @@ async def open_backend(
         await client.close()
         raise
     return Backend(client, settings, facts, read_only=cfg.read_only, clock=clock)
+
+
+async def _probe_or_reuse(
+    client: KubeClient,
+    settings: Settings,
+    facts: ClusterFacts,
+    cache: ProbeCache,
+    *,
+    window: float,
+    clock: Clock,
+) -> None:
+    """Reuse the cached findings when their fingerprint still matches and ``probeTTL`` has not passed;
+    else probe and keep what it learned. See :mod:`dispatch_kubeflow.probecache`."""
+    runtime = await probe_runtime(client, settings)
+    key = probecache.cache_key(client.server, settings)
+    print_ = await probecache.fingerprint(client, runtime)
+    found = await probecache.lookup(cache, key, print_, now=clock.now(), ttl=settings.probe_ttl)
+    if found is not None:
+        missing = await kueue_objects(client, settings, facts)  # objects may go without the runtime moving
+        if missing:
+            raise UnsupportedError(missing)
+        learned, at = found
+        probecache.apply(facts, learned, at)
+        _log.info("probe: reused the findings of %s (fingerprint unchanged)", at)
+        return
+    before = len(facts.notes)
+    await probe(client, settings, facts, window=window, clock=clock, runtime=runtime)
+    facts.probed_at = clock.now()
+    await probecache.remember(cache, key, print_, probecache.findings(facts, before), now=facts.probed_at)
+
+
+def _utc(at: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
 
 
 class Backend:
@@ -163,6 +206,11 @@ class Backend:
             if value is not None:
                 notes.append(f"{label}: {'yes' if value else 'no'}")
         notes += self.facts.notes
+        if self.facts.from_cache and self.facts.probed_at is not None:
+            notes.append(
+                f"probe findings reused from {_utc(self.facts.probed_at)} (fingerprint unchanged, within "
+                f"probeTTL {self.settings.probe_ttl:g}s); `dispatch check --refresh` probes again"
+            )
         if self.mode is Mode.READ_ONLY:
             notes.append("read-only: opened without the probe; every write is refused")
         if writable and not self.queueing:

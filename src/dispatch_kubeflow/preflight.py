@@ -34,7 +34,15 @@ from dispatch_kubeflow.runtime import inspect_runtime
 from dispatch_kubeflow.settings import Settings
 from dispatch_kubeflow.trainjob import build_probe
 
-__all__ = ["ClusterFacts", "discover", "kueue_objects", "probe", "review_access", "runtime_path"]
+__all__ = [
+    "ClusterFacts",
+    "discover",
+    "kueue_objects",
+    "probe",
+    "probe_runtime",
+    "review_access",
+    "runtime_path",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -54,6 +62,8 @@ class ClusterFacts:
     logs_readable: bool | None = None
     probe_ceased: bool | None = None
     notes: list[str] = field(default_factory=list)
+    probed_at: float | None = None  # when the probe's findings were learned (now, or cached)
+    from_cache: bool = False  # the findings came from the host's probe cache, not a probe run now
 
 
 def trainjob_path(namespace: str, name: str | None = None) -> str:
@@ -201,14 +211,8 @@ async def kueue_objects(client: KubeClient, settings: Settings, facts: ClusterFa
     return reasons
 
 
-async def probe(
-    client: KubeClient, settings: Settings, facts: ClusterFacts, *, window: float, clock: Clock
-) -> None:
-    """Create the gated probe, watch it for ``window`` seconds, learn, delete it and wait for it to cease.
-    Raises :class:`UnsupportedError` explaining why when the cluster cannot run jobs."""
-    missing = await kueue_objects(client, settings, facts)
-    if missing:
-        raise UnsupportedError(missing)
+async def probe_runtime(client: KubeClient, settings: Settings) -> dict[str, Any]:
+    """The runtime the probe runs on; :class:`UnsupportedError` when it is missing."""
     ref = settings.probe_runtime
     where = f'probeRuntime {ref.kind} "{ref.runtime}"'
     runtime = await client.get_or_none(
@@ -219,6 +223,29 @@ async def probe(
         raise UnsupportedError(
             f"{where} was not found{ns}: install it, or name an existing runtime in probeRuntime"
         )
+    return runtime
+
+
+async def probe(
+    client: KubeClient,
+    settings: Settings,
+    facts: ClusterFacts,
+    *,
+    window: float,
+    clock: Clock,
+    runtime: dict[str, Any] | None = None,
+) -> None:
+    """Create the gated probe, watch it for ``window`` seconds, learn, delete it and wait for it to cease.
+    Raises :class:`UnsupportedError` explaining why when the cluster cannot run jobs. ``runtime`` is the
+    probe runtime when the caller has read it already."""
+    missing = await kueue_objects(client, settings, facts)
+    if missing:
+        raise UnsupportedError(missing)
+    ref = settings.probe_runtime
+    where = f'probeRuntime {ref.kind} "{ref.runtime}"'
+    if runtime is None:
+        runtime = await probe_runtime(client, settings)
+    _log.info("probe: creating a gated TrainJob on %s and watching it for %gs", where, window)
     name = f"dispatch-probe-{secrets.token_hex(4)}"
     body = build_probe(name, settings, inspect_runtime(runtime))
     try:
@@ -240,6 +267,11 @@ async def probe(
         if facts.probe_ceased:
             raise Unreachable(exc.detail, ambiguous=False) from None  # no probe remains: nothing is unknown
         raise
+    _log.info(
+        'probe: watching TrainJob "%s" for %gs (Trainer reconciles? Kueue takes it? pods and logs visible?)',
+        name,
+        window,
+    )
     try:
         await _watch(client, settings, name, facts, window=window, clock=clock)
     finally:
@@ -305,6 +337,7 @@ async def _cleanup(
     client: KubeClient, settings: Settings, name: str, facts: ClusterFacts, *, window: float, clock: Clock
 ) -> None:
     path = trainjob_path(settings.namespace, name)
+    _log.info('probe: deleting TrainJob "%s" and waiting for its pods to go', name)
     try:
         await client.delete(path, what=f'delete probe TrainJob "{name}"', propagation="Foreground")
     except ApiStatus as exc:
