@@ -134,7 +134,7 @@ async def _probe_or_reuse(
             raise UnsupportedError(missing)
         learned, at = found
         probecache.apply(facts, learned, at)
-        _log.info("probe: reused the findings of %s (fingerprint unchanged)", at)
+        _log.info("probe: reused the findings of %s (fingerprint unchanged)", _utc(at))
         return
     before = len(facts.notes)
     await probe(client, settings, facts, window=window, clock=clock, runtime=runtime)

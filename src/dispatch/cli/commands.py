@@ -11,18 +11,21 @@ import dataclasses
 import functools
 import json
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
+from dispatch.cli import devcluster
 from dispatch.cli.config import ClusterFile, load_config, open_cluster, read_token
-from dispatch.cli.render import Renderer
+from dispatch.cli.embedded import OfflineBackend, gone_jobs, mark
+from dispatch.cli.render import Renderer, probe_progress
 from dispatch.cluster import Cluster
-from dispatch.errors import DispatchError, InvalidError, NotFoundError, UnsupportedError
-from dispatch.model import JobSpec, State
+from dispatch.errors import ConflictError, DispatchError, InvalidError, NotFoundError, UnsupportedError
+from dispatch.model import JobRecord, JobSpec, State
 from dispatch.registry import ENTRY_POINT_GROUP, adapters
 
 __all__ = ["EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "cli", "load_spec"]
@@ -50,13 +53,37 @@ class Options:
     def cluster_file(self) -> ClusterFile:
         return load_config(self.config)
 
-    async def open(self, *, read_only: bool = False) -> tuple[Cluster, ClusterFile]:
-        """Open the configured cluster; ``read_only`` forces read-only mode (no probe, no write)."""
+    async def open(self, *, read_only: bool = False, refresh: bool = False) -> tuple[Cluster, ClusterFile]:
+        """Open the configured cluster; ``read_only`` forces read-only mode (no probe, no write).
+
+        With no config (the embedded default) a write command starts the dev cluster when it is not
+        running, and says so; a read command does not, and sees the records as last known."""
         cf = self.cluster_file()
         if read_only:
             cf = dataclasses.replace(cf, read_only=True)
+        if cf.embedded:
+            dev = devcluster.running()
+            if dev is None and read_only:
+                return Cluster(OfflineBackend(cf.adapter), cf.store.open(), policy=cf.policy), cf
+            if dev is None:
+                dev, started = devcluster.start()
+                if started:
+                    self.say(
+                        f"started the dev cluster (kubesim, pid {dev.pid}) in the background at {dev.url}; "
+                        "it keeps your jobs between commands. `dispatch dev-cluster stop` stops it."
+                    )
         token = read_token(self.token_file)
-        return await open_cluster(cf, token=token), cf
+        with self.opening(cf):
+            return await open_cluster(cf, token=token, refresh=refresh), cf
+
+    def say(self, text: str) -> None:
+        """A note for people, on stderr (stdout stays the command's result)."""
+        click.echo(text, err=True)
+
+    def opening(self, cf: ClusterFile) -> AbstractContextManager[Any]:
+        """Nothing waits silently: while the adapter opens, what it waits for (its probe) is shown — a
+        spinner on a terminal, lines on stderr otherwise (never with ``--json``)."""
+        return probe_progress(self.out, f"opening the {cf.adapter} cluster ({cf.source})", self.as_json)
 
 
 def common(fn: F) -> F:
@@ -171,9 +198,10 @@ def run(opts: Options, jobfile: str, job_id: str | None) -> None:
 async def _run(opts: Options, jobfile: str, job_id: str | None) -> int:
     out = opts.out
     spec = load_job(jobfile)  # a typo in the job file is reported before the cluster is opened
-    cluster, _ = await opts.open()
+    cluster, cf = await opts.open()
     async with cluster:
         rec = await cluster.submit(spec, job_id=job_id)
+        await _mark(cf, cluster, rec.job_id)
         printed = 0
         with out.progress(f"{rec.job_id}@{rec.epoch}: {rec.outcome}") as status:
             async for rec in cluster.watch(rec.job_id):  # noqa: B020 - the last record is the outcome
@@ -229,12 +257,13 @@ async def _submit(opts: Options, jobfile: str, held: bool, dry_run: bool, job_id
     out = opts.out
     spec = load_job(jobfile)
     # A dry run only reads, so the cluster is opened read-only: no probe, and no write can leave.
-    cluster, _ = await opts.open(read_only=dry_run)
+    cluster, cf = await opts.open(read_only=dry_run)
     async with cluster:
         if dry_run:
             out.mapping(await cluster.dry_run(spec, job_id=job_id, held=held))
             return EXIT_OK
         rec = await cluster.submit(spec, job_id=job_id, held=held)
+        await _mark(cf, cluster, rec.job_id)
         out.summary(rec, "submitted")
         return EXIT_OK
 
@@ -243,13 +272,39 @@ async def _submit(opts: Options, jobfile: str, held: bool, dry_run: bool, job_id
 @click.argument("job")
 @common
 def status(opts: Options, job: str) -> None:
-    """Show the record of JOB, refreshed from the cluster."""
-    execute(opts, _with_cluster(opts, lambda c: _status(opts, c, job)))
+    """Show the record of JOB, refreshed from the cluster (read-only: no probe, no write)."""
+    execute(opts, _with_cluster(opts, lambda c: _status(opts, c, job), read_only=True))
 
 
 async def _status(opts: Options, cluster: Cluster, job: str) -> int:
+    rec = await cluster.store.get(job)
+    gone = await _gone(opts, cluster, [rec])
+    if job in gone:
+        opts.out.record(rec, gone=gone[job])
+        return EXIT_OK
     opts.out.record(await cluster.get(job))
     return EXIT_OK
+
+
+async def _mark(cf: ClusterFile, cluster: Cluster, job_id: str) -> None:
+    """On the embedded default, remember which dev cluster instance runs the job."""
+    if cf.embedded:
+        dev = devcluster.running()
+        if dev is not None:
+            await mark(cluster.store, job_id, dev)
+
+
+async def _refuse_gone(opts: Options, cluster: Cluster, job: str, what: str) -> None:
+    gone = await _gone(opts, cluster, [await cluster.store.get(job)])
+    if job in gone:
+        raise ConflictError(f"cannot {what} job {job!r}: {gone[job]}")
+
+
+async def _gone(opts: Options, cluster: Cluster, records: list[JobRecord]) -> Mapping[str, str]:
+    """Records of jobs whose (dev) cluster is gone: shown as last known, never refreshed to ``lost``."""
+    if not opts.cluster_file().embedded:
+        return {}
+    return await gone_jobs(cluster.store, records, devcluster.running())
 
 
 @cli.command("list")
@@ -262,13 +317,22 @@ async def _status(opts: Options, cluster: Cluster, job: str) -> int:
 )
 @common
 def list_(opts: Options, states: tuple[str, ...]) -> None:
-    """List every job."""
+    """List every job, refreshed from the cluster (read-only: no probe, no write)."""
     wanted = [State(s) for s in states] or None
-    execute(opts, _with_cluster(opts, lambda c: _list(opts, c, wanted)))
+    execute(opts, _with_cluster(opts, lambda c: _list(opts, c, wanted), read_only=True))
 
 
 async def _list(opts: Options, cluster: Cluster, states: list[State] | None) -> int:
-    opts.out.records(await cluster.list(states))
+    stored = await cluster.store.list()
+    gone = await _gone(opts, cluster, stored)
+    if not gone:
+        records = await cluster.list(states)
+    else:  # refresh the others one by one; the gone ones stay as last known
+        records = [
+            r if r.job_id in gone or r.outcome.terminal else await cluster.get(r.job_id) for r in stored
+        ]
+        records = [r for r in records if states is None or r.state in states]
+    opts.out.records(records, gone=gone)
     return EXIT_OK
 
 
@@ -277,7 +341,7 @@ async def _list(opts: Options, cluster: Cluster, states: list[State] | None) -> 
 @common
 def watch(opts: Options, job: str | None) -> None:
     """Print records as they change (one job until it ends, or every job until interrupted)."""
-    execute(opts, _with_cluster(opts, lambda c: _watch(opts, c, job)))
+    execute(opts, _with_cluster(opts, lambda c: _watch(opts, c, job), read_only=True))
 
 
 async def _watch(opts: Options, cluster: Cluster, job: str | None) -> int:
@@ -293,6 +357,7 @@ def _write_command(name: str, help_text: str) -> None:
     @common
     def command(opts: Options, job: str) -> None:
         async def act(cluster: Cluster) -> int:
+            await _refuse_gone(opts, cluster, job, name)
             method = getattr(cluster, name)
             rec = await method(job)
             opts.out.summary(rec, name)
@@ -323,7 +388,10 @@ def resubmit(opts: Options, job: str, jobfile: str | None, wait: float) -> None:
 
     async def act(cluster: Cluster) -> int:
         spec = load_spec(jobfile) if jobfile else None
-        opts.out.summary(await cluster.resubmit(job, spec, wait=wait), "resubmitted")
+        await _refuse_gone(opts, cluster, job, "resubmit")
+        rec = await cluster.resubmit(job, spec, wait=wait)
+        await _mark(opts.cluster_file(), cluster, rec.job_id)
+        opts.out.summary(rec, "resubmitted")
         return EXIT_OK
 
     execute(opts, _with_cluster(opts, act))
@@ -339,7 +407,7 @@ def history(opts: Options, job: str) -> None:
         opts.out.transitions(job, await cluster.history(job))
         return EXIT_OK
 
-    execute(opts, _with_cluster(opts, act))
+    execute(opts, _with_cluster(opts, act, read_only=True))
 
 
 @cli.command()
@@ -360,11 +428,14 @@ def logs(opts: Options, job: str, follow: bool, node: int, tail: int | None) -> 
                 out.line(line)
         return EXIT_OK
 
-    execute(opts, _with_cluster(opts, act))
+    execute(opts, _with_cluster(opts, act, read_only=True))
 
 
-async def _with_cluster(opts: Options, act: Callable[[Cluster], Coroutine[Any, Any, int]]) -> int:
-    cluster, _ = await opts.open()
+async def _with_cluster(
+    opts: Options, act: Callable[[Cluster], Coroutine[Any, Any, int]], *, read_only: bool = False
+) -> int:
+    """Open the cluster (read-only for read commands: no probe, no write request), run ``act``."""
+    cluster, _ = await opts.open(read_only=read_only)
     async with cluster:
         return await act(cluster)
 
@@ -373,10 +444,14 @@ async def _with_cluster(opts: Options, act: Callable[[Cluster], Coroutine[Any, A
 
 
 @cli.command()
+@click.option("--read-only", is_flag=True, help="Open read-only: no probe, no write (what a dashboard sees).")
+@click.option("--refresh", is_flag=True, help="Probe again, ignoring the findings cached in the store.")
 @common
-def check(opts: Options) -> None:
+def check(opts: Options, read_only: bool, refresh: bool) -> None:
     """Open the configured cluster and print its capabilities."""
-    execute(opts, _check(opts))
+    if read_only and refresh:
+        raise click.UsageError("--refresh probes, --read-only never does: give one of them")
+    execute(opts, _check(opts, read_only=read_only, refresh=refresh))
 
 
 @cli.command("open")
@@ -386,8 +461,8 @@ def open_(opts: Options) -> None:
     execute(opts, _check(opts))
 
 
-async def _check(opts: Options) -> int:
-    cluster, cf = await opts.open()
+async def _check(opts: Options, *, read_only: bool = False, refresh: bool = False) -> int:
+    cluster, cf = await opts.open(read_only=read_only, refresh=refresh)
     async with cluster:
         caps = await cluster.capabilities()
         opts.out.capabilities(cf.adapter, cf.source, str(cf.store), caps)
@@ -448,6 +523,9 @@ def adapters_(opts: Options) -> None:
     out.table(
         ["adapter", "source"], [[n, f"entry point {eps[n]}" if n in eps else "registered"] for n in names]
     )
+
+
+cli.add_command(devcluster.command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,7 +9,8 @@ readOnly: false
 ```
 
 Decoded strictly (unknown keys, nulls, duplicate keys, wrong types are refused naming the path). A
-relative SQLite path is relative to the config file's directory. The token is never in the file: it
+relative SQLite path, and a relative ``settings.kubeconfig``, are relative to the config file's
+directory. Files over 1 MiB are refused unread. The token is never in the file: it
 comes from ``DISPATCH_TOKEN`` or ``--token-file``.
 """
 
@@ -43,13 +44,16 @@ from dispatch.records.paths import expand_user
 __all__ = [
     "CONFIG_ENV",
     "DEFAULT_CONFIG",
+    "MAX_FILE_BYTES",
     "MEMORY_DEFAULT",
     "TOKEN_ENV",
     "ClusterFile",
     "StoreChoice",
+    "embedded_config",
     "load_config",
     "open_cluster",
     "parse_config",
+    "read_limited",
     "read_token",
 ]
 
@@ -63,8 +67,16 @@ adapter: memory
 settings: {startDelay: 0.5, cessationDelay: 0.5}
 """
 
-DEFAULT_CONFIG = MEMORY_DEFAULT
-"""The config used when neither ``--config`` nor ``DISPATCH_CONFIG`` names one (switch it here)."""
+DEFAULT_CONFIG = """\
+# The embedded default (SPEC §11): the Kubeflow adapter against the dev cluster (a kubesim started in the
+# background, see `dispatch dev-cluster`), records in SQLite under the user's state directory.
+adapter: kubeflow
+settings: {kubeconfig: <state dir>/dev-cluster/kubeconfig}
+"""
+"""What is used when neither ``--config`` nor ``DISPATCH_CONFIG`` names one (see :func:`embedded_config`)."""
+
+MAX_FILE_BYTES = 1 << 20
+"""Cluster configs and job files larger than this (1 MiB) are refused before they are parsed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +115,8 @@ class ClusterFile:
     policy: Policy = DEFAULT_POLICY
     read_only: bool = False
     source: str = "<default>"
+    embedded: bool = False
+    """The embedded default: the dev cluster, started by the commands that need it."""
 
 
 def parse_config(text: str | bytes, *, source: str = "<default>", base: Path | None = None) -> ClusterFile:
@@ -119,6 +133,12 @@ def parse_config(text: str | bytes, *, source: str = "<default>", base: Path | N
     if not adapter:
         raise InvalidError("expected an adapter name", path="adapter")
     settings: dict[str, Any] = f.optional("settings", _settings, {})
+    kubeconfig = settings.get("kubeconfig")
+    if isinstance(kubeconfig, str) and kubeconfig and base is not None:
+        # Like store.sqlite: a relative kubeconfig is relative to the config file, not to where you are.
+        kc = expand_user(kubeconfig, what="settings.kubeconfig")
+        if not kc.is_absolute():
+            settings = {**settings, "kubeconfig": str(base / kc)}
     store = f.optional("store", lambda v, p: _store(v, p, base), StoreChoice())
     policy = f.optional("policy", Policy.from_json, DEFAULT_POLICY)
     read_only = f.optional("readOnly", as_bool, False)
@@ -173,13 +193,34 @@ def load_config(path: str | None = None, *, environ: Mapping[str, str] | None = 
     env = os.environ if environ is None else environ
     chosen = path or env.get(CONFIG_ENV) or None
     if chosen is None:
-        return parse_config(DEFAULT_CONFIG)
+        return embedded_config()
     p = expand_user(chosen, what=CONFIG_ENV if path is None else "--config")
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise InvalidError(f"cannot read the cluster config: {exc.strerror}", path=str(p)) from None
+    data = read_limited(p, "cluster config")
     return parse_config(data, source=str(p), base=p.resolve().parent)
+
+
+def embedded_config() -> ClusterFile:
+    """The embedded default: the ``kubeflow`` adapter on the dev cluster's kubeconfig, the default store."""
+    from dispatch.cli.devcluster import dev_dir
+
+    return ClusterFile(
+        "kubeflow", {"kubeconfig": str(dev_dir() / "kubeconfig")}, source="<default>", embedded=True
+    )
+
+
+def read_limited(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of ``path``; ``InvalidError`` naming it when it cannot be read or exceeds ``limit``."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise InvalidError(f"cannot read the {what}: {exc.strerror}", path=str(path)) from None
+    if len(data) > limit:
+        raise InvalidError(
+            f"the {what} is larger than {limit // 1024} KiB; dispatch refuses files this large",
+            path=str(path),
+        )
+    return data
 
 
 def read_token(token_file: str | None = None, *, environ: Mapping[str, str] | None = None) -> str | None:
@@ -198,10 +239,24 @@ def read_token(token_file: str | None = None, *, environ: Mapping[str, str] | No
     return env.get(TOKEN_ENV) or None
 
 
-async def open_cluster(cf: ClusterFile, *, token: str | None = None, clock: Clock | None = None) -> Cluster:
-    """Open the cluster a config file describes."""
+async def open_cluster(
+    cf: ClusterFile, *, token: str | None = None, clock: Clock | None = None, refresh: bool = False
+) -> Cluster:
+    """Open the cluster a config file describes. The adapter gets a probe cache kept in the store (when
+    the store has a key-value table); ``refresh`` makes it probe again (``dispatch check --refresh``)."""
+    from dispatch.probecache import StoreProbeCache
+    from dispatch.records.store import KeyValues
+
     store = cf.store.open()
-    config = Config(adapter=cf.settings, store=store, policy=cf.policy, read_only=cf.read_only, token=token)
+    cache = StoreProbeCache(store, refresh=refresh) if isinstance(store, KeyValues) else None
+    config = Config(
+        adapter=cf.settings,
+        store=store,
+        policy=cf.policy,
+        read_only=cf.read_only,
+        token=token,
+        probe_cache=cache,
+    )
     try:
         return await open_cluster_async(cf.adapter, config, clock=clock)
     except BaseException:
