@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import json
 import sys
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ class Options:
         With no config (the embedded default) a write command starts the dev cluster when it is not
         running, and says so; a read command does not, and sees the records as last known."""
         cf = self.cluster_file()
+        token = read_token(self.token_file)  # a bad token file is reported before anything starts
         if read_only:
             cf = dataclasses.replace(cf, read_only=True)
         if cf.embedded:
@@ -72,7 +74,6 @@ class Options:
                         f"started the dev cluster (kubesim, pid {dev.pid}) in the background at {dev.url}; "
                         "it keeps your jobs between commands. `dispatch dev-cluster stop` stops it."
                     )
-        token = read_token(self.token_file)
         with self.opening(cf):
             return await open_cluster(cf, token=token, refresh=refresh), cf
 
@@ -196,23 +197,55 @@ def run(opts: Options, jobfile: str, job_id: str | None) -> None:
 
 
 async def _run(opts: Options, jobfile: str, job_id: str | None) -> int:
-    out = opts.out
     spec = load_job(jobfile)  # a typo in the job file is reported before the cluster is opened
     cluster, cf = await opts.open()
     async with cluster:
         rec = await cluster.submit(spec, job_id=job_id)
         await _mark(cf, cluster, rec.job_id)
-        printed = 0
-        with out.progress(f"{rec.job_id}@{rec.epoch}: {rec.outcome}") as status:
+        try:
+            return await _follow(opts, cluster, rec)
+        except asyncio.CancelledError:  # Ctrl-C: the job is not ours to drop; say where it is
+            where = " on the dev cluster" if cf.embedded else ""
+            opts.say(
+                f"interrupted: job {rec.job_id} keeps running{where}; "
+                f"`dispatch status {rec.job_id}` follows it, `dispatch cancel {rec.job_id}` cancels it"
+            )
+            raise
+
+
+async def _follow(opts: Options, cluster: Cluster, rec: JobRecord) -> int:
+    """Print every transition of the job until its outcome is final; the exit code of the outcome.
+
+    On a terminal a live line shows the job's state, cause and elapsed time, redrawn every second."""
+    out = opts.out
+    printed = 0
+    started = time.monotonic()
+    with out.progress(_live_line(rec, started)) as status:
+        ticker = asyncio.create_task(_tick(status, lambda: _live_line(rec, started))) if status else None
+        try:
             async for rec in cluster.watch(rec.job_id):  # noqa: B020 - the last record is the outcome
                 history = await cluster.history(rec.job_id)
                 for t in history[printed:]:
                     out.transition(rec.job_id, t)
                 printed = len(history)
                 if status is not None:
-                    status.update(f"{rec.job_id}@{rec.epoch}: {rec.outcome}")
-        out.outcome(rec)
-        return EXIT_OK if rec.state is State.SUCCEEDED else EXIT_FAILED
+                    status.update(_live_line(rec, started))
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+    out.outcome(rec)
+    return EXIT_OK if rec.state is State.SUCCEEDED else EXIT_FAILED
+
+
+def _live_line(rec: JobRecord, started: float) -> str:
+    cause = "" if rec.outcome.cause.value == "none" else f" ({rec.outcome.cause.value})"
+    return f"{rec.job_id}@{rec.epoch}: {rec.state.value}{cause}  {time.monotonic() - started:.0f}s"
+
+
+async def _tick(status: Any, text: Callable[[], str]) -> None:
+    while True:
+        await asyncio.sleep(1.0)
+        status.update(text())
 
 
 @cli.command()
@@ -294,6 +327,20 @@ async def _mark(cf: ClusterFile, cluster: Cluster, job_id: str) -> None:
             await mark(cluster.store, job_id, dev)
 
 
+async def _refuse_gone_offline(opts: Options, job: str) -> None:
+    """Before a write command starts the dev cluster: refuse at once if the job's cluster is gone."""
+    cf = opts.cluster_file()
+    if not cf.embedded or devcluster.running() is not None:
+        return
+    store = cf.store.open()
+    try:
+        gone = await gone_jobs(store, [await store.get(job)], None)
+    finally:
+        await store.close()
+    if job in gone:
+        raise ConflictError(f"job {job!r}: {gone[job]}")
+
+
 async def _refuse_gone(opts: Options, cluster: Cluster, job: str, what: str) -> None:
     gone = await _gone(opts, cluster, [await cluster.store.get(job)])
     if job in gone:
@@ -363,7 +410,7 @@ def _write_command(name: str, help_text: str) -> None:
             opts.out.summary(rec, name)
             return EXIT_OK
 
-        execute(opts, _with_cluster(opts, act))
+        execute(opts, _with_cluster(opts, act, job=job))
 
 
 _write_command("cancel", "Cancel JOB.")
@@ -394,7 +441,7 @@ def resubmit(opts: Options, job: str, jobfile: str | None, wait: float) -> None:
         opts.out.summary(rec, "resubmitted")
         return EXIT_OK
 
-    execute(opts, _with_cluster(opts, act))
+    execute(opts, _with_cluster(opts, act, job=job))
 
 
 @cli.command()
@@ -432,9 +479,16 @@ def logs(opts: Options, job: str, follow: bool, node: int, tail: int | None) -> 
 
 
 async def _with_cluster(
-    opts: Options, act: Callable[[Cluster], Coroutine[Any, Any, int]], *, read_only: bool = False
+    opts: Options,
+    act: Callable[[Cluster], Coroutine[Any, Any, int]],
+    *,
+    read_only: bool = False,
+    job: str | None = None,
 ) -> int:
-    """Open the cluster (read-only for read commands: no probe, no write request), run ``act``."""
+    """Open the cluster (read-only for read commands: no probe, no write request), run ``act``.
+    ``job``: the job a write command acts on; when its dev cluster is gone, nothing is started."""
+    if job is not None and not read_only:
+        await _refuse_gone_offline(opts, job)
     cluster, _ = await opts.open(read_only=read_only)
     async with cluster:
         return await act(cluster)
