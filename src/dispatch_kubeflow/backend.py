@@ -203,8 +203,13 @@ class Backend:
             ("pods visible", self.facts.pods_visible),
             ("logs readable", self.facts.logs_readable),
         ):
-            if value is not None:
-                notes.append(f"{label}: {'yes' if value else 'no'}")
+            if value is None:
+                continue
+            note = f"{label}: {'yes' if value else 'no'}"
+            if label == "logs readable" and value and not callable(getattr(self, "output", None)):
+                # True of the credentials, but nothing here reads output yet: do not promise `dispatch logs`.
+                note = "pod logs readable by these credentials: yes (this adapter version reads no job output yet)"
+            notes.append(note)
         notes += self.facts.notes
         if self.facts.from_cache and self.facts.probed_at is not None:
             notes.append(

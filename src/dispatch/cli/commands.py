@@ -252,7 +252,8 @@ async def _tick(status: Any, text: Callable[[], str]) -> None:
 @click.argument("jobfile", type=click.Path(dir_okay=False))
 @common
 def validate(opts: Options, jobfile: str) -> None:
-    """Check JOBFILE strictly, without touching a cluster."""
+    """Check JOBFILE strictly; with a cluster config (or a running dev cluster), also ask the cluster,
+    read-only, whether it would accept the job."""
     execute(opts, _validate(opts, jobfile))
 
 
@@ -266,13 +267,31 @@ async def _validate(opts: Options, jobfile: str) -> int:
         raise UnsupportedError(
             [f"{jobfile}: extension {name!r} is not known to any installed adapter" for name in opaque]
         )
+    asked = await _ask_cluster(opts, spec)
     out = opts.out
     if out.as_json:
-        out.json({"valid": True, "spec": spec.to_json()})
+        out.json({"valid": True, "spec": spec.to_json(), "cluster": asked})
     else:
         exts = ", ".join(spec.extensions) or "none"
         out.line(f"ok: {jobfile}: {spec.nodes} node(s), command {list(spec.command)}, extensions: {exts}")
+        if asked:
+            out.line(f"ok: {asked}")
     return EXIT_OK
+
+
+async def _ask_cluster(opts: Options, spec: JobSpec) -> str | None:
+    """With a cluster config (or a running dev cluster), ask the cluster read-only whether it would
+    accept the job: every check a submit makes (``prepare``), creating nothing. ``None``: not asked."""
+    import os
+
+    from dispatch.cli.config import CONFIG_ENV
+
+    if not (opts.config or os.environ.get(CONFIG_ENV)) and devcluster.running() is None:
+        return None
+    cluster, cf = await opts.open(read_only=True)
+    async with cluster:
+        await cluster.dry_run(spec)
+    return f"the {cf.adapter} cluster ({cf.source}) would accept it (asked read-only; nothing created)"
 
 
 @cli.command()
