@@ -78,7 +78,7 @@ async def test_a_probed_cluster_costs_a_submit_one_create_and_reads_send_no_writ
 ) -> None:
     cluster, job = await _setup(sim, tmp_path)
     sim.requests.clear()
-    code, out, err = await _cli("--config", cluster, "--json", "submit", job, "--job-id", "daily")
+    code, _out, err = await _cli("--config", cluster, "--json", "submit", job, "--job-id", "daily")
     assert code == 0, err
     assert [w.split()[0] for w in _trainjob_writes(sim)] == ["create"]  # no probe: one create
     assert not any("dispatch-probe" in w for w in _trainjob_writes(sim))
