@@ -487,9 +487,9 @@ class Cluster:
             # it, as get() would, so list and status never disagree.
             for rec in live:
                 if rec.job_id not in seen and rec.handle is not None:
-                    obs = await self._observe(rec)
-                    if obs is not None:
-                        by_id[rec.job_id] = await self._fold(rec.job_id, obs)
+                    missing = await self._observe(rec)
+                    if missing is not None:
+                        by_id[rec.job_id] = await self._fold(rec.job_id, missing)
             records = [by_id[r.job_id] for r in records]
         return [r for r in records if wanted is None or r.state in wanted]
 

@@ -369,3 +369,50 @@ def test_every_example_config_decodes(name: str) -> None:
 
     cf = load_config(str(EXAMPLES / name))
     assert cf.adapter in ("memory", "kubeflow")
+
+
+# ---------------------------------------------------------------------- errors that say where and what
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("adaptor: memory\n", 'cluster.yaml: adaptor: unknown config key "adaptor"; did you mean "adapter"?'),
+        (
+            "adapter: memory\nsettings: {nodez: 3}\n",
+            'cluster.yaml: settings.nodez: unknown memory setting "nodez"; did you mean "nodes"?',
+        ),
+        (
+            "adapter: kubeflow\nsettings: {namespace: Bad_NS}\n",
+            "cluster.yaml: settings.namespace: 'Bad_NS' is not a DNS-1123 label",
+        ),
+        ("adapter: kubeflow\nsettings: {probewindow: 10s}\n", 'did you mean "probeWindow"?'),
+        (
+            "adapter: memory\nstore: {sqlite: j.db}\nreadonly: true\n",
+            'cluster.yaml: readonly: unknown config key "readonly"; did you mean "readOnly"?',
+        ),
+    ],
+)
+def test_config_errors_name_the_file_the_path_and_the_nearest_key(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    result = invoke("--config", job(tmp_path, text, "cluster.yaml"), "check")
+    assert result.exit_code == 2
+    assert expected in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_job_file_errors_name_the_nearest_field(tmp_path: Path) -> None:
+    result = invoke("validate", job(tmp_path, "command: [x]\nnode: 2\n"))
+    assert result.exit_code == 2
+    assert 'job.yaml: node: unknown field "node"; did you mean "nodes"?' in result.stderr
+
+
+@pytest.mark.parametrize("what", ["job", "config"])
+def test_files_over_one_mebibyte_are_refused_unread(tmp_path: Path, what: str) -> None:
+    big = tmp_path / "big.yaml"
+    big.write_text("# " + "x" * (1 << 20) + "\n")
+    args = ["validate", str(big)] if what == "job" else ["--config", str(big), "check"]
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert "larger than 1024 KiB" in result.stderr and "big.yaml" in result.stderr

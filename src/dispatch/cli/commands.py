@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import click
 
 from dispatch.cli import devcluster
-from dispatch.cli.config import ClusterFile, load_config, open_cluster, read_token
+from dispatch.cli.config import ClusterFile, load_config, open_cluster, read_limited, read_token
 from dispatch.cli.embedded import OfflineBackend, gone_jobs, mark
 from dispatch.cli.render import Renderer, probe_progress
 from dispatch.cluster import Cluster
@@ -141,10 +141,7 @@ def report_error(opts: Options, exc: DispatchError) -> None:
 def load_spec(jobfile: str) -> JobSpec:
     """Read a job file (YAML; JSON when it ends ``.json``) strictly. Errors name the file and the path."""
     path = Path(jobfile)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InvalidError(f"cannot read the job file: {exc.strerror}", path=jobfile) from None
+    data = read_limited(path, "job file")  # a 50 MB job file would take seconds and bloat the store
     try:
         return JobSpec.loads(data, format="json" if path.suffix == ".json" else "yaml")
     except InvalidError as exc:

@@ -120,7 +120,51 @@ class ClusterFile:
 
 
 def parse_config(text: str | bytes, *, source: str = "<default>", base: Path | None = None) -> ClusterFile:
-    """Decode a cluster config document strictly: YAML, or JSON / TOML for a ``.json`` / ``.toml`` source."""
+    """Decode a cluster config document strictly: YAML, or JSON / TOML for a ``.json`` / ``.toml`` source.
+    Every error names the file and the path in it (``cluster.yaml: settings.namespace: ...``)."""
+    try:
+        return _parse_config(text, source, base)
+    except InvalidError as exc:
+        raise _in_file(exc, source) from None
+
+
+def _in_file(exc: InvalidError, source: str) -> InvalidError:
+    if source == "<default>" or str(exc).startswith(f"{source}:"):
+        return exc
+    err = InvalidError(exc.detail, path=exc.path)
+    err.args = (f"{source}: {exc}",)
+    return err
+
+
+def check_settings(cf: ClusterFile) -> None:
+    """Decode the settings with the adapter's own ``parse_settings`` when it publishes one (it touches no
+    cluster), so a bad setting is reported as ``<file>: settings.<path>: ...`` before anything opens."""
+    import importlib
+    import json as _json
+    from importlib import metadata
+
+    from dispatch.registry import ENTRY_POINT_GROUP
+
+    eps = {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    ep = eps.get(cf.adapter)
+    if ep is None:
+        return
+    try:
+        parse = getattr(importlib.import_module(ep.module), "parse_settings", None)
+    except Exception:  # a broken plugin is reported when it is opened
+        return
+    if not callable(parse):
+        return
+    try:
+        parse(_json.dumps(dict(cf.settings)).encode())
+    except InvalidError as exc:
+        path = f"settings.{exc.path}" if exc.path and exc.path != "settings" else "settings"
+        err = InvalidError(exc.detail, path=path)
+        err.args = (f"{cf.source}: {path}: {exc.detail}",)
+        raise err from None
+
+
+def _parse_config(text: str | bytes, source: str, base: Path | None) -> ClusterFile:
     what = source
     if source.endswith(".json"):
         raw = load_json(text, what=what)
@@ -129,6 +173,7 @@ def parse_config(text: str | bytes, *, source: str = "<default>", base: Path | N
     else:
         raw = load_yaml(text, what=what)
     f = Fields(raw, "", what="config key")
+    _refuse_unknown(f, ("adapter", "settings", "store", "policy", "readOnly"))
     adapter = f.required("adapter", as_str)
     if not adapter:
         raise InvalidError("expected an adapter name", path="adapter")
@@ -144,6 +189,17 @@ def parse_config(text: str | bytes, *, source: str = "<default>", base: Path | N
     read_only = f.optional("readOnly", as_bool, False)
     f.done()
     return ClusterFile(adapter, settings, store, policy, read_only, source)
+
+
+def _refuse_unknown(f: Fields, keys: tuple[str, ...]) -> None:
+    """An unknown key is reported before a missing one: ``adaptor`` is a typo of ``adapter``, and
+    saying "adapter is missing" would hide it."""
+    for key in keys:
+        f.has(key)
+    probe = Fields(f.obj, f.path, what=f.what)
+    for key in keys:
+        probe.optional(key, lambda v, p: v, None)
+    probe.done()
 
 
 def _load_toml(text: str | bytes, what: str) -> Any:
@@ -196,7 +252,9 @@ def load_config(path: str | None = None, *, environ: Mapping[str, str] | None = 
         return embedded_config()
     p = expand_user(chosen, what=CONFIG_ENV if path is None else "--config")
     data = read_limited(p, "cluster config")
-    return parse_config(data, source=str(p), base=p.resolve().parent)
+    cf = parse_config(data, source=str(p), base=p.resolve().parent)
+    check_settings(cf)
+    return cf
 
 
 def embedded_config() -> ClusterFile:
