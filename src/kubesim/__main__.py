@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from kubesim.clock import RealClock
+from kubesim.kubeconfig import claim_kubeconfig
 from kubesim.sim import Simulator
 
 DEFAULT_KUBECONFIG = "kubesim.kubeconfig"
@@ -54,6 +55,7 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
     """Start the simulator, write the kubeconfig, and wait for SIGINT/SIGTERM (or cancellation)."""
     if args.speed <= 0:
         raise SystemExit(f"--speed must be > 0, got {args.speed}")
+    claimed = claim_kubeconfig(Path(args.kubeconfig))  # noqa: F841 - held until serve returns
     sim = Simulator(
         clock=RealClock(args.speed),
         kueue=args.kueue,

@@ -416,3 +416,15 @@ def test_files_over_one_mebibyte_are_refused_unread(tmp_path: Path, what: str) -
     result = invoke(*args)
     assert result.exit_code == 2
     assert "larger than 1024 KiB" in result.stderr and "big.yaml" in result.stderr
+
+
+def test_a_relative_kubeconfig_resolves_from_the_config_file(tmp_path: Path) -> None:
+    from dispatch.cli.config import load_config
+
+    sub = tmp_path / "clusters"
+    sub.mkdir()
+    (sub / "c.yaml").write_text("adapter: kubeflow\nsettings: {kubeconfig: kc.yaml}\n")
+    cf = load_config(str(sub / "c.yaml"), environ={})
+    assert cf.settings["kubeconfig"] == str(sub.resolve() / "kc.yaml")
+    (sub / "abs.yaml").write_text("adapter: kubeflow\nsettings: {kubeconfig: /etc/kc.yaml}\n")
+    assert load_config(str(sub / "abs.yaml"), environ={}).settings["kubeconfig"] == "/etc/kc.yaml"
