@@ -544,3 +544,13 @@ def test_kubesims_own_stock_runtimes_are_accepted_too() -> None:
     for name in ("torch-distributed", "deepspeed-distributed", "jax-distributed"):
         assert name in found
         assert check_runtime(found[name], spec(name), kind=found[name]["kind"]) == []
+
+
+def test_kubesims_dispatch_torch_runtime_passes_the_rules_and_never_retries() -> None:
+    """The embedded default's examples run on kubesim's ``dispatch-torch``: a runtime made for dispatch."""
+    from kubesim.fixtures import runtimes
+
+    (rt,) = [r for r in runtimes() if r["metadata"]["name"] == "dispatch-torch"]
+    assert check_runtime(rt, spec("dispatch-torch"), kind="ClusterTrainingRuntime") == []
+    job = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert job["backoffLimit"] == 0 and job["template"]["spec"]["restartPolicy"] == "Never"
