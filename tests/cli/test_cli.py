@@ -369,6 +369,9 @@ def test_every_example_config_decodes(name: str) -> None:
 
     cf = load_config(str(EXAMPLES / name))
     assert cf.adapter in ("memory", "kubeflow")
+    if cf.adapter == "kubeflow":  # where `python -m kubesim serve` run from the repository's root writes it
+        real = load_config(str(ROOT / "examples" / name))
+        assert real.settings["kubeconfig"] == str(ROOT / "kubesim.kubeconfig")
 
 
 # ---------------------------------------------------------------------- errors that say where and what

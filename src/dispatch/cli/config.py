@@ -183,7 +183,7 @@ def _parse_config(text: str | bytes, source: str, base: Path | None) -> ClusterF
         # Like store.sqlite: a relative kubeconfig is relative to the config file, not to where you are.
         kc = expand_user(kubeconfig, what="settings.kubeconfig")
         if not kc.is_absolute():
-            settings = {**settings, "kubeconfig": str(base / kc)}
+            settings = {**settings, "kubeconfig": os.path.normpath(base / kc)}
     store = f.optional("store", lambda v, p: _store(v, p, base), StoreChoice())
     policy = f.optional("policy", Policy.from_json, DEFAULT_POLICY)
     read_only = f.optional("readOnly", as_bool, False)
