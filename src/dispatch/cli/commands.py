@@ -409,8 +409,12 @@ def watch(opts: Options, job: str | None) -> None:
 
 async def _watch(opts: Options, cluster: Cluster, job: str | None) -> int:
     out = opts.out
-    async for rec in cluster.watch(job):
-        out.summary(rec)
+    with out.live_jobs() as live:  # a line per job on a terminal; one line per change otherwise
+        async for rec in cluster.watch(job):
+            if live is not None:
+                live.update(rec)
+            else:
+                out.summary(rec)
     return EXIT_OK
 
 

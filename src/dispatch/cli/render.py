@@ -79,6 +79,53 @@ class Renderer:
         status: AbstractContextManager[Any] = self.console.status(text)
         return status
 
+    def live_jobs(self) -> AbstractContextManager[Any]:
+        """On a terminal, a live table with one line per job (state, cause, epoch, elapsed), redrawn as
+        records change; its ``update(records)`` replaces the lines. ``None`` when not a terminal."""
+        if not self.rich:
+            return nullcontext(None)
+        from rich.live import Live
+
+        renderer = self
+
+        class _Jobs:
+            def __init__(self) -> None:
+                self.records: dict[str, JobRecord] = {}
+                self.live = Live(
+                    self._table(), console=renderer.console, auto_refresh=True, refresh_per_second=1
+                )
+
+            def _table(self) -> Any:
+                from rich.table import Table
+
+                table = Table(show_edge=False, header_style="bold")
+                for h in ("job", "state", "cause", "epoch", "elapsed"):
+                    table.add_column(h)
+                now = time.time()
+                for r in self.records.values():
+                    table.add_row(
+                        r.job_id,
+                        r.state.value,
+                        r.outcome.cause.value,
+                        str(r.epoch),
+                        f"{max(0.0, now - r.created_at):.0f}s",
+                        style=_COLOURS.get(r.state),
+                    )
+                return table
+
+            def update(self, rec: JobRecord) -> None:
+                self.records[rec.job_id] = rec
+                self.live.update(self._table())
+
+            def __enter__(self) -> _Jobs:
+                self.live.__enter__()
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                self.live.__exit__(None, None, None)
+
+        return _Jobs()
+
     def table(
         self, headers: Sequence[str], rows: Iterable[Sequence[str]], *, styles: Sequence[str] = ()
     ) -> None:
