@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,10 +46,16 @@ def config(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("DISPATCH_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("DISPATCH_CONFIG", raising=False)
     monkeypatch.delenv("DISPATCH_TOKEN", raising=False)
+    yield
+    # A command here that fell back on the embedded default must not leave a dev cluster behind.
+    from dispatch.cli import devcluster
+
+    leaked = devcluster.stop(tmp_path / "state" / "dev-cluster")
+    assert leaked is None, "this test started the dev cluster: give it --config"
 
 
 def invoke(*args: str | Path) -> Result:

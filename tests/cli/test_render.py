@@ -112,3 +112,22 @@ def test_records_and_status_mark_a_job_whose_cluster_is_gone() -> None:
     out = io.StringIO()
     Renderer(out=out, as_json=True).record(REC, gone="why")
     assert json.loads(out.getvalue())["cluster"] == {"gone": "why"}
+
+
+def test_the_probe_says_what_it_waits_for_on_stderr_when_not_a_terminal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import logging
+
+    from dispatch.cli.render import probe_progress
+
+    log = logging.getLogger("dispatch_kubeflow.preflight")
+    with probe_progress(Renderer(out=io.StringIO()), "opening"):
+        log.info("probe: watching TrainJob %s for %gs", "dispatch-probe-1", 10.0)
+        log.info("not about the probe")
+    with probe_progress(Renderer(out=io.StringIO(), as_json=True), "opening", quiet=True):
+        log.info("probe: quiet with --json")
+    log.info("probe: after opening, nothing")
+    err = capsys.readouterr().err
+    assert err == "probe: watching TrainJob dispatch-probe-1 for 10s\n"
+    assert logging.getLogger().level == logging.WARNING  # the root logger is left as it was
