@@ -388,7 +388,9 @@ def list_(opts: Options, states: tuple[str, ...]) -> None:
 async def _list(opts: Options, cluster: Cluster, states: list[State] | None) -> int:
     stored = await cluster.store.list()
     gone = await _gone(opts, cluster, stored)
-    if not gone:
+    if isinstance(cluster.backend, OfflineBackend):  # no cluster to ask: the records as last known
+        records = [r for r in stored if states is None or r.state in states]
+    elif not gone:
         records = await cluster.list(states)
     else:  # refresh the others one by one; the gone ones stay as last known
         records = [
