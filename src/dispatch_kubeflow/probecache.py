@@ -45,7 +45,10 @@ def cache_key(server: str, settings: Settings) -> str:
 
 async def fingerprint(client: KubeClient, runtime: Mapping[str, Any]) -> dict[str, str]:
     """What the findings depend on, as the cluster shows it now (three reads at most)."""
-    version = await client.get_or_none("/version", what="get the API server version") or {}
+    try:
+        version = await client.get_or_none("/version", what="get the API server version") or {}
+    except ApiStatus:
+        version = {}  # readable by every authenticated user on a default cluster; not on every cluster
     crd = "unreadable"
     try:
         obj = await client.get_or_none(_CRD, what="get the TrainJob CRD")
