@@ -124,3 +124,33 @@ async def test_validate_with_a_cluster_asks_it_read_only(sim: Simulator, tmp_pat
     code, out, err = await _cli("--config", cluster, "validate", str(missing))
     assert code == 1 and '"nope" was not found' in err, err
     assert sim.requests.writes() == []
+
+
+@pytest.mark.timeout(90)
+async def test_check_refresh_probes_again_and_keeps_the_new_findings(sim: Simulator, tmp_path: Path) -> None:
+    """The one CLI test that pays the real probe window (≥ 10 s): --refresh ignores the cached entry."""
+    cluster, _ = await _setup(sim, tmp_path)
+    store = SqliteStore(tmp_path / "jobs.db")
+    (key,) = await _keys(store)
+    before = json.loads(await store.get_value(key) or "")["at"]
+    await store.close()
+    sim.requests.clear()
+    code, _out, err = await _cli("--config", cluster, "check", "--refresh")
+    assert code == 0, err
+    assert any(w.startswith("delete dispatch-probe-") for w in _trainjob_writes(sim))
+    assert "probe: creating a gated TrainJob" in err
+    store = SqliteStore(tmp_path / "jobs.db")
+    assert json.loads(await store.get_value(key) or "")["at"] > before
+    await store.close()
+    code, _out, err = await _cli("--config", cluster, "check", "--refresh", "--read-only")
+    assert code == 2 and "give one of them" in err
+
+
+async def _keys(store: SqliteStore) -> list[str]:
+    import sqlite3
+
+    raw = sqlite3.connect(store.path)
+    try:
+        return [k for (k,) in raw.execute("SELECT key FROM kv WHERE key LIKE 'probe/%'")]
+    finally:
+        raw.close()
