@@ -411,6 +411,11 @@ def watch(opts: Options, job: str | None) -> None:
 
 async def _watch(opts: Options, cluster: Cluster, job: str | None) -> int:
     out = opts.out
+    if job is not None:
+        gone = await _gone(opts, cluster, [await cluster.store.get(job)])
+        if job in gone:  # nothing will change any more: say so rather than wait, or call it lost
+            out.record(await cluster.store.get(job), gone=gone[job])
+            return EXIT_OK
     with out.live_jobs() as live:  # a line per job on a terminal; one line per change otherwise
         async for rec in cluster.watch(job):
             if live is not None:
