@@ -6,6 +6,7 @@ naming, error mapping, state); this module does the I/O around them through :mod
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -142,6 +143,15 @@ async def _probe_or_reuse(
     await probecache.remember(cache, key, print_, probecache.findings(facts, before), now=facts.probed_at)
 
 
+def _schedulable(node: Mapping[str, Any]) -> bool:
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+    )
+
+
 def _utc(at: float) -> str:
     import time
 
@@ -241,7 +251,25 @@ class Backend:
         if spec is None:
             return self._capabilities()
         runtime = await self._checked_runtime(spec)
-        return self._capabilities(inspect_runtime(runtime).max_nodes)
+        caps = self._capabilities(inspect_runtime(runtime).max_nodes)
+        capacity = await self._capacity_note(spec)
+        return dataclasses.replace(caps, notes=(*caps.notes, capacity)) if capacity else caps
+
+    async def _capacity_note(self, spec: JobSpec) -> str | None:
+        """A warning when the job asks for more nodes than the cluster has ready and schedulable now. Not a
+        refusal: a cluster may grow (autoscaling) or pods may share nodes. ``None`` when nodes cannot be
+        read with these credentials (nodes are cluster-scoped; many submitters may not list them)."""
+        try:
+            nodes = await self._client.list(resource_path("", "v1", "nodes"), what="list nodes")
+        except (ApiStatus, Unreachable):
+            return None
+        ready = [n for n in nodes if _schedulable(n)]
+        if spec.nodes <= len(ready):
+            return None
+        return (
+            f"warning: the job asks for {spec.nodes} nodes and the cluster has {len(ready)} ready, schedulable "
+            "nodes now: it will wait for capacity unless the cluster grows"
+        )
 
     async def _checked_runtime(self, spec: JobSpec) -> dict[str, Any]:
         if not isinstance(spec, JobSpec):

@@ -117,6 +117,12 @@ async def test_validate_with_a_cluster_asks_it_read_only(sim: Simulator, tmp_pat
     code, out, err = await _cli("--config", cluster, "validate", str(good))
     assert code == 0, err
     assert "would accept it" in out
+    assert "warning" not in err
+    big = tmp_path / "big.yaml"
+    big.write_text(yaml.safe_dump({**JOB, "nodes": 8}))  # the module's cluster has 4 nodes
+    code, out, err = await _cli("--config", cluster, "validate", str(big))
+    assert code == 0, err  # a warning, not a refusal: clusters grow
+    assert "warning: the job asks for 8 nodes and the cluster has 4 ready, schedulable nodes" in err
     missing = tmp_path / "missing.yaml"
     missing.write_text(
         yaml.safe_dump({**JOB, "extensions": {**JOB["extensions"], "kubeflow/RuntimeRef": {"name": "nope"}}})  # type: ignore[dict-item]

@@ -288,6 +288,9 @@ async def _ask_cluster(opts: Options, spec: JobSpec) -> str | None:
     cluster, cf = await opts.open(read_only=True)
     async with cluster:
         await cluster.dry_run(spec)
+        for note in (await cluster.capabilities(spec)).notes:
+            if note.startswith("warning:"):
+                opts.say(note)
     return f"the {cf.adapter} cluster ({cf.source}) would accept it (asked read-only; nothing created)"
 
 
