@@ -84,7 +84,8 @@ class Options:
     def opening(self, cf: ClusterFile) -> AbstractContextManager[Any]:
         """Nothing waits silently: while the adapter opens, what it waits for (its probe) is shown — a
         spinner on a terminal, lines on stderr otherwise (never with ``--json``)."""
-        return probe_progress(self.out, f"opening the {cf.adapter} cluster ({cf.source})", self.as_json)
+        where = "the dev cluster" if cf.embedded else f"the {cf.adapter} cluster ({cf.source})"
+        return probe_progress(self.out, f"opening {where}", self.as_json)
 
 
 def common(fn: F) -> F:
