@@ -108,7 +108,7 @@ class Renderer:
                         r.state.value,
                         r.outcome.cause.value,
                         str(r.epoch),
-                        f"{max(0.0, now - r.created_at):.0f}s",
+                        f"{max(0.0, (r.updated_at if r.outcome.terminal else now) - r.created_at):.0f}s",
                         style=_COLOURS.get(r.state),
                     )
                 return table
