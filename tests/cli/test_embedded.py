@@ -184,13 +184,14 @@ def test_the_dev_cluster_writes_kubeconfigs_and_a_cluster_config(session: Sessio
                 str(BIN / "kubectl"),
                 "--kubeconfig",
                 info["readonlyKubeconfig"],
-                "delete",
+                "auth",
+                "can-i",
+                "create",
                 "trainjobs",
-                "--all",
             ],
             capture_output=True,
             text=True,
             timeout=30,
         )
-        assert denied.returncode != 0
+        assert denied.returncode != 0 and denied.stdout.strip() == "no", denied.stdout + denied.stderr
     assert shutil.which("kubectl", path=str(BIN))
