@@ -64,6 +64,7 @@ from dispatch.model import (
     Transition,
     register_extension,
 )
+from dispatch.probecache import MemoryProbeCache, ProbeCache, StoreProbeCache
 from dispatch.records import Store
 from dispatch.registry import Adapter, adapters, describe, new_backend, register
 
@@ -119,6 +120,7 @@ __all__ = [
     "Lease",
     "Limits",
     "ManualClock",
+    "MemoryProbeCache",
     "MemoryStore",
     "Mode",
     "NotFoundError",
@@ -133,12 +135,14 @@ __all__ = [
     "Policy",
     "PostgresStore",
     "Prepared",
+    "ProbeCache",
     "ReadOnlyError",
     "Rule",
     "SharedCheckpoint",
     "SqliteStore",
     "State",
     "Store",
+    "StoreProbeCache",
     "SystemClock",
     "Transition",
     "UnavailableError",

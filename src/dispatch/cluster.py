@@ -477,10 +477,19 @@ class Cluster:
         live = [r for r in records if not r.outcome.terminal]
         if live:
             by_id: dict[str, JobRecord] = {r.job_id: r for r in records}
+            seen: set[str] = set()
             for obs in await self.backend.list():
                 rec = by_id.get(obs.handle.identity.job_id)
                 if rec is not None and not rec.outcome.terminal and matches(rec, obs):
                     by_id[rec.job_id] = await self._fold(rec.job_id, obs)
+                    seen.add(rec.job_id)
+            # A live record the listing does not show (its object was deleted behind our back): observe
+            # it, as get() would, so list and status never disagree.
+            for rec in live:
+                if rec.job_id not in seen and rec.handle is not None:
+                    missing = await self._observe(rec)
+                    if missing is not None:
+                        by_id[rec.job_id] = await self._fold(rec.job_id, missing)
             records = [by_id[r.job_id] for r in records]
         return [r for r in records if wanted is None or r.state in wanted]
 

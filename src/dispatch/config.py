@@ -9,9 +9,18 @@ from typing import Any
 
 from dispatch.errors import InvalidError
 from dispatch.model import DEFAULT_POLICY, Policy
+from dispatch.probecache import ProbeCache
 from dispatch.records.store import Store
 
 __all__ = ["AdapterConfig", "Config"]
+
+
+def _check_cache(cache: object) -> None:
+    if cache is not None and not isinstance(cache, ProbeCache):
+        raise InvalidError(
+            f"expected a ProbeCache (get/put), e.g. StoreProbeCache(store), got {type(cache).__name__}",
+            path="probe_cache",
+        )
 
 
 def _redacted(token: str | None) -> str:
@@ -21,12 +30,17 @@ def _redacted(token: str | None) -> str:
 @dataclass(frozen=True, slots=True)
 class AdapterConfig:
     """What an adapter's factory receives: its name, its settings as JSON bytes, read-only mode and an
-    optional bearer token. The token never appears in ``repr`` or ``str``."""
+    optional bearer token. The token never appears in ``repr`` or ``str``.
+
+    ``probe_cache`` (optional, keyword) is where the host keeps what the adapter's preflight probe
+    learned (:mod:`dispatch.probecache`); an adapter without a probe ignores it. Without one, the
+    adapter's factory probes on every open."""
 
     backend: str
     settings: bytes = b"{}"
     read_only: bool = False
     token: str | None = field(default=None, repr=False)
+    probe_cache: ProbeCache | None = field(default=None, repr=False, compare=False, kw_only=True)
 
     def __post_init__(self) -> None:
         if not isinstance(self.backend, str) or not self.backend:
@@ -39,6 +53,7 @@ class AdapterConfig:
             raise InvalidError(f"expected True or False, got {self.read_only!r}", path="read_only")
         if self.token is not None and (not isinstance(self.token, str) or not self.token):
             raise InvalidError("expected a non-empty string", path="token")
+        _check_cache(self.probe_cache)
 
     def __repr__(self) -> str:
         return (
@@ -55,7 +70,8 @@ class Config:
 
     ``adapter`` (the adapter's settings) is serialised to JSON and handed to the adapter as bytes.
     ``store`` defaults to a :class:`~dispatch.records.SqliteStore` under the user's state directory;
-    ``policy`` is the recovery policy of jobs that do not bring their own.
+    ``policy`` is the recovery policy of jobs that do not bring their own. ``probe_cache`` is handed to
+    the adapter's factory (see :class:`AdapterConfig`).
     """
 
     adapter: Mapping[str, Any] = field(default_factory=dict)
@@ -63,6 +79,7 @@ class Config:
     policy: Policy = DEFAULT_POLICY
     read_only: bool = False
     token: str | None = field(default=None, repr=False)
+    probe_cache: ProbeCache | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.adapter, Mapping):
@@ -75,13 +92,16 @@ class Config:
             raise InvalidError(
                 f"expected a Store (e.g. SqliteStore(path)), got {type(self.store).__name__}", path="store"
             )
+        _check_cache(self.probe_cache)
 
     def adapter_config(self, name: str) -> AdapterConfig:
         try:
             settings = json.dumps(self.adapter, allow_nan=False).encode()
         except (TypeError, ValueError) as exc:
             raise InvalidError(f"adapter settings are not JSON-serialisable: {exc}", path="adapter") from None
-        return AdapterConfig(name, settings, read_only=self.read_only, token=self.token)
+        return AdapterConfig(
+            name, settings, read_only=self.read_only, token=self.token, probe_cache=self.probe_cache
+        )
 
     def __repr__(self) -> str:
         return (

@@ -8,6 +8,7 @@ them through :mod:`dispatch_kubeflow.kube` (the one Kubernetes layer, which rais
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -35,7 +36,8 @@ from dispatch.model import (
     Observation,
     Outcome,
 )
-from dispatch_kubeflow import naming
+from dispatch.probecache import ProbeCache
+from dispatch_kubeflow import naming, probecache
 from dispatch_kubeflow.causes import Snapshot, carry, classify
 from dispatch_kubeflow.errors import AlreadyExistsError
 from dispatch_kubeflow.kube import KubeClient, Retry
@@ -52,11 +54,13 @@ from dispatch_kubeflow.preflight import (
     discover,
     kueue_objects,
     probe,
+    probe_runtime,
     review_access,
     runtime_path,
     trainjob_path,
 )
 from dispatch_kubeflow.reading import Parts, confirm_gone, read_all, read_one
+from dispatch_kubeflow.resources import NODES
 from dispatch_kubeflow.runtime import check_runtime, inspect_runtime
 from dispatch_kubeflow.settings import Settings, parse_settings
 from dispatch_kubeflow.trainjob import (
@@ -75,7 +79,8 @@ _SEEN_LIMIT = 10_000
 
 async def factory(cfg: AdapterConfig) -> Backend:
     """Open the Kubeflow adapter from an :class:`~dispatch.config.AdapterConfig` (runs preflight unless
-    read-only; takes at least the probe window, ten seconds or more, unless read-only or observe-only)."""
+    read-only; takes at least the probe window, ten seconds or more, unless read-only or observe-only,
+    or the config carries a ``probe_cache`` holding findings whose fingerprint still matches)."""
     return await open_backend(cfg)
 
 
@@ -106,8 +111,11 @@ async def open_backend(
             facts.notes += await kueue_objects(client, settings, facts)
         else:
             await review_access(client, settings, facts)
-            if facts.may_write:
+            if facts.may_write and cfg.probe_cache is not None:
+                await _probe_or_reuse(client, settings, facts, cfg.probe_cache, window=window, clock=clock)
+            elif facts.may_write:
                 await probe(client, settings, facts, window=window, clock=clock)
+                facts.probed_at = clock.now()
             else:
                 client.read_only = True
                 facts.notes += await kueue_objects(client, settings, facts)
@@ -115,6 +123,50 @@ async def open_backend(
         await client.close()
         raise
     return Backend(client, settings, facts, read_only=cfg.read_only, clock=clock)
+
+
+async def _probe_or_reuse(
+    client: KubeClient,
+    settings: Settings,
+    facts: ClusterFacts,
+    cache: ProbeCache,
+    *,
+    window: float,
+    clock: Clock,
+) -> None:
+    """Reuse the cached findings when their fingerprint still matches and ``probeTTL`` has not passed;
+    else probe and keep what it learned. See :mod:`dispatch_kubeflow.probecache`."""
+    runtime = await probe_runtime(client, settings)
+    key = probecache.cache_key(client.server, settings)
+    print_ = await probecache.fingerprint(client, runtime, facts)
+    found = await probecache.lookup(cache, key, print_, now=clock.now(), ttl=settings.probe_ttl)
+    if found is not None:
+        missing = await kueue_objects(client, settings, facts)  # objects may go without the runtime moving
+        if missing:
+            raise UnsupportedError(missing)
+        learned, at = found
+        probecache.apply(facts, learned, at)
+        _log.info("probe: reused the findings of %s (fingerprint unchanged)", _utc(at))
+        return
+    before = len(facts.notes)
+    await probe(client, settings, facts, window=window, clock=clock, runtime=runtime)
+    facts.probed_at = clock.now()
+    await probecache.remember(cache, key, print_, probecache.findings(facts, before), now=facts.probed_at)
+
+
+def _schedulable(node: Mapping[str, Any]) -> bool:
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+    )
+
+
+def _utc(at: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
 
 
 class Backend:
@@ -175,10 +227,20 @@ class Backend:
             ("pods visible", self.facts.pods_visible),
             ("logs readable", self.facts.logs_readable),
         ):
-            if value is not None:
-                notes.append(f"{label}: {'yes' if value else 'no'}")
+            if value is None:
+                continue
+            note = f"{label}: {'yes' if value else 'no'}"
+            if label == "logs readable" and value and not callable(getattr(self, "output", None)):
+                # True of the credentials, but nothing here reads output yet: do not promise `dispatch logs`.
+                note = "pod logs readable by these credentials: yes (this adapter version reads no job output yet)"
+            notes.append(note)
         notes += self.facts.notes
         notes += self._client.findings  # warnings the API server attached to our writes
+        if self.facts.from_cache and self.facts.probed_at is not None:
+            notes.append(
+                f"probe findings reused from {_utc(self.facts.probed_at)} (fingerprint unchanged, within "
+                f"probeTTL {self.settings.probe_ttl:g}s); `dispatch check --refresh` probes again"
+            )
         if self.mode is Mode.READ_ONLY:
             notes.append("read-only: opened without the probe; every write is refused")
         if writable and not self.queueing:
@@ -204,7 +266,25 @@ class Backend:
         if spec is None:
             return self._capabilities()
         runtime = await self._checked_runtime(spec)
-        return self._capabilities(inspect_runtime(runtime).max_nodes)
+        caps = self._capabilities(inspect_runtime(runtime).max_nodes)
+        capacity = await self._capacity_note(spec)
+        return dataclasses.replace(caps, notes=(*caps.notes, capacity)) if capacity else caps
+
+    async def _capacity_note(self, spec: JobSpec) -> str | None:
+        """A warning when the job asks for more nodes than the cluster has ready and schedulable now. Not a
+        refusal: a cluster may grow (autoscaling) or pods may share nodes. ``None`` when nodes cannot be
+        read with these credentials (nodes are cluster-scoped; many submitters may not list them)."""
+        try:
+            nodes = await self._client.list(NODES.path(), what="list nodes")
+        except DispatchError:  # not readable here (or not now): a warning is not worth a failure
+            return None
+        ready = [n for n in nodes if _schedulable(n)]
+        if spec.nodes <= len(ready):
+            return None
+        return (
+            f"warning: the job asks for {spec.nodes} nodes and the cluster has {len(ready)} ready, schedulable "
+            "nodes now: it will wait for capacity unless the cluster grows"
+        )
 
     async def _checked_runtime(self, spec: JobSpec) -> dict[str, Any]:
         if not isinstance(spec, JobSpec):

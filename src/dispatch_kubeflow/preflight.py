@@ -57,7 +57,15 @@ from dispatch_kubeflow.settings import Settings
 from dispatch_kubeflow.trainer_schema import CRD_NAME, missing_fields, schema_from_crd, schema_from_openapi
 from dispatch_kubeflow.trainjob import build_probe
 
-__all__ = ["ClusterFacts", "discover", "kueue_objects", "probe", "review_access", "runtime_path"]
+__all__ = [
+    "ClusterFacts",
+    "discover",
+    "kueue_objects",
+    "probe",
+    "probe_runtime",
+    "review_access",
+    "runtime_path",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -79,6 +87,11 @@ class ClusterFacts:
     probe_left: str = ""
     """What of the probe remained when preflight stopped waiting for it ("" when nothing did)."""
     notes: list[str] = field(default_factory=list)
+    probed_at: float | None = None  # when the probe's findings were learned (now, or cached)
+    from_cache: bool = False  # the findings came from the host's probe cache, not a probe run now
+    trainjob_crd: str = ""
+    """The TrainJob CRD's generation and resourceVersion as discover read them ("" when unreadable): part
+    of the probe cache's fingerprint, so the CRD is read once per open."""
 
 
 def trainjob_path(namespace: str, name: str | None = None) -> str:
@@ -128,6 +141,11 @@ async def check_trainjob_schema(client: KubeClient, facts: ClusterFacts) -> list
             CRDS.path(name=CRD_NAME), what=f'get CustomResourceDefinition "{CRD_NAME}"'
         )
         schema = schema_from_crd(crd)
+        if crd is not None:
+            meta = crd.get("metadata") or {}
+            facts.trainjob_crd = (
+                f"generation={meta.get('generation')},resourceVersion={meta.get('resourceVersion')}"
+            )
     except (PermissionDeniedError, InvalidError):
         pass
     if schema is None:
@@ -251,14 +269,8 @@ async def kueue_objects(client: KubeClient, settings: Settings, facts: ClusterFa
     return reasons
 
 
-async def probe(
-    client: KubeClient, settings: Settings, facts: ClusterFacts, *, window: float, clock: Clock
-) -> None:
-    """Create the gated probe, watch it for ``window`` seconds, learn, delete it and wait for it to cease.
-    Raises :class:`UnsupportedError` explaining why when the cluster cannot run jobs."""
-    missing = await kueue_objects(client, settings, facts)
-    if missing:
-        raise UnsupportedError(missing)
+async def probe_runtime(client: KubeClient, settings: Settings) -> dict[str, Any]:
+    """The runtime the probe runs on; :class:`UnsupportedError` when it is missing."""
     ref = settings.probe_runtime
     where = f'probeRuntime {ref.kind} "{ref.runtime}"'
     runtime = await client.get_or_none(
@@ -269,6 +281,29 @@ async def probe(
         raise UnsupportedError(
             f"{where} was not found{ns}: install it, or name an existing runtime in probeRuntime"
         )
+    return runtime
+
+
+async def probe(
+    client: KubeClient,
+    settings: Settings,
+    facts: ClusterFacts,
+    *,
+    window: float,
+    clock: Clock,
+    runtime: dict[str, Any] | None = None,
+) -> None:
+    """Create the gated probe, watch it for ``window`` seconds, learn, delete it and wait for it to cease.
+    Raises :class:`UnsupportedError` explaining why when the cluster cannot run jobs. ``runtime`` is the
+    probe runtime when the caller has read it already."""
+    missing = await kueue_objects(client, settings, facts)
+    if missing:
+        raise UnsupportedError(missing)
+    ref = settings.probe_runtime
+    where = f'probeRuntime {ref.kind} "{ref.runtime}"'
+    if runtime is None:
+        runtime = await probe_runtime(client, settings)
+    _log.info("probe: creating a gated TrainJob on %s and watching it for %gs", where, window)
     name = f"dispatch-probe-{secrets.token_hex(4)}"
     body = build_probe(name, settings, inspect_runtime(runtime))
     what = f'create probe TrainJob "{name}"'
@@ -295,6 +330,11 @@ async def probe(
         if facts.probe_ceased:  # no probe remains: nothing is unknown, the cluster was just unreachable
             raise UnavailableError(str(exc)) from None
         raise _left_behind(exc, settings, name, facts) from None
+    _log.info(
+        'probe: watching TrainJob "%s" for %gs (Trainer reconciles? Kueue takes it? pods and logs visible?)',
+        name,
+        window,
+    )
     try:
         await _watch(client, settings, name, facts, window=window, clock=clock)
     except DispatchError as exc:
@@ -388,6 +428,7 @@ async def _cleanup(
     Whatever remains is described in ``facts.probe_left``."""
     path = trainjob_path(settings.namespace, name)
     facts.probe_left = ""
+    _log.info('probe: deleting TrainJob "%s" and waiting for its pods to go', name)
     try:
         await client.delete(path, what=f'delete probe TrainJob "{name}"', propagation="Foreground")
     except NotFoundError:

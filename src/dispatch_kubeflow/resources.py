@@ -25,6 +25,7 @@ __all__ = [
     "JOBS",
     "JOBSETS",
     "LOCAL_QUEUES",
+    "NODES",
     "PODS",
     "SELF_SUBJECT_ACCESS_REVIEWS",
     "TRAINING_RUNTIMES",
@@ -90,6 +91,7 @@ CLUSTER_TRAINING_RUNTIMES: Final = Resource(
 JOBSETS: Final = Resource(JOBSET_GROUP, JOBSET_VERSION, "jobsets", "JobSet", True)
 JOBS: Final = Resource("batch", "v1", "jobs", "Job", True)
 PODS: Final = Resource("", "v1", "pods", "Pod", True)
+NODES: Final = Resource("", "v1", "nodes", "Node", False)
 WORKLOADS: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload", True)
 LOCAL_QUEUES: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "localqueues", "LocalQueue", True)
 WORKLOAD_PRIORITY_CLASSES: Final = Resource(

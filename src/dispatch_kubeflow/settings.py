@@ -34,6 +34,8 @@ __all__ = ["CheckpointVolume", "Settings", "parse_duration", "parse_quantity", "
 
 MIN_PROBE_WINDOW = 10.0
 MAX_PROBE_WINDOW = 3600.0
+DEFAULT_PROBE_TTL = 3600.0
+MAX_PROBE_TTL = 720 * 3600.0
 DEFAULT_PROBE_RUNTIME = RuntimeRef("torch-distributed", KIND_CLUSTER_TRAINING_RUNTIME)
 MAX_OUTPUT_TAIL_LINES = 10_000
 MAX_TOLERATIONS = 128
@@ -77,6 +79,7 @@ class Settings:
     context: str | None = None
     probe_runtime: RuntimeRef = DEFAULT_PROBE_RUNTIME
     probe_window: float = MIN_PROBE_WINDOW
+    probe_ttl: float = DEFAULT_PROBE_TTL
     queue: str | None = None
     priority_class: str | None = None
     admission_check: str | None = None
@@ -123,6 +126,7 @@ def _decode(doc: Any) -> Settings:
     context = f.optional("context", _non_empty, None)
     probe_runtime = f.optional("probeRuntime", _probe_runtime, DEFAULT_PROBE_RUNTIME)
     probe_window = f.optional("probeWindow", _probe_window, MIN_PROBE_WINDOW)
+    probe_ttl = f.optional("probeTTL", _probe_ttl, DEFAULT_PROBE_TTL)
     queue = f.optional("queue", _queue_name, None)
     priority_class = f.optional("priorityClass", _queue_name, None)
     admission_check = f.optional("admissionCheck", _subdomain, None)
@@ -148,6 +152,7 @@ def _decode(doc: Any) -> Settings:
         context=context,
         probe_runtime=probe_runtime,
         probe_window=probe_window,
+        probe_ttl=probe_ttl,
         queue=queue,
         priority_class=priority_class,
         admission_check=admission_check,
@@ -228,6 +233,13 @@ def parse_duration(text: str, path: str = "duration") -> float:
             path=path,
         )
     return sum(float(n) * _UNITS[u] for n, u in _DURATION_PART.findall(text))
+
+
+def _probe_ttl(value: Any, path: str) -> float:
+    seconds = parse_duration(as_str(value, path), path)
+    if seconds > MAX_PROBE_TTL:
+        raise InvalidError(f"the probe TTL must be at most 720h (30 days), got {value!r}", path=path)
+    return seconds
 
 
 def _probe_window(value: Any, path: str) -> float:
@@ -566,6 +578,13 @@ def schema() -> dict[str, Any]:
                 "maxLength": 64,
                 "pattern": DURATION,
                 "default": "10s",
+            },
+            "probeTTL": {
+                "description": 'How long cached probe findings are reused when the host hands a probe cache (e.g. "1h"; "0s": never); at most 720h.',
+                "type": "string",
+                "maxLength": 64,
+                "pattern": DURATION,
+                "default": "1h",
             },
             "queue": {"description": "Kueue LocalQueue: label kueue.x-k8s.io/queue-name.", **queue_name},
             "priorityClass": {

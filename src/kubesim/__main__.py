@@ -19,6 +19,7 @@ from typing import TextIO
 
 from kubesim.auth import READONLY
 from kubesim.clock import RealClock
+from kubesim.kubeconfig import claim_kubeconfig
 from kubesim.requestlog import RequestRecord
 from kubesim.sim import Simulator
 
@@ -83,6 +84,7 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
     """Start the simulator, write the kubeconfig, and wait for SIGINT/SIGTERM (or cancellation)."""
     if args.speed <= 0:
         raise SystemExit(f"--speed must be > 0, got {args.speed}")
+    claimed = claim_kubeconfig(Path(args.kubeconfig))  # noqa: F841 - held until serve returns
     sim = Simulator(
         clock=RealClock(args.speed),
         controllers=None if getattr(args, "controllers", True) else [],

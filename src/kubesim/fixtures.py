@@ -63,7 +63,8 @@ def _trainer_job(image: str, **container: Any) -> dict[str, Any]:
 
 
 def runtimes() -> list[dict[str, Any]]:
-    """Our ``torch-distributed``, ``deepspeed-distributed`` and ``jax-distributed`` ClusterTrainingRuntimes."""
+    """Our ``torch-distributed``, ``deepspeed-distributed`` and ``jax-distributed`` ClusterTrainingRuntimes,
+    and ``dispatch-torch``: torch-distributed with Job ``backoffLimit: 0`` and pod ``restartPolicy: Never``."""
     torch = _runtime(
         "torch-distributed",
         "torch",
@@ -134,7 +135,14 @@ def runtimes() -> list[dict[str, Any]]:
             "replicatedJobs": [worker, launcher],
         },
     )
-    return [torch, deepspeed, jax]
+    # A runtime made for dispatch (docs/kubeflow-trainjob.md): no retry inside the cluster, so a failed
+    # node fails the TrainJob at once with its exit code on the pod; retries are the supervisor's job.
+    dispatch_torch = copy.deepcopy(torch)
+    dispatch_torch["metadata"]["name"] = "dispatch-torch"
+    job = dispatch_torch["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    job["backoffLimit"] = 0
+    job["template"]["spec"]["restartPolicy"] = "Never"
+    return [torch, deepspeed, jax, dispatch_torch]
 
 
 def make_node(

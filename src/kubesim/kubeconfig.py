@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import os
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
-__all__ = ["CONTEXT", "kubeconfig_dict", "write_kubeconfig"]
+__all__ = ["CONTEXT", "claim_kubeconfig", "kubeconfig_dict", "write_kubeconfig"]
 
 CONTEXT = "kubesim"
 
@@ -60,3 +61,27 @@ def write_kubeconfig(
     with os.fdopen(fd, "w") as f:
         f.write(text)
     return p
+
+
+def claim_kubeconfig(path: str | os.PathLike[str]) -> IO[str]:
+    """Hold ``<path>.lock`` (an exclusive ``flock``) for as long as the returned file stays open, so a
+    second ``kubesim serve`` given the same kubeconfig refuses instead of overwriting the first one's
+    (whose clients would then talk to a server that is not theirs). ``SystemExit`` names the holder."""
+    lock = Path(f"{os.fspath(path)}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    f = open(lock, "a+")  # noqa: SIM115 - held open on purpose: the lock lives as long as the file
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise SystemExit(
+            f"kubesim: {os.fspath(path)} belongs to another kubesim that is still serving (pid {holder}); "
+            "stop it first, or give --kubeconfig another path"
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f

@@ -86,3 +86,48 @@ def test_programs_get_one_json_value_per_line() -> None:
     assert values[3] == {"jobId": "j", "transition": T.to_json()}
     assert values[5] == {"record": REC.to_json()}
     assert values[6]["capabilities"] == CAPS.to_json()
+
+
+def test_a_terminal_gets_a_live_line_per_job_and_a_pipe_gets_none() -> None:
+    out = io.StringIO()
+    r = Renderer(out=out, colour=True)
+    with r.live_jobs() as live:
+        live.update(REC)
+        live.update(REC.replace(job_id="k", outcome=Outcome(State.RUNNING)))
+        live.update(REC.replace(job_id="k", outcome=Outcome(State.SUCCEEDED)))
+    text = out.getvalue()
+    assert "out_of_memory" in text and "succeeded" in text and "elapsed" in text
+    with Renderer(out=io.StringIO()).live_jobs() as none:
+        assert none is None
+
+
+def test_records_and_status_mark_a_job_whose_cluster_is_gone() -> None:
+    out = io.StringIO()
+    r = Renderer(out=out)
+    r.record(REC.replace(outcome=Outcome(State.RUNNING)), gone="the dev cluster is not running")
+    r.records([REC.replace(outcome=Outcome(State.RUNNING))], gone={"j": "why"})
+    text = out.getvalue()
+    assert "cluster: gone: the dev cluster is not running; shown as last known" in text
+    assert "running (cluster gone)" in text
+    out = io.StringIO()
+    Renderer(out=out, as_json=True).record(REC, gone="why")
+    assert json.loads(out.getvalue())["cluster"] == {"gone": "why"}
+
+
+def test_the_probe_says_what_it_waits_for_on_stderr_when_not_a_terminal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import logging
+
+    from dispatch.cli.render import probe_progress
+
+    log = logging.getLogger("dispatch_kubeflow.preflight")
+    with probe_progress(Renderer(out=io.StringIO()), "opening"):
+        log.info("probe: watching TrainJob %s for %gs", "dispatch-probe-1", 10.0)
+        log.info("not about the probe")
+    with probe_progress(Renderer(out=io.StringIO(), as_json=True), "opening", quiet=True):
+        log.info("probe: quiet with --json")
+    log.info("probe: after opening, nothing")
+    err = capsys.readouterr().err
+    assert err == "probe: watching TrainJob dispatch-probe-1 for 10s\n"
+    assert logging.getLogger().level == logging.WARNING  # the root logger is left as it was

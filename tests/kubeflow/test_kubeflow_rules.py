@@ -561,14 +561,25 @@ def test_kubesims_own_stock_runtimes_are_accepted_too() -> None:
         assert check_runtime(found[name], spec(name), kind=found[name]["kind"]) == []
 
 
+def test_kubesims_dispatch_torch_runtime_passes_the_rules_and_never_retries() -> None:
+    """The embedded default's examples run on kubesim's ``dispatch-torch``: a runtime made for dispatch."""
+    from kubesim.fixtures import runtimes
+
+    (rt,) = [r for r in runtimes() if r["metadata"]["name"] == "dispatch-torch"]
+    assert check_runtime(rt, spec("dispatch-torch"), kind="ClusterTrainingRuntime") == []
+    job = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert job["backoffLimit"] == 0 and job["template"]["spec"]["restartPolicy"] == "Never"
+
+
 # --- resource paths ----------------------------------------------------------------------------------
 
 
 def test_resource_paths() -> None:
-    from dispatch_kubeflow.resources import CLUSTER_TRAINING_RUNTIMES, CRDS, PODS, TRAINJOBS
+    from dispatch_kubeflow.resources import CLUSTER_TRAINING_RUNTIMES, CRDS, NODES, PODS, TRAINJOBS
 
     assert TRAINJOBS.path("team-a") == "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs"
     assert PODS.path("ns", "p", "log") == "/api/v1/namespaces/ns/pods/p/log"
+    assert NODES.path() == "/api/v1/nodes"
     assert CLUSTER_TRAINING_RUNTIMES.path("ignored", "rt") == (
         "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/rt"
     )

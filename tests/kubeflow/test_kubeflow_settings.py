@@ -24,6 +24,7 @@ FULL: dict[str, Any] = {
     "context": "prod",
     "probeRuntime": {"kind": "TrainingRuntime", "name": "torch-small"},
     "probeWindow": "1m30s",
+    "probeTTL": "2h",
     "queue": "team-a-queue",
     "priorityClass": "high",
     "admissionCheck": "dispatch-hold",
@@ -53,6 +54,7 @@ def test_defaults_of_an_empty_object() -> None:
     assert s.kubeconfig is None and s.context is None
     assert s.probe_runtime == RuntimeRef("torch-distributed", "ClusterTrainingRuntime")
     assert s.probe_window == 10.0
+    assert s.probe_ttl == 3600.0
     assert s.queue is s.priority_class is s.admission_check is None
     assert dict(s.labels) == {} and dict(s.annotations) == {} and dict(s.node_selector) == {}
     assert s.tolerations == () and s.image_pull_secrets == () and s.resources_per_node is None
@@ -71,6 +73,7 @@ def test_every_key_decodes() -> None:
     assert s.probe_runtime == RuntimeRef("torch-small", KIND_TRAINING_RUNTIME)
     assert s.runtime_namespace(KIND_TRAINING_RUNTIME) == "team-a"
     assert s.probe_window == 90.0
+    assert s.probe_ttl == 7200.0
     assert (s.queue, s.priority_class, s.admission_check) == ("team-a-queue", "high", "dispatch-hold")
     assert s.labels["example.com/cost-centre"] == "42"
     assert s.service_account_name == "trainer"
@@ -136,6 +139,9 @@ def test_every_key_decodes() -> None:
         (b'{"probeWindow": "2h"}', "probeWindow", "at most 1h"),
         (b'{"probeWindow": "10"}', "probeWindow", "not a duration"),
         (b'{"probeWindow": 10}', "probeWindow", "expected a string"),
+        (b'{"probeTTL": "721h"}', "probeTTL", "at most 720h"),
+        (b'{"probeTTL": "1 hour"}', "probeTTL", "not a duration"),
+        (b'{"probeTTL": 60}', "probeTTL", "expected a string"),
         (b'{"priorityClass": "high"}', "priorityClass", "requires queue"),
         (b'{"admissionCheck": "hold"}', "admissionCheck", "requires queue"),
         (b'{"queue": "Bad Queue"}', "queue", "Kueue object name"),

@@ -13,6 +13,7 @@ from records_samples import T0, counter_of, full_record, note, simple_record, wi
 
 from dispatch import ConflictError, InvalidError, ManualClock, NotFoundError, UnavailableError
 from dispatch.records import SqliteStore, default_store_path
+from dispatch.records.sqlite import SCHEMA_VERSION
 
 
 async def test_records_outlive_the_handle_and_the_directory_is_created(tmp_path: Path) -> None:
@@ -38,7 +39,7 @@ async def test_the_file_is_a_marked_wal_database_with_a_schema_version(tmp_path:
     await store.list()
     with sqlite3.connect(path) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
         assert raw.execute("PRAGMA application_id").fetchone()[0] == 0x44535043
         assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     raw.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from pathlib import Path
 
 import pytest
 from records_samples import T0, counter_of, full_record, note, simple_record, with_counter
@@ -27,7 +28,8 @@ from dispatch import (
     Transition,
     UnavailableError,
 )
-from dispatch.records import ChangeNotifier, Changes, SqliteStore
+from dispatch.records import ChangeNotifier, Changes, KeyValues, MemoryStore, SqliteStore
+from dispatch.records.store import MAX_VALUE
 
 # ---- create / get / list ------------------------------------------------------------------------
 
@@ -527,6 +529,96 @@ def test_every_store_satisfies_the_protocol_and_the_change_hook() -> None:
 
     assert isinstance(MemoryStore(), Store)
     assert isinstance(MemoryStore(), ChangeNotifier)
+    assert isinstance(MemoryStore(), KeyValues)
     for cls in (SqliteStore, PostgresStore):
         assert issubclass(cls, Store)
         assert issubclass(cls, ChangeNotifier)
+        assert issubclass(cls, KeyValues)
+
+
+# ---- the key-value table beside the records (KeyValues) -----------------------------------------
+
+
+async def test_key_values_round_trip_replace_and_delete(store: Store) -> None:
+    assert isinstance(store, KeyValues)
+    assert await store.get_value("probe/x") is None
+    await store.put_value("probe/x", '{"a": 1}')
+    await store.put_value("probe/x", '{"a": 2}')
+    assert await store.get_value("probe/x") == '{"a": 2}'
+    await store.put_value("other", "é ☃ " + "y" * 1000)
+    assert await store.get_value("other") == "é ☃ " + "y" * 1000
+    await store.put_value("probe/x", None)
+    assert await store.get_value("probe/x") is None
+    await store.put_value("never-kept", None)  # removing what is not there is no error
+    assert await store.list() == []  # values are not records
+
+
+async def test_key_values_keep_the_largest_value_allowed(store: Store) -> None:
+    assert isinstance(store, KeyValues)
+    await store.put_value("big", "x" * MAX_VALUE)
+    assert await store.get_value("big") == "x" * MAX_VALUE
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "path"),
+    [
+        ("", "v", "key"),
+        ("k" * 513, "v", "key"),
+        (3, "v", "key"),
+        ("a\x00b", "v", "key"),
+        ("k", 3, "value"),
+        ("k", "x" * (MAX_VALUE + 1), "value"),
+        ("k", "a\x00b", "value"),
+    ],
+)
+async def test_key_values_refuse_bad_keys_and_values(
+    store: Store, key: object, value: object, path: str
+) -> None:
+    assert isinstance(store, KeyValues)
+    with pytest.raises(InvalidError) as info:
+        await store.put_value(key, value)  # type: ignore[arg-type]
+    assert info.value.path == path
+    assert await store.get_value("k") is None  # nothing was kept
+
+
+async def test_key_values_are_shared_by_every_handle_on_the_store(
+    store: Store, request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path
+) -> None:
+    if isinstance(store, MemoryStore):
+        pytest.skip("a MemoryStore is one process's own")
+    assert isinstance(store, KeyValues)
+    await store.put_value("shared", "1")
+    if isinstance(store, SqliteStore):
+        other: Store = SqliteStore(tmp_path / "state" / "jobs.db", clock=clock)  # the fixture's file
+    else:
+        from dispatch.records import PostgresStore
+
+        other = PostgresStore(request.getfixturevalue("pg_dsn"), clock=clock)  # the test's database
+    try:
+        assert isinstance(other, KeyValues)
+        assert await other.get_value("shared") == "1"
+        await other.put_value("shared", "2")
+    finally:
+        await other.close()
+    assert await store.get_value("shared") == "2"
+
+
+async def test_a_version_1_sqlite_store_is_migrated_and_keeps_its_records(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "v1.db"
+    first = SqliteStore(path)
+    await first.create(simple_record("a"), note("created"))
+    await first.close()
+    with sqlite3.connect(path) as raw:  # make it a version-1 file: no kv table
+        raw.execute("DROP TABLE kv")
+        raw.execute("PRAGMA user_version = 1")
+    raw.close()
+    again = SqliteStore(path)
+    assert [r.job_id for r in await again.list()] == ["a"]
+    await again.put_value("k", "v")
+    assert await again.get_value("k") == "v"
+    await again.close()
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone() == (2,)
+    raw.close()

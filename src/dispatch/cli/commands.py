@@ -11,18 +11,22 @@ import dataclasses
 import functools
 import json
 import sys
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from dispatch.cli.config import ClusterFile, load_config, open_cluster, read_token
-from dispatch.cli.render import Renderer
+from dispatch.cli import devcluster
+from dispatch.cli.config import ClusterFile, load_config, open_cluster, read_limited, read_token
+from dispatch.cli.embedded import OfflineBackend, gone_jobs, mark
+from dispatch.cli.render import Renderer, probe_progress
 from dispatch.cluster import Cluster
-from dispatch.errors import DispatchError, InvalidError, UnsupportedError
-from dispatch.model import JobSpec, State
+from dispatch.errors import ConflictError, DispatchError, InvalidError, UnsupportedError
+from dispatch.model import JobRecord, JobSpec, State
 from dispatch.registry import describe, load_installed
 
 __all__ = ["EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "cli", "load_spec"]
@@ -50,13 +54,38 @@ class Options:
     def cluster_file(self) -> ClusterFile:
         return load_config(self.config)
 
-    async def open(self, *, read_only: bool = False) -> tuple[Cluster, ClusterFile]:
-        """Open the configured cluster; ``read_only`` forces read-only mode (no probe, no write)."""
+    async def open(self, *, read_only: bool = False, refresh: bool = False) -> tuple[Cluster, ClusterFile]:
+        """Open the configured cluster; ``read_only`` forces read-only mode (no probe, no write).
+
+        With no config (the embedded default) a write command starts the dev cluster when it is not
+        running, and says so; a read command does not, and sees the records as last known."""
         cf = self.cluster_file()
+        token = read_token(self.token_file)  # a bad token file is reported before anything starts
         if read_only:
             cf = dataclasses.replace(cf, read_only=True)
-        token = read_token(self.token_file)
-        return await open_cluster(cf, token=token), cf
+        if cf.embedded:
+            dev = devcluster.running()
+            if dev is None and read_only:
+                return Cluster(OfflineBackend(cf.adapter), cf.store.open(), policy=cf.policy), cf
+            if dev is None:
+                dev, started = devcluster.start()
+                if started:
+                    self.say(
+                        f"started the dev cluster (kubesim, pid {dev.pid}) in the background at {dev.url}; "
+                        "it keeps your jobs between commands. `dispatch dev-cluster stop` stops it."
+                    )
+        with self.opening(cf):
+            return await open_cluster(cf, token=token, refresh=refresh), cf
+
+    def say(self, text: str) -> None:
+        """A note for people, on stderr (stdout stays the command's result)."""
+        click.echo(text, err=True)
+
+    def opening(self, cf: ClusterFile) -> AbstractContextManager[Any]:
+        """Nothing waits silently: while the adapter opens, what it waits for (its probe) is shown — a
+        spinner on a terminal, lines on stderr otherwise (never with ``--json``)."""
+        where = "the dev cluster" if cf.embedded else f"the {cf.adapter} cluster ({cf.source})"
+        return probe_progress(self.out, f"opening {where}", self.as_json)
 
 
 def common(fn: F) -> F:
@@ -113,10 +142,7 @@ def report_error(opts: Options, exc: DispatchError) -> None:
 def load_spec(jobfile: str) -> JobSpec:
     """Read a job file (YAML; JSON when it ends ``.json``) strictly. Errors name the file and the path."""
     path = Path(jobfile)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InvalidError(f"cannot read the job file: {exc.strerror}", path=jobfile) from None
+    data = read_limited(path, "job file")  # a 50 MB job file would take seconds and bloat the store
     try:
         return JobSpec.loads(data, format="json" if path.suffix == ".json" else "yaml")
     except InvalidError as exc:
@@ -163,29 +189,63 @@ def run(opts: Options, jobfile: str, job_id: str | None) -> None:
 
 
 async def _run(opts: Options, jobfile: str, job_id: str | None) -> int:
-    out = opts.out
     spec = load_job(jobfile)  # a typo in the job file is reported before the cluster is opened
-    cluster, _ = await opts.open()
+    cluster, cf = await opts.open()
     async with cluster:
         rec = await cluster.submit(spec, job_id=job_id)
-        printed = 0
-        with out.progress(f"{rec.job_id}@{rec.epoch}: {rec.outcome}") as status:
+        await _mark(cf, cluster, rec.job_id)
+        try:
+            return await _follow(opts, cluster, rec)
+        except asyncio.CancelledError:  # Ctrl-C: the job is not ours to drop; say where it is
+            where = " on the dev cluster" if cf.embedded else ""
+            opts.say(
+                f"interrupted: job {rec.job_id} keeps running{where}; "
+                f"`dispatch status {rec.job_id}` follows it, `dispatch cancel {rec.job_id}` cancels it"
+            )
+            raise
+
+
+async def _follow(opts: Options, cluster: Cluster, rec: JobRecord) -> int:
+    """Print every transition of the job until its outcome is final; the exit code of the outcome.
+
+    On a terminal a live line shows the job's state, cause and elapsed time, redrawn every second."""
+    out = opts.out
+    printed = 0
+    started = time.monotonic()
+    with out.progress(_live_line(rec, started)) as status:
+        ticker = asyncio.create_task(_tick(status, lambda: _live_line(rec, started))) if status else None
+        try:
             async for rec in cluster.watch(rec.job_id):  # noqa: B020 - the last record is the outcome
                 history = await cluster.history(rec.job_id)
                 for t in history[printed:]:
                     out.transition(rec.job_id, t)
                 printed = len(history)
                 if status is not None:
-                    status.update(f"{rec.job_id}@{rec.epoch}: {rec.outcome}")
-        out.outcome(rec)
-        return EXIT_OK if rec.state is State.SUCCEEDED else EXIT_FAILED
+                    status.update(_live_line(rec, started))
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+    out.outcome(rec)
+    return EXIT_OK if rec.state is State.SUCCEEDED else EXIT_FAILED
+
+
+def _live_line(rec: JobRecord, started: float) -> str:
+    cause = "" if rec.outcome.cause.value == "none" else f" ({rec.outcome.cause.value})"
+    return f"{rec.job_id}@{rec.epoch}: {rec.state.value}{cause}  {time.monotonic() - started:.0f}s"
+
+
+async def _tick(status: Any, text: Callable[[], str]) -> None:
+    while True:
+        await asyncio.sleep(1.0)
+        status.update(text())
 
 
 @cli.command()
 @click.argument("jobfile", type=click.Path(dir_okay=False))
 @common
 def validate(opts: Options, jobfile: str) -> None:
-    """Check JOBFILE strictly, without touching a cluster."""
+    """Check JOBFILE strictly; with a cluster config (or a running dev cluster), also ask the cluster,
+    read-only, whether it would accept the job."""
     execute(opts, _validate(opts, jobfile))
 
 
@@ -199,13 +259,34 @@ async def _validate(opts: Options, jobfile: str) -> int:
         raise UnsupportedError(
             [f"{jobfile}: extension {name!r} is not known to any installed adapter" for name in opaque]
         )
+    asked = await _ask_cluster(opts, spec)
     out = opts.out
     if out.as_json:
-        out.json({"valid": True, "spec": spec.to_json()})
+        out.json({"valid": True, "spec": spec.to_json(), "cluster": asked})
     else:
         exts = ", ".join(spec.extensions) or "none"
         out.line(f"ok: {jobfile}: {spec.nodes} node(s), command {list(spec.command)}, extensions: {exts}")
+        if asked:
+            out.line(f"ok: {asked}")
     return EXIT_OK
+
+
+async def _ask_cluster(opts: Options, spec: JobSpec) -> str | None:
+    """With a cluster config (or a running dev cluster), ask the cluster read-only whether it would
+    accept the job: every check a submit makes (``prepare``), creating nothing. ``None``: not asked."""
+    import os
+
+    from dispatch.cli.config import CONFIG_ENV
+
+    if not (opts.config or os.environ.get(CONFIG_ENV)) and devcluster.running() is None:
+        return None
+    cluster, cf = await opts.open(read_only=True)
+    async with cluster:
+        await cluster.dry_run(spec)
+        for note in (await cluster.capabilities(spec)).notes:
+            if note.startswith("warning:"):
+                opts.say(note)
+    return f"the {cf.adapter} cluster ({cf.source}) would accept it (asked read-only; nothing created)"
 
 
 @cli.command()
@@ -223,12 +304,13 @@ async def _submit(opts: Options, jobfile: str, held: bool, dry_run: bool, job_id
     out = opts.out
     spec = load_job(jobfile)
     # A dry run only reads, so the cluster is opened read-only: no probe, and no write can leave.
-    cluster, _ = await opts.open(read_only=dry_run)
+    cluster, cf = await opts.open(read_only=dry_run)
     async with cluster:
         if dry_run:
             out.mapping(await cluster.dry_run(spec, job_id=job_id, held=held))
             return EXIT_OK
         rec = await cluster.submit(spec, job_id=job_id, held=held)
+        await _mark(cf, cluster, rec.job_id)
         out.summary(rec, "submitted")
         return EXIT_OK
 
@@ -237,13 +319,53 @@ async def _submit(opts: Options, jobfile: str, held: bool, dry_run: bool, job_id
 @click.argument("job")
 @common
 def status(opts: Options, job: str) -> None:
-    """Show the record of JOB, refreshed from the cluster."""
-    execute(opts, _with_cluster(opts, lambda c: _status(opts, c, job)))
+    """Show the record of JOB, refreshed from the cluster (read-only: no probe, no write)."""
+    execute(opts, _with_cluster(opts, lambda c: _status(opts, c, job), read_only=True))
 
 
 async def _status(opts: Options, cluster: Cluster, job: str) -> int:
+    rec = await cluster.store.get(job)
+    gone = await _gone(opts, cluster, [rec])
+    if job in gone:
+        opts.out.record(rec, gone=gone[job])
+        return EXIT_OK
     opts.out.record(await cluster.get(job))
     return EXIT_OK
+
+
+async def _mark(cf: ClusterFile, cluster: Cluster, job_id: str) -> None:
+    """On the embedded default, remember which dev cluster instance runs the job."""
+    if cf.embedded:
+        dev = devcluster.running()
+        if dev is not None:
+            await mark(cluster.store, job_id, dev)
+
+
+async def _refuse_gone_offline(opts: Options, job: str) -> None:
+    """Before a write command starts the dev cluster: refuse at once if the job's cluster is gone."""
+    cf = opts.cluster_file()
+    if not cf.embedded or devcluster.running() is not None:
+        return
+    store = cf.store.open()
+    try:
+        gone = await gone_jobs(store, [await store.get(job)], None)
+    finally:
+        await store.close()
+    if job in gone:
+        raise ConflictError(f"job {job!r}: {gone[job]}")
+
+
+async def _refuse_gone(opts: Options, cluster: Cluster, job: str, what: str) -> None:
+    gone = await _gone(opts, cluster, [await cluster.store.get(job)])
+    if job in gone:
+        raise ConflictError(f"cannot {what} job {job!r}: {gone[job]}")
+
+
+async def _gone(opts: Options, cluster: Cluster, records: list[JobRecord]) -> Mapping[str, str]:
+    """Records of jobs whose (dev) cluster is gone: shown as last known, never refreshed to ``lost``."""
+    if not opts.cluster_file().embedded:
+        return {}
+    return await gone_jobs(cluster.store, records, devcluster.running())
 
 
 @cli.command("list")
@@ -256,13 +378,24 @@ async def _status(opts: Options, cluster: Cluster, job: str) -> int:
 )
 @common
 def list_(opts: Options, states: tuple[str, ...]) -> None:
-    """List every job."""
+    """List every job, refreshed from the cluster (read-only: no probe, no write)."""
     wanted = [State(s) for s in states] or None
-    execute(opts, _with_cluster(opts, lambda c: _list(opts, c, wanted)))
+    execute(opts, _with_cluster(opts, lambda c: _list(opts, c, wanted), read_only=True))
 
 
 async def _list(opts: Options, cluster: Cluster, states: list[State] | None) -> int:
-    opts.out.records(await cluster.list(states))
+    stored = await cluster.store.list()
+    gone = await _gone(opts, cluster, stored)
+    if isinstance(cluster.backend, OfflineBackend):  # no cluster to ask: the records as last known
+        records = [r for r in stored if states is None or r.state in states]
+    elif not gone:
+        records = await cluster.list(states)
+    else:  # refresh the others one by one; the gone ones stay as last known
+        records = [
+            r if r.job_id in gone or r.outcome.terminal else await cluster.get(r.job_id) for r in stored
+        ]
+        records = [r for r in records if states is None or r.state in states]
+    opts.out.records(records, gone=gone)
     return EXIT_OK
 
 
@@ -271,13 +404,22 @@ async def _list(opts: Options, cluster: Cluster, states: list[State] | None) -> 
 @common
 def watch(opts: Options, job: str | None) -> None:
     """Print records as they change (one job until it ends, or every job until interrupted)."""
-    execute(opts, _with_cluster(opts, lambda c: _watch(opts, c, job)))
+    execute(opts, _with_cluster(opts, lambda c: _watch(opts, c, job), read_only=True))
 
 
 async def _watch(opts: Options, cluster: Cluster, job: str | None) -> int:
     out = opts.out
-    async for rec in cluster.watch(job):
-        out.summary(rec)
+    if job is not None:
+        gone = await _gone(opts, cluster, [await cluster.store.get(job)])
+        if job in gone:  # nothing will change any more: say so rather than wait, or call it lost
+            out.record(await cluster.store.get(job), gone=gone[job])
+            return EXIT_OK
+    with out.live_jobs() as live:  # a line per job on a terminal; one line per change otherwise
+        async for rec in cluster.watch(job):
+            if live is not None:
+                live.update(rec)
+            else:
+                out.summary(rec)
     return EXIT_OK
 
 
@@ -287,12 +429,13 @@ def _write_command(name: str, help_text: str) -> None:
     @common
     def command(opts: Options, job: str) -> None:
         async def act(cluster: Cluster) -> int:
+            await _refuse_gone(opts, cluster, job, name)
             method = getattr(cluster, name)
             rec = await method(job)
             opts.out.summary(rec, name)
             return EXIT_OK
 
-        execute(opts, _with_cluster(opts, act))
+        execute(opts, _with_cluster(opts, act, job=job))
 
 
 _write_command("cancel", "Cancel JOB.")
@@ -317,10 +460,13 @@ def resubmit(opts: Options, job: str, jobfile: str | None, wait: float) -> None:
 
     async def act(cluster: Cluster) -> int:
         spec = load_spec(jobfile) if jobfile else None
-        opts.out.summary(await cluster.resubmit(job, spec, wait=wait), "resubmitted")
+        await _refuse_gone(opts, cluster, job, "resubmit")
+        rec = await cluster.resubmit(job, spec, wait=wait)
+        await _mark(opts.cluster_file(), cluster, rec.job_id)
+        opts.out.summary(rec, "resubmitted")
         return EXIT_OK
 
-    execute(opts, _with_cluster(opts, act))
+    execute(opts, _with_cluster(opts, act, job=job))
 
 
 @cli.command()
@@ -333,7 +479,7 @@ def history(opts: Options, job: str) -> None:
         opts.out.transitions(job, await cluster.history(job))
         return EXIT_OK
 
-    execute(opts, _with_cluster(opts, act))
+    execute(opts, _with_cluster(opts, act, read_only=True))
 
 
 @cli.command()
@@ -354,11 +500,21 @@ def logs(opts: Options, job: str, follow: bool, node: int, tail: int | None) -> 
                 out.line(line)
         return EXIT_OK
 
-    execute(opts, _with_cluster(opts, act))
+    execute(opts, _with_cluster(opts, act, read_only=True))
 
 
-async def _with_cluster(opts: Options, act: Callable[[Cluster], Coroutine[Any, Any, int]]) -> int:
-    cluster, _ = await opts.open()
+async def _with_cluster(
+    opts: Options,
+    act: Callable[[Cluster], Coroutine[Any, Any, int]],
+    *,
+    read_only: bool = False,
+    job: str | None = None,
+) -> int:
+    """Open the cluster (read-only for read commands: no probe, no write request), run ``act``.
+    ``job``: the job a write command acts on; when its dev cluster is gone, nothing is started."""
+    if job is not None and not read_only:
+        await _refuse_gone_offline(opts, job)
+    cluster, _ = await opts.open(read_only=read_only)
     async with cluster:
         return await act(cluster)
 
@@ -367,10 +523,14 @@ async def _with_cluster(opts: Options, act: Callable[[Cluster], Coroutine[Any, A
 
 
 @cli.command()
+@click.option("--read-only", is_flag=True, help="Open read-only: no probe, no write (what a dashboard sees).")
+@click.option("--refresh", is_flag=True, help="Probe again, ignoring the findings cached in the store.")
 @common
-def check(opts: Options) -> None:
+def check(opts: Options, read_only: bool, refresh: bool) -> None:
     """Open the configured cluster and print its capabilities."""
-    execute(opts, _check(opts))
+    if read_only and refresh:
+        raise click.UsageError("--refresh probes, --read-only never does: give one of them")
+    execute(opts, _check(opts, read_only=read_only, refresh=refresh))
 
 
 @cli.command("open")
@@ -380,8 +540,8 @@ def open_(opts: Options) -> None:
     execute(opts, _check(opts))
 
 
-async def _check(opts: Options) -> int:
-    cluster, cf = await opts.open()
+async def _check(opts: Options, *, read_only: bool = False, refresh: bool = False) -> int:
+    cluster, cf = await opts.open(read_only=read_only, refresh=refresh)
     async with cluster:
         caps = await cluster.capabilities()
         opts.out.capabilities(cf.adapter, cf.source, str(cf.store), caps)
@@ -430,6 +590,9 @@ def adapters_(opts: Options) -> None:
         ["adapter", "extensions", "what it is"],
         [[a.name, ", ".join(sorted(a.extensions)) or "-", a.summary] for a in found],
     )
+
+
+cli.add_command(devcluster.command)
 
 
 def main(argv: list[str] | None = None) -> None:

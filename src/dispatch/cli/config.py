@@ -10,10 +10,11 @@ readOnly: false
 ```
 
 Decoded strictly (unknown keys, nulls, duplicate keys, wrong types are refused naming the path). A
-relative SQLite path is relative to the config file's directory. The token is never in the file: it
-comes from ``DISPATCH_TOKEN`` or ``--token-file``. A PostgreSQL store's password should not be either:
-leave it out of the URL and libpq reads ``PGPASSFILE`` (``~/.pgpass``) or ``PGPASSWORD``; one in the
-URL works, but is never shown (``str(StoreChoice)`` is the URL without it).
+relative SQLite path, and a relative ``settings.kubeconfig``, are relative to the config file's
+directory. Files over 1 MiB are refused unread. The token is never in the file: it comes from
+``DISPATCH_TOKEN`` or ``--token-file``. A PostgreSQL store's password should not be either: leave it
+out of the URL and libpq reads ``PGPASSFILE`` (``~/.pgpass``) or ``PGPASSWORD``; one in the URL
+works, but is never shown (``str(StoreChoice)`` is the URL without it).
 """
 
 from __future__ import annotations
@@ -46,13 +47,16 @@ from dispatch.records.paths import expand_user
 __all__ = [
     "CONFIG_ENV",
     "DEFAULT_CONFIG",
+    "MAX_FILE_BYTES",
     "MEMORY_DEFAULT",
     "TOKEN_ENV",
     "ClusterFile",
     "StoreChoice",
+    "embedded_config",
     "load_config",
     "open_cluster",
     "parse_config",
+    "read_limited",
     "read_token",
 ]
 
@@ -66,8 +70,16 @@ adapter: memory
 settings: {startDelay: 0.5, cessationDelay: 0.5}
 """
 
-DEFAULT_CONFIG = MEMORY_DEFAULT
-"""The config used when neither ``--config`` nor ``DISPATCH_CONFIG`` names one (switch it here)."""
+DEFAULT_CONFIG = """\
+# The embedded default (SPEC §11): the Kubeflow adapter against the dev cluster (a kubesim started in the
+# background, see `dispatch dev-cluster`), records in SQLite under the user's state directory.
+adapter: kubeflow
+settings: {kubeconfig: <state dir>/dev-cluster/kubeconfig}
+"""
+"""What is used when neither ``--config`` nor ``DISPATCH_CONFIG`` names one (see :func:`embedded_config`)."""
+
+MAX_FILE_BYTES = 1 << 20
+"""Cluster configs and job files larger than this (1 MiB) are refused before they are parsed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +131,52 @@ class ClusterFile:
     policy: Policy = DEFAULT_POLICY
     read_only: bool = False
     source: str = "<default>"
+    embedded: bool = False
+    """The embedded default: the dev cluster, started by the commands that need it."""
 
 
 def parse_config(text: str | bytes, *, source: str = "<default>", base: Path | None = None) -> ClusterFile:
-    """Decode a cluster config document strictly: YAML, or JSON / TOML for a ``.json`` / ``.toml`` source."""
+    """Decode a cluster config document strictly: YAML, or JSON / TOML for a ``.json`` / ``.toml`` source.
+    Every error names the file and the path in it (``cluster.yaml: settings.namespace: ...``)."""
+    try:
+        return _parse_config(text, source, base)
+    except InvalidError as exc:
+        raise _in_file(exc, source) from None
+
+
+def _in_file(exc: InvalidError, source: str) -> InvalidError:
+    if source == "<default>" or str(exc).startswith(f"{source}:"):
+        return exc
+    err = InvalidError(exc.detail, path=exc.path)
+    err.args = (f"{source}: {exc}",)
+    return err
+
+
+def check_settings(cf: ClusterFile) -> None:
+    """Decode the settings with the adapter's own ``parse_settings`` when its descriptor has one (it
+    touches no cluster), so a bad setting is reported as ``<file>: settings.<path>: ...`` before anything
+    opens. An unknown or broken adapter is left for opening to report."""
+    import json as _json
+
+    from dispatch.errors import NotFoundError
+    from dispatch.registry import describe
+
+    try:
+        parse = describe(cf.adapter).parse_settings
+    except NotFoundError:
+        return
+    if parse is None:
+        return
+    try:
+        parse(_json.dumps(dict(cf.settings)).encode())
+    except InvalidError as exc:
+        path = f"settings.{exc.path}" if exc.path and exc.path != "settings" else "settings"
+        err = InvalidError(exc.detail, path=path)
+        err.args = (f"{cf.source}: {path}: {exc.detail}",)
+        raise err from None
+
+
+def _parse_config(text: str | bytes, source: str, base: Path | None) -> ClusterFile:
     what = source
     if source.endswith(".json"):
         raw = load_json(text, what=what)
@@ -131,15 +185,33 @@ def parse_config(text: str | bytes, *, source: str = "<default>", base: Path | N
     else:
         raw = load_yaml(text, what=what)
     f = Fields(raw, "", what="config key")
+    _refuse_unknown(f, ("adapter", "settings", "store", "policy", "readOnly"))
     adapter = f.required("adapter", as_str)
     if not adapter:
         raise InvalidError("expected an adapter name", path="adapter")
     settings: dict[str, Any] = f.optional("settings", _settings, {})
+    kubeconfig = settings.get("kubeconfig")
+    if isinstance(kubeconfig, str) and kubeconfig and base is not None:
+        # Like store.sqlite: a relative kubeconfig is relative to the config file, not to where you are.
+        kc = expand_user(kubeconfig, what="settings.kubeconfig")
+        if not kc.is_absolute():
+            settings = {**settings, "kubeconfig": os.path.normpath(base / kc)}
     store = f.optional("store", lambda v, p: _store(v, p, base), StoreChoice())
     policy = f.optional("policy", Policy.from_json, DEFAULT_POLICY)
     read_only = f.optional("readOnly", as_bool, False)
     f.done()
     return ClusterFile(adapter, settings, store, policy, read_only, source)
+
+
+def _refuse_unknown(f: Fields, keys: tuple[str, ...]) -> None:
+    """An unknown key is reported before a missing one: ``adaptor`` is a typo of ``adapter``, and
+    saying "adapter is missing" would hide it."""
+    for key in keys:
+        f.has(key)
+    probe = Fields(f.obj, f.path, what=f.what)
+    for key in keys:
+        probe.optional(key, lambda v, p: v, None)
+    probe.done()
 
 
 def _load_toml(text: str | bytes, what: str) -> Any:
@@ -206,13 +278,36 @@ def load_config(path: str | None = None, *, environ: Mapping[str, str] | None = 
     env = os.environ if environ is None else environ
     chosen = path or env.get(CONFIG_ENV) or None
     if chosen is None:
-        return parse_config(DEFAULT_CONFIG)
+        return embedded_config()
     p = expand_user(chosen, what=CONFIG_ENV if path is None else "--config")
+    data = read_limited(p, "cluster config")
+    cf = parse_config(data, source=str(p), base=p.resolve().parent)
+    check_settings(cf)
+    return cf
+
+
+def embedded_config() -> ClusterFile:
+    """The embedded default: the ``kubeflow`` adapter on the dev cluster's kubeconfig, the default store."""
+    from dispatch.cli.devcluster import dev_dir
+
+    return ClusterFile(
+        "kubeflow", {"kubeconfig": str(dev_dir() / "kubeconfig")}, source="<default>", embedded=True
+    )
+
+
+def read_limited(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of ``path``; ``InvalidError`` naming it when it cannot be read or exceeds ``limit``."""
     try:
-        data = p.read_bytes()
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
     except OSError as exc:
-        raise InvalidError(f"cannot read the cluster config: {exc.strerror}", path=str(p)) from None
-    return parse_config(data, source=str(p), base=p.resolve().parent)
+        raise InvalidError(f"cannot read the {what}: {exc.strerror}", path=str(path)) from None
+    if len(data) > limit:
+        raise InvalidError(
+            f"the {what} is larger than {limit // 1024} KiB; dispatch refuses files this large",
+            path=str(path),
+        )
+    return data
 
 
 def read_token(token_file: str | None = None, *, environ: Mapping[str, str] | None = None) -> str | None:
@@ -231,10 +326,24 @@ def read_token(token_file: str | None = None, *, environ: Mapping[str, str] | No
     return env.get(TOKEN_ENV) or None
 
 
-async def open_cluster(cf: ClusterFile, *, token: str | None = None, clock: Clock | None = None) -> Cluster:
-    """Open the cluster a config file describes."""
+async def open_cluster(
+    cf: ClusterFile, *, token: str | None = None, clock: Clock | None = None, refresh: bool = False
+) -> Cluster:
+    """Open the cluster a config file describes. The adapter gets a probe cache kept in the store (when
+    the store has a key-value table); ``refresh`` makes it probe again (``dispatch check --refresh``)."""
+    from dispatch.probecache import StoreProbeCache
+    from dispatch.records.store import KeyValues
+
     store = cf.store.open()
-    config = Config(adapter=cf.settings, store=store, policy=cf.policy, read_only=cf.read_only, token=token)
+    cache = StoreProbeCache(store, refresh=refresh) if isinstance(store, KeyValues) else None
+    config = Config(
+        adapter=cf.settings,
+        store=store,
+        policy=cf.policy,
+        read_only=cf.read_only,
+        token=token,
+        probe_cache=cache,
+    )
     try:
         return await open_cluster_async(cf.adapter, config, clock=clock)
     except BaseException:

@@ -6,15 +6,16 @@ rich is imported only when stdout is a terminal, so scripts and ``--json`` never
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, TextIO
 
 from dispatch.model import Capabilities, Evidence, JobRecord, Outcome, State, Transition
 
-__all__ = ["Renderer", "when"]
+__all__ = ["Renderer", "probe_progress", "when"]
 
 _COLOURS = {
     State.SUCCEEDED: "green",
@@ -78,6 +79,53 @@ class Renderer:
         status: AbstractContextManager[Any] = self.console.status(text)
         return status
 
+    def live_jobs(self) -> AbstractContextManager[Any]:
+        """On a terminal, a live table with one line per job (state, cause, epoch, elapsed), redrawn as
+        records change; its ``update(records)`` replaces the lines. ``None`` when not a terminal."""
+        if not self.rich:
+            return nullcontext(None)
+        from rich.live import Live
+
+        renderer = self
+
+        class _Jobs:
+            def __init__(self) -> None:
+                self.records: dict[str, JobRecord] = {}
+                self.live = Live(
+                    self._table(), console=renderer.console, auto_refresh=True, refresh_per_second=1
+                )
+
+            def _table(self) -> Any:
+                from rich.table import Table
+
+                table = Table(show_edge=False, header_style="bold")
+                for h in ("job", "state", "cause", "epoch", "elapsed"):
+                    table.add_column(h)
+                now = time.time()
+                for r in self.records.values():
+                    table.add_row(
+                        r.job_id,
+                        r.state.value,
+                        r.outcome.cause.value,
+                        str(r.epoch),
+                        f"{max(0.0, (r.updated_at if r.outcome.terminal else now) - r.created_at):.0f}s",
+                        style=_COLOURS.get(r.state),
+                    )
+                return table
+
+            def update(self, rec: JobRecord) -> None:
+                self.records[rec.job_id] = rec
+                self.live.update(self._table())
+
+            def __enter__(self) -> _Jobs:
+                self.live.__enter__()
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                self.live.__exit__(None, None, None)
+
+        return _Jobs()
+
     def table(
         self, headers: Sequence[str], rows: Iterable[Sequence[str]], *, styles: Sequence[str] = ()
     ) -> None:
@@ -99,9 +147,10 @@ class Renderer:
 
     # ------------------------------------------------------------------ dispatch's values
 
-    def record(self, rec: JobRecord) -> None:
+    def record(self, rec: JobRecord, *, gone: str | None = None) -> None:
+        """A record; ``gone`` says why its cluster is gone (then it is shown as last known)."""
         if self.as_json:
-            self.json(rec.to_json())
+            self.json({**rec.to_json(), "cluster": {"gone": gone}} if gone else rec.to_json())
             return
         pairs: list[tuple[str, str]] = [
             ("job", rec.job_id),
@@ -118,6 +167,8 @@ class Renderer:
             pairs.append(("cancel", "requested"))
         if rec.unknown_write:
             pairs.append(("unknown", rec.unknown_write))
+        if gone:
+            pairs.append(("cluster", f"gone: {gone}; shown as last known"))
         width = max(len(k) for k, _ in pairs) + 1
         for key, value in pairs:
             style = _COLOURS.get(rec.state) if key == "state" else None
@@ -130,14 +181,27 @@ class Renderer:
             for out_line in ev.output:
                 self.line(f"{indent}  | {out_line}")
 
-    def records(self, recs: Sequence[JobRecord]) -> None:
+    def records(self, recs: Sequence[JobRecord], *, gone: Mapping[str, str] | None = None) -> None:
+        """A table of records; those in ``gone`` (job id → why) are marked ``(cluster gone)``."""
+        gone = gone or {}
         if self.as_json:
-            self.json([r.to_json() for r in recs])
+            self.json(
+                [
+                    {**r.to_json(), "cluster": {"gone": gone[r.job_id]}} if r.job_id in gone else r.to_json()
+                    for r in recs
+                ]
+            )
             return
         self.table(
             ["job", "state", "cause", "epoch", "updated"],
             [
-                [r.job_id, r.state.value, r.outcome.cause.value, str(r.epoch), when(r.updated_at)]
+                [
+                    r.job_id,
+                    r.state.value + (" (cluster gone)" if r.job_id in gone else ""),
+                    r.outcome.cause.value,
+                    str(r.epoch),
+                    when(r.updated_at),
+                ]
                 for r in recs
             ],
             styles=[_COLOURS.get(r.state, "") for r in recs],
@@ -228,3 +292,53 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
+
+
+class _ProbeLog(logging.Handler):
+    """Shows an adapter's ``probe: ...`` log lines as they come: in the spinner, or on stderr."""
+
+    def __init__(self, show: Any) -> None:
+        super().__init__(logging.INFO)
+        self._show = show
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # a broken log call must not break the command
+            return
+        if text.startswith("probe:"):
+            self._show(text)
+
+
+@contextmanager
+def probe_progress(renderer: Renderer, text: str, quiet: bool = False) -> Iterator[None]:
+    """While a cluster opens: a spinner (terminal) naming what the adapter's probe waits for, else the
+    probe's steps as plain lines on stderr; nothing with ``quiet`` (``--json``).
+
+    Adapters report their probe through :mod:`logging` (``INFO`` records starting ``probe:``), so the
+    host needs no adapter import to show them."""
+    if quiet:
+        yield
+        return
+    root = logging.getLogger()
+    level = root.level
+    with renderer.progress(text) as status:
+        if status is not None:
+
+            def show(line: str) -> None:
+                status.update(f"{text}: {line}")
+        else:
+
+            def show(line: str) -> None:
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+
+        handler = _ProbeLog(show)
+        root.addHandler(handler)
+        if root.level > logging.INFO or root.level == logging.NOTSET:
+            root.setLevel(logging.INFO)
+        try:
+            yield
+        finally:
+            root.removeHandler(handler)
+            root.setLevel(level)

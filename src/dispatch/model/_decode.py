@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -338,5 +338,17 @@ class Fields:
         for key in self.unread():
             allowed = ", ".join(sorted(self._seen)) or "none"
             raise InvalidError(
-                f"unknown {self.what} {json.dumps(key)}; allowed: {allowed}", path=join(self.path, key)
+                f"unknown {self.what} {json.dumps(key)}{nearest(key, self._seen)}; allowed: {allowed}",
+                path=join(self.path, key),
             )
+
+
+def nearest(key: str, known: Iterable[str]) -> str:
+    """``"; did you mean "x"?"`` for the known name closest to a misspelt ``key`` (difflib), else ``""``."""
+    import difflib  # deferred: only an error needs it
+
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    if not close:
+        lowered = {k.lower(): k for k in known}  # probewindow → probeWindow
+        close = [lowered[key.lower()]] if key.lower() in lowered else []
+    return f"; did you mean {json.dumps(close[0])}?" if close else ""

@@ -2,15 +2,16 @@
 
 :class:`Store` is the protocol; :class:`SqliteStore` (the embedded default, one host),
 :class:`PostgresStore` (several hosts; ``pip install 'dispatch[postgres]'``) and :class:`MemoryStore`
-(tests) implement it, and the optional change-notification hook :class:`ChangeNotifier`. The
-implementations load on first use, so ``import dispatch`` imports neither ``sqlite3`` nor ``psycopg``.
+(tests) implement it, the optional change-notification hook :class:`ChangeNotifier`, and the optional
+:class:`KeyValues` (a small table for host caches). The implementations load on first use, so
+``import dispatch`` imports neither ``sqlite3`` nor ``psycopg``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dispatch.records.store import ChangeNotifier, Changes, Store
+from dispatch.records.store import ChangeNotifier, Changes, KeyValues, Store
 
 if TYPE_CHECKING:
     from dispatch.records.memory import MemoryStore
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ChangeNotifier",
     "Changes",
+    "KeyValues",
     "MemoryStore",
     "PostgresStore",
     "SqliteStore",

@@ -31,6 +31,7 @@ from dispatch.records._common import (
     lease_after_acquire,
     lease_after_release,
 )
+from dispatch.records.store import check_key_value
 
 __all__ = ["MemoryStore"]
 
@@ -57,6 +58,7 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._records: dict[str, _Entry] = {}  # insertion order is creation order: oldest first
         self._history: dict[str, builtins.list[Transition]] = {}
+        self._values: dict[str, str] = {}
         self._closed = False
         self._subscribers: set[QueueChanges] = set()
 
@@ -213,6 +215,23 @@ class MemoryStore:
                 del self._history[job_id]
                 self._notify(job_id)
             return len(doomed)
+
+    async def get_value(self, key: str) -> str | None:
+        """The value kept under ``key`` (see :class:`~dispatch.records.store.KeyValues`), or ``None``."""
+        check_key_value(key, None)
+        with self._lock:
+            self._check_open()
+            return self._values.get(key)
+
+    async def put_value(self, key: str, value: str | None) -> None:
+        """Keep ``value`` under ``key``; ``None`` removes it."""
+        check_key_value(key, value)
+        with self._lock:
+            self._check_open()
+            if value is None:
+                self._values.pop(key, None)
+            else:
+                self._values[key] = value
 
     async def close(self) -> None:
         """Forget nothing, accept nothing more. Idempotent."""

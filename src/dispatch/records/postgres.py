@@ -23,6 +23,8 @@ Design, and why:
 - **Change notification**: a trigger on ``dispatch_records`` sends ``NOTIFY dispatch_records, <job id>``;
   :meth:`changes` listens on a connection of its own. Notifications are sent at commit, so a listener
   never hears of a write that rolled back.
+- **Key-values** (:class:`~dispatch.records.KeyValues`, schema v2): ``dispatch_kv``, one row per key,
+  written by upsert; a cache, so no history, no revision and no notification.
 - **The password** (from the DSN, ``PGPASSFILE``/``~/.pgpass`` or ``PGPASSWORD``, all read by libpq)
   is never shown: ``repr``/``str`` and every error name the server as ``postgresql://user@host:port/db``,
   and error texts are scrubbed of it.
@@ -69,13 +71,13 @@ from dispatch.records._common import (
     lease_after_release,
 )
 from dispatch.records.postgres_url import check_dsn, redact_dsn
-from dispatch.records.store import Changes
+from dispatch.records.store import Changes, check_key_value
 
 __all__ = ["CHANNEL", "SCHEMA_VERSION", "PostgresStore", "redact_dsn"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version this code writes; older databases are migrated on first use, newer ones refused."""
 
 CHANNEL = "dispatch_records"
@@ -134,7 +136,13 @@ _SCHEMA_V1 = (
        FOR EACH ROW EXECUTE FUNCTION dispatch_records_notify()""",
 )
 
-_MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1}
+_SCHEMA_V2 = (
+    # v2: a small key-value table beside the records (KeyValues): host caches such as probe findings.
+    # No trigger: its writes are not record changes, so they are not NOTIFYed.
+    "CREATE TABLE dispatch_kv (key text PRIMARY KEY, value text NOT NULL)",
+)
+
+_MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1, 1: _SCHEMA_V2}
 """The migration hook: ``_MIGRATIONS[v]`` upgrades a database from schema ``v`` to ``v + 1``. All steps
 run in one transaction, under the advisory lock, with the row recording the new version."""
 
@@ -619,6 +627,33 @@ class PostgresStore:
             return len(doomed)
 
         return await self._write(body)
+
+    async def get_value(self, key: str) -> str | None:
+        """The value kept under ``key`` (see :class:`~dispatch.records.KeyValues`), or ``None``."""
+        check_key_value(key, None)
+
+        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> str | None:
+            cur = await conn.execute("SELECT value FROM dispatch_kv WHERE key = %s", (key,))
+            row = await cur.fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._read(body)
+
+    async def put_value(self, key: str, value: str | None) -> None:
+        """Keep ``value`` under ``key``, replacing what was there; ``None`` removes it."""
+        check_key_value(key, value)
+
+        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> None:
+            if value is None:
+                await conn.execute("DELETE FROM dispatch_kv WHERE key = %s", (key,))
+            else:
+                await conn.execute(
+                    """INSERT INTO dispatch_kv (key, value) VALUES (%s, %s)
+                       ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value""",
+                    (key, value),
+                )
+
+        await self._write(body)
 
     def changes(self) -> Changes:
         """Subscribe to every write to the database, by any process on any host, through

@@ -56,7 +56,7 @@ from dispatch.records._common import (
     lease_after_release,
 )
 from dispatch.records.paths import expand_user
-from dispatch.records.store import Changes
+from dispatch.records.store import Changes, check_key_value
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SqliteStore"]
 
@@ -65,7 +65,7 @@ T = TypeVar("T")
 APPLICATION_ID = 0x44535043
 """``PRAGMA application_id`` of a dispatch store ("DSPC"): tells our files from other SQLite files."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """``PRAGMA user_version`` this code writes; older stores are migrated on open, newer ones refused."""
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -110,7 +110,12 @@ def _schema_v1(conn: sqlite3.Connection) -> None:
     )
 
 
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _schema_v1}
+def _schema_v2(conn: sqlite3.Connection) -> None:
+    # v2: a small key-value table beside the records (KeyValues): host caches such as probe findings.
+    conn.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID")
+
+
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _schema_v1, 1: _schema_v2}
 """The migration hook: ``_MIGRATIONS[v]`` upgrades a store from schema ``v`` to ``v + 1``. Each runs in
 the same transaction as the ``user_version`` bump, so a crash mid-migration leaves the old schema."""
 
@@ -548,6 +553,28 @@ class SqliteStore:
         ):
             raise InvalidError(f"expected a positive number of seconds, got {interval!r}", path="interval")
         return _SqliteChanges(self, float(interval))
+
+    async def get_value(self, key: str) -> str | None:
+        """The value kept under ``key`` (see :class:`~dispatch.records.store.KeyValues`), or ``None``."""
+        check_key_value(key, None)
+
+        def body(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._run(lambda conn: self._transaction(conn, body, write=False))
+
+    async def put_value(self, key: str, value: str | None) -> None:
+        """Keep ``value`` under ``key``; ``None`` removes it."""
+        check_key_value(key, value)
+
+        def body(conn: sqlite3.Connection) -> None:
+            if value is None:
+                conn.execute("DELETE FROM kv WHERE key = ?", (key,))
+            else:
+                conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, value))
+
+        await self._run(lambda conn: self._transaction(conn, body, write=True))
 
     async def close(self) -> None:
         """Finish the calls already made, close the file and stop the worker thread. Idempotent."""

@@ -10,7 +10,7 @@ from typing import Protocol, runtime_checkable
 
 from dispatch.model import JobRecord, State, Transition
 
-__all__ = ["ChangeNotifier", "Changes", "Store"]
+__all__ = ["ChangeNotifier", "Changes", "KeyValues", "Store"]
 
 
 @runtime_checkable
@@ -136,3 +136,41 @@ class ChangeNotifier(Protocol):
     def changes(self) -> Changes:
         """A new, not yet started subscription; see :class:`Changes`."""
         ...
+
+
+@runtime_checkable
+class KeyValues(Protocol):
+    """Optional small key-value table kept beside the records (all three dispatch stores have it; a
+    store without it still satisfies :class:`Store`).
+
+    For host-side caches that must outlive a process and be shared like the records are — today the
+    probe findings of an adapter (see :class:`dispatch.config.ProbeCache`). Values are text (JSON by
+    convention), at most :data:`MAX_VALUE` characters; keys are non-empty text of at most 512 characters.
+    Neither may contain NUL. Writes to it are not reported by :class:`Changes` (they are not records).
+    ``put_value`` replaces unconditionally: a cache, not a record (no revision, no history).
+    """
+
+    async def get_value(self, key: str) -> str | None:
+        """The value stored under ``key``, or ``None``."""
+        ...
+
+    async def put_value(self, key: str, value: str | None) -> None:
+        """Store ``value`` under ``key`` (``None`` deletes it)."""
+        ...
+
+
+MAX_VALUE = 1 << 20
+"""The largest value :class:`KeyValues` keeps (characters)."""
+
+
+def check_key_value(key: object, value: object) -> None:
+    """``InvalidError`` for a key or value :class:`KeyValues` does not keep."""
+    from dispatch.errors import InvalidError
+
+    # NUL is refused because PostgreSQL's text cannot hold it: every store keeps the same values.
+    if not isinstance(key, str) or not key or len(key) > 512 or "\x00" in key:
+        raise InvalidError("expected a non-empty string of at most 512 characters, without NUL", path="key")
+    if value is not None and (not isinstance(value, str) or len(value) > MAX_VALUE or "\x00" in value):
+        raise InvalidError(
+            f"expected a string of at most {MAX_VALUE} characters without NUL, or None", path="value"
+        )

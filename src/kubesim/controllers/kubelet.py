@@ -141,6 +141,9 @@ class KubeletController(BaseController):
         super().__init__()
         self.runs: dict[str, _Run] = {}
         self.dead_nodes: set[str] = set()
+        # The workloads (JobSet, else Job, else pod) whose script already took a node down: a scripted
+        # `lose-node` run by every rank of a job is one node loss, not one per rank (nor per pod retry).
+        self.scripted_losses: set[str] = set()
         self.behaviours = Behaviours()
         self._ip_seq = 0
 
@@ -352,8 +355,10 @@ class KubeletController(BaseController):
                     actions.preempt(run.ns, run.name)
                 elif verb == "evict":
                     actions.evict(run.ns, run.name)
-                else:
+                elif _claim_scripted_loss(self.scripted_losses, pod):
                     actions.lose_node(run.node)
+                else:
+                    continue  # this workload already lost its node: the rest of the script runs
                 return
         if run.mode == "running":
             self._exit(pod, run, 0, "Completed")
@@ -560,3 +565,20 @@ class KubeletController(BaseController):
             except ApiError as e:
                 if e.code != 404:
                     raise
+
+
+def _claim_scripted_loss(claimed: set[str], pod: dict[str, Any]) -> bool:
+    """Whether this pod's workload may still take a node down by script (then it is claimed)."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    owner = (
+        labels.get("jobset.sigs.k8s.io/jobset-name")
+        or labels.get("batch.kubernetes.io/job-name")
+        or labels.get("job-name")
+        or meta.get("name", "")
+    )
+    key = f"{meta.get('namespace', '')}/{owner}"
+    if key in claimed:
+        return False
+    claimed.add(key)
+    return True

@@ -15,7 +15,7 @@ from kubesim.controllers.scheduler import fit_reasons, tolerates, unschedulable_
 from kubesim.controllers.smp import merge_template, upsert_by_key
 from kubesim.controllers.trainjob_build import build_jobset, runtime_pod_sets
 
-TORCH, DEEPSPEED, JAX = fixtures.runtimes()
+TORCH, DEEPSPEED, JAX, DISPATCH_TORCH = fixtures.runtimes()
 
 
 def tj(**trainer: object) -> dict:

@@ -41,6 +41,16 @@ async def test_serve_writes_kubeconfig_and_stops_on_sigterm(tmp_path: Path) -> N
         assert (kc.stat().st_mode & 0o077) == 0  # the token is private to its owner
         token = cfg["users"][0]["user"]["token"]
         assert all(token not in ln for ln in lines)
+        # A second serve with the same kubeconfig refuses: it must not overwrite the first one's.
+        before = kc.read_bytes()
+        second = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "kubesim", "serve", "--kubeconfig", str(kc),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, second_err = await asyncio.wait_for(second.communicate(), 30)
+        assert second.returncode != 0
+        assert b"belongs to another kubesim that is still serving" in second_err
+        assert kc.read_bytes() == before
         if KUBECTL.exists():
             code, out, err = await kubectl(kc, "get", "clustertrainingruntimes", "-o", "name")
             assert code == 0, err

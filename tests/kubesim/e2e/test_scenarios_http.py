@@ -754,6 +754,26 @@ async def test_node_loss_from_a_behaviour_script(sim: Simulator, client: AsyncCl
     assert survivor.metadata.deletionTimestamp is None and survivor.status.phase == "Running"
 
 
+async def test_a_scripted_node_loss_run_by_every_rank_takes_down_one_node(
+    sim: Simulator, client: AsyncClient
+) -> None:
+    # Every rank runs the same script: that is one node loss for the job, not one per rank (which
+    # used to leave every node of the cluster NotReady after a few such jobs).
+    await client.create(trainjob("nlall", nodes=2, script="lose-node; hang"))
+    await sim.settle()
+    pods = await job_pods(client, "nlall")
+    assert len({p.spec.nodeName for p in pods}) == 2
+    states = [summary(cond(await client.get(NodeJson, p.spec.nodeName), "Ready"))[0] for p in pods]  # type: ignore[index]
+    assert sorted(states) == ["True", "Unknown"]
+    for name in ("node-0", "node-1", "node-2", "node-3"):
+        if name not in {p.spec.nodeName for p in pods}:
+            assert summary(cond(await client.get(NodeJson, name), "Ready"))[0] == "True"  # type: ignore[index]
+    for p in pods:
+        if summary(cond(await client.get(NodeJson, p.spec.nodeName), "Ready"))[0] == "Unknown":  # type: ignore[index]
+            sim.actions.restore_node(p.spec.nodeName)  # leave the module's cluster whole
+    await sim.settle()
+
+
 async def test_nodes_read_back_with_lightkubes_typed_node(sim: Simulator, client: AsyncClient) -> None:
     nodes = [n async for n in client.list(Node)]
     assert sorted(n.metadata.name for n in nodes) == ["node-0", "node-1", "node-2", "node-3"]

@@ -1,0 +1,204 @@
+"""Everyday CLI commands against the dev cluster: wall time and API requests per command (not a test).
+
+Run: .venv/bin/python benchmarks/cli_bench.py [--runs 7]
+
+In a fresh state directory it starts ``dispatch dev-cluster`` with kubesim's request log, runs one
+``dispatch submit`` (the first: it probes, ≥ 10 s), then times in new processes, ``--runs`` times each:
+a second ``submit``, ``status``, ``list``, ``logs``, and ``kubectl get trainjob`` on the same cluster for
+comparison. For each it prints the wall time (minimum and median, seconds) and, from the request log,
+the API requests and writes per run — and checks the issue's promises: the second submit creates exactly
+one TrainJob and no probe; status/list/logs send no write.
+
+When this kubesim cannot write a request log (``serve --request-log``), the cluster is a kubesim run
+in this process instead (same simulator, same sped-up clock), reached through a cluster config, and the
+counts come from its in-memory request log; the output says which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+JOB = ROOT / "examples" / "hello.yaml"
+
+
+class Cluster:
+    """Where the commands go, and how to read the requests it answered since a mark."""
+
+    def __init__(self, env: dict[str, str], kubeconfig: Path, config_args: list[str], source: str) -> None:
+        self.env = env
+        self.kubeconfig = kubeconfig
+        self.config_args = config_args
+        self.source = source
+        self.read_requests: Callable[[], list[dict[str, Any]]] = list
+
+    def stop(self) -> None:  # replaced per kind
+        pass
+
+
+def dev_cluster(work: Path, env: dict[str, str]) -> Cluster | None:
+    log = work / "requests.jsonl"
+    done = subprocess.run(
+        [str(BIN / "dispatch"), "dev-cluster", "start", "--request-log", str(log), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if done.returncode != 0:
+        return None
+    info = json.loads(done.stdout)
+    cluster = Cluster(env, Path(info["kubeconfig"]), [], "dispatch dev-cluster (request log from serve)")
+
+    def read() -> list[dict[str, Any]]:
+        if not log.exists():
+            return []
+        return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+    def stop() -> None:
+        subprocess.run(
+            [str(BIN / "dispatch"), "dev-cluster", "stop"], env=env, capture_output=True, timeout=60
+        )
+
+    cluster.read_requests = read
+    cluster.stop = stop  # type: ignore[method-assign]
+    return cluster
+
+
+def in_process(work: Path, env: dict[str, str], speed: float) -> Cluster:
+    from kubesim.clock import RealClock
+    from kubesim.sim import Simulator
+
+    loop = asyncio.new_event_loop()
+    sim = Simulator(clock=RealClock(speed), tls=True)
+    ready = threading.Event()
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(sim.start())
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    ready.wait(30)
+    kc = sim.write_kubeconfig(work / "kubeconfig")
+    cfg = work / "cluster.yaml"
+    cfg.write_text(f"adapter: kubeflow\nsettings: {{kubeconfig: {kc}}}\n")
+    cluster = Cluster(
+        env, kc, ["--config", str(cfg)], "kubesim in the benchmark's process (no serve --request-log)"
+    )
+
+    def read() -> list[dict[str, Any]]:
+        return [
+            {"verb": r.verb, "path": r.path, "userAgent": "", "status": r.status} for r in list(sim.requests)
+        ]
+
+    def stop() -> None:
+        asyncio.run_coroutine_threadsafe(sim.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+
+    cluster.read_requests = read
+    cluster.stop = stop  # type: ignore[method-assign]
+    return cluster
+
+
+def measure(
+    cluster: Cluster, name: str, argv: list[str], runs: int
+) -> tuple[str, list[float], list[list[dict[str, Any]]], int]:
+    times: list[float] = []
+    per_run: list[list[dict[str, Any]]] = []
+    code = 0
+    for _ in range(runs):
+        before = len(cluster.read_requests())
+        started = time.perf_counter()
+        done = subprocess.run(argv, env=cluster.env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        times.append(time.perf_counter() - started)
+        time.sleep(0.05)  # let the log's last lines land
+        per_run.append(cluster.read_requests()[before:])
+        code = done.returncode
+    return name, times, per_run, code
+
+
+def trainjob_creates(reqs: list[dict[str, Any]]) -> int:
+    return sum(1 for r in reqs if r["verb"] == "create" and r["path"].endswith("/trainjobs"))
+
+
+def probes(reqs: list[dict[str, Any]]) -> int:
+    return sum(1 for r in reqs if r["verb"] == "delete" and "/trainjobs/dispatch-probe-" in r["path"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="dispatch-cli-bench-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
+    env["DISPATCH_STATE_DIR"] = str(work / "state")
+    cluster = dev_cluster(work, env) or in_process(work, env, 5.0)
+    dispatch = [str(BIN / "dispatch"), *cluster.config_args]
+    try:
+        print(f"cluster: {cluster.source}")
+        first = measure(
+            cluster, "first submit (probes)", [*dispatch, "submit", str(JOB), "--job-id", "bench-0"], 1
+        )
+        print(
+            f"first submit: {first[1][0]:.2f} s, {len(first[2][0])} requests, probe runs: {probes(first[2][0])}"
+        )
+        rows = [
+            measure(cluster, "submit (probed cluster)", [*dispatch, "submit", str(JOB)], args.runs),
+            measure(cluster, "status", [*dispatch, "status", "bench-0"], args.runs),
+            measure(cluster, "list", [*dispatch, "list"], args.runs),
+            measure(cluster, "logs", [*dispatch, "logs", "bench-0"], args.runs),
+        ]
+        kubectl = shutil.which("kubectl", path=str(BIN)) or shutil.which("kubectl")
+        if kubectl:
+            rows.append(
+                measure(
+                    cluster,
+                    "kubectl get trainjob",
+                    [kubectl, "--kubeconfig", str(cluster.kubeconfig), "get", "trainjob"],
+                    args.runs,
+                )
+            )
+        print(f"\n{'command':<26} {'min s':>7} {'median s':>9} {'requests':>9} {'writes':>7} {'exit':>5}")
+        for name, times, per_run, code in rows:
+            reqs = statistics.median(len(r) for r in per_run)
+            writes = statistics.median(sum(1 for x in r if x["verb"] in WRITES) for r in per_run)
+            print(
+                f"{name:<26} {min(times):>7.3f} {statistics.median(times):>9.3f} {reqs:>9g} {writes:>7g} {code:>5}"
+            )
+        submit = rows[0][2]
+        ok_submit = all(trainjob_creates(r) == 1 and probes(r) == 0 for r in submit)
+        ok_reads = all(
+            not any(x["verb"] in WRITES for x in r) for _, _, per_run, _ in rows[1:4] for r in per_run
+        )
+        print(
+            f"\nsecond submit creates exactly one TrainJob and no probe: {'yes' if ok_submit else 'NO'}"
+            f"\nstatus/list/logs send no write: {'yes' if ok_reads else 'NO'}"
+            "\n(writes include SelfSubjectAccessReviews: a submit asks what it may do before it creates)"
+        )
+    finally:
+        cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

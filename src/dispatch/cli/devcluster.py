@@ -1,0 +1,335 @@
+"""The dev cluster: a kubesim kept running in the background, shared by the commands of a session.
+
+``dispatch dev-cluster start`` runs ``python -m kubesim serve`` as a detached process (real clock, sped
+up) and writes, in ``<state dir>/dev-cluster/``:
+
+- ``kubeconfig`` (the admin identity) and ``kubeconfig-readonly`` (get/list/watch only), for kubectl,
+  the Kubeflow SDK or any Kubernetes client;
+- ``cluster.yaml``, a cluster config for dispatch that points at it (``--config``);
+- ``state.json`` (pid, url, instance id, start time), ``kubesim.log`` (its output).
+
+With no config at all the CLI uses this cluster (the embedded default, SPEC §11): a command that needs
+the cluster starts it when it is not running, and says so. dispatch never imports kubesim (SPEC §1):
+the cluster is a separate process, which is also what lets it outlive a command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from dispatch.errors import ConflictError, UnavailableError
+from dispatch.records.paths import default_store_path
+
+__all__ = [
+    "DEFAULT_SPEED",
+    "DevCluster",
+    "cluster_config_text",
+    "dev_dir",
+    "running",
+    "start",
+    "stop",
+]
+
+DEFAULT_SPEED = 5.0
+"""Simulated seconds per real second: the scripted jobs of the examples finish in about a second."""
+
+START_TIMEOUT = 30.0
+"""How long ``start`` waits for kubesim to serve and write its kubeconfig."""
+
+_SERVING = re.compile(r"kubesim serving (\S+)")
+
+
+def dev_dir() -> Path:
+    """``<state dir>/dev-cluster`` (beside the default store: ``$DISPATCH_STATE_DIR`` when set)."""
+    return default_store_path().parent / "dev-cluster"
+
+
+@dataclass(frozen=True, slots=True)
+class DevCluster:
+    """A running dev cluster, as its ``state.json`` describes it."""
+
+    pid: int
+    url: str
+    instance: str
+    started_at: float
+    speed: float
+    directory: Path
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    @property
+    def readonly_kubeconfig(self) -> Path:
+        return self.directory / "kubeconfig-readonly"
+
+    @property
+    def config(self) -> Path:
+        return self.directory / "cluster.yaml"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "kubesim.log"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "pid": self.pid,
+            "url": self.url,
+            "instance": self.instance,
+            "startedAt": self.started_at,
+            "speed": self.speed,
+            "directory": str(self.directory),
+            "kubeconfig": str(self.kubeconfig),
+            "readonlyKubeconfig": str(self.readonly_kubeconfig)
+            if self.readonly_kubeconfig.exists()
+            else None,
+            "config": str(self.config),
+        }
+
+
+def cluster_config_text() -> str:
+    """The ``cluster.yaml`` written beside the kubeconfig (relative paths resolve from the file)."""
+    return (
+        "# Written by `dispatch dev-cluster start`: the Kubeflow adapter on this machine's dev cluster.\n"
+        "#   dispatch --config <this file> check\n"
+        "adapter: kubeflow\n"
+        "settings:\n"
+        "  kubeconfig: kubeconfig\n"
+        "  namespace: default\n"
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (our own child that exited) still answers kill(0): look at its state where we can.
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+            return False
+    return True
+
+
+def running(directory: Path | None = None) -> DevCluster | None:
+    """The dev cluster recorded in ``directory`` if its process is alive, else ``None``."""
+    d = directory or dev_dir()
+    try:
+        raw = json.loads((d / "state.json").read_text())
+        found = DevCluster(
+            int(raw["pid"]),
+            str(raw["url"]),
+            str(raw["instance"]),
+            float(raw["startedAt"]),
+            float(raw["speed"]),
+            d,
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not _alive(found.pid) or not found.kubeconfig.exists():
+        return None
+    return found
+
+
+@contextlib.contextmanager
+def _locked(d: Path) -> Iterator[None]:
+    """One start or stop at a time per directory (two commands racing would start two clusters)."""
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def start(
+    *, speed: float = DEFAULT_SPEED, request_log: str | None = None, directory: Path | None = None
+) -> tuple[DevCluster, bool]:
+    """Start the dev cluster unless it runs; returns it and whether this call started it."""
+    d = directory or dev_dir()
+    with _locked(d):
+        found = running(d)
+        if found is not None:
+            return found, False
+        return _spawn(d, speed, request_log), True
+
+
+def _spawn(d: Path, speed: float, request_log: str | None) -> DevCluster:
+    if speed <= 0:
+        raise ConflictError(f"the speed must be > 0, got {speed:g}")
+    for stale in ("state.json", "kubeconfig", "kubeconfig-readonly"):
+        with contextlib.suppress(FileNotFoundError):
+            (d / stale).unlink()
+    argv = [
+        sys.executable,
+        "-m",
+        "kubesim",
+        "serve",
+        "--kubeconfig",
+        str(d / "kubeconfig"),
+        "--readonly-kubeconfig",
+        str(d / "kubeconfig-readonly"),
+        "--speed",
+        f"{speed:g}",
+    ]
+    if request_log:
+        argv += ["--request-log", str(Path(request_log).resolve())]
+    log_path = d / "kubesim.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C in the terminal that started it does not stop it
+            close_fds=True,
+        )
+    url = _wait_serving(proc, log_path, d / "kubeconfig")
+    if url is None:
+        text = log_path.read_text(errors="replace")
+        raise UnavailableError(
+            f"the dev cluster did not start (python -m kubesim serve exited {proc.returncode}); "
+            f"its output is in {log_path}:\n{text[-2000:]}"
+        )
+    found = DevCluster(proc.pid, url, secrets.token_hex(8), time.time(), speed, d)
+    (d / "cluster.yaml").write_text(cluster_config_text())
+    state = d / "state.json"
+    state.write_text(
+        json.dumps(
+            {
+                "pid": found.pid,
+                "url": found.url,
+                "instance": found.instance,
+                "startedAt": found.started_at,
+                "speed": speed,
+            }
+        )
+    )
+    return found
+
+
+def _wait_serving(proc: subprocess.Popen[bytes], log_path: Path, kubeconfig: Path) -> str | None:
+    """The URL once kubesim serves and wrote its kubeconfig; ``None`` if it exited first."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        text = log_path.read_text(errors="replace")
+        m = _SERVING.search(text)
+        written = "kubeconfig written" in text and kubeconfig.exists()
+        if m and written and "read-only kubeconfig written" in text:
+            return m.group(1)
+        if proc.poll() is not None:
+            return None
+        time.sleep(0.02)
+    proc.terminate()
+    raise UnavailableError(f"the dev cluster did not serve within {START_TIMEOUT:g}s; see {log_path}")
+
+
+def stop(directory: Path | None = None, *, timeout: float = 10.0) -> DevCluster | None:
+    """Stop the dev cluster (SIGTERM, then SIGKILL after ``timeout``); returns what was stopped."""
+    d = directory or dev_dir()
+    with _locked(d):
+        found = running(d)
+        if found is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(found.pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while _alive(found.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _alive(found.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(found.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(found.pid, os.WNOHANG)  # reap it when this process started it
+        for name in ("state.json", "kubeconfig", "kubeconfig-readonly"):
+            with contextlib.suppress(FileNotFoundError):
+                (d / name).unlink()
+        return found
+
+
+# ---------------------------------------------------------------------- the `dispatch dev-cluster` commands
+
+
+def _show(found: DevCluster, what: str, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"status": what, **found.to_json()}, sort_keys=True))
+        return
+    click.echo(f"dev cluster {what}: kubesim pid {found.pid} at {found.url} (speed x{found.speed:g})")
+    click.echo(f"  kubeconfig:           {found.kubeconfig}")
+    if found.readonly_kubeconfig.exists():
+        click.echo(f"  read-only kubeconfig: {found.readonly_kubeconfig}")
+    click.echo(f"  cluster config:       {found.config}")
+    click.echo(f"  log:                  {found.log}")
+    click.echo(f"  kubectl --kubeconfig {found.kubeconfig} get trainjobs")
+    click.echo("  with no --config, dispatch uses it; `dispatch dev-cluster stop` stops it")
+
+
+@click.group("dev-cluster")
+def command() -> None:
+    """Keep a simulated Kubeflow cluster (kubesim) running in the background between commands."""
+
+
+@command.command("start")
+@click.option(
+    "--speed",
+    type=click.FloatRange(min=0.01, max=1000),
+    default=DEFAULT_SPEED,
+    show_default=True,
+    help="Simulated seconds per real second.",
+)
+@click.option("--request-log", metavar="FILE", help="Append one JSON line per API request to FILE.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+def start_command(speed: float, request_log: str | None, as_json: bool) -> None:
+    """Start the dev cluster (unless it runs) and write its kubeconfigs and cluster config."""
+    try:
+        found, started = start(speed=speed, request_log=request_log)
+    except (ConflictError, UnavailableError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise click.exceptions.Exit(1) from None
+    if not started and (request_log or speed != found.speed) and not as_json:
+        click.echo("note: it was already running; stop it first to change --speed or --request-log", err=True)
+    _show(found, "started" if started else "running", as_json)
+
+
+@command.command("stop")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+def stop_command(as_json: bool) -> None:
+    """Stop the dev cluster. Its jobs go with it; their records stay (shown as `cluster gone`)."""
+    found = stop()
+    if as_json:
+        click.echo(json.dumps({"status": "stopped" if found else "not running", "pid": found and found.pid}))
+    elif found is None:
+        click.echo("the dev cluster is not running")
+    else:
+        click.echo(f"stopped the dev cluster (kubesim pid {found.pid})")
+
+
+@command.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+def status_command(as_json: bool) -> None:
+    """Say whether the dev cluster runs, and where its kubeconfig is. Exit 1 when it does not run."""
+    found = running()
+    if found is None:
+        if as_json:
+            click.echo(json.dumps({"status": "not running", "directory": str(dev_dir())}))
+        else:
+            click.echo("the dev cluster is not running (`dispatch dev-cluster start` starts it)")
+        raise click.exceptions.Exit(1)
+    _show(found, "running", as_json)
