@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Generator, Mapping
+from collections.abc import AsyncIterator, Generator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _package_version
@@ -324,6 +324,39 @@ class KubeClient:
             body["preconditions"] = {"uid": uid}
         out = await self.request("DELETE", path, what=what, body=body)
         return out if isinstance(out, dict) else None
+
+    async def stream(
+        self,
+        path: str,
+        *,
+        what: str,
+        params: Mapping[str, str] | None = None,
+        read_timeout: float | None = None,
+    ) -> AsyncIterator[str]:
+        """GET a streaming answer (a watch, a followed log) and yield its lines as they arrive.
+
+        One attempt, no retries: the caller owns resumption (a watch resumes from its last
+        resourceVersion, with its own backoff). Raises dispatch's errors as :meth:`request` does for an
+        error answer (``ExpiredError`` for 410), and ``UnavailableError`` when no answer came or the
+        connection broke mid-stream. ``read_timeout`` bounds the silence between two chunks (``None``: as
+        long as the server keeps the stream open)."""
+        headers = {"Accept": "application/json"}
+        timeout = httpx.Timeout(10.0, read=read_timeout)
+        self.requests += 1
+        try:
+            async with self._http.stream(
+                "GET", path, params=dict(params or {}), headers=headers, timeout=timeout
+            ) as resp:
+                _log.debug("GET %s (stream) -> %d", path, resp.status_code)
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    raise map_status(resp.status_code, _status_body(resp), what=what)
+                async for line in resp.aiter_lines():
+                    yield line
+        except httpx.TransportError as exc:
+            raise map_transport(
+                what, f"{type(exc).__name__}: the stream from {self.server} broke", ambiguous_write=False
+            ) from None
 
     async def served(self, group: str, version: str) -> set[str] | None:
         """The resources served under ``group/version`` (discovery), or ``None`` if it is not served."""

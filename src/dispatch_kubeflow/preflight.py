@@ -295,6 +295,10 @@ async def probe(
         if facts.probe_ceased:  # no probe remains: nothing is unknown, the cluster was just unreachable
             raise UnavailableError(str(exc)) from None
         raise _left_behind(exc, settings, name, facts) from None
+    except asyncio.CancelledError:
+        # Cancelled while the create was in flight: it may have landed, and nobody else knows the name.
+        await _cleanup_shielded(client, settings, name, facts, window=window, clock=clock)
+        raise
     try:
         await _watch(client, settings, name, facts, window=window, clock=clock)
     except DispatchError as exc:
