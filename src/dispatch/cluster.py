@@ -550,10 +550,16 @@ class Cluster:
         return out
 
     async def output(
-        self, job_id: str, *, node: int = 0, follow: bool = False, tail: int | None = None
+        self,
+        job_id: str,
+        *,
+        node: int = 0,
+        follow: bool = False,
+        tail: int | None = None,
+        previous: bool = False,
     ) -> AsyncIterator[str]:
-        """Lines of output of node ``node`` of the job's current incarnation.
-        ``UnsupportedError`` when the adapter cannot read output."""
+        """Lines of output of node ``node`` of the job's current incarnation (``previous``: its last
+        terminated run, when it restarted in place). ``UnsupportedError`` when the adapter cannot read output."""
         if not isinstance(self.backend, OutputReader) or not (await self.backend.capabilities()).output:
             raise UnsupportedError(
                 f"cluster {self.backend.name!r} cannot read job output (capability 'output')"
@@ -565,7 +571,14 @@ class Cluster:
         rec = await self.store.get(job_id)
         if rec.handle is None:
             raise BusyError(f"job {job_id!r} is not on the cluster yet; retry once it is")
-        async for line in self.backend.output(rec.handle, node=node, follow=follow, tail=tail):
+        if not isinstance(previous, bool):
+            raise InvalidError(f"expected True or False, got {previous!r}", path="previous")
+        stream = (
+            self.backend.output(rec.handle, node=node, follow=follow, tail=tail, previous=True)
+            if previous
+            else self.backend.output(rec.handle, node=node, follow=follow, tail=tail)
+        )
+        async for line in stream:
             yield line
 
     async def history(self, job_id: str) -> builtins.list[Transition]:

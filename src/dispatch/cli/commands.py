@@ -341,13 +341,16 @@ def history(opts: Options, job: str) -> None:
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the node's output ends.")
 @click.option("--node", default=0, show_default=True, type=click.IntRange(min=0), help="Node index.")
 @click.option("--tail", type=click.IntRange(min=0), help="Only the last N lines.")
+@click.option(
+    "--previous", "-p", is_flag=True, help="The node's last terminated run (a node that restarted in place)."
+)
 @common
-def logs(opts: Options, job: str, follow: bool, node: int, tail: int | None) -> None:
+def logs(opts: Options, job: str, follow: bool, node: int, tail: int | None, previous: bool) -> None:
     """Print the output of one node of JOB."""
 
     async def act(cluster: Cluster) -> int:
         out = opts.out
-        async for line in cluster.output(job, node=node, follow=follow, tail=tail):
+        async for line in cluster.output(job, node=node, follow=follow, tail=tail, previous=previous):
             if out.as_json:
                 out.json({"jobId": job, "node": node, "line": line})
             else:
