@@ -268,11 +268,14 @@ def test_the_trainjob_field_by_field() -> None:
                     "manager": "dispatch.dev/kubeflow-adapter",
                     "trainingRuntimeSpec": {
                         "template": {
+                            # the JobSet and the Jobs carry the identity too (the watch selects them by it)
+                            "metadata": {"labels": pod_labels},
                             "spec": {
                                 "replicatedJobs": [
                                     {
                                         "name": "node",
                                         "template": {
+                                            "metadata": {"labels": pod_labels},
                                             "spec": {
                                                 "template": {
                                                     "metadata": {"labels": pod_labels},
