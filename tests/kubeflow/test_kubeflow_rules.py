@@ -305,11 +305,11 @@ def test_the_trainjob_field_by_field() -> None:
                                                         ],
                                                     },
                                                 }
-                                            }
+                                            },
                                         },
                                     }
                                 ]
-                            }
+                            },
                         }
                     },
                 }
