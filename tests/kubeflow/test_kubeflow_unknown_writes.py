@@ -46,7 +46,7 @@ async def test_a_lost_create_answer_then_a_failed_lookup_is_outcome_unknown(
     lv.sim.faults.lose_response_next(verb="create", path=r"/trainjobs$")
     lv.sim.faults.fail_next(2, lookup_fault, verb="get", path=rf"/trainjobs/{name}$", retry_after=0)
     with pytest.raises(
-        OutcomeUnknownError, match="the identity lookup failed.*may or may not have taken effect"
+        OutcomeUnknownError, match=r"the identity lookup failed.*may or may not have taken effect"
     ):
         await place(backend, spec(), identity)
     assert name in _trainjobs(lv)  # it did land
