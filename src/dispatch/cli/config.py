@@ -35,6 +35,7 @@ from dispatch.model._decode import (
     check_plain,
     join,
     load_json,
+    load_toml,
     load_yaml,
 )
 from dispatch.records import Store
@@ -111,7 +112,7 @@ def parse_config(text: str | bytes, *, source: str = "<default>", base: Path | N
     if source.endswith(".json"):
         raw = load_json(text, what=what)
     elif source.endswith(".toml"):
-        raw = _load_toml(text, what)
+        raw = load_toml(text, what=what)
     else:
         raw = load_yaml(text, what=what)
     f = Fields(raw, "", what="config key")
@@ -124,19 +125,6 @@ def parse_config(text: str | bytes, *, source: str = "<default>", base: Path | N
     read_only = f.optional("readOnly", as_bool, False)
     f.done()
     return ClusterFile(adapter, settings, store, policy, read_only, source)
-
-
-def _load_toml(text: str | bytes, what: str) -> Any:
-    import tomllib  # deferred: only TOML configs need it
-
-    try:
-        data = text.decode("utf-8") if isinstance(text, bytes) else text
-        # TOML itself refuses duplicate keys and has no null; dates are refused below (check_plain).
-        return check_plain(tomllib.loads(data), "")
-    except UnicodeDecodeError as exc:
-        raise InvalidError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=what) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidError(f"not valid TOML: {exc}", path=what) from None
 
 
 def _settings(value: Any, path: str) -> dict[str, Any]:
