@@ -137,6 +137,10 @@ class _Frame:
 
 
 _NO_KEY = object()
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# libyaml's parser when PyYAML was built with it (about 7 times faster), else PyYAML's own. Only the
+# event stream is used, and both produce the same one.
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def read_yaml(text: str, *, what: str, max_depth: int, budget: int) -> Any:
@@ -151,12 +155,18 @@ def read_yaml(text: str, *, what: str, max_depth: int, budget: int) -> Any:
     stack: list[_Frame] = []
     docs: list[Any] = []
     total = 0
-    loader = yaml.SafeLoader(text)
+    if _SURROGATE.search(text):  # not Unicode text (only a str can hold one): libyaml would raise
+        raise InvalidError("not Unicode text: the document holds an unpaired surrogate", path=what)
+    loader = _Loader(text)
     try:
         while True:
             try:
                 event = loader.get_event()  # type: ignore[no-untyped-call]
             except yaml.YAMLError as exc:
+                if "nesting depth" in str(exc):  # libyaml's own limit, deeper than ours
+                    raise InvalidError(
+                        f"nested too deeply to decode (more than {max_depth} levels)", path=what
+                    ) from None
                 raise InvalidError(f"not valid YAML: {_problem(exc)}", path=what) from None
             if event is None:
                 break
@@ -183,7 +193,7 @@ def read_yaml(text: str, *, what: str, max_depth: int, budget: int) -> Any:
                 tag = event.tag
                 if tag is None or tag == "!":
                     # Quoted, literal and folded scalars, and "!"-tagged ones, are strings.
-                    value = _plain(event.value) if event.style is None and tag is None else event.value
+                    value = _plain(event.value) if not event.style and tag is None else event.value
                 else:
                     value = _tagged(tag, event.value, event, what)
                 if type(value) is str:
@@ -239,7 +249,7 @@ def read_yaml(text: str, *, what: str, max_depth: int, budget: int) -> Any:
                         f"{_line(event)}mapping keys must be strings, got {_kind(value)}",
                         path=what,
                     )
-                if value == "<<" and isinstance(event, yaml.ScalarEvent) and event.style is None:
+                if value == "<<" and isinstance(event, yaml.ScalarEvent) and not event.style:
                     raise InvalidError(f"{_line(event)}merge keys (<<) are not supported", path=what)
                 parent.key = value
             else:
