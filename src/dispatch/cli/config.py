@@ -24,7 +24,7 @@ from typing import Any
 from dispatch.clock import Clock
 from dispatch.cluster import Cluster
 from dispatch.cluster import open as open_cluster_async
-from dispatch.config import Config
+from dispatch.config import Config, check_token
 from dispatch.errors import InvalidError
 from dispatch.model import DEFAULT_POLICY, Policy
 from dispatch.model._decode import (
@@ -182,8 +182,11 @@ def read_token(token_file: str | None = None, *, environ: Mapping[str, str] | No
             raise InvalidError("the token file is not UTF-8 text", path=token_file) from None
         if not token:
             raise InvalidError("the token file is empty", path=token_file)
-        return token
-    return env.get(TOKEN_ENV) or None
+        return check_token(token, path=token_file)
+    # Stripped like the file: `export DISPATCH_TOKEN="$(cat token)"` keeps no newline, but an echo
+    # piped through other tools may.
+    token = env.get(TOKEN_ENV, "").strip()
+    return check_token(token, path=TOKEN_ENV) if token else None
 
 
 async def open_cluster(cf: ClusterFile, *, token: str | None = None, clock: Clock | None = None) -> Cluster:

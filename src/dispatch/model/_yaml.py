@@ -161,7 +161,7 @@ def read_yaml(text: str, *, what: str, max_depth: int, budget: int) -> Any:
     try:
         while True:
             try:
-                event = loader.get_event()  # type: ignore[no-untyped-call]
+                event = loader.get_event()
             except yaml.YAMLError as exc:
                 if "nesting depth" in str(exc):  # libyaml's own limit, deeper than ours
                     raise InvalidError(
