@@ -16,7 +16,7 @@ def test_defaults() -> None:
     s = parse_settings(b"{}")
     assert s == MemorySettings()
     assert (s.nodes, s.start_delay, s.cessation_delay, s.image_pull_grace) == (4, 1.0, 2.0, 10.0)
-    assert s.default_script == "sleep 5; exit 0"
+    assert s.default_script == "print started; sleep 5; print done; exit 0"  # kubesim's default too
     assert s.watch_history == 10_000
     assert s.cluster is None
     assert parse_settings(b"") == MemorySettings()
