@@ -500,8 +500,20 @@ def generate(target: str, rng: random.Random, pool: list[bytes]) -> bytes:
 # ---------------------------------------------------------------------- running
 
 
-def run(target: str, count: int, seed: int, slow: float) -> dict[str, Any]:
+class Hang(Exception):
+    """An input that took longer than ``--timeout`` (an escape too: the CLI would hang on it)."""
+
+
+def _alarm(signum: int, frame: object) -> None:
+    raise Hang()
+
+
+def run(target: str, count: int, seed: int, slow: float, timeout: float = 10.0) -> dict[str, Any]:
+    import signal
+
     from dispatch.errors import InvalidError
+
+    signal.signal(signal.SIGALRM, _alarm)
 
     decode = decoder(target)
     rng = random.Random(seed)
@@ -515,9 +527,14 @@ def run(target: str, count: int, seed: int, slow: float) -> dict[str, Any]:
     for _ in range(count):
         data = generate(target, rng, pool)
         t0 = time.perf_counter()
+        signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
             decode(data)
             ok += 1
+        except Hang:
+            key = f"Hang: more than {timeout:g}s"
+            n, sample = escapes.get(key, (0, data))
+            escapes[key] = (n + 1, sample if len(sample) <= len(data) else data)
         except InvalidError as exc:
             if not str(exc):
                 escapes.setdefault("InvalidError without a message", (0, data))
@@ -526,6 +543,8 @@ def run(target: str, count: int, seed: int, slow: float) -> dict[str, Any]:
             key = f"{type(exc).__name__}: {str(exc)[:80]}"
             n, sample = escapes.get(key, (0, data))
             escapes[key] = (n + 1, sample if len(sample) <= len(data) else data)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         took = time.perf_counter() - t0
         slowest = max(slowest, took)
         if took > slow:
@@ -542,7 +561,7 @@ def run(target: str, count: int, seed: int, slow: float) -> dict[str, Any]:
     }
 
 
-def _work(args: tuple[str, int, int, float]) -> dict[str, Any]:
+def _work(args: tuple[str, int, int, float, float]) -> dict[str, Any]:
     return run(*args)
 
 
@@ -553,6 +572,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--slow", type=float, default=1.0, help="seconds above which an input counts as slow")
     p.add_argument("--chunk", type=int, default=50_000, help="inputs per work unit")
+    p.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds after which an input counts as a hang"
+    )
     p.add_argument(
         "targets", nargs="*", metavar="DECODER", help=f"some of: {', '.join(TARGETS)} (default: all)"
     )
@@ -567,7 +589,9 @@ def main(argv: list[str] | None = None) -> int:
         left, i = args.count, 0
         while left > 0:
             n = min(args.chunk, left)
-            units.append((t, n, args.seed * 1_000_003 + TARGETS.index(t) * 10_007 + i, args.slow))
+            units.append(
+                (t, n, args.seed * 1_000_003 + TARGETS.index(t) * 10_007 + i, args.slow, args.timeout)
+            )
             left -= n
             i += 1
     totals: dict[str, dict[str, Any]] = {}
