@@ -124,3 +124,18 @@ def test_cluster_and_settings_are_exclusive() -> None:
     with pytest.raises(InvalidError) as caught:
         MemoryBackend(MemorySettings(), cluster=backend.cluster)
     assert caught.value.path == "cluster"
+
+
+@pytest.mark.parametrize(
+    ("raw", "path"),
+    [
+        (b'{"nodes": 9223372036854775807}', "nodes"),  # would make 2**63 node objects at open
+        (b'{"nodes": 100001}', "nodes"),
+        (b'{"watchHistory": 10000001}', "watchHistory"),
+    ],
+)
+def test_counts_have_an_upper_bound(raw: bytes, path: str) -> None:
+    with pytest.raises(InvalidError) as info:
+        parse_settings(raw)
+    assert info.value.path == path and "at most" in str(info.value)
+    assert parse_settings(b'{"nodes": 100000, "watchHistory": 10000000}').nodes == 100_000

@@ -112,7 +112,7 @@ def tag_name(tag: str) -> str:
     return "!!" + tag[len(_CORE) :] if tag.startswith(_CORE) else tag
 
 
-def _unicode(text: str, event: Any) -> str:
+def _unicode(text: str) -> str:
     """Join the UTF-16 surrogate pairs YAML's ``\\uXXXX`` escapes produce (JSON joins them too), so
     that a string survives a round trip through JSON; an unpaired one stays and is refused later."""
     try:
@@ -197,7 +197,8 @@ def read_yaml(text: str, *, what: str, max_depth: int, budget: int) -> Any:
                 else:
                     value = _tagged(tag, event.value, event, what)
                 if type(value) is str:
-                    value = _unicode(value, event)
+                    if _SURROGATE.search(value):
+                        value = _unicode(value)
                     size += len(value)
             elif isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
                 is_map = isinstance(event, yaml.MappingStartEvent)
