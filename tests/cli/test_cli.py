@@ -442,19 +442,20 @@ def test_a_nul_in_the_store_path_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_a_defect_below_the_cli_is_one_line_and_exit_1(
-    tmp_path: Path, config: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Whatever escapes from below (here a store whose open raises a bare error) is one line, with
-    the token cut out, and exit code 1 — never a traceback."""
-    from dispatch.records.sqlite import SqliteStore
+    """Whatever escapes from below (here an adapter whose factory has a bug, quoting the token) is
+    one line, with the token cut out, and exit code 1 — never a traceback."""
+    import dispatch
 
-    def broken(self: SqliteStore, *args: object, **kwargs: object) -> None:
-        raise RuntimeError(f"sqlite exploded near {SECRET}")
+    async def broken_factory(config: dispatch.AdapterConfig) -> object:
+        raise RuntimeError(f"adapter exploded near {config.token}")
 
-    monkeypatch.setattr(SqliteStore, "list", broken)
+    dispatch.register("broken-for-cli-test", broken_factory)
+    conf = job(tmp_path, "adapter: broken-for-cli-test\nstore: {memory: {}}\n", "c.yaml")
     monkeypatch.setenv("DISPATCH_TOKEN", SECRET)
-    result = invoke("list", "--config", config)
+    result = invoke("check", "--config", conf)
     assert result.exit_code == 1
     assert result.stderr.count("\n") == 1
-    assert result.stderr.startswith("error: unexpected RuntimeError: sqlite exploded near ***")
+    assert result.stderr.startswith("error: unexpected RuntimeError: adapter exploded near ***")
     assert SECRET not in result.stdout + result.stderr
