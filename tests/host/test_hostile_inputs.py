@@ -382,3 +382,11 @@ def test_any_json_is_a_spec_settings_or_invalid(text: str) -> None:
 @given(_toml_docs())
 def test_any_toml_is_a_config_or_invalid(text: str) -> None:
     _only_invalid(lambda: parse_config(text, source="c.toml"))
+
+
+@pytest.mark.parametrize("field", ["nodes", "procs_per_node", "time_limit"])
+def test_a_count_beyond_64_bits_is_refused_from_python_too(field: str) -> None:
+    """It could never come from a document, and a 5,000-digit int cannot even be printed (repr)."""
+    for value in (2**63, 10**5000):
+        err = refused(lambda value=value: JobSpec(command=["x"], **{field: value}))
+        assert "out of range" in str(err)
