@@ -139,3 +139,12 @@ def test_counts_have_an_upper_bound(raw: bytes, path: str) -> None:
         parse_settings(raw)
     assert info.value.path == path and "at most" in str(info.value)
     assert parse_settings(b'{"nodes": 100000, "watchHistory": 10000000}').nodes == 100_000
+
+
+@pytest.mark.parametrize(
+    "field", ["nodes", "watch_history", "start_delay", "cessation_delay", "image_pull_grace"]
+)
+def test_a_huge_int_from_python_is_invalid_not_an_overflow(field: str) -> None:
+    with pytest.raises(InvalidError) as info:
+        MemorySettings(**{field: 10**5000})
+    assert "out of range" in str(info.value)

@@ -9,7 +9,7 @@ from typing import Any
 
 from dispatch.errors import InvalidError
 from dispatch.memory.script import DEFAULT_SCRIPT, parse_script
-from dispatch.model._decode import Fields, as_int, as_number, as_str, load_json
+from dispatch.model._decode import INT_MAX, INT_MIN, Fields, as_int, as_number, as_str, load_json
 
 __all__ = ["MemorySettings", "parse_settings", "schema"]
 
@@ -89,7 +89,12 @@ class MemorySettings:
 
 
 def _at_least(value: float, low: float, path: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidError(f"expected a finite number, got {type(value).__name__}", path=path)
+    # A huge int would overflow math.isfinite, and could not even be shown in the message.
+    if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+        raise InvalidError(f"integer out of range; integers are 64-bit (at most {INT_MAX})", path=path)
+    if not math.isfinite(value):
         raise InvalidError(f"expected a finite number, got {value!r}", path=path)
     if value < low:
         raise InvalidError(f"must be at least {low}, got {value}", path=path)
