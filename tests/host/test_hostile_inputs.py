@@ -168,7 +168,9 @@ def test_huge_backoffs_are_invalid(raw: dict[str, Any], path: str) -> None:
     assert err.path is not None and err.path.endswith(path) and "a year" in str(err)
 
 
-@pytest.mark.parametrize("value", [10**400, 1e300, float("inf")])
+@pytest.mark.parametrize(
+    "value", [10**400, 10**5000, 1e300, float("inf")], ids=["1e400", "1e5000", "1e300", "inf"]
+)
 def test_rule_and_plan_refuse_huge_numbers_from_python_too(value: Any) -> None:
     refused(lambda: Rule(Action.REQUEUE, backoff=1, backoff_cap=value))
     refused(lambda: Plan(PlanAction.WAIT, not_before=value))

@@ -52,7 +52,10 @@ def _finite(value: float) -> bool:
 
 
 def _short(value: object) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more than 4,300 digits cannot be printed
+        return "an integer too large to show"
     return text if len(text) <= 40 else text[:37] + "..."
 
 
