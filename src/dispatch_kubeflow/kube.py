@@ -31,6 +31,7 @@ from typing import Any
 import httpx2 as httpx
 
 from dispatch.clock import Clock, SystemClock
+from dispatch.config import check_token
 from dispatch.errors import InvalidError, ReadOnlyError, UnsupportedError
 from dispatch_kubeflow.errors import is_retryable, map_status, map_transport
 from dispatch_kubeflow.resources import SELF_SUBJECT_ACCESS_REVIEWS, group_version_path
@@ -51,6 +52,70 @@ def user_agent() -> str:
 
 
 USER_AGENT = user_agent()
+
+# The libraries below this module that log: none of them logs request headers today (httpcore2 logs
+# a request as ``<Request [b'GET']>``), but hpack logs the header fields it encodes and decodes, and
+# an HTTP library refusing a header may quote it in the exception it logs. Every token in use is cut
+# out of their records, at every level, whatever logging configuration the application has.
+LIBRARY_LOGGERS = (
+    "httpx2", "httpcore2", "httpcore2.connection", "httpcore2.http11", "httpcore2.http2", "httpcore2.proxy",
+    "httpcore2.socks", "httpx", "httpcore", "httpcore.connection", "httpcore.http11", "httpcore.http2",
+    "httpcore.proxy", "httpcore.socks", "h11", "h2", "h2.connection", "h2.stream", "hpack", "hpack.hpack",
+    "hpack.table", "lightkube", "aiohttp", "aiohttp.client", "aiohttp.internal", "asyncio",
+)  # fmt: skip
+
+
+class _Scrub(logging.Filter):
+    """Replaces every live token in a log record (message, arguments, exception text) with ``***``."""
+
+    def __init__(self) -> None:
+        super().__init__("dispatch-kubeflow-token-scrub")
+        self.tokens: dict[str, int] = {}  # token -> clients using it
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.tokens:
+            return True
+        try:
+            text = record.getMessage()
+        except Exception:  # a malformed record: keep its parts, scrubbed, rather than drop it
+            text = f"{record.msg} {record.args}"
+        clean = self._clean(text)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        exc_text = self._clean(record.exc_text) if record.exc_text else record.exc_text
+        if clean != text or exc_text != record.exc_text:
+            record.msg, record.args, record.exc_text = clean, None, exc_text
+            if exc_text is not None:
+                record.exc_info = None  # the text is what a handler prints; the objects hold the token
+        return True
+
+    def _clean(self, text: str) -> str:
+        for token in self.tokens:
+            text = text.replace(token, "***")
+        return text
+
+    def install(self) -> None:
+        names = set(LIBRARY_LOGGERS)
+        roots = {n.split(".")[0] for n in LIBRARY_LOGGERS}
+        names.update(n for n in logging.Logger.manager.loggerDict if n.split(".")[0] in roots)
+        for name in names:
+            logger = logging.getLogger(name)
+            if self not in logger.filters:
+                logger.addFilter(self)
+
+    def add(self, token: str) -> None:
+        self.install()
+        self.tokens[token] = self.tokens.get(token, 0) + 1
+
+    def remove(self, token: str) -> None:
+        left = self.tokens.get(token, 0) - 1
+        if left > 0:
+            self.tokens[token] = left
+        else:
+            self.tokens.pop(token, None)
+
+
+SCRUB = _Scrub()
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +207,7 @@ class KubeClient:
         self.requests = 0
         self.findings: list[str] = []
         """Warnings the API server attached to writes (the last fifty), for capabilities' notes."""
+        self._tokens: list[str] = []
 
     @classmethod
     def connect(
@@ -157,16 +223,30 @@ class KubeClient:
         """Open a client from a kubeconfig (or in-cluster configuration). ``token``, if given, is sent as
         the bearer token on every request instead of the configuration's own credentials."""
         single = _config(kubeconfig, context)
+        if token is not None:
+            check_token(token)
+        static = getattr(getattr(single, "user", None), "token", None)
+        if isinstance(static, str):
+            check_token(static, path="kubeconfig")
         options = _http_options(single, timeout)
         if token is not None:
             options["auth"] = _Bearer(token)
         headers = dict(options.pop("headers", None) or {})
         headers["User-Agent"] = USER_AGENT
         http = httpx.AsyncClient(headers=headers, **options)
-        return cls(http, server=str(single.cluster.server), retry=retry, clock=clock)
+        client = cls(http, server=str(single.cluster.server), retry=retry, clock=clock)
+        for secret in (token, static):
+            if isinstance(secret, str):
+                SCRUB.add(secret)
+                client._tokens.append(secret)
+        return client
 
     async def close(self) -> None:
-        await self._http.aclose()
+        try:
+            await self._http.aclose()
+        finally:
+            while self._tokens:
+                SCRUB.remove(self._tokens.pop())
 
     async def request(
         self,

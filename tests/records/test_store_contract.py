@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 
 import pytest
@@ -530,3 +531,21 @@ def test_every_store_satisfies_the_protocol_and_the_change_hook() -> None:
     for cls in (SqliteStore, PostgresStore):
         assert issubclass(cls, Store)
         assert issubclass(cls, ChangeNotifier)
+
+
+async def test_every_spec_that_decodes_is_stored_whatever_its_depth(store: Store) -> None:
+    """Decoding and storing agree on depth: a spec nested as deep as the decoder allows is stored and
+    read back (it sits a few levels down inside its record); one level more is refused by decoding."""
+    from dispatch.model._decode import MAX_DEPTH
+
+    def text(lists: int) -> str:  # root, extensions, the extension's value, then `lists` lists
+        return '{"command": ["x"], "extensions": {"acme/Thing": {"a": ' + "[" * lists + "]" * lists + "}}}"
+
+    deepest = JobSpec.loads(text(MAX_DEPTH - 3))
+    rec = simple_record("deep")
+    rec = dataclasses.replace(rec, spec=deepest)
+    await store.create(rec, note("created"))
+    assert (await store.get("deep")).spec == deepest
+    assert [r.job_id for r in await store.list()] == ["deep"]
+    with pytest.raises(InvalidError, match="nested too deeply"):
+        JobSpec.loads(text(MAX_DEPTH - 2))

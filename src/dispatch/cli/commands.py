@@ -95,6 +95,9 @@ def execute(opts: Options, coro: Coroutine[Any, Any, int | None]) -> None:
     except DispatchError as exc:
         report_error(opts, exc)
         raise click.exceptions.Exit(EXIT_INVALID if isinstance(exc, InvalidError) else EXIT_FAILED) from None
+    except Exception as exc:  # a bug below us: still one line (no traceback), and a failure exit code
+        report_unexpected(opts, exc)
+        raise click.exceptions.Exit(EXIT_FAILED) from None
     if code:
         raise click.exceptions.Exit(code)
 
@@ -107,6 +110,30 @@ def report_error(opts: Options, exc: DispatchError) -> None:
             body["path"] = exc.path
         if isinstance(exc, UnsupportedError):
             body["reasons"] = list(exc.reasons)
+        click.echo(json.dumps({"error": body}, sort_keys=True))
+
+
+def report_unexpected(opts: Options | None, exc: BaseException) -> None:
+    """One line for an exception that is not a dispatch error (a defect: please report it). The token
+    is cut out of the message, in case a library below us quoted it."""
+    message = " ".join(str(exc).split()) or "(no message)"
+    secrets: list[str] = []
+    try:
+        token = read_token(opts.token_file if opts is not None else None)
+    except Exception:  # an unreadable token file: nothing of it can be in the message to hide
+        token = None
+    if token:
+        secrets.append(token)
+    for secret in secrets:
+        message = message.replace(secret, "***")
+    if len(message) > 300:
+        message = message[:297] + "..."
+    click.echo(
+        f"error: unexpected {type(exc).__name__}: {message} (this is a dispatch defect; please report it)",
+        err=True,
+    )
+    if opts is not None and opts.as_json:
+        body = {"type": type(exc).__name__, "message": message, "unexpected": True}
         click.echo(json.dumps({"error": body}, sort_keys=True))
 
 
@@ -445,4 +472,7 @@ def main(argv: list[str] | None = None) -> None:
 
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(EXIT_FAILED)
+    except Exception as exc:  # outside a command's body (option parsing, a plugin): still one line
+        report_unexpected(None, exc)
         sys.exit(EXIT_FAILED)

@@ -27,7 +27,7 @@ from typing import Any
 from dispatch.clock import Clock
 from dispatch.cluster import Cluster
 from dispatch.cluster import open as open_cluster_async
-from dispatch.config import Config
+from dispatch.config import Config, check_token
 from dispatch.errors import InvalidError
 from dispatch.model import DEFAULT_POLICY, Policy
 from dispatch.model._decode import (
@@ -38,6 +38,7 @@ from dispatch.model._decode import (
     check_plain,
     join,
     load_json,
+    load_toml,
     load_yaml,
 )
 from dispatch.records import Store
@@ -127,7 +128,7 @@ def parse_config(text: str | bytes, *, source: str = "<default>", base: Path | N
     if source.endswith(".json"):
         raw = load_json(text, what=what)
     elif source.endswith(".toml"):
-        raw = _load_toml(text, what)
+        raw = load_toml(text, what=what)
     else:
         raw = load_yaml(text, what=what)
     f = Fields(raw, "", what="config key")
@@ -140,19 +141,6 @@ def parse_config(text: str | bytes, *, source: str = "<default>", base: Path | N
     read_only = f.optional("readOnly", as_bool, False)
     f.done()
     return ClusterFile(adapter, settings, store, policy, read_only, source)
-
-
-def _load_toml(text: str | bytes, what: str) -> Any:
-    import tomllib  # deferred: only TOML configs need it
-
-    try:
-        data = text.decode("utf-8") if isinstance(text, bytes) else text
-        # TOML itself refuses duplicate keys and has no null; dates are refused below (check_plain).
-        return check_plain(tomllib.loads(data), "")
-    except UnicodeDecodeError as exc:
-        raise InvalidError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=what) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidError(f"not valid TOML: {exc}", path=what) from None
 
 
 def _settings(value: Any, path: str) -> dict[str, Any]:
@@ -227,8 +215,11 @@ def read_token(token_file: str | None = None, *, environ: Mapping[str, str] | No
             raise InvalidError("the token file is not UTF-8 text", path=token_file) from None
         if not token:
             raise InvalidError("the token file is empty", path=token_file)
-        return token
-    return env.get(TOKEN_ENV) or None
+        return check_token(token, path=token_file)
+    # Stripped like the file: `export DISPATCH_TOKEN="$(cat token)"` keeps no newline, but an echo
+    # piped through other tools may.
+    token = env.get(TOKEN_ENV, "").strip()
+    return check_token(token, path=TOKEN_ENV) if token else None
 
 
 async def open_cluster(cf: ClusterFile, *, token: str | None = None, clock: Clock | None = None) -> Cluster:
