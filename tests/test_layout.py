@@ -239,7 +239,7 @@ def test_every_third_party_package_imported_is_declared() -> None:
     """A package imported directly must be a declared dependency, not something another one happens to pull in."""
     import sys
 
-    local = {"dispatch", "dispatch_kubeflow", "kubesim"}
+    local = {"dispatch", "dispatch_kubeflow", "kubesim", "kubescript"}
     declared = _declared_dependencies()
     missing = sorted(
         {

@@ -14,6 +14,7 @@ import pytest_asyncio
 from kubeflow_fixtures import config, ident, kubeconfig, spec
 
 from dispatch import AdapterConfig, Config, InvalidError
+from dispatch.backend import place
 from dispatch_kubeflow.backend import open_backend
 from dispatch_kubeflow.kube import LIBRARY_LOGGERS, SCRUB
 from kubesim.auth import Permissions
@@ -84,7 +85,7 @@ async def test_no_library_logs_the_token_at_debug(
     token = sim.add_identity(Permissions.admin("debug-logged"))
     b = await open_backend(config({"kubeconfig": kc}, token=token), probe_window=WINDOW)
     try:
-        h = await b.start(spec(), ident("debug-logged"))
+        h = await place(b, spec(), ident("debug-logged"))
         await b.observe(h)
         await b.stop(h)
     finally:
