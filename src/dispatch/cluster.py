@@ -526,8 +526,11 @@ class Cluster:
         if handle is not None:
             obs = await self.backend.observe(handle)
             if obs.state is State.LOST:
-                # One reading that finds nothing is not proof: a second one confirms it (see fold).
-                obs = await self.backend.observe(handle)
+                # One reading that finds nothing is not proof (see fold): the identity lookup over the
+                # whole listing confirms it, or shows the object after all.
+                found = await self._find(rec)
+                if found is not None:
+                    return found
             return obs
         if rec.unknown_write is not None:
             return await self._find(rec)

@@ -171,7 +171,6 @@ class Supervisor:
         self._leased: dict[str, float] = {}  # job id -> our lease's expiry
         self._fresh: set[str] = set()  # newly leased: observe before trusting the record
         self._retry: dict[str, _Retry] = {}
-        self._suspect_lost: dict[str, float] = {}  # job id -> when one reading found it gone
         self._stopped: dict[str, float] = {}  # native ref -> when we asked it to stop
         self._pending: builtins.list[Change] = []
         self._next_scan = -math.inf
@@ -419,7 +418,6 @@ class Supervisor:
         self._leased.pop(jid, None)
         self._fresh.discard(jid)
         self._retry.pop(jid, None)
-        self._suspect_lost.pop(jid, None)
 
     async def _let_go(self, jid: str) -> None:
         """The record is final: give its lease back."""
@@ -477,13 +475,13 @@ class Supervisor:
         jid = rec.job_id
         now = self.clock.now()
         if obs.state is State.LOST and not confirmed and matches(rec, obs):
-            first = self._suspect_lost.get(jid)
-            if first is None or first >= now:
-                self._suspect_lost.setdefault(jid, now)  # a second reading, later, confirms it
-                return rec
+            # One reading that finds the incarnation gone is not proof: the identity lookup over a
+            # fresh listing is the second observation that confirms it (or shows the object).
+            self._listing = None
+            found = await self._find(rec)
+            if found is not None:
+                obs = found
             confirmed = True
-        if obs.state is not State.LOST:
-            self._suspect_lost.pop(jid, None)
         try:
             new = await self._update(
                 jid, lambda r: _changed(r, fold(r, obs, now=now, lost_confirmed=confirmed))
@@ -562,6 +560,7 @@ class Supervisor:
         if got is None:
             return
         rec = got
+        # Observe first when polling, and when the record was someone else's until now.
         if (poll or jid in self._fresh) and not rec.outcome.terminal:
             self._fresh.discard(jid)
             rec = await self._refresh(rec, report)
