@@ -141,5 +141,6 @@ class FileCluster:
     async def wait_ceased(self, handle: Handle) -> None:
         import asyncio
 
-        while not await self.ceased(handle):
-            await asyncio.sleep(0.05)
+        obj = self.load()["objects"].get(handle.ref)
+        if obj is not None:  # the compute's end is known in advance: sleep until then
+            await asyncio.sleep(max(0.0, self._compute_until(obj) - time.time()))
