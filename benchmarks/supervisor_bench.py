@@ -34,7 +34,9 @@ HANG = JobSpec(command=("train",), env={"KUBESIM_SCRIPT": "hang"})
 
 
 async def _setup(jobs: int) -> tuple[Cluster, MemoryBackend]:
-    backend = MemoryBackend(MemorySettings(nodes=jobs, start_delay=0.0, cessation_delay=0.0, watch_history=4 * jobs))
+    backend = MemoryBackend(
+        MemorySettings(nodes=jobs, start_delay=0.0, cessation_delay=0.0, watch_history=4 * jobs)
+    )
     cluster = Cluster(backend, MemoryStore())
     for i in range(jobs):
         await cluster.submit(HANG, job_id=f"job-{i}")
@@ -85,7 +87,9 @@ async def memory(jobs: int) -> None:
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
     grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
-    print(f"  {jobs:>6} jobs: supervisor memory {grown / jobs / 1024:6.2f} KB per job ({grown / 2**20:.1f} MiB, leased {len(sup.leased)})")
+    print(
+        f"  {jobs:>6} jobs: supervisor memory {grown / jobs / 1024:6.2f} KB per job ({grown / 2**20:.1f} MiB, leased {len(sup.leased)})"
+    )
 
 
 async def simulate(seeds: int, budget: float | None) -> None:
@@ -111,7 +115,9 @@ async def main() -> None:
     parser.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--seeds", type=int, default=10000)
-    parser.add_argument("--seeds-budget", type=float, default=None, help="stop the simulation after S seconds")
+    parser.add_argument(
+        "--seeds-budget", type=float, default=None, help="stop the simulation after S seconds"
+    )
     args = parser.parse_args()
     print("event -> record latency (memory adapter, one supervisor, watch mode):")
     for n in args.jobs:

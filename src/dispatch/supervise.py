@@ -638,11 +638,17 @@ class Supervisor:
         """True once no compute of the incarnation remains."""
         if isinstance(self.backend, CessationSignal) and (await self.backend.capabilities()).cessation:
             return await self.backend.ceased(handle)
+        # Without a cessation signal: gone once no object of the incarnation is left (an adapter deletes
+        # an object only after its compute, e.g. Kubernetes foreground deletion). Observing it may say
+        # so (lost, not found); else a fresh listing that no longer shows it does.
         try:
             obs = await self.backend.observe(handle)
         except NotFoundError:
             return True
-        return obs.state is State.LOST
+        if obs.state is State.LOST:
+            return True
+        self._listing = None
+        return not any(o.handle.identity.same_incarnation(handle.identity) for o in await self._list())
 
     async def _cease(self, rec: JobRecord, report: StepReport) -> JobRecord | None:
         prev = decide.previous_handle(rec)
