@@ -170,7 +170,7 @@ def next(record: JobRecord, policy: Policy, now: float) -> Plan:
     plan = record.plan
     if outcome.terminal:
         if plan is not None and plan.action in FINAL_PLANS:
-            return Plan(PlanAction.DONE, plan.reason)
+            return Plan(PlanAction.DONE, plan.reason or f"given up ({plan.action.value})")
         if outcome.state in (State.SUCCEEDED, State.CANCELLED) or record.cancel_requested:
             return Plan(PlanAction.DONE, f"{outcome.state.value}")
         cause = outcome.cause

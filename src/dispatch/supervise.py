@@ -54,6 +54,7 @@ from dispatch.fold import fold, matches
 from dispatch.model import (
     DEFAULT_POLICY,
     Actor,
+    Capabilities,
     Cause,
     Change,
     Handle,
@@ -176,6 +177,7 @@ class Supervisor:
         self._next_scan = -math.inf
         self._next_resync = -math.inf
         self._listing: builtins.list[Observation] | None = None
+        self._capabilities: Capabilities | None = None
         self._closed = False
 
     def __repr__(self) -> str:
@@ -203,8 +205,11 @@ class Supervisor:
             report.changes = len(changes)
             for change in changes:
                 jid = change.handle.identity.job_id
-                if await self._fold_change(jid, change.observation, confirmed=True, report=report):
-                    touched.add(jid)
+                try:
+                    if await self._fold_change(jid, change.observation, confirmed=True, report=report):
+                        touched.add(jid)
+                except DispatchError as exc:  # this change is seen again at the next resync
+                    report.errors.append(f"{jid}: {type(exc).__name__}: {exc}")
         if now >= self._next_resync:
             self._next_resync = now + self.resync
             await self._reconcile(report)
@@ -286,8 +291,14 @@ class Supervisor:
 
     # ------------------------------------------------------------------ observing
 
+    async def _caps(self) -> Capabilities:
+        # Capabilities are per opened cluster: read once.
+        if self._capabilities is None:
+            self._capabilities = await self.backend.capabilities()
+        return self._capabilities
+
     async def _watching(self) -> bool:
-        return isinstance(self.backend, Watcher) and (await self.backend.capabilities()).watch
+        return isinstance(self.backend, Watcher) and (await self._caps()).watch
 
     async def _drain(self) -> builtins.list[Change]:
         """Every change the watch has now, from the saved cursor; stops at the first wait."""
@@ -325,19 +336,25 @@ class Supervisor:
             return
         known = {r.job_id: r for r in await self.store.list()}
         for obs in listing:
-            ident = obs.handle.identity
-            if self.jobs is not None and ident.job_id not in self.jobs:
-                continue
-            rec = known.get(ident.job_id)
-            if rec is None:
-                await self._unmatched(obs, report)
-                continue
-            if matches(rec, obs) and not rec.outcome.terminal:
-                await self._fold_change(ident.job_id, obs, confirmed=False, report=report)
-            elif not obs.outcome.terminal and self._unwanted(rec, obs):
-                got = await self._own(rec)
-                if got is not None and self._unwanted(got, obs):
-                    await self._stop(obs.handle, report, why=f"no record wants {ident}")
+            try:
+                await self._reconcile_one(obs, known, report)
+            except DispatchError as exc:
+                report.errors.append(f"{obs.handle.identity}: {type(exc).__name__}: {exc}")
+
+    async def _reconcile_one(self, obs: Observation, known: dict[str, JobRecord], report: StepReport) -> None:
+        ident = obs.handle.identity
+        if self.jobs is not None and ident.job_id not in self.jobs:
+            return
+        rec = known.get(ident.job_id)
+        if rec is None:
+            await self._unmatched(obs, report)
+            return
+        if matches(rec, obs) and not rec.outcome.terminal:
+            await self._fold_change(ident.job_id, obs, confirmed=False, report=report)
+        elif not obs.outcome.terminal and self._unwanted(rec, obs):
+            got = await self._own(rec)
+            if got is not None and self._unwanted(got, obs):
+                await self._stop(obs.handle, report, why=f"no record wants {ident}")
 
     @staticmethod
     def _unwanted(rec: JobRecord, obs: Observation) -> bool:
@@ -636,7 +653,7 @@ class Supervisor:
 
     async def _gone(self, handle: Handle) -> bool:
         """True once no compute of the incarnation remains."""
-        if isinstance(self.backend, CessationSignal) and (await self.backend.capabilities()).cessation:
+        if isinstance(self.backend, CessationSignal) and (await self._caps()).cessation:
             return await self.backend.ceased(handle)
         # Without a cessation signal: gone once no object of the incarnation is left (an adapter deletes
         # an object only after its compute, e.g. Kubernetes foreground deletion). Observing it may say
