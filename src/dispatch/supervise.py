@@ -335,6 +335,14 @@ class Supervisor:
             self._next_resync = self.clock.now()  # try again next step
             return
         known = {r.job_id: r for r in await self.store.list()}
+        listed = {(o.handle.identity.job_id, o.handle.identity.epoch.n) for o in listing}
+        for rec in known.values():
+            # An incarnation of ours missing from the listing may be gone: observe it before trusting
+            # the record (the watch event that said so may have gone to another supervisor).
+            handle = decide.current_handle(rec)
+            mine = handle is not None and not rec.outcome.terminal and rec.job_id in self._leased
+            if mine and (rec.job_id, rec.epoch.n) not in listed:
+                self._fresh.add(rec.job_id)
         for obs in listing:
             try:
                 await self._reconcile_one(obs, known, report)
@@ -579,8 +587,8 @@ class Supervisor:
         rec = got
         # Observe first when polling, and when the record was someone else's until now.
         if (poll or jid in self._fresh) and not rec.outcome.terminal:
-            self._fresh.discard(jid)
             rec = await self._refresh(rec, report)
+            self._fresh.discard(jid)  # only once observed: a failed refresh is tried again
         for _ in range(MAX_ACTIONS):
             now = self.clock.now()
             plan = decide.next(rec, self.policy, now)

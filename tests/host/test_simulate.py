@@ -13,6 +13,8 @@ REGRESSIONS = {
     37: "a stale read right after submit made a running job lost (Cluster.get confirmed with a 2nd observe)",
     190: "a job vanished while another supervisor-capacity slot held it: its loss was never confirmed",
     280: "two stale reads at two steps made a running job lost (now confirmed by the identity lookup)",
+    6642: "a restarted supervisor's first observe failed, and the vanished job was never observed again",
+    7961: "the same, on several jobs at once after a crash",
 }
 
 
