@@ -15,6 +15,7 @@ REGRESSIONS = {
     280: "two stale reads at two steps made a running job lost (now confirmed by the identity lookup)",
     6642: "a restarted supervisor's first observe failed, and the vanished job was never observed again",
     7961: "the same, on several jobs at once after a crash",
+    9662: "a job vanished right after submit, its first observation failed: never observed again",
 }
 
 
