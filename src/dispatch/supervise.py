@@ -434,8 +434,9 @@ class Supervisor:
             self._forget(jid)
             return None
         assert got.lease is not None
-        if jid not in self._leased:
-            self._fresh.add(jid)  # events were someone else's until now: observe before trusting
+        ours = lease is not None and lease.holder == self.holder and lease.live(now)
+        if jid not in self._leased or not ours:
+            self._fresh.add(jid)  # events may have been someone else's until now: observe before trusting
         self._leased[jid] = got.lease.expires_at
         return got
 
@@ -566,6 +567,9 @@ class Supervisor:
             await self._work_on(jid, report, rec, poll)
             self._retry.pop(jid, None)
         except LeaseLostError:
+            return
+        except NotFoundError:  # the record was purged
+            self._forget(jid)
             return
         except DispatchError as exc:
             verdict = decide.classify(exc)
