@@ -71,7 +71,7 @@ def test_run_hello_succeeds(config: Path) -> None:
 
 
 def test_run_preempted_shows_the_typed_cause_and_evidence(config: Path) -> None:
-    result = invoke("run", "--config", config, EXAMPLES / "preempted.yaml")
+    result = invoke("run", "--config", config, EXAMPLES / "preempted.yaml", "--no-supervise")
     assert result.exit_code == 1
     assert "outcome: failed / preempted" in result.stdout
     assert "evidence:" in result.stdout
@@ -84,7 +84,9 @@ def test_run_oom_json_lines_parse_and_end_with_the_record(config: Path) -> None:
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     transitions = [x["transition"] for x in lines[:-1]]
     assert transitions[0]["what"] == "submitted"
-    assert transitions[-1]["state"] == "failed" and transitions[-1]["cause"] == "out_of_memory"
+    ended = [t for t in transitions if "state" in t][-1]
+    assert ended["state"] == "failed" and ended["cause"] == "out_of_memory"
+    assert transitions[-1]["what"] == "gave up"  # the supervisor applied the policy: no requeue
     outcome = lines[-1]["record"]["outcome"]
     assert (outcome["state"], outcome["cause"]) == ("failed", "out_of_memory")
     assert outcome["evidence"][0]["exitCode"] == 137
@@ -376,7 +378,9 @@ def test_config_files_may_be_toml(tmp_path: Path) -> None:
     assert dated.exit_code == 2 and "settings.when" in dated.stderr
 
 
-@pytest.mark.parametrize("name", ["hello.yaml", "preempted.yaml", "oom.yaml", "trainjob-hello.yaml"])
+@pytest.mark.parametrize(
+    "name", ["hello.yaml", "preempted.yaml", "node-lost.yaml", "oom.yaml", "trainjob-hello.yaml"]
+)
 def test_every_example_job_validates(name: str) -> None:
     # trainjob-hello.yaml carries kubeflow/RuntimeRef: validate imports installed adapters to know it.
     result = invoke("validate", EXAMPLES / name)

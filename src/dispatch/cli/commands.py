@@ -18,12 +18,14 @@ from typing import Any, TypeVar
 
 import click
 
+from dispatch import decide
 from dispatch.cli.config import ClusterFile, load_config, open_cluster, read_token
-from dispatch.cli.render import Renderer
+from dispatch.cli.render import Renderer, when
 from dispatch.cluster import Cluster
 from dispatch.errors import DispatchError, InvalidError, UnsupportedError
-from dispatch.model import JobSpec, State
+from dispatch.model import JobRecord, JobSpec, State
 from dispatch.registry import describe, load_installed
+from dispatch.supervise import StepReport, UnmatchedPolicy
 
 __all__ = ["EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "cli", "load_spec"]
 
@@ -183,29 +185,159 @@ def cli(ctx: click.Context, config: str | None, token_file: str | None, as_json:
 @cli.command()
 @click.argument("jobfile", type=click.Path(dir_okay=False))
 @click.option("--job-id", metavar="ID", help="Job id (default: generated).")
+@click.option(
+    "--no-supervise",
+    is_flag=True,
+    help="Only follow the job: apply no recovery policy (a preempted job ends failed / preempted).",
+)
 @common
-def run(opts: Options, jobfile: str, job_id: str | None) -> None:
-    """Submit JOBFILE and follow it to its outcome, printing every transition."""
-    execute(opts, _run(opts, jobfile, job_id))
+def run(opts: Options, jobfile: str, job_id: str | None, no_supervise: bool) -> None:
+    """Submit JOBFILE and supervise it to its final outcome, printing every transition.
+
+    The cluster's recovery policy applies: a job preempted, evicted or whose node was lost comes back as
+    its next incarnation (see `dispatch history JOB`)."""
+    execute(opts, _run(opts, jobfile, job_id, supervise=not no_supervise))
 
 
-async def _run(opts: Options, jobfile: str, job_id: str | None) -> int:
+async def _run(opts: Options, jobfile: str, job_id: str | None, *, supervise: bool) -> int:
     out = opts.out
     spec = load_job(jobfile)  # a typo in the job file is reported before the cluster is opened
     cluster, _ = await opts.open()
     async with cluster:
         rec = await cluster.submit(spec, job_id=job_id)
+        jid = rec.job_id
         printed = 0
-        with out.progress(f"{rec.job_id}@{rec.epoch}: {rec.outcome}") as status:
-            async for rec in cluster.watch(rec.job_id):  # noqa: B020 - the last record is the outcome
-                history = await cluster.history(rec.job_id)
+        with out.progress(f"{jid}@{rec.epoch}: {rec.outcome}") as status:
+
+            async def show() -> JobRecord:
+                nonlocal printed
+                current = await cluster.store.get(jid)
+                history = await cluster.history(jid)
                 for t in history[printed:]:
-                    out.transition(rec.job_id, t)
+                    out.transition(jid, t)
                 printed = len(history)
                 if status is not None:
-                    status.update(f"{rec.job_id}@{rec.epoch}: {rec.outcome}")
+                    status.update(f"{jid}@{current.epoch}: {current.outcome}")
+                return current
+
+            if supervise:
+                # This job only: another supervisor (`dispatch supervise`) holding its lease finishes it
+                # instead, and this command follows the record until the outcome is final.
+                sup = cluster.supervisor(jobs={jid}, poll=RUN_POLL, lease=RUN_LEASE)
+
+                async def final() -> bool:
+                    return decide.final(await show(), sup.policy, cluster.clock.now())
+
+                await sup.run(until=final)
+                rec = await show()
+            else:
+                async for rec in cluster.watch(jid):  # noqa: B007 - the last record is the outcome
+                    await show()
         out.outcome(rec)
         return EXIT_OK if rec.state is State.SUCCEEDED else EXIT_FAILED
+
+
+RUN_POLL = 0.5
+RUN_LEASE = 15.0
+"""``dispatch run``'s supervisor: poll interval and lease (seconds)."""
+
+
+@cli.command()
+@click.option(
+    "--lease",
+    type=click.FloatRange(min=1.0, max=86400),
+    default=30.0,
+    show_default=True,
+    help="Seconds a lease on a record lasts (renewed at half); a dead supervisor's records are taken over after it.",
+)
+@click.option(
+    "--poll",
+    type=click.FloatRange(min=0.05, max=3600),
+    default=2.0,
+    show_default=True,
+    help="Seconds between polls (and between checks of an old incarnation's lingering compute).",
+)
+@click.option(
+    "--resync",
+    type=click.FloatRange(min=0, max=86400),
+    default=60.0,
+    show_default=True,
+    help="Seconds between full listings of the cluster (reconciliation).",
+)
+@click.option(
+    "--unmatched",
+    type=click.Choice([u.value for u in UnmatchedPolicy]),
+    default=UnmatchedPolicy.IGNORE.value,
+    show_default=True,
+    help="What to do with cluster objects that carry dispatch's identity but match no record.",
+)
+@click.option("--holder", metavar="NAME", help="This supervisor's name in leases (default: host:pid:random).")
+@click.option("--once", is_flag=True, help="Take one step and exit (releasing the leases).")
+@common
+def supervise(
+    opts: Options,
+    lease: float,
+    poll: float,
+    resync: float,
+    unmatched: str,
+    holder: str | None,
+    once: bool,
+) -> None:
+    """Run the supervisor: apply the recovery policy to every job of the store until SIGTERM/SIGINT.
+
+    On SIGTERM or SIGINT it finishes the step in hand, releases its leases and exits 0. Several
+    supervisors may run over one store; they split the jobs by lease."""
+    execute(opts, _supervise(opts, lease, poll, resync, unmatched, holder, once))
+
+
+async def _supervise(
+    opts: Options, lease: float, poll: float, resync: float, unmatched: str, holder: str | None, once: bool
+) -> int:
+    import signal
+
+    out = opts.out
+    if lease <= 2 * poll:
+        raise InvalidError(
+            f"--lease ({lease:g} s) must be more than twice --poll ({poll:g} s)", path="--lease"
+        )
+    cluster, cf = await opts.open()
+    async with cluster:
+        sup = cluster.supervisor(poll=poll, lease=lease, resync=resync, unmatched=unmatched, holder=holder)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        say = out.json if out.as_json else None
+        if say is not None:
+            say({"supervisor": sup.holder, "adapter": cf.adapter, "store": str(cf.store), "event": "started"})
+        else:
+            out.line(f"supervisor {sup.holder} on {cf.adapter} ({cf.store}): started")
+
+        async def report(r: StepReport) -> None:
+            for a in r.actions:
+                if say is not None:
+                    say({"supervisor": sup.holder, "action": a})
+                else:
+                    out.line(f"{when(cluster.clock.now())}  {a}")
+            for e in r.errors:
+                if say is not None:
+                    say({"supervisor": sup.holder, "error": e})
+                else:
+                    out.line(f"{when(cluster.clock.now())}  error: {e}", style="red")
+
+        async def one_step() -> bool:
+            return once
+
+        try:
+            await sup.run(stop=stop, until=one_step, on_step=report)
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+        if say is not None:
+            say({"supervisor": sup.holder, "event": "stopped"})
+        else:
+            out.line(f"supervisor {sup.holder}: stopped, leases released")
+        return EXIT_OK
 
 
 @cli.command()
@@ -354,10 +486,10 @@ def resubmit(opts: Options, job: str, jobfile: str | None, wait: float) -> None:
 @click.argument("job")
 @common
 def history(opts: Options, job: str) -> None:
-    """Show the transitions of JOB, oldest first."""
+    """Show the transitions of JOB, oldest first, then every incarnation and why it ended."""
 
     async def act(cluster: Cluster) -> int:
-        opts.out.transitions(job, await cluster.history(job))
+        opts.out.transitions(job, await cluster.history(job), incarnations=True)
         return EXIT_OK
 
     execute(opts, _with_cluster(opts, act))

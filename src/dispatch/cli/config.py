@@ -62,9 +62,16 @@ TOKEN_ENV = "DISPATCH_TOKEN"
 
 MEMORY_DEFAULT = """\
 # The embedded default: the in-process memory adapter with short delays, records in SQLite under the
-# user's state directory.
+# user's state directory. The policy is the default one with a 1 s backoff, so that the quick start's
+# requeue (`dispatch run examples/preempted.yaml`) takes seconds, not minutes.
 adapter: memory
 settings: {startDelay: 0.5, cessationDelay: 0.5}
+policy:
+  rules:
+    preempted: {action: requeue, max: 3, backoff: 1}
+    evicted: {action: requeue, max: 3, backoff: 1}
+    node_lost: {action: requeue, max: 3, backoff: 1}
+  default: fail
 """
 
 DEFAULT_CONFIG = MEMORY_DEFAULT

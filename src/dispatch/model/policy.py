@@ -185,8 +185,10 @@ class PlanAction(StrEnum):
     WAIT = "wait"  # nothing to do until the cluster reports a change
     START = "start"  # place the current epoch on the cluster
     STOP = "stop"  # ask the cluster to end the current incarnation
+    SETTLE = "settle"  # a write's effect is unknown: observe the cluster before acting again
+    CEASE = "cease"  # stop the previous incarnation and wait until its compute is gone
     REQUEUE = "requeue"  # stop, wait for cessation, start the next epoch
-    FAIL = "fail"  # record the failure as final
+    FAIL = "fail"  # give up: record the failure as final
     HOLD = "hold"  # stop and wait for a person
     DONE = "done"  # terminal; nothing more will happen
 
