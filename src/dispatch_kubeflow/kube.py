@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Generator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
@@ -30,6 +31,7 @@ from typing import Any
 
 import httpx2 as httpx
 
+from dispatch import metrics
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import check_token
 from dispatch.errors import InvalidError, ReadOnlyError, UnsupportedError
@@ -284,7 +286,9 @@ class KubeClient:
                 await self._clock.sleep(self._backoff(attempt - 1, server_wait))
                 server_wait = None
             self.requests += 1
+            started = time.monotonic()
             resp, failure = await self._send(method, path, query, content, headers, what)
+            _count(method, path, resp.status_code if resp is not None else 0, time.monotonic() - started)
             if resp is None:
                 # The request may have reached the server: a write's effect is now unknown.
                 ambiguous = ambiguous or (failure.ambiguous and method != "GET")
@@ -428,6 +432,7 @@ class KubeClient:
                 "GET", path, params=dict(params or {}), headers=headers, timeout=timeout
             ) as resp:
                 _log.debug("GET %s (stream) -> %d", path, resp.status_code)
+                _count("WATCH" if dict(params or {}).get("watch") else "GET", path, resp.status_code, None)
                 if resp.status_code >= 400:
                     await resp.aread()
                     raise map_status(resp.status_code, _status_body(resp), what=what)
@@ -513,6 +518,39 @@ def _answer(resp: Any, server: str, method: str, accept_text: bool, what: str) -
             "(not JSON): is the kubeconfig's server address right?",
             ambiguous_write=method != "GET" and resp.status_code < 300,
         ) from None
+
+
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete", "WATCH": "watch"}
+
+
+def resource_of(path: str) -> tuple[str, bool]:
+    """The resource a REST path names (``pods``, ``pods/log``, ``trainjobs``) and whether it is a
+    collection — a bounded label for metrics, whatever the object's name."""
+    parts = [p for p in path.split("?")[0].strip("/").split("/") if p]
+    parts = parts[2:] if parts[:1] == ["api"] else parts[3:] if parts[:1] == ["apis"] else parts
+    if len(parts) >= 3 and parts[0] == "namespaces":
+        parts = parts[2:]
+    if not parts:
+        return "discovery", False
+    resource = parts[0] if len(parts) < 3 else f"{parts[0]}/{parts[2]}"
+    return resource, len(parts) == 1
+
+
+def _count(method: str, path: str, code: int, seconds: float | None) -> None:
+    """Count one answered (or failed) request in the process's metrics (a no-op unless enabled)."""
+    recorder = metrics.current()
+    if not recorder.enabled:
+        return
+    resource, collection = resource_of(path)
+    verb = _VERBS.get(method) or ("list" if collection else "get")
+    recorder.inc(
+        "dispatch_api_requests_total",
+        {"verb": verb, "resource": resource, "status": metrics.status_class(code)},
+    )
+    if seconds is not None:
+        recorder.observe(
+            "dispatch_api_request_duration_seconds", seconds, {"verb": verb, "resource": resource}
+        )
 
 
 def _status_body(resp: Any) -> dict[str, Any] | None:

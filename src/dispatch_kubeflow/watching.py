@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatch import metrics
 from dispatch.clock import Clock
 from dispatch.errors import (
     ConflictError,
@@ -447,9 +448,11 @@ async def continuous_watch(
                     else:
                         put(Event(kind.key, etype, obj, rv=rv))
                 failures = 0  # a stream that ended normally: reopen from where it was
+                metrics.current().inc("dispatch_watch_restarts_total", {"kind": kind.key, "reason": "ended"})
                 continue
             except (_Expired, _Resync, ExpiredError) as exc:
                 _log.info("%s: %s; listing again", what, exc)
+                metrics.current().inc("dispatch_watch_relists_total", {"kind": kind.key})
                 items, rv = await list_kind(client, kind)
                 put(Event(kind.key, "RELIST", rv=rv, items=tuple(items)))
                 failures = 0
@@ -460,6 +463,7 @@ async def continuous_watch(
             put(Event(kind.key, "FAILED", error=exc))
             return
         failures += 1
+        metrics.current().inc("dispatch_watch_restarts_total", {"kind": kind.key, "reason": "error"})
         if failures >= max_failures:
             put(
                 Event(
