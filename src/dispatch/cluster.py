@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from dispatch import decide
+from dispatch import decide, metrics
 from dispatch.backend import Backend, CessationSignal, Holder, HoldToken, OutputReader, Prepared, Watcher
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import Config
@@ -579,6 +579,7 @@ class Cluster:
                     transitions=transitions,
                 )
             except ConflictError:
+                metrics.current().inc("dispatch_store_conflicts_total")
                 continue
         raise ConflictError(
             f"job {job_id!r}: the record kept changing under this write ({CAS_ATTEMPTS} attempts); retry"
