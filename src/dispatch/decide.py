@@ -203,7 +203,9 @@ def next(record: JobRecord, policy: Policy, now: float) -> Plan:
             return Plan(PlanAction.WAIT, "held before it was placed")
         not_before = plan.not_before if plan is not None else None
         if not_before is not None and now < not_before:
-            return Plan(PlanAction.WAIT, plan.reason if plan is not None else "", not_before=not_before)
+            # A plan written without a reason (by an older version, or by hand) still says why we wait.
+            reason = (plan.reason if plan is not None else "") or "backoff before the next incarnation"
+            return Plan(PlanAction.WAIT, reason, not_before=not_before)
         return Plan(PlanAction.START, f"place {record.job_id}@{record.epoch} on the cluster")
     return Plan(PlanAction.WAIT, f"{outcome.state.value}: waiting for the cluster")
 

@@ -285,3 +285,11 @@ def test_next_is_total_and_keeps_the_policys_limits(record: JobRecord, policy: P
 @given(records(), policies, st.floats(0, 3000))
 def test_next_is_pure(record: JobRecord, policy: Policy, now: float) -> None:
     assert decide.next(record, policy, now) == decide.next(record, policy, now)
+
+
+def test_waiting_on_a_plan_without_a_reason_still_says_why() -> None:
+    # Found by hypothesis: a stored WAIT plan with no reason was returned as it was, reason ''.
+    record = rec(State.PENDING, h=None, plan=Plan(PlanAction.WAIT, "", not_before=NOW + 5))
+    plan = decide.next(record, POLICY, NOW)
+    assert plan.action is PlanAction.WAIT and plan.not_before == NOW + 5
+    assert plan.reason
