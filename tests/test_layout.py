@@ -1,4 +1,9 @@
-"""The architecture of SPEC §1, checked on the source: which package may import which."""
+"""The architecture of SPEC §1, checked on the source: which package may import which.
+
+Every way a module names another counts: ``import x``, ``from x import y``, relative imports
+(``from ..kubesim import y`` resolved against the module's own package), and ``importlib.import_module``
+/ ``__import__`` called with a literal name (absolute, or relative with its ``package=`` literal).
+"""
 
 from __future__ import annotations
 
@@ -9,16 +14,75 @@ import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 
+RULES = {
+    "dispatch": {"dispatch_kubeflow", "kubesim"},
+    "kubesim": {"dispatch", "dispatch_kubeflow"},
+    "dispatch_kubeflow": {"kubesim"},
+    # The behaviour-script grammar both dispatch (memory adapter) and kubesim read: a leaf.
+    "kubescript": {"dispatch", "dispatch_kubeflow", "kubesim"},
+}
 
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+
+def _package_of(path: Path) -> str:
+    """The dotted package a source file belongs to (``src/a/b/c.py`` -> ``a.b``)."""
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1])  # a module's package, or the package an __init__ is
+
+
+def _resolve(name: str, level: int, package: str) -> str:
+    if level == 0:
+        return name
+    base = package.split(".")
+    base = base[: len(base) - (level - 1)] if level > 1 else base
+    return ".".join([*base, name] if name else base)
+
+
+def imports_of(source: str, package: str) -> set[str]:
+    """Every module ``source`` (a module of ``package``) imports, by any of the ways above."""
+    tree = ast.parse(source)
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            module = _resolve(node.module or "", node.level, package)
+            found.add(module)
+            if node.module is None:  # `from . import x`: x may be a module of that package
+                found.update(f"{module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Call):
+            func = node.func
+            callee = (
+                func.attr
+                if isinstance(func, ast.Attribute)
+                else func.id
+                if isinstance(func, ast.Name)
+                else ""
+            )
+            if callee not in ("import_module", "__import__") or not node.args:
+                continue
+            first = node.args[0]
+            if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+                continue
+            name = first.value
+            if name.startswith("."):
+                pkg = next(
+                    (
+                        k.value.value
+                        for k in node.keywords
+                        if k.arg == "package"
+                        and isinstance(k.value, ast.Constant)
+                        and isinstance(k.value.value, str)
+                    ),
+                    package,
+                )
+                level = len(name) - len(name.lstrip("."))
+                name = _resolve(name.lstrip("."), level, pkg)
+            found.add(name)
     return found
+
+
+def _imports(path: Path) -> set[str]:
+    return imports_of(path.read_text(), _package_of(path))
 
 
 def _modules(package: str) -> list[Path]:
@@ -29,14 +93,12 @@ def _top(name: str) -> str:
     return name.split(".")[0]
 
 
-@pytest.mark.parametrize(
-    ("package", "forbidden"),
-    [
-        ("dispatch", {"dispatch_kubeflow", "kubesim"}),
-        ("kubesim", {"dispatch", "dispatch_kubeflow"}),
-        ("dispatch_kubeflow", {"kubesim"}),
-    ],
-)
+def test_every_top_level_package_has_a_rule() -> None:
+    packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").exists()}
+    assert packages == set(RULES)
+
+
+@pytest.mark.parametrize(("package", "forbidden"), sorted(RULES.items()))
 def test_packages_import_only_what_the_layout_allows(package: str, forbidden: set[str]) -> None:
     offenders = [
         f"{path.relative_to(SRC)} imports {name}"
@@ -45,6 +107,21 @@ def test_packages_import_only_what_the_layout_allows(package: str, forbidden: se
         if _top(name) in forbidden
     ]
     assert offenders == []
+
+
+def test_the_script_grammar_has_one_implementation() -> None:
+    """dispatch's memory adapter and kubesim both read kubescript's parser; neither has its own."""
+    assert "kubescript" in _imports(SRC / "dispatch" / "memory" / "script.py")
+    assert "kubescript" in _imports(SRC / "kubesim" / "behaviour.py")
+    for path in (SRC / "dispatch" / "memory" / "script.py", SRC / "kubesim" / "behaviour.py"):
+        defined = {
+            n.name
+            for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.FunctionDef | ast.ClassDef)
+        }
+        assert not defined & {"_parse_step", "_parse_guards", "Guard", "Step", "plan_rank", "render_text"}, (
+            path
+        )
 
 
 def test_model_imports_nothing_of_dispatch_but_errors() -> None:
@@ -162,7 +239,7 @@ def test_every_third_party_package_imported_is_declared() -> None:
     """A package imported directly must be a declared dependency, not something another one happens to pull in."""
     import sys
 
-    local = {"dispatch", "dispatch_kubeflow", "kubesim"}
+    local = {"dispatch", "dispatch_kubeflow", "kubesim", "kubescript"}
     declared = _declared_dependencies()
     missing = sorted(
         {
@@ -189,3 +266,21 @@ def test_only_the_kubernetes_layer_talks_http() -> None:
         and path.name != "kube.py"
     ]
     assert offenders == []
+
+
+@pytest.mark.parametrize(
+    ("source", "package", "expected"),
+    [
+        ("from ..kubesim import sim", "dispatch.memory", "dispatch.kubesim"),
+        ("from ..cluster import Cluster", "dispatch.model", "dispatch.cluster"),
+        ("from ... import kubesim", "dispatch.memory.x", "dispatch.kubesim"),
+        ("from . import kubesim", "dispatch", "dispatch.kubesim"),
+        ("import importlib\nimportlib.import_module('kubesim.sim')", "dispatch", "kubesim.sim"),
+        ("from importlib import import_module as im\nimport_module('kubesim')", "dispatch", "kubesim"),
+        ("__import__('dispatch_kubeflow')", "kubesim", "dispatch_kubeflow"),
+        ("import importlib\nimportlib.import_module('.sim', package='kubesim')", "dispatch", "kubesim.sim"),
+        ("def f():\n    import kubesim.sim as s\n    return s", "dispatch", "kubesim.sim"),
+    ],
+)
+def test_the_checker_sees_every_kind_of_import(source: str, package: str, expected: str) -> None:
+    assert expected in imports_of(source, package)

@@ -164,10 +164,17 @@ class OutputReader(Protocol):
     """Lines of output of one node of an incarnation."""
 
     def output(
-        self, handle: Handle, *, node: int = 0, follow: bool = False, tail: int | None = None
+        self,
+        handle: Handle,
+        *,
+        node: int = 0,
+        follow: bool = False,
+        tail: int | None = None,
+        previous: bool = False,
     ) -> AsyncIterator[str]:
         """Yield the output lines of node ``node``; with ``follow``, keep yielding until it ends (waiting
-        for a pending node to start); ``tail`` limits to the last N lines already written."""
+        for a pending node to start); ``tail`` limits to the last N lines already written; ``previous``
+        reads the node's last terminated run when it restarted in place (``NotFoundError`` if none)."""
         ...
 
 

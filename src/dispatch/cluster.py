@@ -12,8 +12,9 @@ import asyncio
 import builtins
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dispatch import decide, metrics
 from dispatch.backend import Backend, CessationSignal, Holder, HoldToken, OutputReader, Prepared, Watcher
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import Config
@@ -31,15 +32,12 @@ from dispatch.model import (
     DEFAULT_POLICY,
     Actor,
     Capabilities,
-    Cause,
     Epoch,
-    Evidence,
     Handle,
     Identity,
     JobRecord,
     JobSpec,
     Observation,
-    Outcome,
     Policy,
     State,
     Transition,
@@ -49,6 +47,9 @@ from dispatch.model import (
 from dispatch.model._decode import as_enum
 from dispatch.records import Store
 from dispatch.registry import new_backend
+
+if TYPE_CHECKING:
+    from dispatch.supervise import Supervisor
 
 __all__ = ["CAS_ATTEMPTS", "Cluster", "open"]
 
@@ -158,6 +159,24 @@ class Cluster:
             raise ReadOnlyError(f"cluster {self.backend.name!r} is {mode}: it accepts no writes")
         return caps
 
+    # ------------------------------------------------------------------ supervisor
+
+    def supervisor(self, policy: Policy | None = None, **options: Any) -> Supervisor:
+        """A :class:`~dispatch.supervise.Supervisor` over this cluster's backend and store, applying
+        ``policy`` (default: the cluster's) to records without their own. ``options`` are the
+        supervisor's (``holder``, ``lease``, ``poll``, ``unmatched``, ``jobs``, ...)."""
+        from dispatch.supervise import Supervisor
+
+        if policy is not None and not isinstance(policy, Policy):
+            raise InvalidError(f"expected a Policy, got {type(policy).__name__}", path="policy")
+        return Supervisor(
+            self.backend,
+            self.store,
+            policy=policy if policy is not None else self.policy,
+            clock=self.clock,
+            **options,
+        )
+
     # ------------------------------------------------------------------ operator
 
     async def submit(
@@ -186,27 +205,9 @@ class Cluster:
         caps = await self._check_writable()
         if held and not (caps.holds and isinstance(self.backend, Holder)):
             raise UnsupportedError(f"cluster {self.backend.name!r} cannot hold jobs (capability 'holds')")
-        epoch = Epoch()
         # Every check, before the record exists: a job the cluster cannot run leaves nothing behind.
-        prepared = await self.backend.prepare(spec, Identity(job_id, epoch), held=held)
-        now = self.clock.now()
-        record = JobRecord(
-            job_id=job_id,
-            spec=spec,
-            created_at=now,
-            updated_at=now,
-            policy=policy,
-            epoch=epoch,
-            hold_requested=held,
-        )
-        first = Transition(
-            at=now,
-            actor=Actor.USER,
-            what="submitted",
-            why="held" if held else "",
-            state=State.PENDING,
-            epoch=epoch,
-        )
+        prepared = await self.backend.prepare(spec, Identity(job_id, Epoch()), held=held)
+        record, first = decide.submitted(job_id, spec, policy=policy, held=held, now=self.clock.now())
         await self.store.create(record, first)
         return await self._start(job_id, prepared)
 
@@ -223,27 +224,9 @@ class Cluster:
             await asyncio.shield(self._start_unknown(job_id, identity, "cancelled while starting"))
             raise
         except (InvalidError, UnsupportedError) as exc:
-            reason = str(exc)
-            refused = Outcome(
-                State.FAILED,
-                Cause.INVALID_SPEC,
-                (Evidence(kind="Start", name=str(identity), reason=type(exc).__name__, message=reason),),
-            )
+            refused = exc
             await self._update(
-                job_id,
-                lambda r: (
-                    r.replace(outcome=refused),
-                    [
-                        self._t(
-                            Actor.CLUSTER,
-                            "refused",
-                            why=reason,
-                            state=State.FAILED,
-                            cause=Cause.INVALID_SPEC,
-                            epoch=identity.epoch,
-                        )
-                    ],
-                ),
+                job_id, lambda r: decide.start_refused(r, identity, refused, now=self.clock.now())
             )
             raise
         except Exception as exc:
@@ -252,15 +235,11 @@ class Cluster:
             # pending (the job is not lost) and says why; the caller sees the error.
             await self._update(
                 job_id,
-                lambda r: (r, [self._t(Actor.USER, "start failed", why=reason, epoch=identity.epoch)]),
+                lambda r: decide.start_failed(r, identity, reason, actor=Actor.USER, now=self.clock.now()),
             )
             raise
         await self._update(
-            job_id,
-            lambda r: (
-                r.replace(handle=handle),
-                [self._t(Actor.USER, "started", why=str(handle), epoch=identity.epoch)],
-            ),
+            job_id, lambda r: decide.started(r, handle, actor=Actor.USER, now=self.clock.now())
         )
         if held and isinstance(self.backend, Holder):
             # Holding an incarnation created held is idempotent and yields the token release needs.
@@ -269,13 +248,9 @@ class Cluster:
         return await self.get(job_id)
 
     async def _start_unknown(self, job_id: str, identity: Identity, reason: str) -> JobRecord:
-        note = f"start of {identity}: {reason}"
         return await self._update(
             job_id,
-            lambda r: (
-                r.replace(unknown_write=note),
-                [self._t(Actor.USER, "start outcome unknown", why=reason, epoch=identity.epoch)],
-            ),
+            lambda r: decide.start_unknown(r, identity, reason, actor=Actor.USER, now=self.clock.now()),
         )
 
     async def cancel(self, job_id: str) -> JobRecord:
@@ -288,36 +263,18 @@ class Cluster:
             return rec
         await self._check_writable()
 
-        def request(r: JobRecord) -> _Step | None:
-            if r.outcome.terminal or r.cancel_requested:
-                return None
-            return r.replace(cancel_requested=True), [self._t(Actor.USER, "cancel requested", epoch=r.epoch)]
-
-        rec = await self._update(job_id, request)
+        rec = await self._update(job_id, lambda r: decide.cancel_requested(r, now=self.clock.now()))
         if rec.outcome.terminal:
             return rec
-        handle = rec.handle if rec.handle is not None and rec.handle.identity.epoch.n == rec.epoch.n else None
+        handle = decide.current_handle(rec)
         if handle is None:
             found = await self._find(rec)
             handle = found.handle if found is not None else None
         if handle is None:
             # Never placed on the cluster (or its start is unknown and nothing carries its identity).
-            outcome = Outcome(State.CANCELLED, Cause.CANCELLED)
-
-            def cancelled(r: JobRecord) -> _Step | None:
-                if r.outcome.terminal:
-                    return None
-                t = self._t(
-                    Actor.USER,
-                    "cancelled",
-                    why="not on the cluster",
-                    state=State.CANCELLED,
-                    cause=Cause.CANCELLED,
-                    epoch=r.epoch,
-                )
-                return r.replace(outcome=outcome, unknown_write=None), [t]
-
-            return await self._update(job_id, cancelled)
+            return await self._update(
+                job_id, lambda r: decide.cancelled_off_cluster(r, actor=Actor.USER, now=self.clock.now())
+            )
         await self.backend.stop(handle)
         return await self.get(job_id)
 
@@ -331,14 +288,7 @@ class Cluster:
         handle = rec.handle
         token = await holder.hold(handle)
 
-        def held(r: JobRecord) -> _Step:
-            if r.handle != handle:
-                raise ConflictError(f"job {job_id!r} moved to another incarnation while being held")
-            return r.replace(hold_requested=True, hold_token=token), [
-                self._t(Actor.USER, "hold", epoch=r.epoch)
-            ]
-
-        await self._update(job_id, held)
+        await self._update(job_id, lambda r: decide.held(r, handle, token, now=self.clock.now()))
         return await self.get(job_id)
 
     async def release(self, job_id: str) -> JobRecord:
@@ -351,12 +301,7 @@ class Cluster:
         handle, token = rec.handle, rec.hold_token
         await holder.release(handle, HoldToken(token))
 
-        def released(r: JobRecord) -> _Step:
-            return r.replace(hold_requested=False, hold_token=None), [
-                self._t(Actor.USER, "release", epoch=r.epoch)
-            ]
-
-        await self._update(job_id, released)
+        await self._update(job_id, lambda r: decide.released(r, now=self.clock.now()))
         return await self.get(job_id)
 
     async def resubmit(
@@ -386,30 +331,18 @@ class Cluster:
         await self._retire(rec, wait)
         expected = rec.revision
 
-        def renew(r: JobRecord) -> _Step:
-            if r.revision != expected:
-                raise ConflictError(f"job {job_id!r} changed while being resubmitted; retry")
-            new = r.replace(
-                spec=new_spec,
-                epoch=epoch,
-                handle=None,
-                outcome=Outcome(State.PENDING),
-                hold_token=None,
-                hold_requested=False,
-                cancel_requested=False,
-                unknown_write=None,
-                plan=None,
-            )
-            t = self._t(Actor.USER, "resubmitted", state=State.PENDING, epoch=epoch)
-            return new, [t]
-
-        await self._update(job_id, renew)
+        await self._update(
+            job_id,
+            lambda r: decide.resubmitted(
+                r, new_spec, epoch, expected_revision=expected, now=self.clock.now()
+            ),
+        )
         return await self._start(job_id, prepared)
 
     async def _retire(self, rec: JobRecord, wait: float) -> None:
         """Stop the record's current incarnation and return once its compute is gone; ``BusyError``
         if it has not gone within ``wait`` seconds."""
-        handle = rec.handle if rec.handle is not None and rec.handle.identity.epoch.n == rec.epoch.n else None
+        handle = decide.current_handle(rec)
         if handle is None:
             found = await self._find(rec)
             handle = found.handle if found is not None else None
@@ -559,10 +492,16 @@ class Cluster:
         return out
 
     async def output(
-        self, job_id: str, *, node: int = 0, follow: bool = False, tail: int | None = None
+        self,
+        job_id: str,
+        *,
+        node: int = 0,
+        follow: bool = False,
+        tail: int | None = None,
+        previous: bool = False,
     ) -> AsyncIterator[str]:
-        """Lines of output of node ``node`` of the job's current incarnation.
-        ``UnsupportedError`` when the adapter cannot read output."""
+        """Lines of output of node ``node`` of the job's current incarnation (``previous``: its last
+        terminated run, when it restarted in place). ``UnsupportedError`` when the adapter cannot read output."""
         if not isinstance(self.backend, OutputReader) or not (await self.backend.capabilities()).output:
             raise UnsupportedError(
                 f"cluster {self.backend.name!r} cannot read job output (capability 'output')"
@@ -574,7 +513,14 @@ class Cluster:
         rec = await self.store.get(job_id)
         if rec.handle is None:
             raise BusyError(f"job {job_id!r} is not on the cluster yet; retry once it is")
-        async for line in self.backend.output(rec.handle, node=node, follow=follow, tail=tail):
+        if not isinstance(previous, bool):
+            raise InvalidError(f"expected True or False, got {previous!r}", path="previous")
+        stream = (
+            self.backend.output(rec.handle, node=node, follow=follow, tail=tail, previous=True)
+            if previous
+            else self.backend.output(rec.handle, node=node, follow=follow, tail=tail)
+        )
+        async for line in stream:
             yield line
 
     async def history(self, job_id: str) -> builtins.list[Transition]:
@@ -582,20 +528,6 @@ class Cluster:
         return await self.store.history(job_id)
 
     # ------------------------------------------------------------------ internals
-
-    def _t(
-        self,
-        actor: Actor,
-        what: str,
-        *,
-        why: str = "",
-        state: State | None = None,
-        cause: Cause | None = None,
-        epoch: Epoch | None = None,
-    ) -> Transition:
-        return Transition(
-            at=self.clock.now(), actor=actor, what=what, why=why, state=state, cause=cause, epoch=epoch
-        )
 
     async def _holder(self) -> Holder:
         # Capabilities are per cluster: an adapter that can hold (a Holder) may not on this cluster.
@@ -612,8 +544,16 @@ class Cluster:
 
     async def _observe(self, rec: JobRecord) -> Observation | None:
         """Observe the record's current incarnation (by handle, else by identity lookup)."""
-        if rec.handle is not None and rec.handle.identity.epoch.n == rec.epoch.n:
-            return await self.backend.observe(rec.handle)
+        handle = decide.current_handle(rec)
+        if handle is not None:
+            obs = await self.backend.observe(handle)
+            if obs.state is State.LOST:
+                # One reading that finds nothing is not proof (see fold): the identity lookup over the
+                # whole listing confirms it, or shows the object after all.
+                found = await self._find(rec)
+                if found is not None:
+                    return found
+            return obs
         if rec.unknown_write is not None:
             return await self._find(rec)
         return None
@@ -648,6 +588,7 @@ class Cluster:
                     transitions=transitions,
                 )
             except ConflictError:
+                metrics.current().inc("dispatch_store_conflicts_total")
                 continue
         raise ConflictError(
             f"job {job_id!r}: the record kept changing under this write ({CAS_ATTEMPTS} attempts); retry"

@@ -12,7 +12,31 @@ from dispatch.model import DEFAULT_POLICY, Policy
 from dispatch.probecache import ProbeCache
 from dispatch.records.store import Store
 
-__all__ = ["AdapterConfig", "Config"]
+__all__ = ["AdapterConfig", "Config", "check_token"]
+
+
+def check_token(token: object, path: str = "token") -> str:
+    """``token`` if it can be sent as a bearer token, else ``InvalidError`` (which never shows it).
+
+    A token is visible ASCII (``!`` to ``~``): a newline, a space, another control character or a
+    non-ASCII character cannot go in an HTTP header, and an HTTP library that refuses it may quote
+    the header (and so the token) in its error or its debug log. Surrounding whitespace is the
+    caller's to strip (``--token-file`` and ``$DISPATCH_TOKEN`` are stripped)."""
+    if not isinstance(token, str) or not token:
+        raise InvalidError("expected a non-empty string", path=path)
+    for i, ch in enumerate(token):
+        if not "!" <= ch <= "~":
+            kind = (
+                "a space"
+                if ch == " "
+                else ("a control character" if ch.isascii() else "a non-ASCII character")
+            )
+            raise InvalidError(
+                f"the token holds {kind} at position {i + 1}, which cannot be sent in an HTTP header "
+                "(the token is not shown); a token is visible ASCII",
+                path=path,
+            )
+    return token
 
 
 def _check_cache(cache: object) -> None:
@@ -51,8 +75,8 @@ class AdapterConfig:
             raise InvalidError("expected JSON bytes", path="settings")
         if not isinstance(self.read_only, bool):
             raise InvalidError(f"expected True or False, got {self.read_only!r}", path="read_only")
-        if self.token is not None and (not isinstance(self.token, str) or not self.token):
-            raise InvalidError("expected a non-empty string", path="token")
+        if self.token is not None:
+            check_token(self.token)
         _check_cache(self.probe_cache)
 
     def __repr__(self) -> str:
@@ -92,6 +116,8 @@ class Config:
             raise InvalidError(
                 f"expected a Store (e.g. SqliteStore(path)), got {type(self.store).__name__}", path="store"
             )
+        if self.token is not None:
+            check_token(self.token)
         _check_cache(self.probe_cache)
 
     def adapter_config(self, name: str) -> AdapterConfig:

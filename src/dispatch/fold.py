@@ -21,15 +21,22 @@ def matches(record: JobRecord, observation: Observation) -> bool:
     return ident.job_id == record.job_id and ident.epoch.n == record.epoch.n
 
 
-def fold(record: JobRecord, observation: Observation, *, now: float) -> tuple[JobRecord, list[Transition]]:
+def fold(
+    record: JobRecord, observation: Observation, *, now: float, lost_confirmed: bool = True
+) -> tuple[JobRecord, list[Transition]]:
     """Fold one observation into a record; return the new record and the transitions to append.
 
     Rules:
     - an observation of another job or another incarnation than the record's current epoch is ignored;
-    - a terminal record stays as it is (its outcome is final; a later incarnation needs a resubmit);
+    - a terminal record stays as it is (its outcome is final; a later incarnation needs a resubmit or a
+      requeue);
     - when the user asked to cancel and the cluster reports the incarnation ended (any terminal state,
       including ``lost``: the object we deleted is gone), the outcome is ``cancelled``/``cancelled``,
       keeping the cluster's evidence;
+    - ``cancelled`` means *we* cancelled: an incarnation the cluster reports cancelled without the record
+      asking for it (someone else stopped it) is ``failed``/``cancelled``, so the policy decides;
+    - a ``lost`` observation that is not confirmed (``lost_confirmed=False``: one reading, not a second
+      one or a watch's deletion) is ignored: an object missing from one read is not yet gone;
     - an observation of the current incarnation settles a write whose outcome was unknown
       (``unknown_write`` is cleared) and gives a record without a handle the observed one;
     - nothing changed → the record is returned as it is, with no transition; new evidence for the same
@@ -43,6 +50,10 @@ def fold(record: JobRecord, observation: Observation, *, now: float) -> tuple[Jo
     observed = observation.outcome
     if record.cancel_requested and observed.terminal:
         observed = Outcome(State.CANCELLED, Cause.CANCELLED, observed.evidence)
+    elif observed.state is State.CANCELLED:
+        observed = Outcome(State.FAILED, Cause.CANCELLED, observed.evidence)
+    elif observed.state is State.LOST and not lost_confirmed:
+        return record, []
     handle = record.handle
     if handle is None or handle.identity.epoch.n != record.epoch.n:
         handle = observation.handle

@@ -131,9 +131,17 @@ class SyncCluster:
         return self._iterate(self.cluster.watch(job_id))
 
     def output(
-        self, job_id: str, *, node: int = 0, follow: bool = False, tail: int | None = None
+        self,
+        job_id: str,
+        *,
+        node: int = 0,
+        follow: bool = False,
+        tail: int | None = None,
+        previous: bool = False,
     ) -> Iterator[str]:
-        return self._iterate(self.cluster.output(job_id, node=node, follow=follow, tail=tail))
+        return self._iterate(
+            self.cluster.output(job_id, node=node, follow=follow, tail=tail, previous=previous)
+        )
 
     def _iterate(self, agen: Any) -> Iterator[Any]:
         async def step() -> tuple[bool, Any]:

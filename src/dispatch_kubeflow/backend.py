@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from dispatch.backend import Prepared
@@ -23,11 +23,13 @@ from dispatch.errors import (
     NotFoundError,
     OutcomeUnknownError,
     ReadOnlyError,
+    UnavailableError,
     UnsupportedError,
 )
 from dispatch.model import (
     Capabilities,
     Cause,
+    Change,
     Handle,
     Identity,
     JobSpec,
@@ -37,9 +39,17 @@ from dispatch.model import (
     Outcome,
 )
 from dispatch.probecache import ProbeCache
-from dispatch_kubeflow import naming, probecache
+from dispatch_kubeflow import cessation, naming, output, probecache
 from dispatch_kubeflow.causes import Snapshot, carry, classify
 from dispatch_kubeflow.errors import AlreadyExistsError
+from dispatch_kubeflow.incarnation import (
+    DeletionClock,
+    Tail,
+    attach_output,
+    failed_node_pods,
+    terminated_node,
+    with_stuck_deletion,
+)
 from dispatch_kubeflow.kube import KubeClient, Retry
 from dispatch_kubeflow.names import (
     LABEL_JOB_HASH,
@@ -69,6 +79,8 @@ from dispatch_kubeflow.trainjob import (
     job_extensions,
     unsupported_extensions,
 )
+from dispatch_kubeflow.watching import Parts as Cached
+from dispatch_kubeflow.watching import Watch, kinds
 
 __all__ = ["Backend", "factory", "open_backend"]
 
@@ -196,6 +208,11 @@ class Backend:
         # The last non-terminal outcome with a cause, per ref: what the Job controller deletes when a job
         # fails (its pods) cannot be read afterwards, so what was seen before is carried (causes.carry).
         self._seen: dict[str, Outcome] = {}
+        # Output tails of failed nodes, read while their pods were there: TrainJob name -> pod -> tail, and
+        # which container runs were read (pod uid, container id), so each failure is read once.
+        self._tails: dict[str, dict[str, Tail]] = {}
+        self._tails_read: dict[str, set[tuple[str, str]]] = {}
+        self._deletions = DeletionClock()
 
     def __repr__(self) -> str:
         return f"<dispatch_kubeflow.Backend {self._client.server} namespace={self.settings.namespace!r} {self.mode}>"
@@ -227,13 +244,8 @@ class Backend:
             ("pods visible", self.facts.pods_visible),
             ("logs readable", self.facts.logs_readable),
         ):
-            if value is None:
-                continue
-            note = f"{label}: {'yes' if value else 'no'}"
-            if label == "logs readable" and value and not callable(getattr(self, "output", None)):
-                # True of the credentials, but nothing here reads output yet: do not promise `dispatch logs`.
-                note = "pod logs readable by these credentials: yes (this adapter version reads no job output yet)"
-            notes.append(note)
+            if value is not None:
+                notes.append(f"{label}: {'yes' if value else 'no'}")
         notes += self.facts.notes
         notes += self._client.findings  # warnings the API server attached to our writes
         if self.facts.from_cache and self.facts.probed_at is not None:
@@ -250,6 +262,9 @@ class Backend:
             # Holds need the Holder protocol (hold/release), which comes with the holds issue; until then
             # the cluster's ability is only noted (start(held=True) still creates the TrainJob suspended).
             holds=False,
+            watch=True,
+            cessation=self.facts.pods_visible is not False,
+            output=self.facts.pods_visible is not False and self.facts.logs_readable is not False,
             shared_checkpoint=checkpoint,
             queueing=self.queueing,
             extensions=frozenset(extensions),
@@ -379,7 +394,15 @@ class Backend:
             if existing is None:
                 raise
             return self._adopt(existing, identity, name)
-        existing = await self._get(name, what=f'get TrainJob "{name}"')
+        try:
+            existing = await self._get(name, what=f'get TrainJob "{name}"')
+        except (UnavailableError, OutcomeUnknownError) as exc:
+            # AlreadyExists (perhaps our own earlier attempt, whose answer was lost) and the lookup that
+            # would tell failed: whether this incarnation is on the cluster cannot be known yet.
+            raise OutcomeUnknownError(
+                f"{what}: the name is taken and the identity lookup failed ({exc}); it may or may not have taken "
+                "effect: observe (or start the same identity again) before acting again"
+            ) from None
         if existing is None:
             raise ConflictError(
                 f"{what}: it existed a moment ago and is gone now (being deleted?); start again"
@@ -438,6 +461,9 @@ class Backend:
     def _classify(
         self, name: str, trainjob: Mapping[str, Any] | None, parts: Parts | None, *, stopped: bool, now: float
     ) -> Outcome:
+        """The one fold of an incarnation, for ``observe``, ``list`` and the watch: the cause table, a cause
+        seen earlier carried into the failure it caused, a deletion that does not complete, and the output
+        tails of failed nodes read while their pods were there."""
         ref = f"{self.settings.namespace}/{name}"
         outcome = carry(self._seen.get(ref), self._read(name, trainjob, parts, stopped=stopped, now=now))
         if not outcome.terminal and outcome.cause not in (Cause.NONE, Cause.UNKNOWN):
@@ -445,7 +471,48 @@ class Backend:
             self._seen[ref] = outcome
             while len(self._seen) > _SEEN_LIMIT:
                 del self._seen[next(iter(self._seen))]
-        return outcome
+        if trainjob is None:  # gone: its tails are no evidence any more (bounded memory)
+            self._tails.pop(name, None)
+            self._tails_read.pop(name, None)
+            return outcome
+        cached = _cached(trainjob, parts)
+        outcome = with_stuck_deletion(outcome, name, cached, now=now, deletions=self._deletions)
+        return attach_output(outcome, list(self._tails.get(name, {}).values()))
+
+    async def _read_tails(self, name: str, trainjob: Mapping[str, Any], pods: list[dict[str, Any]]) -> None:
+        """Read the output tail of every failed node of the incarnation not read yet — while its pod is
+        still there (JobSet deletes failed pods). Not for a TrainJob being deleted: a stop's SIGTERM is no
+        failure. Unreadable logs are left out (the evidence then has no output)."""
+        meta = trainjob.get("metadata")
+        if (
+            not isinstance(meta, Mapping)
+            or meta.get("deletionTimestamp")
+            or self.facts.logs_readable is False
+        ):
+            return
+        for pod in failed_node_pods(pods):
+            pmeta = pod.get("metadata", {})
+            term = terminated_node(pod)
+            if term is None:
+                continue
+            key = (str(pmeta.get("uid", "")), term[2])
+            read = self._tails_read.setdefault(name, set())
+            if key in read:
+                continue
+            read.add(key)
+            try:
+                lines = await output.read_tail(
+                    self._client,
+                    self.settings.namespace,
+                    str(pmeta.get("name", "")),
+                    lines=self.settings.output_tail_lines,
+                    previous=term[0],
+                )
+            except DispatchError as exc:
+                _log.info("could not read the output tail of pod %s: %s", pmeta.get("name"), exc)
+                continue
+            tail = Tail.of(pod, lines)
+            self._tails.setdefault(name, {})[tail.pod] = tail
 
     def _read(
         self, name: str, trainjob: Mapping[str, Any] | None, parts: Parts | None, *, stopped: bool, now: float
@@ -476,6 +543,7 @@ class Backend:
             return Observation(handle, self._classify(name, None, None, stopped=stopped, now=now), now)
         self._check_owner(obj, handle)
         parts = await read_one(self._client, self.settings.namespace, obj, kueue=self.facts.kueue)
+        await self._read_tails(name, obj, parts.pods)
         now = self._clock.now()
         return Observation(handle, self._classify(name, obj, parts, stopped=stopped, now=now), now)
 
@@ -539,6 +607,92 @@ class Backend:
             self._closed = True
             await self._client.close()
 
+    # --- Watcher ---------------------------------------------------------------------------------------
+
+    def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
+        """Changes of every incarnation in the namespace: one list+watch per kind (TrainJobs, JobSets, Jobs,
+        pods, and Workloads with Kueue) for all jobs at once. A change is emitted only when an incarnation's
+        observation changes; resumable from any change's cursor, also in another process."""
+        watch = Watch(
+            self._client,
+            self.settings.namespace,
+            kinds(self.settings.namespace, kueue=self.facts.kueue, pods=self.facts.pods_visible is not False),
+            fold=self._fold,
+            handle_of=self._handle,
+            tails=self._watch_tails,
+            clock=self._clock,
+        )
+        return watch.run(cursor)
+
+    def _fold(self, name: str, cached: Cached | None, previous: Outcome | None) -> Outcome:
+        # ``previous`` is not needed: _classify carries causes through the backend's own memory.
+        trainjob = cached.trainjob if cached is not None else None
+        parts = (
+            Parts(jobset=cached.jobset, jobs=cached.jobs, pods=cached.pods, workload=cached.workload)
+            if cached is not None
+            else None
+        )
+        ref = f"{self.settings.namespace}/{name}"
+        return self._classify(name, trainjob, parts, stopped=ref in self._stopped, now=self._clock.now())
+
+    async def _watch_tails(self, name: str, cached: Cached) -> None:
+        if cached.trainjob is not None and failed_node_pods(cached.pods):
+            await self._read_tails(name, cached.trainjob, cached.pods)
+
+    # --- CessationSignal -------------------------------------------------------------------------------
+
+    async def ceased(self, handle: Handle) -> bool:
+        """True only when the incarnation's TrainJob, its JobSet and every pod of it are gone."""
+        left, _ = await cessation.read_remains(self._client, handle, self._name_of(handle))
+        self._deletions.stuck_for(left, self._clock.now())  # starts the clock of a deletion seen first here
+        return left.ceased
+
+    async def require_ceased(self, handle: Handle) -> None:
+        """Return if the incarnation has ceased; else raise :class:`~dispatch_kubeflow.PodsRemainError`
+        naming what remains (which pods, terminating since when; a deletion that does not complete)."""
+        await cessation.require_ceased(
+            self._client, handle, self._name_of(handle), clock=self._clock, deletions=self._deletions
+        )
+
+    async def wait_ceased(self, handle: Handle) -> None:
+        """Return once :meth:`ceased` is true, waiting on watches; bound it with ``asyncio.timeout``."""
+        await cessation.wait_ceased(self._client, handle, self._name_of(handle), clock=self._clock)
+
+    # --- OutputReader ----------------------------------------------------------------------------------
+
+    async def output(
+        self,
+        handle: Handle,
+        *,
+        node: int = 0,
+        follow: bool = False,
+        tail: int | None = None,
+        previous: bool = False,
+    ) -> AsyncIterator[str]:
+        """Lines of the ``node`` container of node ``node`` (its completion index); ``follow`` waits for a
+        node that has not started and streams until it ends; ``previous``: the last terminated container of
+        a pod that restarted in place."""
+        name = self._name_of(handle)
+        num_nodes: int | None = None
+        if follow:
+            obj = await self._get(name, what=f'get TrainJob "{handle.ref}"')
+            if obj is None:
+                raise NotFoundError(f'TrainJob "{handle.ref}" is gone: nothing to follow')
+            self._check_owner(obj, handle)
+            n = obj.get("spec", {}).get("trainer", {}).get("numNodes")
+            num_nodes = n if isinstance(n, int) and not isinstance(n, bool) else None
+        async for line in output.stream_output(
+            self._client,
+            self.settings.namespace,
+            handle.identity,
+            node=node,
+            follow=follow,
+            tail=tail,
+            previous=previous,
+            num_nodes=num_nodes,
+        ):
+            yield line
+
     # --- IdentityWeakener ----------------------------------------------------------------------------
 
     def native_name(self, identity: Identity) -> str:
@@ -548,3 +702,14 @@ class Backend:
     def identity_of(self, obj: Mapping[str, Any]) -> Identity | None:
         """The identity a TrainJob carries, ``None`` if none; ``ConflictError`` if inconsistent."""
         return naming.identity_of(obj)
+
+
+def _cached(trainjob: Mapping[str, Any], parts: Parts | None) -> Cached:
+    """An incarnation's objects in the watch's shape (for the checks that read the TrainJob with them)."""
+    return Cached(
+        trainjob=dict(trainjob),
+        jobset=parts.jobset if parts is not None else None,
+        jobs=list(parts.jobs) if parts is not None else [],
+        pods=list(parts.pods) if parts is not None else [],
+        workload=parts.workload if parts is not None else None,
+    )

@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Generator, Mapping
+import time
+from collections.abc import AsyncIterator, Generator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _package_version
@@ -30,7 +31,9 @@ from typing import Any
 
 import httpx2 as httpx
 
+from dispatch import metrics
 from dispatch.clock import Clock, SystemClock
+from dispatch.config import check_token
 from dispatch.errors import InvalidError, ReadOnlyError, UnsupportedError
 from dispatch_kubeflow.errors import is_retryable, map_status, map_transport
 from dispatch_kubeflow.resources import SELF_SUBJECT_ACCESS_REVIEWS, group_version_path
@@ -51,6 +54,70 @@ def user_agent() -> str:
 
 
 USER_AGENT = user_agent()
+
+# The libraries below this module that log: none of them logs request headers today (httpcore2 logs
+# a request as ``<Request [b'GET']>``), but hpack logs the header fields it encodes and decodes, and
+# an HTTP library refusing a header may quote it in the exception it logs. Every token in use is cut
+# out of their records, at every level, whatever logging configuration the application has.
+LIBRARY_LOGGERS = (
+    "httpx2", "httpcore2", "httpcore2.connection", "httpcore2.http11", "httpcore2.http2", "httpcore2.proxy",
+    "httpcore2.socks", "httpx", "httpcore", "httpcore.connection", "httpcore.http11", "httpcore.http2",
+    "httpcore.proxy", "httpcore.socks", "h11", "h2", "h2.connection", "h2.stream", "hpack", "hpack.hpack",
+    "hpack.table", "lightkube", "aiohttp", "aiohttp.client", "aiohttp.internal", "asyncio",
+)  # fmt: skip
+
+
+class _Scrub(logging.Filter):
+    """Replaces every live token in a log record (message, arguments, exception text) with ``***``."""
+
+    def __init__(self) -> None:
+        super().__init__("dispatch-kubeflow-token-scrub")
+        self.tokens: dict[str, int] = {}  # token -> clients using it
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.tokens:
+            return True
+        try:
+            text = record.getMessage()
+        except Exception:  # a malformed record: keep its parts, scrubbed, rather than drop it
+            text = f"{record.msg} {record.args}"
+        clean = self._clean(text)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        exc_text = self._clean(record.exc_text) if record.exc_text else record.exc_text
+        if clean != text or exc_text != record.exc_text:
+            record.msg, record.args, record.exc_text = clean, None, exc_text
+            if exc_text is not None:
+                record.exc_info = None  # the text is what a handler prints; the objects hold the token
+        return True
+
+    def _clean(self, text: str) -> str:
+        for token in self.tokens:
+            text = text.replace(token, "***")
+        return text
+
+    def install(self) -> None:
+        names = set(LIBRARY_LOGGERS)
+        roots = {n.split(".")[0] for n in LIBRARY_LOGGERS}
+        names.update(n for n in logging.Logger.manager.loggerDict if n.split(".")[0] in roots)
+        for name in names:
+            logger = logging.getLogger(name)
+            if self not in logger.filters:
+                logger.addFilter(self)
+
+    def add(self, token: str) -> None:
+        self.install()
+        self.tokens[token] = self.tokens.get(token, 0) + 1
+
+    def remove(self, token: str) -> None:
+        left = self.tokens.get(token, 0) - 1
+        if left > 0:
+            self.tokens[token] = left
+        else:
+            self.tokens.pop(token, None)
+
+
+SCRUB = _Scrub()
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +209,7 @@ class KubeClient:
         self.requests = 0
         self.findings: list[str] = []
         """Warnings the API server attached to writes (the last fifty), for capabilities' notes."""
+        self._tokens: list[str] = []
 
     @classmethod
     def connect(
@@ -157,16 +225,30 @@ class KubeClient:
         """Open a client from a kubeconfig (or in-cluster configuration). ``token``, if given, is sent as
         the bearer token on every request instead of the configuration's own credentials."""
         single = _config(kubeconfig, context)
+        if token is not None:
+            check_token(token)
+        static = getattr(getattr(single, "user", None), "token", None)
+        if isinstance(static, str):
+            check_token(static, path="kubeconfig")
         options = _http_options(single, timeout)
         if token is not None:
             options["auth"] = _Bearer(token)
         headers = dict(options.pop("headers", None) or {})
         headers["User-Agent"] = USER_AGENT
         http = httpx.AsyncClient(headers=headers, **options)
-        return cls(http, server=str(single.cluster.server), retry=retry, clock=clock)
+        client = cls(http, server=str(single.cluster.server), retry=retry, clock=clock)
+        for secret in (token, static):
+            if isinstance(secret, str):
+                SCRUB.add(secret)
+                client._tokens.append(secret)
+        return client
 
     async def close(self) -> None:
-        await self._http.aclose()
+        try:
+            await self._http.aclose()
+        finally:
+            while self._tokens:
+                SCRUB.remove(self._tokens.pop())
 
     async def request(
         self,
@@ -204,7 +286,9 @@ class KubeClient:
                 await self._clock.sleep(self._backoff(attempt - 1, server_wait))
                 server_wait = None
             self.requests += 1
+            started = time.monotonic()
             resp, failure = await self._send(method, path, query, content, headers, what)
+            _count(method, path, resp.status_code if resp is not None else 0, time.monotonic() - started)
             if resp is None:
                 # The request may have reached the server: a write's effect is now unknown.
                 ambiguous = ambiguous or (failure.ambiguous and method != "GET")
@@ -325,6 +409,40 @@ class KubeClient:
         out = await self.request("DELETE", path, what=what, body=body)
         return out if isinstance(out, dict) else None
 
+    async def stream(
+        self,
+        path: str,
+        *,
+        what: str,
+        params: Mapping[str, str] | None = None,
+        read_timeout: float | None = None,
+    ) -> AsyncIterator[str]:
+        """GET a streaming answer (a watch, a followed log) and yield its lines as they arrive.
+
+        One attempt, no retries: the caller owns resumption (a watch resumes from its last
+        resourceVersion, with its own backoff). Raises dispatch's errors as :meth:`request` does for an
+        error answer (``ExpiredError`` for 410), and ``UnavailableError`` when no answer came or the
+        connection broke mid-stream. ``read_timeout`` bounds the silence between two chunks (``None``: as
+        long as the server keeps the stream open)."""
+        headers = {"Accept": "application/json"}
+        timeout = httpx.Timeout(10.0, read=read_timeout)
+        self.requests += 1
+        try:
+            async with self._http.stream(
+                "GET", path, params=dict(params or {}), headers=headers, timeout=timeout
+            ) as resp:
+                _log.debug("GET %s (stream) -> %d", path, resp.status_code)
+                _count("WATCH" if dict(params or {}).get("watch") else "GET", path, resp.status_code, None)
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    raise map_status(resp.status_code, _status_body(resp), what=what)
+                async for line in resp.aiter_lines():
+                    yield line
+        except httpx.TransportError as exc:
+            raise map_transport(
+                what, f"{type(exc).__name__}: the stream from {self.server} broke", ambiguous_write=False
+            ) from None
+
     async def served(self, group: str, version: str) -> set[str] | None:
         """The resources served under ``group/version`` (discovery), or ``None`` if it is not served."""
         from dispatch.errors import NotFoundError
@@ -400,6 +518,39 @@ def _answer(resp: Any, server: str, method: str, accept_text: bool, what: str) -
             "(not JSON): is the kubeconfig's server address right?",
             ambiguous_write=method != "GET" and resp.status_code < 300,
         ) from None
+
+
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete", "WATCH": "watch"}
+
+
+def resource_of(path: str) -> tuple[str, bool]:
+    """The resource a REST path names (``pods``, ``pods/log``, ``trainjobs``) and whether it is a
+    collection — a bounded label for metrics, whatever the object's name."""
+    parts = [p for p in path.split("?")[0].strip("/").split("/") if p]
+    parts = parts[2:] if parts[:1] == ["api"] else parts[3:] if parts[:1] == ["apis"] else parts
+    if len(parts) >= 3 and parts[0] == "namespaces":
+        parts = parts[2:]
+    if not parts:
+        return "discovery", False
+    resource = parts[0] if len(parts) < 3 else f"{parts[0]}/{parts[2]}"
+    return resource, len(parts) == 1
+
+
+def _count(method: str, path: str, code: int, seconds: float | None) -> None:
+    """Count one answered (or failed) request in the process's metrics (a no-op unless enabled)."""
+    recorder = metrics.current()
+    if not recorder.enabled:
+        return
+    resource, collection = resource_of(path)
+    verb = _VERBS.get(method) or ("list" if collection else "get")
+    recorder.inc(
+        "dispatch_api_requests_total",
+        {"verb": verb, "resource": resource, "status": metrics.status_class(code)},
+    )
+    if seconds is not None:
+        recorder.observe(
+            "dispatch_api_request_duration_seconds", seconds, {"verb": verb, "resource": resource}
+        )
 
 
 def _status_body(resp: Any) -> dict[str, Any] | None:

@@ -330,6 +330,10 @@ async def probe(
         if facts.probe_ceased:  # no probe remains: nothing is unknown, the cluster was just unreachable
             raise UnavailableError(str(exc)) from None
         raise _left_behind(exc, settings, name, facts) from None
+    except asyncio.CancelledError:
+        # Cancelled while the create was in flight: it may have landed, and nobody else knows the name.
+        await _cleanup_shielded(client, settings, name, facts, window=window, clock=clock)
+        raise
     _log.info(
         'probe: watching TrainJob "%s" for %gs (Trainer reconciles? Kueue takes it? pods and logs visible?)',
         name,

@@ -186,10 +186,16 @@ def _runtime_patch(
         if pod:
             template["spec"] = pod
         if template:
-            jobs.append({"name": name, "template": {"spec": {"template": template}}})
+            job: dict[str, Any] = {"spec": {"template": template}}
+            if pod_labels:  # the Jobs carry the identity too: the watch selects them by it
+                job["metadata"] = {"labels": dict(pod_labels)}
+            jobs.append({"name": name, "template": job})
     if not jobs:
         return None
-    return {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": jobs}}}}
+    spec: dict[str, Any] = {"spec": {"replicatedJobs": jobs}}
+    if pod_labels:  # so does the JobSet (the patch's metadata is the JobSet's)
+        spec["metadata"] = {"labels": dict(pod_labels)}
+    return {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": spec}}
 
 
 def _kueue_labels(settings: Settings) -> dict[str, str]:

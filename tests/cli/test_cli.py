@@ -87,7 +87,7 @@ def test_run_hello_succeeds(config: Path) -> None:
 
 
 def test_run_preempted_shows_the_typed_cause_and_evidence(config: Path) -> None:
-    result = invoke("run", "--config", config, EXAMPLES / "preempted.yaml")
+    result = invoke("run", "--config", config, EXAMPLES / "preempted.yaml", "--no-supervise")
     assert result.exit_code == 1
     assert "outcome: failed / preempted" in result.stdout
     assert "evidence:" in result.stdout
@@ -100,7 +100,9 @@ def test_run_oom_json_lines_parse_and_end_with_the_record(config: Path) -> None:
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     transitions = [x["transition"] for x in lines[:-1]]
     assert transitions[0]["what"] == "submitted"
-    assert transitions[-1]["state"] == "failed" and transitions[-1]["cause"] == "out_of_memory"
+    ended = [t for t in transitions if "state" in t][-1]
+    assert ended["state"] == "failed" and ended["cause"] == "out_of_memory"
+    assert transitions[-1]["what"] == "gave up"  # the supervisor applied the policy: no requeue
     outcome = lines[-1]["record"]["outcome"]
     assert (outcome["state"], outcome["cause"]) == ("failed", "out_of_memory")
     assert outcome["evidence"][0]["exitCode"] == 137
@@ -161,6 +163,9 @@ def test_a_missing_job_file_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_submit_status_list_history_cancel_resubmit(tmp_path: Path, config: Path) -> None:
+    # No cessation delay: the cancelled job's compute is gone when `cancel` returns, so `resubmit` has
+    # nothing to wait for and must succeed at once (no retry after a sleep, which could hide a bug).
+    config.write_text(config.read_text().replace("cessationDelay: 0.2", "cessationDelay: 0"))
     jobfile = job(tmp_path, QUICK % "hang")
     result = invoke("submit", "--config", config, jobfile, "--job-id", "j1")
     assert result.exit_code == 0, result.stderr
@@ -365,7 +370,9 @@ def test_config_files_may_be_toml(tmp_path: Path) -> None:
     assert dated.exit_code == 2 and "settings.when" in dated.stderr
 
 
-@pytest.mark.parametrize("name", ["hello.yaml", "preempted.yaml", "oom.yaml", "trainjob-hello.yaml"])
+@pytest.mark.parametrize(
+    "name", ["hello.yaml", "preempted.yaml", "node-lost.yaml", "oom.yaml", "trainjob-hello.yaml"]
+)
 def test_every_example_job_validates(name: str) -> None:
     # trainjob-hello.yaml carries kubeflow/RuntimeRef: validate imports installed adapters to know it.
     result = invoke("validate", EXAMPLES / name)
@@ -440,3 +447,76 @@ def test_a_relative_kubeconfig_resolves_from_the_config_file(tmp_path: Path) -> 
     assert cf.settings["kubeconfig"] == str(sub.resolve() / "kc.yaml")
     (sub / "abs.yaml").write_text("adapter: kubeflow\nsettings: {kubeconfig: /etc/kc.yaml}\n")
     assert load_config(str(sub / "abs.yaml"), environ={}).settings["kubeconfig"] == "/etc/kc.yaml"
+
+
+# ---------------------------------------------------------------------- every failure is one line
+
+
+def test_dispatch_token_is_stripped_like_the_token_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dispatch.cli.config import read_token
+
+    assert read_token(environ={"DISPATCH_TOKEN": f"  {SECRET}\n"}) == SECRET
+    assert read_token(environ={"DISPATCH_TOKEN": " \n"}) is None
+
+
+@pytest.mark.parametrize("source", ["env", "file"])
+@pytest.mark.parametrize("bad", [f"{SECRET}\nX-Evil: 1", f"{SECRET} more", f"{SECRET}\x00", f"{SECRET}é"])
+def test_a_token_that_cannot_go_in_a_header_is_refused_without_echo(
+    tmp_path: Path, config: Path, monkeypatch: pytest.MonkeyPatch, source: str, bad: str
+) -> None:
+    args: list[str | Path] = ["check", "--config", config]
+    if source == "env":
+        if "\x00" in bad:
+            bad = bad.replace("\x00", "\x01")  # an environment variable cannot hold a NUL
+        monkeypatch.setenv("DISPATCH_TOKEN", bad)
+    else:
+        (tmp_path / "token").write_text(bad)
+        args += ["--token-file", tmp_path / "token"]
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "cannot be sent in an HTTP header" in result.stderr
+    assert SECRET not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["command: !!bool 9\n", "command: [x]\nnodes: !!int ''\n", "command: !!timestamp 1\n",
+     "!!map [command, x]\n", "command: [x]\nnodes: !!int x\n", "command: [x]\nnodes: 1:30\n",
+     "command: [x]\nnodes: 0x" + "f" * 5000 + "\n", "command: [x]\nnodes: " + "9" * 5000 + "\n",
+     "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+     "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
+     "command: [*f]\n"],
+)  # fmt: skip
+def test_a_hostile_job_file_is_one_line_and_exit_2(tmp_path: Path, text: str) -> None:
+    result = invoke("validate", job(tmp_path, text))
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_a_nul_in_the_store_path_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    conf = tmp_path / "c.json"
+    conf.write_text(json.dumps({"adapter": "memory", "store": {"sqlite": "a\u0000b.db"}}))
+    result = invoke("check", "--config", conf)
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr == f"error: {conf}: store.sqlite: a file path cannot contain a NUL character\n"
+
+
+def test_a_defect_below_the_cli_is_one_line_and_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever escapes from below (here an adapter whose factory has a bug, quoting the token) is
+    one line, with the token cut out, and exit code 1 — never a traceback."""
+    import dispatch
+
+    async def broken_factory(config: dispatch.AdapterConfig) -> object:
+        raise RuntimeError(f"adapter exploded near {config.token}")
+
+    dispatch.register("broken-for-cli-test", broken_factory)
+    conf = job(tmp_path, "adapter: broken-for-cli-test\nstore: {memory: {}}\n", "c.yaml")
+    monkeypatch.setenv("DISPATCH_TOKEN", SECRET)
+    result = invoke("check", "--config", conf)
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: unexpected RuntimeError: adapter exploded near ***")
+    assert SECRET not in result.stdout + result.stderr

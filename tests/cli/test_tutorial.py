@@ -38,7 +38,7 @@ def _steps() -> list[tuple[str, str, str]]:
 
 
 def _start_with_probe_findings(env: dict[str, str], home: Path) -> None:
-    """Start the dev cluster and keep probe findings in the store (probed with a short window), so the
+    """Start the dev cluster and keep probe findings in the store (probed with a 3 s window), so the
     tutorial's first command skips the ≥ 10 s probe: the first-run experience, probe included, is
     tests/cli/test_embedded.py's; this test is about the commands."""
     subprocess.run(["dispatch", "dev-cluster", "start"], env=env, check=True, capture_output=True, timeout=60)
@@ -49,8 +49,11 @@ def _start_with_probe_findings(env: dict[str, str], home: Path) -> None:
         settings = json.dumps({"kubeconfig": str(state / "dev-cluster" / "kubeconfig")}).encode()
         try:
             backend = await open_backend(
-                AdapterConfig("kubeflow", settings, probe_cache=StoreProbeCache(store)), probe_window=0.5
+                AdapterConfig("kubeflow", settings, probe_cache=StoreProbeCache(store)), probe_window=3.0
             )
+            # The window must let the probe's pods appear: findings saying pods are not visible would
+            # keep the adapter from watching pods, and the tutorial's preemption would read `unknown`.
+            assert backend.facts.pods_visible is True, backend.facts
             await backend.close()
         finally:
             await store.close()

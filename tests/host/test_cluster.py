@@ -475,6 +475,38 @@ async def test_output_reads_the_lines_of_a_node(
         assert info.value.path == "node"
 
 
+class WithPreviousOutput(WithOutput):
+    """An output reader that also knows the last terminated run of a node."""
+
+    async def output(  # type: ignore[override]
+        self,
+        handle: Handle,
+        *,
+        node: int = 0,
+        follow: bool = False,
+        tail: int | None = None,
+        previous: bool = False,
+    ) -> AsyncIterator[str]:
+        if previous:
+            yield "the run before"
+            return
+        async for line in super().output(handle, node=node, follow=follow, tail=tail):
+            yield line
+
+
+async def test_output_previous_reaches_the_backend_and_is_checked(
+    backend: MemoryBackend, store: MemoryStore, clock: ManualClock
+) -> None:
+    async with Cluster(WithPreviousOutput(backend), store, clock=clock) as cluster:
+        await cluster.submit(spec(), job_id="out")
+        assert [line async for line in cluster.output("out", previous=True)] == ["the run before"]
+        assert [line async for line in cluster.output("out")] == ["step 1", "step 2", "step 3"]
+        with pytest.raises(InvalidError) as info:
+            async for _ in cluster.output("out", previous="yes"):  # type: ignore[arg-type]
+                pass
+        assert info.value.path == "previous"
+
+
 class HolderWithoutHolds(NoWatcher):
     """An adapter that can hold, on a cluster where it cannot (e.g. Kueue without the admission check)."""
 

@@ -117,6 +117,22 @@ async def test_the_token_never_reaches_the_output(sim: Simulator, tmp_path: Path
     assert "401" in out + err or "credentials" in out + err
 
 
+async def test_dispatch_token_is_stripped_and_a_malformed_one_is_refused_before_any_request(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    cluster, _ = _files(tmp_path, kubeconfig(tmp_path / "kc", sim.url, "placeholder"))
+    # `export DISPATCH_TOKEN="$(cat token)\n"`-style surrounding whitespace: stripped, as from --token-file.
+    code, out, err = await _cli("--config", cluster, "check", token=f" {sim.token('admin')}\n")
+    assert code == 0, err
+    before = len(list(sim.requests))
+    secret = "visible-nowhere-7q"
+    code, out, err = await _cli("--config", cluster, "check", token=f"{secret}\nX-Injected: 1")
+    assert code == 2
+    assert err.count("\n") == 1 and "cannot be sent in an HTTP header" in err
+    assert secret not in out + err
+    assert len(list(sim.requests)) == before  # refused before anything was sent
+
+
 async def test_schema_command_prints_the_published_schema() -> None:
     code, out, err = await _cli("--json", "schema", "kubeflow")
     assert code == 0, err

@@ -4,7 +4,8 @@ Each check gets a fresh simulated cluster. The harness's runtime is the stock to
 restart in the cluster (pod ``restartPolicy: Never``, Job ``backoffLimit: 0``), as dispatch recommends: a
 failed node fails the TrainJob at once and its pod keeps the exit code. Its pods ``hang`` until the harness
 makes them exit, or disrupts them as the cluster would (the scheduler preempting, a node lost, an OOM, an
-eviction). Checks of protocols not implemented yet (holds, watch, cessation) skip.
+eviction). Every check runs; only the Holder checks skip, as the adapter has no Holder yet (holds are a
+separate issue).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from kubeflow_fixtures import config, ident, kubeconfig, spec
+from kubeflow_fixtures import config, ident, install, kubeconfig, spec, torch_runtime, variant
 
 from dispatch import Cause, State
 from dispatch.backend import place
@@ -40,15 +40,40 @@ async def test_running_then_succeeded(backend: Backend, sim: Simulator) -> None:
 
 
 async def test_exit_code_is_the_cause(backend: Backend, sim: Simulator) -> None:
-    handle = await place(backend, spec(env={"KUBESIM_SCRIPT": "sleep 5; exit 3"}), ident("bad-exit"))
+    """A node that exits 3 fails the incarnation with cause ``exit_code`` and the pod's exit code as
+    evidence. The runtime does not restart failed pods (``restartPolicy: Never``, ``backoffLimit: 0``),
+    so the failed pod stays to be read after the fact, as on a real cluster."""
+    rt = variant(torch_runtime(), "torch-no-restart")
+    job_spec = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    job_spec["backoffLimit"] = 0
+    job_spec["template"]["spec"]["restartPolicy"] = "Never"
+    install(sim, rt)
+    handle = await place(
+        backend, spec("torch-no-restart", env={"KUBESIM_SCRIPT": "sleep 5; exit 3"}), ident("bad-exit")
+    )
+    await sim.settle()
+    sim.advance(600)
+    obs = await backend.observe(handle)
+    assert (obs.state, obs.cause) == (State.FAILED, Cause.EXIT_CODE), obs.outcome
+    assert [e.exit_code for e in obs.outcome.evidence if e.kind == "Pod"] == [3]
+    assert any(e.kind == "TrainJob" and e.reason == "FailedJobs" for e in obs.outcome.evidence)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="restartPolicy OnFailure: the Job controller deletes the restarting pod when the backoff "
+    "limit is exceeded, and observe() reads only what is left (the TrainJob's reason); the exit code "
+    "must be captured before cleanup (kubeflow backend, not done yet)",
+)
+async def test_exit_code_is_the_cause_when_the_pod_restarted_in_place(
+    backend: Backend, sim: Simulator
+) -> None:
+    handle = await place(backend, spec(env={"KUBESIM_SCRIPT": "sleep 5; exit 3"}), ident("bad-exit-restart"))
     await sim.settle()
     sim.advance(600)
     obs = await backend.observe(handle)
     assert obs.state is State.FAILED
-    # The Job controller removed the failed pods when the Job failed, so only the TrainJob's own reason is
-    # left to read after the fact (capturing pod evidence before cleanup is the watch's job).
-    assert obs.cause in (Cause.EXIT_CODE, Cause.UNKNOWN)
-    assert any(e.kind == "TrainJob" and e.reason == "FailedJobs" for e in obs.outcome.evidence)
+    assert obs.cause is Cause.EXIT_CODE, obs.outcome
 
 
 async def test_time_limit_is_a_timeout(backend: Backend, sim: Simulator) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -219,10 +220,15 @@ def test_the_trainjob_field_by_field() -> None:
     )
     identity = ident("run-1", 2, 1)
     tj = build_trainjob(job, identity, settings, inspect_runtime(torch_runtime()), kueue=True)
-    name = native_name(identity)
+    # Golden values, fixed here rather than read from the output under test (or from the naming code):
+    # the job hash is sha256("run-1")[:16], the name "<job id>-<N>-" + sha256("run-1\n2")[:10]. A change
+    # to either renames every TrainJob a running dispatch owns, and must show up here.
+    name = "run-1-2-62b709f0cc"
+    assert hashlib.sha256(b"run-1").hexdigest()[:16] == "4e65d3fbe8ad6535"
+    assert name == "run-1-2-" + hashlib.sha256(b"run-1\n2").hexdigest()[:10]
     pod_labels = {
         "app.kubernetes.io/managed-by": "dispatch",
-        "dispatch.dev/job-hash": tj["metadata"]["labels"]["dispatch.dev/job-hash"],
+        "dispatch.dev/job-hash": "4e65d3fbe8ad6535",
         "dispatch.dev/incarnation": "2",
     }
     assert tj == {
@@ -268,11 +274,14 @@ def test_the_trainjob_field_by_field() -> None:
                     "manager": "dispatch.dev/kubeflow-adapter",
                     "trainingRuntimeSpec": {
                         "template": {
+                            # the JobSet and the Jobs carry the identity too (the watch selects them by it)
+                            "metadata": {"labels": pod_labels},
                             "spec": {
                                 "replicatedJobs": [
                                     {
                                         "name": "node",
                                         "template": {
+                                            "metadata": {"labels": pod_labels},
                                             "spec": {
                                                 "template": {
                                                     "metadata": {"labels": pod_labels},
@@ -302,11 +311,11 @@ def test_the_trainjob_field_by_field() -> None:
                                                         ],
                                                     },
                                                 }
-                                            }
+                                            },
                                         },
                                     }
                                 ]
-                            }
+                            },
                         }
                     },
                 }

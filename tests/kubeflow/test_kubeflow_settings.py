@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import jsonschema
@@ -315,6 +316,9 @@ _scalars = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(-(2**40), 2**40),
+    # Beyond int64, and beyond Python's 4,300-digit limit on int(): both must be InvalidError.
+    st.integers(2**62, 2**70).map(lambda n: n * (1 if n % 2 else -1)),
+    st.sampled_from([4400, 5000]).map(lambda n: -(10**n) if n == 5000 else 10**n),
     st.floats(allow_nan=False),
     st.text(max_size=12),
     st.sampled_from(
@@ -352,7 +356,12 @@ def test_no_bytes_raise_anything_but_invalid_error(raw: bytes) -> None:
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(_json, _mutations(), st.dictionaries(_keys, _json, max_size=6)))
 def test_no_document_raises_anything_but_invalid_error_and_accepted_ones_fit_the_schema(doc: Any) -> None:
-    text = json.dumps(doc)
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)  # only to write the document: the decoder must cope at the default
+    try:
+        text = json.dumps(doc)
+    finally:
+        sys.set_int_max_str_digits(limit)
     try:
         parsed = parse_settings(text.encode())
     except InvalidError as exc:
@@ -363,7 +372,13 @@ def test_no_document_raises_anything_but_invalid_error_and_accepted_ones_fit_the
 
 
 @settings(max_examples=200)
-@given(st.text(max_size=60))
+@given(
+    st.one_of(
+        st.text(max_size=60),
+        # Whitespace JSON does not allow, surrogate escapes, and nesting past the limit.
+        st.sampled_from(["\x0b{}", "{}\xa0", '{"namespace": "\\ud800"}', "[" * 150 + "]" * 150]),
+    )
+)
 def test_any_text_is_settings_or_invalid(text: str) -> None:
     try:
         parse_settings(text.encode("utf-8", "surrogatepass"))

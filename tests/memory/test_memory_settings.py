@@ -17,7 +17,7 @@ def test_defaults() -> None:
     s = parse_settings(b"{}")
     assert s == MemorySettings()
     assert (s.nodes, s.start_delay, s.cessation_delay, s.image_pull_grace) == (4, 1.0, 2.0, 10.0)
-    assert s.default_script == "sleep 5; exit 0"
+    assert s.default_script == "print started; sleep 5; print done; exit 0"  # kubesim's default too
     assert s.watch_history == 10_000
     assert s.cluster is None
     assert parse_settings(b"") == MemorySettings()
@@ -125,3 +125,27 @@ def test_cluster_and_settings_are_exclusive() -> None:
     with pytest.raises(InvalidError) as caught:
         MemoryBackend(MemorySettings(), cluster=backend.cluster)
     assert caught.value.path == "cluster"
+
+
+@pytest.mark.parametrize(
+    ("raw", "path"),
+    [
+        (b'{"nodes": 9223372036854775807}', "nodes"),  # would make 2**63 node objects at open
+        (b'{"nodes": 100001}', "nodes"),
+        (b'{"watchHistory": 10000001}', "watchHistory"),
+    ],
+)
+def test_counts_have_an_upper_bound(raw: bytes, path: str) -> None:
+    with pytest.raises(InvalidError) as info:
+        parse_settings(raw)
+    assert info.value.path == path and "at most" in str(info.value)
+    assert parse_settings(b'{"nodes": 100000, "watchHistory": 10000000}').nodes == 100_000
+
+
+@pytest.mark.parametrize(
+    "field", ["nodes", "watch_history", "start_delay", "cessation_delay", "image_pull_grace"]
+)
+def test_a_huge_int_from_python_is_invalid_not_an_overflow(field: str) -> None:
+    with pytest.raises(InvalidError) as info:
+        MemorySettings(**{field: 10**5000})
+    assert "out of range" in str(info.value)

@@ -303,3 +303,46 @@ async def test_timestamps_come_from_the_store_clock(tmp_path: Path) -> None:
     rec = await store.create(simple_record("job"), note("created"))
     assert rec.updated_at == T0 + 1000 and rec.created_at == T0
     await store.close()
+
+
+def _hold_write_lock(path: Path) -> sqlite3.Connection:
+    """Another process's first open of the same new store, caught holding its write lock: switching
+    to WAL then fails at once with SQLITE_BUSY (SQLite's busy handler is not called there)."""
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute("BEGIN IMMEDIATE")
+    return raw
+
+
+async def test_a_first_open_waits_for_another_openers_lock(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    raw = _hold_write_lock(path)
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.3, raw.execute, "COMMIT")
+    store = SqliteStore(path, busy_timeout=10)
+    try:
+        started = loop.time()
+        assert await store.list() == []  # waited for the lock instead of failing at once
+        assert loop.time() - started >= 0.25
+        await store.create(simple_record("job"), note("created"))
+    finally:
+        await store.close()
+        raw.close()
+
+
+async def test_a_first_open_locked_too_long_says_how_long_it_waited(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    raw = _hold_write_lock(path)
+    store = SqliteStore(path, busy_timeout=0.4)
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(UnavailableError, match="locked") as info:
+            await store.list()
+        waited = loop.time() - started
+        assert 0.4 <= waited < 5
+        claimed = float(str(info.value).split("gave up after ")[1].split("s")[0])
+        assert 0.39 <= claimed <= waited + 0.01  # the truth (to 2 decimals), not the bound
+    finally:
+        await store.close()
+        raw.execute("ROLLBACK")
+        raw.close()

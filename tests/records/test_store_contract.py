@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from pathlib import Path
 
@@ -622,3 +623,21 @@ async def test_a_version_1_sqlite_store_is_migrated_and_keeps_its_records(tmp_pa
     with sqlite3.connect(path) as raw:
         assert raw.execute("PRAGMA user_version").fetchone() == (2,)
     raw.close()
+
+
+async def test_every_spec_that_decodes_is_stored_whatever_its_depth(store: Store) -> None:
+    """Decoding and storing agree on depth: a spec nested as deep as the decoder allows is stored and
+    read back (it sits a few levels down inside its record); one level more is refused by decoding."""
+    from dispatch.model._decode import MAX_DEPTH
+
+    def text(lists: int) -> str:  # root, extensions, the extension's value, then `lists` lists
+        return '{"command": ["x"], "extensions": {"acme/Thing": {"a": ' + "[" * lists + "]" * lists + "}}}"
+
+    deepest = JobSpec.loads(text(MAX_DEPTH - 3))
+    rec = simple_record("deep")
+    rec = dataclasses.replace(rec, spec=deepest)
+    await store.create(rec, note("created"))
+    assert (await store.get("deep")).spec == deepest
+    assert [r.job_id for r in await store.list()] == ["deep"]
+    with pytest.raises(InvalidError, match="nested too deeply"):
+        JobSpec.loads(text(MAX_DEPTH - 2))

@@ -20,14 +20,16 @@ from typing import Any, TypeVar
 
 import click
 
+from dispatch import decide
 from dispatch.cli import devcluster
 from dispatch.cli.config import ClusterFile, load_config, open_cluster, read_limited, read_token
 from dispatch.cli.embedded import OfflineBackend, gone_jobs, mark
-from dispatch.cli.render import Renderer, probe_progress
+from dispatch.cli.render import Renderer, probe_progress, when
 from dispatch.cluster import Cluster
 from dispatch.errors import ConflictError, DispatchError, InvalidError, UnsupportedError
 from dispatch.model import JobRecord, JobSpec, State
 from dispatch.registry import describe, load_installed
+from dispatch.supervise import StepReport, UnmatchedPolicy
 
 __all__ = ["EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "cli", "load_spec"]
 
@@ -124,6 +126,9 @@ def execute(opts: Options, coro: Coroutine[Any, Any, int | None]) -> None:
     except DispatchError as exc:
         report_error(opts, exc)
         raise click.exceptions.Exit(EXIT_INVALID if isinstance(exc, InvalidError) else EXIT_FAILED) from None
+    except Exception as exc:  # a bug below us: still one line (no traceback), and a failure exit code
+        report_unexpected(opts, exc)
+        raise click.exceptions.Exit(EXIT_FAILED) from None
     if code:
         raise click.exceptions.Exit(code)
 
@@ -136,6 +141,30 @@ def report_error(opts: Options, exc: DispatchError) -> None:
             body["path"] = exc.path
         if isinstance(exc, UnsupportedError):
             body["reasons"] = list(exc.reasons)
+        click.echo(json.dumps({"error": body}, sort_keys=True))
+
+
+def report_unexpected(opts: Options | None, exc: BaseException) -> None:
+    """One line for an exception that is not a dispatch error (a defect: please report it). The token
+    is cut out of the message, in case a library below us quoted it."""
+    message = " ".join(str(exc).split()) or "(no message)"
+    secrets: list[str] = []
+    try:
+        token = read_token(opts.token_file if opts is not None else None)
+    except Exception:  # an unreadable token file: nothing of it can be in the message to hide
+        token = None
+    if token:
+        secrets.append(token)
+    for secret in secrets:
+        message = message.replace(secret, "***")
+    if len(message) > 300:
+        message = message[:297] + "..."
+    click.echo(
+        f"error: unexpected {type(exc).__name__}: {message} (this is a dispatch defect; please report it)",
+        err=True,
+    )
+    if opts is not None and opts.as_json:
+        body = {"type": type(exc).__name__, "message": message, "unexpected": True}
         click.echo(json.dumps({"error": body}, sort_keys=True))
 
 
@@ -182,46 +211,77 @@ def cli(ctx: click.Context, config: str | None, token_file: str | None, as_json:
 @cli.command()
 @click.argument("jobfile", type=click.Path(dir_okay=False))
 @click.option("--job-id", metavar="ID", help="Job id (default: generated).")
+@click.option(
+    "--no-supervise",
+    is_flag=True,
+    help="Only follow the job: apply no recovery policy (a preempted job ends failed / preempted).",
+)
 @common
-def run(opts: Options, jobfile: str, job_id: str | None) -> None:
-    """Submit JOBFILE and follow it to its outcome, printing every transition."""
-    execute(opts, _run(opts, jobfile, job_id))
+def run(opts: Options, jobfile: str, job_id: str | None, no_supervise: bool) -> None:
+    """Submit JOBFILE and supervise it to its final outcome, printing every transition.
+
+    The cluster's recovery policy applies: a job preempted, evicted or whose node was lost comes back as
+    its next incarnation (see `dispatch history JOB`)."""
+    execute(opts, _run(opts, jobfile, job_id, supervise=not no_supervise))
 
 
-async def _run(opts: Options, jobfile: str, job_id: str | None) -> int:
+async def _run(opts: Options, jobfile: str, job_id: str | None, *, supervise: bool) -> int:
     spec = load_job(jobfile)  # a typo in the job file is reported before the cluster is opened
     cluster, cf = await opts.open()
     async with cluster:
         rec = await cluster.submit(spec, job_id=job_id)
         await _mark(cf, cluster, rec.job_id)
         try:
-            return await _follow(opts, cluster, rec)
+            return await _follow(opts, cluster, rec, supervise=supervise)
         except asyncio.CancelledError:  # Ctrl-C: the job is not ours to drop; say where it is
             where = " on the dev cluster" if cf.embedded else ""
             opts.say(
-                f"interrupted: job {rec.job_id} keeps running{where}; "
-                f"`dispatch status {rec.job_id}` follows it, `dispatch cancel {rec.job_id}` cancels it"
+                f"interrupted: job {rec.job_id} keeps running{where}, unsupervised; "
+                f"`dispatch status {rec.job_id}` follows it, `dispatch supervise` applies the recovery "
+                f"policy, `dispatch cancel {rec.job_id}` cancels it"
             )
             raise
 
 
-async def _follow(opts: Options, cluster: Cluster, rec: JobRecord) -> int:
-    """Print every transition of the job until its outcome is final; the exit code of the outcome.
+async def _follow(opts: Options, cluster: Cluster, rec: JobRecord, *, supervise: bool) -> int:
+    """Supervise (or, without ``supervise``, only follow) the job to its final outcome, printing every
+    transition; the exit code of the outcome.
 
     On a terminal a live line shows the job's state, cause and elapsed time, redrawn every second."""
     out = opts.out
+    jid = rec.job_id
     printed = 0
     started = time.monotonic()
+    latest = rec
     with out.progress(_live_line(rec, started)) as status:
-        ticker = asyncio.create_task(_tick(status, lambda: _live_line(rec, started))) if status else None
+        ticker = asyncio.create_task(_tick(status, lambda: _live_line(latest, started))) if status else None
+
+        async def show() -> JobRecord:
+            nonlocal printed, latest
+            current = await cluster.store.get(jid)
+            history = await cluster.history(jid)
+            for t in history[printed:]:
+                out.transition(jid, t)
+            printed = len(history)
+            latest = current
+            if status is not None:
+                status.update(_live_line(current, started))
+            return current
+
         try:
-            async for rec in cluster.watch(rec.job_id):  # noqa: B020 - the last record is the outcome
-                history = await cluster.history(rec.job_id)
-                for t in history[printed:]:
-                    out.transition(rec.job_id, t)
-                printed = len(history)
-                if status is not None:
-                    status.update(_live_line(rec, started))
+            if supervise:
+                # This job only: another supervisor (`dispatch supervise`) holding its lease finishes it
+                # instead, and this command follows the record until the outcome is final.
+                sup = cluster.supervisor(jobs={jid}, poll=RUN_POLL, lease=RUN_LEASE)
+
+                async def final() -> bool:
+                    return decide.final(await show(), sup.policy, cluster.clock.now())
+
+                await sup.run(until=final)
+                rec = await show()
+            else:
+                async for rec in cluster.watch(jid):  # noqa: B007 - the last record is the outcome
+                    await show()
         finally:
             if ticker is not None:
                 ticker.cancel()
@@ -238,6 +298,109 @@ async def _tick(status: Any, text: Callable[[], str]) -> None:
     while True:
         await asyncio.sleep(1.0)
         status.update(text())
+
+
+RUN_POLL = 0.5
+RUN_LEASE = 15.0
+"""``dispatch run``'s supervisor: poll interval and lease (seconds)."""
+
+
+@cli.command()
+@click.option(
+    "--lease",
+    type=click.FloatRange(min=1.0, max=86400),
+    default=30.0,
+    show_default=True,
+    help="Seconds a lease on a record lasts (renewed at half); a dead supervisor's records are taken over after it.",
+)
+@click.option(
+    "--poll",
+    type=click.FloatRange(min=0.05, max=3600),
+    default=2.0,
+    show_default=True,
+    help="Seconds between polls (and between checks of an old incarnation's lingering compute).",
+)
+@click.option(
+    "--resync",
+    type=click.FloatRange(min=0, max=86400),
+    default=60.0,
+    show_default=True,
+    help="Seconds between full listings of the cluster (reconciliation).",
+)
+@click.option(
+    "--unmatched",
+    type=click.Choice([u.value for u in UnmatchedPolicy]),
+    default=UnmatchedPolicy.IGNORE.value,
+    show_default=True,
+    help="What to do with cluster objects that carry dispatch's identity but match no record.",
+)
+@click.option("--holder", metavar="NAME", help="This supervisor's name in leases (default: host:pid:random).")
+@click.option("--once", is_flag=True, help="Take one step and exit (releasing the leases).")
+@common
+def supervise(
+    opts: Options,
+    lease: float,
+    poll: float,
+    resync: float,
+    unmatched: str,
+    holder: str | None,
+    once: bool,
+) -> None:
+    """Run the supervisor: apply the recovery policy to every job of the store until SIGTERM/SIGINT.
+
+    On SIGTERM or SIGINT it finishes the step in hand, releases its leases and exits 0. Several
+    supervisors may run over one store; they split the jobs by lease."""
+    execute(opts, _supervise(opts, lease, poll, resync, unmatched, holder, once))
+
+
+async def _supervise(
+    opts: Options, lease: float, poll: float, resync: float, unmatched: str, holder: str | None, once: bool
+) -> int:
+    import signal
+
+    out = opts.out
+    if lease <= 2 * poll:
+        raise InvalidError(
+            f"--lease ({lease:g} s) must be more than twice --poll ({poll:g} s)", path="--lease"
+        )
+    cluster, cf = await opts.open()
+    async with cluster:
+        sup = cluster.supervisor(poll=poll, lease=lease, resync=resync, unmatched=unmatched, holder=holder)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        say = out.json if out.as_json else None
+        if say is not None:
+            say({"supervisor": sup.holder, "adapter": cf.adapter, "store": str(cf.store), "event": "started"})
+        else:
+            out.line(f"supervisor {sup.holder} on {cf.adapter} ({cf.store}): started")
+
+        async def report(r: StepReport) -> None:
+            for a in r.actions:
+                if say is not None:
+                    say({"supervisor": sup.holder, "action": a})
+                else:
+                    out.line(f"{when(cluster.clock.now())}  {a}")
+            for e in r.errors:
+                if say is not None:
+                    say({"supervisor": sup.holder, "error": e})
+                else:
+                    out.line(f"{when(cluster.clock.now())}  error: {e}", style="red")
+
+        async def one_step() -> bool:
+            return once
+
+        try:
+            await sup.run(stop=stop, until=one_step, on_step=report)
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+        if say is not None:
+            say({"supervisor": sup.holder, "event": "stopped"})
+        else:
+            out.line(f"supervisor {sup.holder}: stopped, leases released")
+        return EXIT_OK
 
 
 @cli.command()
@@ -473,10 +636,10 @@ def resubmit(opts: Options, job: str, jobfile: str | None, wait: float) -> None:
 @click.argument("job")
 @common
 def history(opts: Options, job: str) -> None:
-    """Show the transitions of JOB, oldest first."""
+    """Show the transitions of JOB, oldest first, then every incarnation and why it ended."""
 
     async def act(cluster: Cluster) -> int:
-        opts.out.transitions(job, await cluster.history(job))
+        opts.out.transitions(job, await cluster.history(job), incarnations=True)
         return EXIT_OK
 
     execute(opts, _with_cluster(opts, act, read_only=True))
@@ -487,13 +650,16 @@ def history(opts: Options, job: str) -> None:
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the node's output ends.")
 @click.option("--node", default=0, show_default=True, type=click.IntRange(min=0), help="Node index.")
 @click.option("--tail", type=click.IntRange(min=0), help="Only the last N lines.")
+@click.option(
+    "--previous", "-p", is_flag=True, help="The node's last terminated run (a node that restarted in place)."
+)
 @common
-def logs(opts: Options, job: str, follow: bool, node: int, tail: int | None) -> None:
+def logs(opts: Options, job: str, follow: bool, node: int, tail: int | None, previous: bool) -> None:
     """Print the output of one node of JOB."""
 
     async def act(cluster: Cluster) -> int:
         out = opts.out
-        async for line in cluster.output(job, node=node, follow=follow, tail=tail):
+        async for line in cluster.output(job, node=node, follow=follow, tail=tail, previous=previous):
             if out.as_json:
                 out.json({"jobId": job, "node": node, "line": line})
             else:
@@ -605,4 +771,7 @@ def main(argv: list[str] | None = None) -> None:
 
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(EXIT_FAILED)
+    except Exception as exc:  # outside a command's body (option parsing, a plugin): still one line
+        report_unexpected(None, exc)
         sys.exit(EXIT_FAILED)

@@ -19,6 +19,7 @@ works, but is never shown (``str(StoreChoice)`` is the URL without it).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from typing import Any
 from dispatch.clock import Clock
 from dispatch.cluster import Cluster
 from dispatch.cluster import open as open_cluster_async
-from dispatch.config import Config
+from dispatch.config import Config, check_token
 from dispatch.errors import InvalidError
 from dispatch.model import DEFAULT_POLICY, Policy
 from dispatch.model._decode import (
@@ -39,6 +40,7 @@ from dispatch.model._decode import (
     check_plain,
     join,
     load_json,
+    load_toml,
     load_yaml,
 )
 from dispatch.records import Store
@@ -64,17 +66,32 @@ CONFIG_ENV = "DISPATCH_CONFIG"
 TOKEN_ENV = "DISPATCH_TOKEN"
 
 MEMORY_DEFAULT = """\
-# The embedded default: the in-process memory adapter with short delays, records in SQLite under the
-# user's state directory.
+# The in-process memory adapter with short delays, records in SQLite under the user's state directory
+# (for tests and --config; the embedded default is DEFAULT_CONFIG). The policy is the default one with a
+# 1 s backoff, so that a requeue takes seconds, not minutes.
 adapter: memory
 settings: {startDelay: 0.5, cessationDelay: 0.5}
+policy:
+  rules:
+    preempted: {action: requeue, max: 3, backoff: 1}
+    evicted: {action: requeue, max: 3, backoff: 1}
+    node_lost: {action: requeue, max: 3, backoff: 1}
+  default: fail
 """
 
 DEFAULT_CONFIG = """\
 # The embedded default (SPEC §11): the Kubeflow adapter against the dev cluster (a kubesim started in the
-# background, see `dispatch dev-cluster`), records in SQLite under the user's state directory.
+# background, see `dispatch dev-cluster`), records in SQLite under the user's state directory. The policy
+# is the default one with a 1 s backoff, so that the quick start's requeue (`dispatch run
+# examples/preempted.yaml`) takes seconds, not minutes.
 adapter: kubeflow
 settings: {kubeconfig: <state dir>/dev-cluster/kubeconfig}
+policy:
+  rules:
+    preempted: {action: requeue, max: 3, backoff: 1}
+    evicted: {action: requeue, max: 3, backoff: 1}
+    node_lost: {action: requeue, max: 3, backoff: 1}
+  default: fail
 """
 """What is used when neither ``--config`` nor ``DISPATCH_CONFIG`` names one (see :func:`embedded_config`)."""
 
@@ -181,7 +198,7 @@ def _parse_config(text: str | bytes, source: str, base: Path | None) -> ClusterF
     if source.endswith(".json"):
         raw = load_json(text, what=what)
     elif source.endswith(".toml"):
-        raw = _load_toml(text, what)
+        raw = load_toml(text, what=what)
     else:
         raw = load_yaml(text, what=what)
     f = Fields(raw, "", what="config key")
@@ -212,19 +229,6 @@ def _refuse_unknown(f: Fields, keys: tuple[str, ...]) -> None:
     for key in keys:
         probe.optional(key, lambda v, p: v, None)
     probe.done()
-
-
-def _load_toml(text: str | bytes, what: str) -> Any:
-    import tomllib  # deferred: only TOML configs need it
-
-    try:
-        data = text.decode("utf-8") if isinstance(text, bytes) else text
-        # TOML itself refuses duplicate keys and has no null; dates are refused below (check_plain).
-        return check_plain(tomllib.loads(data), "")
-    except UnicodeDecodeError as exc:
-        raise InvalidError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=what) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidError(f"not valid TOML: {exc}", path=what) from None
 
 
 def _settings(value: Any, path: str) -> dict[str, Any]:
@@ -290,8 +294,9 @@ def embedded_config() -> ClusterFile:
     """The embedded default: the ``kubeflow`` adapter on the dev cluster's kubeconfig, the default store."""
     from dispatch.cli.devcluster import dev_dir
 
-    return ClusterFile(
-        "kubeflow", {"kubeconfig": str(dev_dir() / "kubeconfig")}, source="<default>", embedded=True
+    cf = parse_config(DEFAULT_CONFIG)  # its policy and adapter; the kubeconfig is the real path
+    return dataclasses.replace(
+        cf, settings={**cf.settings, "kubeconfig": str(dev_dir() / "kubeconfig")}, embedded=True
     )
 
 
@@ -322,8 +327,11 @@ def read_token(token_file: str | None = None, *, environ: Mapping[str, str] | No
             raise InvalidError("the token file is not UTF-8 text", path=token_file) from None
         if not token:
             raise InvalidError("the token file is empty", path=token_file)
-        return token
-    return env.get(TOKEN_ENV) or None
+        return check_token(token, path=token_file)
+    # Stripped like the file: `export DISPATCH_TOKEN="$(cat token)"` keeps no newline, but an echo
+    # piped through other tools may.
+    token = env.get(TOKEN_ENV, "").strip()
+    return check_token(token, path=TOKEN_ENV) if token else None
 
 
 async def open_cluster(

@@ -11,11 +11,12 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any, TextIO
 
-from dispatch.model import Capabilities, Evidence, JobRecord, Outcome, State, Transition
+from dispatch.model import Capabilities, Cause, Epoch, Evidence, JobRecord, Outcome, State, Transition
 
-__all__ = ["Renderer", "probe_progress", "when"]
+__all__ = ["Incarnation", "Renderer", "incarnations_of", "probe_progress", "when"]
 
 _COLOURS = {
     State.SUCCEEDED: "green",
@@ -231,12 +232,19 @@ class Renderer:
             text += f"  — {t.why}"
         self.line(text, style=_COLOURS.get(t.state) if t.state else None)
 
-    def transitions(self, job_id: str, ts: Sequence[Transition]) -> None:
+    def transitions(self, job_id: str, ts: Sequence[Transition], *, incarnations: bool = False) -> None:
         if self.as_json:
             self.json([t.to_json() for t in ts])
             return
         for t in ts:
             self.transition(job_id, t)
+        if incarnations:
+            self.line("incarnations:")
+            for inc in incarnations_of(ts):
+                text = f"  {inc.epoch.n} ({job_id}@{inc.epoch}): {inc.state.value} / {inc.cause.value}"
+                if inc.then:
+                    text += f"  — {inc.then}"
+                self.line(text, style=_COLOURS.get(inc.state))
 
     def outcome(self, rec: JobRecord) -> None:
         """The final typed outcome of ``dispatch run``."""
@@ -342,3 +350,36 @@ def probe_progress(renderer: Renderer, text: str, quiet: bool = False) -> Iterat
         finally:
             root.removeHandler(handler)
             root.setLevel(level)
+
+
+@dataclass
+class Incarnation:
+    """One incarnation as the history tells it: its epoch, how it ended (or where it is), what came next."""
+
+    epoch: Epoch
+    state: State = State.PENDING
+    cause: Cause = Cause.NONE
+    then: str = ""
+
+
+def incarnations_of(ts: Sequence[Transition]) -> list[Incarnation]:
+    """Every incarnation in a history, oldest first, with its last state and why it was followed by the
+    next one (a requeue and the policy rule that allowed it, a resubmit) or given up."""
+    out: dict[int, Incarnation] = {}
+    current: Incarnation | None = None
+    for t in ts:
+        if t.epoch is not None and t.epoch.n not in out:
+            if current is not None and not current.then:
+                if t.what == "requeued":
+                    current.then = f"requeued as {t.epoch}: {t.why}"
+                elif t.what == "resubmitted":
+                    current.then = f"resubmitted as {t.epoch} by the user"
+            current = out[t.epoch.n] = Incarnation(t.epoch)
+        if current is None:
+            continue
+        if t.what in ("gave up", "held for a person"):
+            current.then = f"{t.what}: {t.why}"
+        if t.state is not None and t.what not in ("requeued", "resubmitted"):
+            current.state = t.state
+            current.cause = t.cause if t.cause is not None else Cause.NONE
+    return list(out.values())

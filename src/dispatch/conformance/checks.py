@@ -23,12 +23,13 @@ from dispatch.backend import (
     Holder,
     HoldToken,
     IdentityWeakener,
+    OutputReader,
     Prepared,
     Watcher,
     place,
 )
 from dispatch.conformance.harness import Harness
-from dispatch.errors import ConflictError, InvalidError, ReadOnlyError, UnsupportedError
+from dispatch.errors import ConflictError, DispatchError, InvalidError, ReadOnlyError, UnsupportedError
 from dispatch.model import (
     Capabilities,
     Cause,
@@ -56,6 +57,7 @@ __all__ = [
     "test_conformance_injected_cause",
     "test_conformance_lifecycle_to_success",
     "test_conformance_list_includes_every_incarnation",
+    "test_conformance_output_lines_tail_and_follow",
     "test_conformance_prepare_creates_nothing_and_start_sends_it",
     "test_conformance_read_only_refuses_every_write",
     "test_conformance_refuses_unsupported_extensions",
@@ -219,7 +221,12 @@ async def test_conformance_capabilities_shape(harness: Harness) -> None:
     assert Capabilities.from_json(caps.to_json()) == caps
     assert set(harness.spec().extensions) <= caps.extensions
     assert caps.writable, "a backend opened writable reports read_only/observe_only"
-    for flag, proto in (("holds", Holder), ("watch", Watcher), ("cessation", CessationSignal)):
+    for flag, proto in (
+        ("holds", Holder),
+        ("watch", Watcher),
+        ("cessation", CessationSignal),
+        ("output", OutputReader),
+    ):
         if getattr(caps, flag):
             assert isinstance(backend, proto), (
                 f"capabilities say {flag} but {proto.__name__} is not implemented"
@@ -560,6 +567,51 @@ async def test_conformance_wait_ceased_honours_timeout(harness: Harness) -> None
         async with asyncio.timeout(0.05):
             await backend.wait_ceased(handle)
     assert (await backend.observe(handle)).state is State.RUNNING
+
+
+# --- OutputReader -------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_conformance_output_lines_tail_and_follow(harness: Harness) -> None:
+    """A running node's output is readable as lines (the harness spec prints at least one), ``tail``
+    bounds it, and ``follow`` yields until the node ends. A node that does not exist is refused."""
+    _needs(harness, "succeed")
+    backend = await harness.open()
+    await _capable(backend, OutputReader, "output")
+    assert isinstance(backend, OutputReader)
+    handle = await place(backend, harness.spec(), _identity("output"))
+    await _running(harness, backend, handle)
+    lines = [line async for line in backend.output(handle)]
+    assert lines and all(isinstance(line, str) and "\n" not in line for line in lines), lines
+    assert [line async for line in backend.output(handle, tail=1)] == lines[-1:]
+    assert [line async for line in backend.output(handle, tail=0)] == []
+    followed: list[str] = []
+
+    async def follow() -> None:
+        async for line in backend.output(handle, follow=True):
+            followed.append(line)
+
+    task = asyncio.ensure_future(follow())
+    try:
+        await harness.settle()
+        await harness.succeed(backend, handle)
+        waited = 0.0
+        while not task.done():
+            if waited >= harness.patience:
+                pytest.fail("output(follow=True) did not end after the node ended")
+            await harness.advance(harness.step)
+            waited += harness.step
+            for _ in range(20):
+                if task.done():
+                    break
+                await asyncio.sleep(0.01)
+        await task
+    finally:
+        task.cancel()
+    assert followed[: len(lines)] == lines, (followed, lines)
+    with pytest.raises(DispatchError):
+        _ = [line async for line in backend.output(handle, node=10_000)]
 
 
 # --- IdentityWeakener ---------------------------------------------------------------------------

@@ -9,11 +9,17 @@ from typing import Any
 
 from dispatch.errors import InvalidError
 from dispatch.memory.script import DEFAULT_SCRIPT, parse_script
-from dispatch.model._decode import Fields, as_int, as_number, as_str, load_json
+from dispatch.model._decode import INT_MAX, INT_MIN, Fields, as_int, as_number, as_str, load_json
 
 __all__ = ["MemorySettings", "parse_settings", "schema"]
 
 _CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
+
+MAX_NODES = 100_000
+"""The largest simulated cluster: every node is an object in memory, made when the cluster opens."""
+
+MAX_WATCH_HISTORY = 10_000_000
+"""The most changes kept for resuming watches."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +49,15 @@ class MemorySettings:
     cluster: str | None = None
 
     def __post_init__(self) -> None:
-        for key, count in (("nodes", self.nodes), ("watchHistory", self.watch_history)):
+        for key, count, most in (
+            ("nodes", self.nodes, MAX_NODES),
+            ("watchHistory", self.watch_history, MAX_WATCH_HISTORY),
+        ):
             if isinstance(count, bool) or not isinstance(count, int):
                 raise InvalidError(f"expected an integer, got {count!r}", path=key)
             _at_least(count, 1, key)
+            if count > most:
+                raise InvalidError(f"must be at most {most:,}, got {count}", path=key)
         for key, value in (
             ("startDelay", self.start_delay),
             ("cessationDelay", self.cessation_delay),
@@ -78,7 +89,12 @@ class MemorySettings:
 
 
 def _at_least(value: float, low: float, path: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidError(f"expected a finite number, got {type(value).__name__}", path=path)
+    # A huge int would overflow math.isfinite, and could not even be shown in the message.
+    if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+        raise InvalidError(f"integer out of range; integers are 64-bit (at most {INT_MAX})", path=path)
+    if not math.isfinite(value):
         raise InvalidError(f"expected a finite number, got {value!r}", path=path)
     if value < low:
         raise InvalidError(f"must be at least {low}, got {value}", path=path)
@@ -112,7 +128,13 @@ def schema() -> dict[str, Any]:
         "type": "object",
         "additionalProperties": False,
         "properties": {
-            "nodes": {"type": "integer", "minimum": 1, "default": 4, "description": "capacity in nodes"},
+            "nodes": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_NODES,
+                "default": 4,
+                "description": "capacity in nodes",
+            },
             "startDelay": {**seconds, "default": 1, "description": "seconds spent starting"},
             "cessationDelay": {
                 **seconds,
@@ -121,7 +143,7 @@ def schema() -> dict[str, Any]:
             },
             "imagePullGrace": {**seconds, "default": 10, "description": "seconds before a bad image fails"},
             "defaultScript": {"type": "string", "default": DEFAULT_SCRIPT, "description": "behaviour script"},
-            "watchHistory": {"type": "integer", "minimum": 1, "default": 10000},
+            "watchHistory": {"type": "integer", "minimum": 1, "maximum": MAX_WATCH_HISTORY, "default": 10000},
             "cluster": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"},
         },
     }

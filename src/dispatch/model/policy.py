@@ -15,7 +15,16 @@ from dispatch.model._decode import Fields, as_enum, as_int, as_number, as_object
 from dispatch.model.identity import EPOCH_BOUND
 from dispatch.model.outcome import Cause
 
-__all__ = ["DEFAULT_POLICY", "Action", "Plan", "PlanAction", "Policy", "Rule"]
+__all__ = [
+    "DEFAULT_POLICY",
+    "MAX_BACKOFF",
+    "MAX_EPOCH_SECONDS",
+    "Action",
+    "Plan",
+    "PlanAction",
+    "Policy",
+    "Rule",
+]
 
 
 class Action(StrEnum):
@@ -24,6 +33,30 @@ class Action(StrEnum):
     REQUEUE = "requeue"  # start a new incarnation, up to ``max`` times, after a doubling backoff
     FAIL = "fail"  # give up and keep the cause
     HOLD = "hold"  # stop and wait for a person
+
+
+MAX_BACKOFF = 365 * 24 * 3600.0
+"""The longest ``backoff``/``backoffCap`` (a year): a longer wait is a hold, and far larger numbers
+overflow the clock arithmetic of the supervisor."""
+
+MAX_EPOCH_SECONDS = 253402300799.0
+"""The last second of the year 9999: the largest time a :class:`Plan` may name (``datetime``'s range)."""
+
+
+def _finite(value: float) -> bool:
+    # math.isfinite(10**400) raises OverflowError: such an int is no number of seconds either.
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _short(value: object) -> str:
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more than 4,300 digits cannot be printed
+        return "an integer too large to show"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +74,12 @@ class Rule:
         if isinstance(self.max, bool) or not isinstance(self.max, int) or not 0 <= self.max < EPOCH_BOUND:
             raise InvalidError(f"must be an integer in [0, {EPOCH_BOUND})", path="max")
         for name, value in (("backoff", self.backoff), ("backoffCap", self.backoff_cap)):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise InvalidError(f"expected a finite number of seconds, got {value!r}", path=name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
+                raise InvalidError(f"expected a finite number of seconds, got {_short(value)}", path=name)
+            if not 0 <= value <= MAX_BACKOFF:
+                raise InvalidError(
+                    f"must be between 0 and {MAX_BACKOFF:g} seconds (a year), got {_short(value)}", path=name
+                )
         if not 0 <= self.backoff <= self.backoff_cap:
             raise InvalidError(
                 f"need 0 <= backoff ({self.backoff}) <= backoffCap ({self.backoff_cap})", path="backoff"
@@ -148,8 +185,10 @@ class PlanAction(StrEnum):
     WAIT = "wait"  # nothing to do until the cluster reports a change
     START = "start"  # place the current epoch on the cluster
     STOP = "stop"  # ask the cluster to end the current incarnation
+    SETTLE = "settle"  # a write's effect is unknown: observe the cluster before acting again
+    CEASE = "cease"  # stop the previous incarnation and wait until its compute is gone
     REQUEUE = "requeue"  # stop, wait for cessation, start the next epoch
-    FAIL = "fail"  # record the failure as final
+    FAIL = "fail"  # give up: record the failure as final
     HOLD = "hold"  # stop and wait for a person
     DONE = "done"  # terminal; nothing more will happen
 
@@ -162,6 +201,19 @@ class Plan:
     reason: str = ""
     not_before: float | None = None
 
+    def __post_init__(self) -> None:
+        nb = self.not_before
+        if nb is not None and (
+            isinstance(nb, bool)
+            or not isinstance(nb, int | float)
+            or not _finite(nb)
+            or not 0 <= nb <= MAX_EPOCH_SECONDS
+        ):
+            raise InvalidError(
+                f"expected epoch seconds between 0 and {MAX_EPOCH_SECONDS:.0f}, got {_short(nb)}",
+                path="notBefore",
+            )
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"action": self.action.value}
         if self.reason:
@@ -173,10 +225,11 @@ class Plan:
     @classmethod
     def from_json(cls, value: Any, path: str = "plan") -> Plan:
         f = Fields(value, path)
-        plan = cls(
-            action=f.required("action", lambda v, p: as_enum(PlanAction, v, p)),
-            reason=f.optional("reason", as_str, ""),
-            not_before=f.optional("notBefore", as_number, None),
-        )
+        action = f.required("action", lambda v, p: as_enum(PlanAction, v, p))
+        reason = f.optional("reason", as_str, "")
+        not_before = f.optional("notBefore", as_number, None)
         f.done()
-        return plan
+        try:
+            return cls(action=action, reason=reason, not_before=not_before)
+        except InvalidError as exc:
+            raise InvalidError(exc.detail, path=f"{path}.{exc.path}" if path else exc.path) from None

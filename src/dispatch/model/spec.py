@@ -9,7 +9,17 @@ from types import MappingProxyType
 from typing import Any
 
 from dispatch.errors import InvalidError
-from dispatch.model._decode import Fields, as_int, as_list, as_mapping, as_str, key_path, load_json, load_yaml
+from dispatch.model._decode import (
+    INT_MAX,
+    Fields,
+    as_int,
+    as_list,
+    as_mapping,
+    as_str,
+    key_path,
+    load_json,
+    load_yaml,
+)
 from dispatch.model.extensions import Extensions
 from dispatch.model.identity import ENV_PREFIX
 
@@ -121,3 +131,5 @@ def _check_count(value: Any, path: str) -> None:
         raise InvalidError(f"expected an integer, got {type(value).__name__}", path=path)
     if value < 1:
         raise InvalidError(f"must be at least 1, got {value}", path=path)
+    if value > INT_MAX:  # what a document could say (int64); a larger int cannot even be printed
+        raise InvalidError(f"integer out of range; integers are 64-bit (at most {INT_MAX})", path=path)

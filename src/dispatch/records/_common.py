@@ -14,7 +14,7 @@ from typing import Any
 
 from dispatch.errors import ConflictError, InvalidError, UnavailableError
 from dispatch.model import JobRecord, Lease, State, Transition, load_json
-from dispatch.model._decode import check_plain
+from dispatch.model._decode import STORED_DEPTH, check_plain
 from dispatch.records.store import Changes
 
 __all__ = [
@@ -56,7 +56,7 @@ def checked_record(record: JobRecord) -> JobRecord:
     what = f"record of job {record.job_id!r}"
     try:
         text = dumps(check_plain(record.to_json(), ""), "record")
-        return JobRecord.from_json(load_json(text, what="record"), path="")
+        return JobRecord.from_json(load_json(text, what="record", max_depth=STORED_DEPTH), path="")
     except InvalidError as exc:
         raise InvalidError(
             f"{what} does not survive its JSON form: {exc.detail}",
@@ -80,7 +80,7 @@ def checked_transition(job_id: str, transition: Transition, where: str) -> tuple
         raise InvalidError(f"expected a Transition, got {type(transition).__name__}", path=where)
     try:
         text = dumps(check_plain(transition.to_json(), where), where)
-        decoded = Transition.from_json(load_json(text, what=where), path=where)
+        decoded = Transition.from_json(load_json(text, what=where, max_depth=STORED_DEPTH), path=where)
     except InvalidError as exc:
         raise InvalidError(
             f"a transition of job {job_id!r} does not survive its JSON form: {exc.detail}",
@@ -102,7 +102,7 @@ def check_revision(expected_revision: int) -> int:
 def decode_record(job_id: str, text: str, where: str) -> JobRecord:
     """Decode a stored record strictly; any failure names the job and ``where`` it is stored."""
     try:
-        record = JobRecord.from_json(load_json(text, what="record"), path="")
+        record = JobRecord.from_json(load_json(text, what="record", max_depth=STORED_DEPTH), path="")
     except (InvalidError, TypeError, ValueError, KeyError) as exc:
         raise InvalidError(
             f"the stored record of job {job_id!r} in {where} cannot be decoded: {exc}"
@@ -117,7 +117,7 @@ def decode_record(job_id: str, text: str, where: str) -> JobRecord:
 def decode_transition(job_id: str, seq: int, text: str, where: str) -> Transition:
     """Decode one stored history entry strictly; any failure names the job, the entry and the store."""
     try:
-        return Transition.from_json(load_json(text, what="transition"), path="")
+        return Transition.from_json(load_json(text, what="transition", max_depth=STORED_DEPTH), path="")
     except (InvalidError, TypeError, ValueError, KeyError) as exc:
         raise InvalidError(
             f"history entry {seq} of job {job_id!r} in {where} cannot be decoded: {exc}"

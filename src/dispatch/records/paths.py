@@ -33,7 +33,10 @@ def default_store_path(environ: Mapping[str, str] | None = None) -> Path:
 
 def expand_user(path: str, *, what: str) -> Path:
     """``path`` with a leading ``~`` or ``~user`` expanded; ``InvalidError`` at ``what`` when that user
-    (or the home directory) cannot be found, instead of pathlib's bare ``RuntimeError``."""
+    (or the home directory) cannot be found, instead of pathlib's bare ``RuntimeError``; and when the
+    path holds a NUL character, which no file name can (the OS calls would raise ``ValueError``)."""
+    if "\x00" in path:
+        raise InvalidError("a file path cannot contain a NUL character", path=what)
     try:
         return Path(path).expanduser()
     except RuntimeError:

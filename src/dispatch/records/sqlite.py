@@ -223,15 +223,32 @@ class SqliteStore:
         # Look before changing anything: a foreign database must not be switched to WAL or written.
         # One read transaction, so a concurrent opener's migration is seen whole or not at all.
         self._transaction(conn, self._check_read_identity, write=False)
-        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        mode = self._busy_retry(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
         if str(mode).lower() != "wal":
             raise UnavailableError(
                 f"{self._path}: cannot use write-ahead logging here (journal mode stays {mode!r}); "
                 "put the store on a local filesystem"
             )
         conn.execute("PRAGMA synchronous=FULL")
-        if self._pragma(conn, "user_version") < SCHEMA_VERSION:
+        if self._busy_retry(lambda: self._pragma(conn, "user_version")) < SCHEMA_VERSION:
             self._transaction(conn, self._migrate, write=True)
+
+    def _busy_retry(self, fn: Callable[[], T]) -> T:
+        """``fn()``, retried while SQLite answers busy, until ``busy_timeout`` has passed.
+
+        Switching a new store to WAL while another process holds a write lock on it (its own first
+        open) fails at once with SQLITE_BUSY: SQLite does not call its busy handler there, since
+        waiting could deadlock. Waiting outside any transaction cannot."""
+        deadline = time.monotonic() + self._busy_timeout
+        pause = 0.002
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF not in _BUSY_CODES or time.monotonic() >= deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
 
     @staticmethod
     def _pragma(conn: sqlite3.Connection, name: str) -> int:
@@ -282,10 +299,11 @@ class SqliteStore:
         return await fut
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        started = time.monotonic()
         try:
             return fn(self._connection())
         except sqlite3.Error as exc:
-            raise self._mapped(exc) from exc
+            raise self._mapped(exc, time.monotonic() - started) from exc
 
     def _transaction(
         self, conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T], *, write: bool
@@ -318,15 +336,16 @@ class SqliteStore:
             except sqlite3.Error:
                 pass  # the original error is the one worth reporting; SQLite rolls back on close anyway
 
-    def _mapped(self, exc: sqlite3.Error) -> DispatchError:
+    def _mapped(self, exc: sqlite3.Error, waited: float) -> DispatchError:
         where = str(self._path)
         name = getattr(exc, "sqlite_errorname", "") or type(exc).__name__
         if name == "SQLITE_NOTADB":
             return InvalidError("is not a SQLite database, so it is not a dispatch store", path=where)
         if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            # Say how long we really waited: SQLite gives up at once where waiting could deadlock.
             return UnavailableError(
-                f"{where}: the store stayed locked by another connection for more than "
-                f"{self._busy_timeout:g}s (busy_timeout)"
+                f"{where}: the store stayed locked by another connection; gave up after {waited:.2f}s "
+                f"(busy_timeout {self._busy_timeout:g}s)"
             )
         if name.startswith("SQLITE_CORRUPT"):
             return UnavailableError(
@@ -614,10 +633,11 @@ class _SqliteChanges(Changes):
         await self._blocking(self._open)
 
     async def _blocking(self, fn: Callable[[], T]) -> T:
+        started = time.monotonic()
         try:
             return await asyncio.to_thread(fn)
         except sqlite3.Error as exc:
-            raise self._store._mapped(exc) from None
+            raise self._store._mapped(exc, time.monotonic() - started) from None
 
     def _open(self) -> None:
         self._conn = sqlite3.connect(

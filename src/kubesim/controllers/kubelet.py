@@ -224,7 +224,7 @@ class KubeletController(BaseController):
         if script is None:
             script = env.get(SCRIPT_ENV) or DEFAULT_SCRIPT
         try:
-            run.steps = parse_script(script)
+            run.steps = list(parse_script(script))
         except ScriptError as e:
             run.script_error = str(e)
         return run

@@ -1,0 +1,401 @@
+"""What to do next for one job: the pure decisions the supervisor and the facade share.
+
+:func:`dispatch.fold.fold` turns an observation into a record; this module decides, from a record, its
+policy and the time, the one action to take next (:func:`next`), and builds every record change the
+operator and the supervisor write (:func:`submitted`, :func:`started`, :func:`requeued`, ...). Every
+function here is pure: it reads its arguments and returns values, so each decision is tested alone (a
+table and property tests in ``tests/host/test_decide.py``) and ``Cluster`` and ``Supervisor`` cannot
+disagree about what a transition means.
+
+Retry decisions follow kopf's split: :func:`classify` maps a dispatch error to a
+:class:`TemporaryError` (try again later: busy, unavailable, a write whose effect is unknown until an
+observation settles it, a record that changed under us) or a :class:`PermanentError` (trying again
+cannot help: the request is invalid or unsupported, or the credentials do not allow it).
+"""
+
+from __future__ import annotations
+
+from dispatch.errors import (
+    BusyError,
+    ConflictError,
+    DispatchError,
+    InvalidError,
+    NotFoundError,
+    OutcomeUnknownError,
+    PermissionDeniedError,
+    UnavailableError,
+    UnsupportedError,
+)
+from dispatch.model import (
+    EPOCH_BOUND,
+    Action,
+    Actor,
+    Cause,
+    Epoch,
+    Evidence,
+    Handle,
+    Identity,
+    JobRecord,
+    JobSpec,
+    Outcome,
+    Plan,
+    PlanAction,
+    Policy,
+    State,
+    Transition,
+)
+
+__all__ = [
+    "FINAL_PLANS",
+    "PermanentError",
+    "Step",
+    "TemporaryError",
+    "cancel_requested",
+    "cancelled_off_cluster",
+    "ceased",
+    "classify",
+    "current_handle",
+    "final",
+    "gave_up",
+    "held",
+    "next",
+    "previous_handle",
+    "released",
+    "requeued",
+    "resubmitted",
+    "settled",
+    "start_failed",
+    "start_refused",
+    "start_unknown",
+    "started",
+    "submitted",
+    "write_unknown",
+]
+
+Step = tuple[JobRecord, list[Transition]]
+"""A record change: the new record and the transitions to append with it (one compare-and-swap)."""
+
+FINAL_PLANS = frozenset({PlanAction.FAIL, PlanAction.HOLD})
+"""Plans that, written on a terminal record, mean the supervisor gave up: the outcome is final."""
+
+
+# ---------------------------------------------------------------------------------------- retries
+
+
+class TemporaryError(DispatchError):
+    """Trying again later may succeed (after ``delay`` seconds at the earliest)."""
+
+    def __init__(self, message: str, *, delay: float = 1.0) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+class PermanentError(DispatchError):
+    """Trying again cannot help: the decision must change, not the timing."""
+
+
+def classify(exc: DispatchError) -> TemporaryError | PermanentError:
+    """The retry decision for an error a backend or store raised (the original is the ``__cause__``).
+
+    Temporary: ``BusyError`` (pods still terminating), ``UnavailableError`` (the cluster or store is
+    unreachable), ``OutcomeUnknownError`` (observe, then act again: the record says so until then),
+    ``ConflictError`` (the record or object changed under us: read again), ``NotFoundError`` (a read
+    raced a delete). Permanent: ``InvalidError``, ``UnsupportedError`` (and ``ReadOnlyError``),
+    ``PermissionDeniedError``. An error of another class is temporary: giving up is the one decision
+    that cannot be undone."""
+    if isinstance(exc, TemporaryError | PermanentError):
+        return exc
+    message = f"{type(exc).__name__}: {exc}"
+    result: TemporaryError | PermanentError
+    if isinstance(exc, InvalidError | UnsupportedError | PermissionDeniedError):
+        result = PermanentError(message)
+    elif isinstance(exc, BusyError | OutcomeUnknownError | ConflictError | NotFoundError):
+        result = TemporaryError(message, delay=1.0)
+    elif isinstance(exc, UnavailableError):
+        result = TemporaryError(message, delay=2.0)
+    else:
+        result = TemporaryError(message, delay=5.0)
+    result.__cause__ = exc
+    return result
+
+
+# ---------------------------------------------------------------------------------------- reading
+
+
+def current_handle(record: JobRecord) -> Handle | None:
+    """The handle of the record's current incarnation (epoch ``N``), if it is on the cluster."""
+    h = record.handle
+    return h if h is not None and h.identity.epoch.n == record.epoch.n else None
+
+
+def previous_handle(record: JobRecord) -> Handle | None:
+    """The handle of an earlier incarnation the record still points at: during a requeue, the one that
+    must be stopped and gone before the next one starts."""
+    h = record.handle
+    return h if h is not None and h.identity.epoch.n != record.epoch.n else None
+
+
+def _rule_text(cause: Cause, policy: Policy) -> str:
+    rule = policy.rule_for(cause)
+    where = "rule" if cause in policy.rules else "default rule"
+    if rule.action is Action.REQUEUE:
+        return (
+            f"policy {where} {cause.value}: requeue (max {rule.max}, backoff {rule.backoff:g} s, "
+            f"cap {rule.backoff_cap:g} s)"
+        )
+    return f"policy {where} {cause.value}: {rule.action.value}"
+
+
+# ---------------------------------------------------------------------------------------- next
+
+
+def next(record: JobRecord, policy: Policy, now: float) -> Plan:
+    """The one action to take next for ``record`` under ``policy`` (the record's own policy, when it
+    has one, overrides it) at ``now``. Pure. In order:
+
+    1. terminal: ``DONE`` once succeeded, cancelled (or cancelled by request), or already given up
+       (the record's plan is ``FAIL``/``HOLD``); else the rule for its cause: ``FAIL`` (give up, with
+       the reason), ``HOLD`` (give up until a person resubmits), or ``REQUEUE`` to ``N+1`` not before
+       the rule's backoff — unless the rule's ``max`` requeues are spent or the epoch would reach
+       ``EPOCH_BOUND`` (then ``FAIL``, saying which);
+    2. a write whose effect is unknown: ``SETTLE`` (observe before acting again);
+    3. an earlier incarnation still referenced (a requeue in progress): ``CEASE`` (stop it and wait
+       until its compute is gone);
+    4. cancel requested: ``STOP``;
+    5. not on the cluster: ``WAIT`` until the plan's ``not_before``, then ``START``;
+    6. else ``WAIT`` for the cluster.
+    """
+    policy = record.policy if record.policy is not None else policy
+    outcome = record.outcome
+    plan = record.plan
+    if outcome.terminal:
+        if plan is not None and plan.action in FINAL_PLANS:
+            return Plan(PlanAction.DONE, plan.reason or f"given up ({plan.action.value})")
+        if outcome.state in (State.SUCCEEDED, State.CANCELLED) or record.cancel_requested:
+            return Plan(PlanAction.DONE, f"{outcome.state.value}")
+        cause = outcome.cause
+        rule = policy.rule_for(cause)
+        text = _rule_text(cause, policy)
+        if rule.action is Action.FAIL:
+            return Plan(PlanAction.FAIL, text)
+        if rule.action is Action.HOLD:
+            return Plan(PlanAction.HOLD, f"{text}: waiting for a person (dispatch resubmit)")
+        attempt = record.epoch.r + 1
+        if attempt > rule.max:
+            return Plan(PlanAction.FAIL, f"{text}: the {rule.max} requeue(s) allowed are spent")
+        if record.epoch.n + 1 >= EPOCH_BOUND:
+            return Plan(PlanAction.FAIL, f"{text}: epoch {record.epoch} cannot grow to {EPOCH_BOUND}")
+        delay = rule.delay(attempt)
+        return Plan(
+            PlanAction.REQUEUE,
+            f"{text}: requeue {attempt} of {rule.max}, after {delay:g} s",
+            not_before=now + delay,
+        )
+    if record.unknown_write is not None:
+        return Plan(PlanAction.SETTLE, record.unknown_write)
+    prev = previous_handle(record)
+    if prev is not None:
+        return Plan(PlanAction.CEASE, f"{prev.identity} must be gone before {record.epoch} starts")
+    if record.cancel_requested:
+        return Plan(PlanAction.STOP, "cancel requested")
+    if current_handle(record) is None:
+        if record.hold_requested:
+            return Plan(PlanAction.WAIT, "held before it was placed")
+        not_before = plan.not_before if plan is not None else None
+        if not_before is not None and now < not_before:
+            # A plan written without a reason (by an older version, or by hand) still says why we wait.
+            reason = (plan.reason if plan is not None else "") or "backoff before the next incarnation"
+            return Plan(PlanAction.WAIT, reason, not_before=not_before)
+        return Plan(PlanAction.START, f"place {record.job_id}@{record.epoch} on the cluster")
+    return Plan(PlanAction.WAIT, f"{outcome.state.value}: waiting for the cluster")
+
+
+def final(record: JobRecord, policy: Policy, now: float) -> bool:
+    """True when nothing more will happen to the record without a person (its outcome is final)."""
+    return next(record, policy, now).action is PlanAction.DONE
+
+
+# ---------------------------------------------------------------------------------------- changes
+
+
+def _t(
+    now: float,
+    actor: Actor,
+    what: str,
+    *,
+    why: str = "",
+    state: State | None = None,
+    cause: Cause | None = None,
+    epoch: Epoch | None = None,
+) -> Transition:
+    return Transition(at=now, actor=actor, what=what, why=why, state=state, cause=cause, epoch=epoch)
+
+
+def submitted(
+    job_id: str, spec: JobSpec, *, policy: Policy | None, held: bool, now: float
+) -> tuple[JobRecord, Transition]:
+    """The first record of a job (epoch ``1.0``, pending) and its first transition."""
+    epoch = Epoch()
+    record = JobRecord(
+        job_id=job_id,
+        spec=spec,
+        created_at=now,
+        updated_at=now,
+        policy=policy,
+        epoch=epoch,
+        hold_requested=held,
+    )
+    first = _t(now, Actor.USER, "submitted", why="held" if held else "", state=State.PENDING, epoch=epoch)
+    return record, first
+
+
+def started(record: JobRecord, handle: Handle, *, actor: Actor, now: float) -> Step | None:
+    """The record once ``handle`` (of its current incarnation) is on the cluster; ``None`` when there
+    is nothing to write (already recorded, or the record moved to another incarnation)."""
+    if handle.identity.epoch.n != record.epoch.n or handle.identity.job_id != record.job_id:
+        return None
+    if record.handle == handle and record.unknown_write is None:
+        return None
+    new = record.replace(handle=handle, unknown_write=None)
+    return new, [_t(now, actor, "started", why=str(handle), epoch=record.epoch)]
+
+
+def write_unknown(record: JobRecord, note: str, what: str, *, actor: Actor, now: float) -> Step:
+    """The record saying a write's effect is unknown (``note``), until an observation settles it."""
+    return record.replace(unknown_write=note), [_t(now, actor, what, why=note, epoch=record.epoch)]
+
+
+def start_unknown(record: JobRecord, identity: Identity, reason: str, *, actor: Actor, now: float) -> Step:
+    """A start whose effect could not be known."""
+    return write_unknown(
+        record, f"start of {identity}: {reason}", "start outcome unknown", actor=actor, now=now
+    )
+
+
+def settled(record: JobRecord, why: str, *, now: float) -> Step | None:
+    """The unknown write settled by an observation that found nothing to fold (``why`` says what)."""
+    if record.unknown_write is None:
+        return None
+    t = _t(now, Actor.CLUSTER, "settled", why=f"{record.unknown_write}: {why}", epoch=record.epoch)
+    return record.replace(unknown_write=None), [t]
+
+
+def start_refused(record: JobRecord, identity: Identity, exc: DispatchError, *, now: float) -> Step:
+    """The cluster refused the start (the spec, as configured): ``failed``/``invalid_spec``."""
+    reason = str(exc)
+    ev = Evidence(kind="Start", name=str(identity), reason=type(exc).__name__, message=reason)
+    refused = Outcome(State.FAILED, Cause.INVALID_SPEC, (ev,))
+    t = _t(
+        now,
+        Actor.CLUSTER,
+        "refused",
+        why=reason,
+        state=State.FAILED,
+        cause=Cause.INVALID_SPEC,
+        epoch=identity.epoch,
+    )
+    return record.replace(outcome=refused, unknown_write=None), [t]
+
+
+def start_failed(record: JobRecord, identity: Identity, reason: str, *, actor: Actor, now: float) -> Step:
+    """A start that failed without effect (unreachable, denied...): the record stays pending and says why."""
+    return record, [_t(now, actor, "start failed", why=reason, epoch=identity.epoch)]
+
+
+def cancel_requested(record: JobRecord, *, now: float) -> Step | None:
+    """The user's intent to cancel, recorded before anything is sent."""
+    if record.outcome.terminal or record.cancel_requested:
+        return None
+    return record.replace(cancel_requested=True), [
+        _t(now, Actor.USER, "cancel requested", epoch=record.epoch)
+    ]
+
+
+def cancelled_off_cluster(record: JobRecord, *, actor: Actor, now: float) -> Step | None:
+    """A cancelled job whose current incarnation is not on the cluster: ``cancelled`` at once."""
+    if record.outcome.terminal:
+        return None
+    t = _t(
+        now,
+        actor,
+        "cancelled",
+        why="not on the cluster",
+        state=State.CANCELLED,
+        cause=Cause.CANCELLED,
+        epoch=record.epoch,
+    )
+    return record.replace(outcome=Outcome(State.CANCELLED, Cause.CANCELLED), unknown_write=None), [t]
+
+
+def held(record: JobRecord, handle: Handle, token: str, *, now: float) -> Step:
+    """The hold on ``handle`` recorded; ``ConflictError`` if the record moved to another incarnation."""
+    if record.handle != handle:
+        raise ConflictError(f"job {record.job_id!r} moved to another incarnation while being held")
+    return record.replace(hold_requested=True, hold_token=token), [
+        _t(now, Actor.USER, "hold", epoch=record.epoch)
+    ]
+
+
+def released(record: JobRecord, *, now: float) -> Step:
+    """The hold given up."""
+    return record.replace(hold_requested=False, hold_token=None), [
+        _t(now, Actor.USER, "release", epoch=record.epoch)
+    ]
+
+
+def resubmitted(
+    record: JobRecord, spec: JobSpec, epoch: Epoch, *, expected_revision: int, now: float
+) -> Step:
+    """A finished job made pending again as incarnation ``epoch`` (``N+1.0``) with ``spec``;
+    ``ConflictError`` if the record changed since the caller read it at ``expected_revision``."""
+    if record.revision != expected_revision:
+        raise ConflictError(f"job {record.job_id!r} changed while being resubmitted; retry")
+    new = record.replace(
+        spec=spec,
+        epoch=epoch,
+        handle=None,
+        outcome=Outcome(State.PENDING),
+        hold_token=None,
+        hold_requested=False,
+        cancel_requested=False,
+        unknown_write=None,
+        plan=None,
+    )
+    return new, [_t(now, Actor.USER, "resubmitted", state=State.PENDING, epoch=epoch)]
+
+
+def requeued(record: JobRecord, plan: Plan, *, now: float) -> Step:
+    """ "Requeue to ``N+1``": the record moves to the next epoch (``N+1.R+1``), pending, still pointing
+    at the previous incarnation (which must cease before the next starts), with a ``START`` plan not
+    before the backoff. The transition names the policy rule that allowed it."""
+    if plan.action is not PlanAction.REQUEUE:
+        raise InvalidError(f"expected a requeue plan, got {plan.action.value}", path="plan")
+    epoch = record.epoch.requeued()
+    ended = f"{record.epoch} ended {record.outcome.state.value}/{record.outcome.cause.value}"
+    new = record.replace(
+        epoch=epoch,
+        outcome=Outcome(State.PENDING),
+        hold_token=None,
+        hold_requested=False,
+        unknown_write=None,
+        plan=Plan(PlanAction.START, plan.reason, not_before=plan.not_before),
+    )
+    t = _t(now, Actor.SUPERVISOR, "requeued", why=f"{ended}; {plan.reason}", state=State.PENDING, epoch=epoch)
+    return new, [t]
+
+
+def ceased(record: JobRecord, handle: Handle, *, now: float) -> Step | None:
+    """The previous incarnation ``handle`` has no compute left: the record lets go of it."""
+    if record.handle != handle or previous_handle(record) is None:
+        return None
+    t = _t(now, Actor.CLUSTER, "ceased", why=f"no compute of {handle.identity} remains", epoch=record.epoch)
+    return record.replace(handle=None, unknown_write=None), [t]
+
+
+def gave_up(record: JobRecord, plan: Plan, *, now: float) -> Step | None:
+    """A terminal record made final by a ``FAIL`` or ``HOLD`` plan (the reason goes in the history)."""
+    if not record.outcome.terminal or plan.action not in FINAL_PLANS:
+        return None
+    what = "gave up" if plan.action is PlanAction.FAIL else "held for a person"
+    t = _t(now, Actor.SUPERVISOR, what, why=plan.reason, epoch=record.epoch)
+    return record.replace(plan=plan), [t]

@@ -1,0 +1,786 @@
+"""The supervisor: fold what the cluster reports into records, decide the next action, perform it.
+
+One :class:`Supervisor` works through the backend protocols alone (any adapter) and a
+:class:`~dispatch.records.Store`. Each :meth:`Supervisor.step`:
+
+1. **observes** — drains the backend's :class:`~dispatch.backend.Watcher` from the saved cursor
+   (without waiting), or, on a backend without one, observes every leased record's incarnation; every
+   ``resync`` seconds it also lists the cluster (``Backend.list``) to reconcile what a watch may miss,
+   find objects of ours that match no record (:class:`UnmatchedPolicy`) and stop incarnations no record
+   wants any more;
+2. **leases** — takes (or renews) a time-bounded lease on every record that is not final and not leased
+   by a live other supervisor; a record is acted on only under our live lease, checked again in every
+   record write, so several supervisors over one store never act on one record, and the records of one
+   that died are taken over once its leases expire;
+3. **decides and acts** — for each leased record, :func:`dispatch.decide.next` gives the one action,
+   which is performed through the backend and recorded with a compare-and-swap; then the next action,
+   until the record waits on the cluster or on time. Nothing blocks: a previous incarnation whose pods
+   linger is re-checked at a later step.
+
+Requeue is: record "requeue to N+1" (one write, naming the policy rule) → ``stop`` the old incarnation →
+wait until its compute is gone (``CessationSignal``; else until it is observed gone) → record that →
+after the rule's backoff, ``prepare`` + ``start`` the new identity → record the handle. A crash between
+any two of these is recovered from the record plus the cluster: ``start`` is idempotent per identity, a
+``stop`` is idempotent, and a write whose effect is unknown is written into the record
+(``unknown_write``) and settled by looking the identity up on the cluster before anything else.
+:meth:`Supervisor.run` loops :meth:`step` until stopped (the daemon and ``dispatch run``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import logging
+import math
+import os
+import secrets
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from dispatch import decide
+from dispatch.backend import Backend, CessationSignal, Watcher
+from dispatch.clock import Clock, SystemClock
+from dispatch.errors import (
+    ConflictError,
+    DispatchError,
+    InvalidError,
+    NotFoundError,
+    OutcomeUnknownError,
+)
+from dispatch.fold import fold, matches
+from dispatch.model import (
+    DEFAULT_POLICY,
+    Actor,
+    Capabilities,
+    Cause,
+    Change,
+    Handle,
+    Identity,
+    JobRecord,
+    JobSpec,
+    Observation,
+    Outcome,
+    Plan,
+    PlanAction,
+    Policy,
+    State,
+    Transition,
+)
+from dispatch.records import Store
+
+__all__ = ["LeaseLostError", "StepReport", "Supervisor", "UnmatchedPolicy"]
+
+log = logging.getLogger("dispatch.supervise")
+
+MAX_ACTIONS = 8
+"""Actions taken for one record in one step before moving on (a requeue is four or five)."""
+
+ADOPTED_COMMAND = ("dispatch-adopted",)
+"""The command of a record adopted from a cluster object: its real spec is not known to dispatch."""
+
+
+class UnmatchedPolicy(StrEnum):
+    """What to do with a cluster object that carries dispatch's identity but matches no record."""
+
+    IGNORE = "ignore"  # leave it alone (default): it may belong to another store
+    ADOPT = "adopt"  # create a record for it (its spec unknown: it is never requeued)
+    DELETE = "delete"  # stop it
+
+
+class LeaseLostError(ConflictError):
+    """Our lease on a record expired or was taken over; the record is not ours to act on."""
+
+
+@dataclass
+class StepReport:
+    """What one :meth:`Supervisor.step` did (for logs, tests and the simulation's traces)."""
+
+    changes: int = 0
+    folded: int = 0
+    actions: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    leased: int = 0
+
+
+@dataclass
+class _Retry:
+    attempts: int
+    not_before: float
+
+
+class Supervisor:
+    """Supervises the records of one store on one backend. See the module docstring.
+
+    ``policy`` applies to records without their own; ``holder`` names this supervisor in leases
+    (default: host, pid and a random suffix); ``lease`` is the lease duration and ``poll`` the interval
+    between polls (and between checks of lingering compute), in seconds of ``clock``; ``resync`` how often
+    the whole cluster is listed; ``jobs`` restricts it to some job ids (``dispatch run``); ``capacity``
+    caps how many records it leases at once (so several supervisors share the work).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        store: Store,
+        *,
+        policy: Policy = DEFAULT_POLICY,
+        clock: Clock | None = None,
+        holder: str | None = None,
+        lease: float = 30.0,
+        poll: float = 2.0,
+        resync: float = 60.0,
+        unmatched: UnmatchedPolicy | str = UnmatchedPolicy.IGNORE,
+        jobs: Collection[str] | None = None,
+        capacity: int | None = None,
+    ) -> None:
+        if not isinstance(policy, Policy):
+            raise InvalidError(f"expected a Policy, got {type(policy).__name__}", path="policy")
+        for name, value in (("lease", lease), ("poll", poll), ("resync", resync)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise InvalidError(f"expected a finite number of seconds, got {value!r}", path=name)
+        if lease <= 0 or poll < 0 or resync < 0:
+            raise InvalidError("need lease > 0, poll >= 0 and resync >= 0 (seconds)", path="lease")
+        if poll * 2 >= lease:
+            raise InvalidError(
+                f"the lease ({lease:g} s) must outlast two polls ({poll:g} s each) to be renewed in time",
+                path="lease",
+            )
+        try:
+            self.unmatched = UnmatchedPolicy(unmatched)
+        except ValueError:
+            allowed = ", ".join(u.value for u in UnmatchedPolicy)
+            raise InvalidError(f"expected one of {allowed}, got {unmatched!r}", path="unmatched") from None
+        if capacity is not None and (
+            isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1
+        ):
+            raise InvalidError(f"expected a positive integer, got {capacity!r}", path="capacity")
+        self.backend = backend
+        self.store = store
+        self.policy = policy
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.lease = float(lease)
+        self.poll = float(poll)
+        self.resync = float(resync)
+        self.jobs = frozenset(jobs) if jobs is not None else None
+        self.capacity = capacity
+        self.cursor: str | None = None
+        """The watch cursor: where the next drain resumes (``None``: relist)."""
+        self._leased: dict[str, float] = {}  # job id -> our lease's expiry
+        self._fresh: set[str] = set()  # newly leased: observe before trusting the record
+        self._retry: dict[str, _Retry] = {}
+        self._stopped: dict[str, float] = {}  # native ref -> when we asked it to stop
+        self._pending: builtins.list[Change] = []
+        self._next_scan = -math.inf
+        self._next_resync = -math.inf
+        self._listing: builtins.list[Observation] | None = None
+        self._capabilities: Capabilities | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"Supervisor(holder={self.holder!r}, backend={self.backend.name!r}, leased={len(self._leased)})"
+        )
+
+    @property
+    def leased(self) -> frozenset[str]:
+        """The job ids this supervisor holds a lease on (as far as it knows)."""
+        return frozenset(self._leased)
+
+    # ------------------------------------------------------------------ the loop
+
+    async def step(self) -> StepReport:
+        """One pass: observe, lease, decide and act. Never waits on the cluster."""
+        report = StepReport()
+        self._listing = None
+        now = self.clock.now()
+        touched: set[str] = set()
+        watching = await self._watching()
+        if watching:
+            changes = self._pending + await self._drain()
+            self._pending = []
+            report.changes = len(changes)
+            for change in changes:
+                jid = change.handle.identity.job_id
+                try:
+                    if await self._fold_change(jid, change.observation, confirmed=True, report=report):
+                        touched.add(jid)
+                except DispatchError as exc:  # this change is seen again at the next resync
+                    report.errors.append(f"{jid}: {type(exc).__name__}: {exc}")
+        if now >= self._next_resync:
+            self._next_resync = now + self.resync
+            await self._reconcile(report)
+        if now >= self._next_scan:
+            self._next_scan = now + self.poll
+            await self._scan(report, poll=not watching)
+            touched.clear()  # the scan worked on every record
+        for jid in sorted(touched):
+            await self._work(jid, report)
+        report.leased = len(self._leased)
+        return report
+
+    async def run(
+        self,
+        *,
+        stop: asyncio.Event | None = None,
+        until: Callable[[], Awaitable[bool]] | None = None,
+        on_step: Callable[[StepReport], Awaitable[None]] | None = None,
+    ) -> None:
+        """Step until ``stop`` is set or ``until()`` is true, waiting between steps for a change from
+        the watch or the poll interval. A step in hand is always finished; the leases are released at
+        the end (:meth:`close`)."""
+        stop = stop if stop is not None else asyncio.Event()
+        try:
+            while not stop.is_set():
+                try:
+                    report = await self.step()
+                except DispatchError as exc:  # the store or cluster went away: try again after a poll
+                    log.warning("supervisor step failed: %s", exc)
+                    report = StepReport(errors=[str(exc)])
+                if on_step is not None:
+                    await on_step(report)
+                if until is not None and await until():
+                    return
+                await self._idle(stop)
+        finally:
+            await self.close()
+
+    async def _idle(self, stop: asyncio.Event) -> None:
+        """Wait for the next thing to do: a watch change, the next poll, or ``stop``."""
+        delay = max(0.0, min(self._next_scan, self._next_resync) - self.clock.now())
+        if delay <= 0:
+            await asyncio.sleep(0)
+            return
+        stopper = asyncio.ensure_future(stop.wait())
+        waiters: set[asyncio.Future[Any]] = {stopper, asyncio.ensure_future(self.clock.sleep(delay))}
+        if await self._watching():
+            waiters.add(asyncio.ensure_future(self._next_change()))
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+
+    async def _next_change(self) -> None:
+        assert isinstance(self.backend, Watcher)
+        changes = self.backend.watch(self.cursor)
+        try:
+            change = await anext(changes)
+            self._pending.append(change)
+            self.cursor = change.cursor
+            # Take the rest of a batch the watch has at hand too: a watcher may give every change of a
+            # batch but the last the cursor from before the batch (Kubeflow's listing does), so stopping
+            # after the first would list and emit the same batch again, forever.
+            while True:
+                try:
+                    async with asyncio.timeout(0):
+                        change = await anext(changes)
+                except (TimeoutError, StopAsyncIteration):
+                    break
+                self._pending.append(change)
+                self.cursor = change.cursor
+        except (StopAsyncIteration, DispatchError):
+            pass
+        finally:
+            await _aclose(changes)
+
+    async def close(self) -> None:
+        """Release every lease this supervisor holds (another one may take them at once). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for jid in sorted(self._leased):
+            try:
+                await self.store.release_lease(jid, self.holder)
+            except DispatchError as exc:
+                log.info("lease on %s not released: %s", jid, exc)
+        self._leased.clear()
+
+    # ------------------------------------------------------------------ observing
+
+    async def _caps(self) -> Capabilities:
+        # Capabilities are per opened cluster: read once.
+        if self._capabilities is None:
+            self._capabilities = await self.backend.capabilities()
+        return self._capabilities
+
+    async def _watching(self) -> bool:
+        return isinstance(self.backend, Watcher) and (await self._caps()).watch
+
+    async def _drain(self) -> builtins.list[Change]:
+        """Every change the watch has now, from the saved cursor; stops at the first wait."""
+        assert isinstance(self.backend, Watcher)
+        out: builtins.list[Change] = []
+        changes = self.backend.watch(self.cursor)
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(0):
+                        change = await anext(changes)
+                except (TimeoutError, StopAsyncIteration):
+                    break
+                out.append(change)
+                self.cursor = change.cursor
+        except DispatchError as exc:  # a dropped watch: resume from the cursor next time
+            log.info("watch interrupted: %s", exc)
+        finally:
+            await _aclose(changes)
+        return out
+
+    async def _list(self) -> builtins.list[Observation]:
+        if self._listing is None:
+            self._listing = await self.backend.list()
+        return self._listing
+
+    async def _reconcile(self, report: StepReport) -> None:
+        """List the cluster: fold what the watch may have missed, handle unmatched objects, and stop
+        incarnations that no record wants."""
+        try:
+            listing = await self._list()
+        except DispatchError as exc:
+            report.errors.append(f"list: {exc}")
+            self._next_resync = self.clock.now()  # try again next step
+            return
+        known = {r.job_id: r for r in await self.store.list()}
+        listed = {(o.handle.identity.job_id, o.handle.identity.epoch.n) for o in listing}
+        for rec in known.values():
+            # An incarnation of ours missing from the listing may be gone: observe it before trusting
+            # the record (the watch event that said so may have gone to another supervisor).
+            handle = decide.current_handle(rec)
+            mine = handle is not None and not rec.outcome.terminal and rec.job_id in self._leased
+            if mine and (rec.job_id, rec.epoch.n) not in listed:
+                self._fresh.add(rec.job_id)
+        for obs in listing:
+            try:
+                await self._reconcile_one(obs, known, report)
+            except DispatchError as exc:
+                report.errors.append(f"{obs.handle.identity}: {type(exc).__name__}: {exc}")
+
+    async def _reconcile_one(self, obs: Observation, known: dict[str, JobRecord], report: StepReport) -> None:
+        ident = obs.handle.identity
+        if self.jobs is not None and ident.job_id not in self.jobs:
+            return
+        rec = known.get(ident.job_id)
+        if rec is None:
+            await self._unmatched(obs, report)
+            return
+        if matches(rec, obs) and not rec.outcome.terminal:
+            await self._fold_change(ident.job_id, obs, confirmed=False, report=report)
+        elif not obs.outcome.terminal and self._unwanted(rec, obs):
+            got = await self._own(rec)
+            if got is not None and self._unwanted(got, obs):
+                await self._stop(obs.handle, report, why=f"no record wants {ident}")
+
+    @staticmethod
+    def _unwanted(rec: JobRecord, obs: Observation) -> bool:
+        """A live incarnation its record no longer wants: of a finished record's current epoch, or of
+        an epoch that is neither the record's nor the previous one it is retiring."""
+        n = obs.handle.identity.epoch.n
+        if n == rec.epoch.n:
+            return rec.outcome.terminal
+        prev = decide.previous_handle(rec)
+        return n < rec.epoch.n and (prev is None or prev.identity.epoch.n != n)
+
+    async def _unmatched(self, obs: Observation, report: StepReport) -> None:
+        ident = obs.handle.identity
+        if self.unmatched is UnmatchedPolicy.IGNORE:
+            return
+        if self.unmatched is UnmatchedPolicy.DELETE:
+            if not obs.outcome.terminal:
+                await self._stop(obs.handle, report, why=f"{ident} matches no record (unmatched: delete)")
+            return
+        now = self.clock.now()
+        rec = JobRecord(
+            job_id=ident.job_id,
+            spec=JobSpec(command=ADOPTED_COMMAND),
+            created_at=now,
+            updated_at=now,
+            policy=Policy(),  # its spec is unknown here: never requeued, only followed
+            epoch=ident.epoch,
+            handle=obs.handle,
+            # "cancelled" means we cancelled it; we did not (fold's rule).
+            outcome=obs.outcome
+            if obs.state is not State.CANCELLED
+            else Outcome(State.FAILED, Cause.CANCELLED, obs.outcome.evidence),
+        )
+        first = Transition(
+            at=now,
+            actor=Actor.SUPERVISOR,
+            what="adopted",
+            why=f"{obs.handle} carries dispatch's identity and matched no record; its spec is unknown",
+            state=obs.state,
+            cause=obs.cause,
+            epoch=ident.epoch,
+        )
+        try:
+            await self.store.create(rec, first)
+            report.actions.append(f"{ident.job_id}: adopted {obs.handle}")
+        except ConflictError:
+            pass  # another supervisor adopted it first
+
+    # ------------------------------------------------------------------ leases
+
+    async def _own(self, rec: JobRecord) -> JobRecord | None:
+        """``rec`` under our live lease (taken or renewed as needed), or ``None`` if it is not ours."""
+        jid = rec.job_id
+        if self.jobs is not None and jid not in self.jobs:
+            return None
+        now = self.clock.now()
+        lease = rec.lease
+        if lease is not None and lease.holder == self.holder and lease.expires_at - now > self.lease / 2:
+            self._leased[jid] = lease.expires_at
+            return rec
+        if lease is not None and lease.holder != self.holder and lease.live(now):
+            self._forget(jid)
+            return None
+        if jid not in self._leased and self.capacity is not None and len(self._leased) >= self.capacity:
+            return None
+        try:
+            got = await self.store.acquire_lease(jid, self.holder, self.lease)
+        except (ConflictError, NotFoundError):
+            self._forget(jid)
+            return None
+        assert got.lease is not None
+        ours = lease is not None and lease.holder == self.holder and lease.live(now)
+        if jid not in self._leased or not ours:
+            self._fresh.add(jid)  # events may have been someone else's until now: observe before trusting
+        self._leased[jid] = got.lease.expires_at
+        return got
+
+    def _forget(self, jid: str) -> None:
+        self._leased.pop(jid, None)
+        self._fresh.discard(jid)
+        self._retry.pop(jid, None)
+
+    async def _let_go(self, jid: str) -> None:
+        """The record is final: give its lease back."""
+        if jid in self._leased:
+            try:
+                await self.store.release_lease(jid, self.holder)
+            except DispatchError:
+                pass
+        self._forget(jid)
+
+    async def _update(self, jid: str, change: Callable[[JobRecord], decide.Step | None]) -> JobRecord:
+        """Compare-and-swap a change into the record, only while we hold its lease."""
+        for _ in range(8):
+            rec = await self.store.get(jid)
+            now = self.clock.now()
+            if rec.lease is None or rec.lease.holder != self.holder or not rec.lease.live(now):
+                self._forget(jid)
+                raise LeaseLostError(f"job {jid!r}: the lease of {self.holder!r} is gone")
+            result = change(rec)
+            if result is None:
+                return rec
+            new, transitions = result
+            try:
+                return await self.store.update(
+                    new.replace(updated_at=now), expected_revision=rec.revision, transitions=transitions
+                )
+            except ConflictError:
+                continue
+        raise ConflictError(f"job {jid!r}: the record kept changing under the supervisor; retry")
+
+    # ------------------------------------------------------------------ folding
+
+    async def _fold_change(self, jid: str, obs: Observation, *, confirmed: bool, report: StepReport) -> bool:
+        """Fold an observation into its record if the record is ours; True when it is."""
+        if self.jobs is not None and jid not in self.jobs:
+            return False
+        try:
+            rec = await self.store.get(jid)
+        except NotFoundError:
+            await self._unmatched(obs, report)
+            return False
+        if rec.outcome.terminal and decide.final(rec, self.policy, self.clock.now()):
+            if not obs.outcome.terminal and self._unwanted(rec, obs) and await self._own(rec) is not None:
+                await self._stop(obs.handle, report, why=f"{obs.handle.identity} ended for its record")
+            return False
+        got = await self._own(rec)
+        if got is None:
+            return False
+        await self._fold(got, obs, confirmed=confirmed, report=report)
+        return True
+
+    async def _fold(
+        self, rec: JobRecord, obs: Observation, *, confirmed: bool, report: StepReport
+    ) -> JobRecord:
+        jid = rec.job_id
+        now = self.clock.now()
+        if obs.state is State.LOST and not confirmed and matches(rec, obs):
+            # One reading that finds the incarnation gone is not proof: the identity lookup over a
+            # fresh listing is the second observation that confirms it (or shows the object).
+            self._listing = None
+            found = await self._find(rec)
+            if found is not None:
+                obs = found
+            confirmed = True
+        try:
+            new = await self._update(
+                jid, lambda r: _changed(r, fold(r, obs, now=now, lost_confirmed=confirmed))
+            )
+        except LeaseLostError:
+            return rec
+        if new.revision != rec.revision:
+            report.folded += 1
+        return new
+
+    async def _refresh(self, rec: JobRecord, report: StepReport) -> JobRecord:
+        """Observe the record's current incarnation (by handle, else by identity) and fold it."""
+        handle = decide.current_handle(rec)
+        if handle is not None:
+            obs = await self.backend.observe(handle)
+            return await self._fold(rec, obs, confirmed=False, report=report)
+        if rec.unknown_write is None and decide.previous_handle(rec) is None and rec.handle is None:
+            found = await self._find(rec)
+            if found is not None:
+                return await self._fold(rec, found, confirmed=False, report=report)
+        return rec
+
+    async def _find(self, rec: JobRecord) -> Observation | None:
+        for obs in await self._list():
+            if matches(rec, obs):
+                return obs
+        return None
+
+    # ------------------------------------------------------------------ deciding and acting
+
+    async def _scan(self, report: StepReport, *, poll: bool) -> None:
+        """Lease every record that needs supervising and work on it (observing first when polling)."""
+        try:
+            records = await self.store.list()
+        except DispatchError as exc:
+            report.errors.append(f"store: {exc}")
+            return
+        now = self.clock.now()
+        for rec in records:
+            if self.jobs is not None and rec.job_id not in self.jobs:
+                continue
+            if decide.final(rec, self.policy, now):
+                if rec.job_id in self._leased or (rec.lease is not None and rec.lease.holder == self.holder):
+                    await self._let_go(rec.job_id)
+                continue
+            await self._work(rec.job_id, report, rec=rec, poll=poll)
+
+    async def _work(
+        self, jid: str, report: StepReport, *, rec: JobRecord | None = None, poll: bool = False
+    ) -> None:
+        """Take the next actions for one record until it waits; a failed action is retried later, with a
+        doubling delay for a temporary error and a long one for a permanent error."""
+        retry = self._retry.get(jid)
+        if retry is not None and self.clock.now() < retry.not_before:
+            return
+        try:
+            await self._work_on(jid, report, rec, poll)
+            self._retry.pop(jid, None)
+        except LeaseLostError:
+            return
+        except NotFoundError:  # the record was purged
+            self._forget(jid)
+            return
+        except DispatchError as exc:
+            verdict = decide.classify(exc)
+            report.errors.append(f"{jid}: {verdict}")
+            attempts = self._retry[jid].attempts + 1 if jid in self._retry else 1
+            if isinstance(verdict, decide.TemporaryError):
+                delay = min(verdict.delay * 2 ** min(attempts - 1, 10), 300.0)
+            else:
+                delay = 300.0
+            self._retry[jid] = _Retry(attempts, self.clock.now() + delay)
+            log.info("job %s: %s; next try in %g s", jid, verdict, delay)
+
+    async def _work_on(self, jid: str, report: StepReport, rec: JobRecord | None, poll: bool) -> None:
+        if rec is None:
+            rec = await self.store.get(jid)
+        got = await self._own(rec)
+        if got is None:
+            return
+        rec = got
+        # Observe first when polling, and when the record was someone else's until now.
+        if (poll or jid in self._fresh) and not rec.outcome.terminal:
+            rec = await self._refresh(rec, report)
+            self._fresh.discard(jid)  # only once observed: a failed refresh is tried again
+        for _ in range(MAX_ACTIONS):
+            now = self.clock.now()
+            plan = decide.next(rec, self.policy, now)
+            if plan.action is PlanAction.DONE:
+                await self._let_go(jid)
+                return
+            if plan.action is PlanAction.WAIT:
+                return
+            report.actions.append(f"{jid}@{rec.epoch}: {plan.action.value} ({plan.reason})")
+            after = await self._act(rec, plan, report)
+            if after is None:
+                return
+            rec = after
+
+    async def _act(self, rec: JobRecord, plan: Plan, report: StepReport) -> JobRecord | None:
+        """Perform ``plan`` for ``rec``; the record after it, or ``None`` to wait for a later step."""
+        jid = rec.job_id
+        now = self.clock.now()
+        action = plan.action
+        if action is PlanAction.REQUEUE:
+            return await self._update(
+                jid, lambda r: decide.requeued(r, plan, now=now) if _same(rec, r) else None
+            )
+        if action in (PlanAction.FAIL, PlanAction.HOLD):
+            return await self._update(
+                jid, lambda r: decide.gave_up(r, plan, now=now) if _same(rec, r) else None
+            )
+        if action is PlanAction.SETTLE:
+            return await self._settle(rec, report)
+        if action is PlanAction.CEASE:
+            return await self._cease(rec, report)
+        if action is PlanAction.STOP:
+            return await self._cancel(rec, report)
+        if action is PlanAction.START:
+            return await self._start(rec, report)
+        raise InvalidError(f"no way to perform {action.value}", path="plan.action")  # pragma: no cover
+
+    async def _settle(self, rec: JobRecord, report: StepReport) -> JobRecord | None:
+        """A write's effect is unknown: look the identity up on the cluster and fold what is there."""
+        self._listing = None  # a fresh listing: the one cached may predate the write
+        found = await self._find(rec)
+        if found is not None:
+            return await self._fold(rec, found, confirmed=True, report=report)
+        prev = decide.previous_handle(rec)
+        if prev is not None:
+            obs = await self.backend.observe(prev)
+            why = f"observed {prev.identity}: {obs.state.value}"
+        else:
+            why = f"no object carries {rec.job_id}@{rec.epoch}: it did not take effect"
+        now = self.clock.now()
+        return await self._update(
+            rec.job_id, lambda r: decide.settled(r, why, now=now) if _same(rec, r) else None
+        )
+
+    async def _stop(self, handle: Handle, report: StepReport, *, why: str) -> None:
+        """Stop an incarnation (idempotent); a lost response is settled by the next observation."""
+        now = self.clock.now()
+        asked = self._stopped.get(handle.ref)
+        if asked is not None and now - asked < self.poll:
+            return
+        try:
+            await self.backend.stop(handle)
+        except OutcomeUnknownError as exc:
+            report.errors.append(f"stop {handle.identity}: {exc}")
+        except DispatchError as exc:
+            report.errors.append(f"stop {handle.identity}: {exc}")
+            return
+        self._stopped[handle.ref] = now
+        report.actions.append(f"{handle.identity.job_id}: stopped {handle.identity} ({why})")
+
+    async def _gone(self, handle: Handle) -> bool:
+        """True once no compute of the incarnation remains."""
+        if isinstance(self.backend, CessationSignal) and (await self._caps()).cessation:
+            return await self.backend.ceased(handle)
+        # Without a cessation signal: gone once no object of the incarnation is left (an adapter deletes
+        # an object only after its compute, e.g. Kubernetes foreground deletion). Observing it may say
+        # so (lost, not found); else a fresh listing that no longer shows it does.
+        try:
+            obs = await self.backend.observe(handle)
+        except NotFoundError:
+            return True
+        if obs.state is State.LOST:
+            return True
+        self._listing = None
+        return not any(o.handle.identity.same_incarnation(handle.identity) for o in await self._list())
+
+    async def _cease(self, rec: JobRecord, report: StepReport) -> JobRecord | None:
+        prev = decide.previous_handle(rec)
+        assert prev is not None
+        if not await self._gone(prev):
+            await self._stop(prev, report, why=f"requeue of {rec.job_id} to {rec.epoch}")
+            if not await self._gone(prev):
+                self._next_scan = min(self._next_scan, self.clock.now() + self.poll)
+                return None  # pods linger: check again at a later step, never block the loop
+        now = self.clock.now()
+        self._stopped.pop(prev.ref, None)
+        return await self._update(rec.job_id, lambda r: decide.ceased(r, prev, now=now))
+
+    async def _cancel(self, rec: JobRecord, report: StepReport) -> JobRecord | None:
+        handle = decide.current_handle(rec)
+        if handle is None:
+            found = await self._find(rec)
+            if found is not None:  # started before a crash, the handle never recorded
+                rec = await self._fold(rec, found, confirmed=True, report=report)
+                handle = found.handle
+        now = self.clock.now()
+        if handle is None:
+            return await self._update(
+                rec.job_id,
+                lambda r: (
+                    decide.cancelled_off_cluster(r, actor=Actor.SUPERVISOR, now=now)
+                    if _same(rec, r)
+                    else None
+                ),
+            )
+        if rec.outcome.terminal:
+            return rec
+        await self._stop(handle, report, why="cancel requested")
+        obs = await self.backend.observe(handle)
+        after = await self._fold(rec, obs, confirmed=True, report=report)
+        return None if not after.outcome.terminal else after
+
+    async def _start(self, rec: JobRecord, report: StepReport) -> JobRecord | None:
+        identity = Identity(rec.job_id, rec.epoch)
+        try:
+            prepared = await self.backend.prepare(rec.spec, identity, held=False)
+            handle = await self.backend.start(prepared)
+        except OutcomeUnknownError as exc:
+            reason = str(exc)
+            now = self.clock.now()
+            return await self._update(
+                rec.job_id,
+                lambda r: (
+                    decide.start_unknown(r, identity, reason, actor=Actor.SUPERVISOR, now=now)
+                    if _same(rec, r)
+                    else None
+                ),
+            )
+        except DispatchError as exc:
+            verdict = decide.classify(exc)
+            if isinstance(verdict, decide.PermanentError) and not isinstance(exc, ConflictError):
+                now = self.clock.now()
+                refused = exc
+                return await self._update(
+                    rec.job_id,
+                    lambda r: decide.start_refused(r, identity, refused, now=now) if _same(rec, r) else None,
+                )
+            raise
+        now = self.clock.now()
+        after = await self._update(
+            rec.job_id, lambda r: decide.started(r, handle, actor=Actor.SUPERVISOR, now=now)
+        )
+        if after.cancel_requested or after.outcome.terminal or after.epoch.n != identity.epoch.n:
+            # Cancelled (or resubmitted) while it was being placed: the new incarnation is not wanted.
+            await self._stop(handle, report, why="placed after its record moved on")
+        return after
+
+
+def _same(before: JobRecord, now: JobRecord) -> bool:
+    """True when the record is still the incarnation and state a decision was made on."""
+    return (
+        now.epoch == before.epoch
+        and now.outcome.state is before.outcome.state
+        and now.handle == before.handle
+        and now.cancel_requested == before.cancel_requested
+    )
+
+
+def _changed(rec: JobRecord, result: tuple[JobRecord, builtins.list[Transition]]) -> decide.Step | None:
+    new, transitions = result
+    return None if new is rec else (new, transitions)
+
+
+async def _aclose(changes: AsyncIterator[Change]) -> None:
+    aclose = getattr(changes, "aclose", None)
+    if aclose is not None:
+        try:
+            await aclose()
+        except (DispatchError, RuntimeError):
+            pass

@@ -1,0 +1,677 @@
+"""The watch: one list+watch per kind, folded into one observation per incarnation (SPEC §9.6).
+
+Kinds: TrainJobs, JobSets, Jobs, pods and (when Kueue is installed) Workloads, each listed and then watched
+from the list's resourceVersion — one stream per kind for every job at once, never one request per job,
+never polling (the model is kopf's ``continuous_watch``). Every change of an object re-folds the one
+incarnation it belongs to (:class:`View`), and a change is emitted only when that folded observation differs
+from the last one emitted. A stream that ends or drops is resumed from its last resourceVersion (bookmarks
+advance it); ``410 Expired`` relists the kind and emits what changed meanwhile; 429/5xx and lost connections
+are retried with doubling backoff.
+
+The cursor is opaque to the host: the per-kind resourceVersions, base64url JSON. Resuming from it lists every
+kind again, emits the incarnations with an object changed after the cursor, and replays the deletions since
+(so an incarnation that vanished meanwhile is reported, not forgotten) when the server still has them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dispatch import metrics
+from dispatch.clock import Clock
+from dispatch.errors import (
+    ConflictError,
+    DispatchError,
+    InvalidError,
+    NotFoundError,
+    OutcomeUnknownError,
+    PermissionDeniedError,
+    UnavailableError,
+)
+from dispatch.model import Change, Handle, Identity, Observation, Outcome
+from dispatch_kubeflow import naming
+from dispatch_kubeflow.errors import ExpiredError, map_status
+from dispatch_kubeflow.kube import KubeClient
+from dispatch_kubeflow.names import LABEL_JOB_HASH, LABEL_JOBSET_NAME, LABEL_MANAGED_BY, MANAGED_BY
+from dispatch_kubeflow.resources import JOBS, JOBSETS, PODS, TRAINJOBS, WORKLOADS
+
+__all__ = [
+    "DISPATCH_SELECTOR",
+    "Event",
+    "Kind",
+    "Parts",
+    "Streams",
+    "View",
+    "Watch",
+    "continuous_watch",
+    "decode_cursor",
+    "encode_cursor",
+    "kinds",
+    "list_kind",
+    "newer",
+]
+
+_log = logging.getLogger(__name__)
+
+DISPATCH_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_JOB_HASH}"
+"""Selects what dispatch created for a job (the probe carries no job hash)."""
+_CURSOR_VERSION = 1
+TICK_SECONDS = 60.0
+"""How often readings that depend on time alone are re-folded (no request is sent for it)."""
+WATCH_SECONDS = 290
+"""``timeoutSeconds`` of one watch request: the server ends it, and it is resumed from its resourceVersion."""
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _map(obj.get("metadata"))
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _map(_meta(obj).get("labels"))
+
+
+def _name_key(obj: Mapping[str, Any]) -> str | None:
+    name = _meta(obj).get("name")
+    return name if isinstance(name, str) and name else None
+
+
+def _jobset_key(obj: Mapping[str, Any]) -> str | None:
+    name = _labels(obj).get(LABEL_JOBSET_NAME)
+    return name if isinstance(name, str) and name else None
+
+
+def _owner_key(obj: Mapping[str, Any]) -> str | None:
+    refs = _meta(obj).get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else []:
+        ref = _map(ref)
+        if ref.get("kind") == "TrainJob" and isinstance(ref.get("name"), str):
+            return str(ref["name"])
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One watched collection: its cursor ``key``, REST ``path``, label ``selector`` and how an object of it
+    names the incarnation it belongs to (``key_of``: the TrainJob's name, or ``None`` for none of ours)."""
+
+    key: str
+    path: str
+    selector: str | None
+    key_of: Callable[[Mapping[str, Any]], str | None]
+
+
+def kinds(namespace: str, *, kueue: bool, pods: bool = True) -> list[Kind]:
+    """The kinds the watch follows in ``namespace``. JobSets, Jobs and pods carry dispatch's identity labels
+    (the adapter's runtime patch puts them on the JobSet, Job and pod templates); a Kueue Workload carries
+    only Kueue's ``job-uid`` label, so every Workload of the namespace is followed and matched by its owner."""
+    out = [
+        Kind("trainjobs", TRAINJOBS.path(namespace), DISPATCH_SELECTOR, _name_key),
+        Kind("jobsets", JOBSETS.path(namespace), DISPATCH_SELECTOR, _name_key),
+        Kind("jobs", JOBS.path(namespace), DISPATCH_SELECTOR, _jobset_key),
+    ]
+    if pods:
+        out.append(Kind("pods", PODS.path(namespace), DISPATCH_SELECTOR, _jobset_key))
+    if kueue:
+        out.append(Kind("workloads", WORKLOADS.path(namespace), "kueue.x-k8s.io/job-uid", _owner_key))
+    return out
+
+
+# --- cursors ---------------------------------------------------------------------------------------
+
+
+def encode_cursor(namespace: str, rvs: Mapping[str, str]) -> str:
+    """The opaque cursor of per-kind resourceVersions (an empty map means "from the start": relist)."""
+    raw = json.dumps(
+        {"v": _CURSOR_VERSION, "ns": namespace, "rv": dict(sorted(rvs.items()))}, separators=(",", ":")
+    )
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, namespace: str) -> dict[str, str]:
+    """The per-kind resourceVersions of a cursor from :func:`encode_cursor`; ``InvalidError`` for anything
+    else, or a cursor of another namespace."""
+    if not isinstance(cursor, str) or not cursor:
+        raise InvalidError(f"expected a cursor from a change of this backend, got {cursor!r}", path="cursor")
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        data = json.loads(raw)
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise InvalidError(f"not a cursor of the kubeflow adapter: {cursor[:40]!r}", path="cursor") from None
+    rv = data.get("rv") if isinstance(data, dict) else None
+    if (
+        not isinstance(data, dict)
+        or data.get("v") != _CURSOR_VERSION
+        or not isinstance(rv, dict)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in rv.items())
+    ):
+        raise InvalidError(f"not a cursor of the kubeflow adapter: {cursor[:40]!r}", path="cursor")
+    if data.get("ns") != namespace:
+        raise InvalidError(
+            f"the cursor is of namespace {data.get('ns')!r}, this backend watches {namespace!r}",
+            path="cursor",
+        )
+    return dict(rv)
+
+
+def _rv_int(value: Any) -> int | None:
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def newer(rv: Any, than: Any) -> bool | None:
+    """Whether resourceVersion ``rv`` is later than ``than``; ``None`` when they cannot be compared.
+
+    resourceVersions are opaque by contract; every API server backed by etcd (and kubesim) makes them
+    increasing integers, and only the resume-from-cursor shortcut relies on it — without it a resume
+    simply emits every incarnation's current observation."""
+    a, b = _rv_int(rv), _rv_int(than)
+    if a is None or b is None:
+        return None
+    return a > b
+
+
+# --- the folded view ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Parts:
+    """The cached objects of one incarnation (keyed by its TrainJob's name)."""
+
+    trainjob: dict[str, Any] | None = None
+    jobset: dict[str, Any] | None = None
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    workload: dict[str, Any] | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.trainjob is None and self.jobset is None and not self.jobs and not self.pods
+
+
+class View:
+    """Every watched object, indexed by the incarnation it belongs to (pure bookkeeping, no I/O)."""
+
+    def __init__(self, kinds: Iterable[Kind]) -> None:
+        self.kinds = {k.key: k for k in kinds}
+        self._objects: dict[str, dict[str, dict[str, Any]]] = {
+            k: {} for k in self.kinds
+        }  # kind -> uid -> obj
+        self._index: dict[str, dict[str, set[str]]] = {k: {} for k in self.kinds}  # kind -> key -> uids
+        self._key_of_uid: dict[str, dict[str, str]] = {k: {} for k in self.kinds}
+        self.identities: dict[str, Identity] = {}
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._objects.values())
+
+    @staticmethod
+    def uid(obj: Mapping[str, Any]) -> str | None:
+        meta = _meta(obj)
+        uid = meta.get("uid") or (
+            f"{meta.get('namespace', '')}/{meta.get('name', '')}" if meta.get("name") else None
+        )
+        return uid if isinstance(uid, str) else None
+
+    def get(self, kind: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        uid = self.uid(obj)
+        return self._objects[kind].get(uid) if uid is not None else None
+
+    def _remove(self, kind: str, uid: str) -> str | None:
+        self._objects[kind].pop(uid, None)
+        key = self._key_of_uid[kind].pop(uid, None)
+        if key is not None:
+            uids = self._index[kind].get(key)
+            if uids is not None:
+                uids.discard(uid)
+                if not uids:
+                    del self._index[kind][key]
+        return key
+
+    def _put(self, kind: str, obj: dict[str, Any]) -> set[str]:
+        uid = self.uid(obj)
+        if uid is None:
+            return set()
+        affected = set()
+        old = self._remove(kind, uid)
+        if old is not None:
+            affected.add(old)
+        key = self.kinds[kind].key_of(obj)
+        if key is None:
+            return affected
+        self._objects[kind][uid] = obj
+        self._key_of_uid[kind][uid] = key
+        self._index[kind].setdefault(key, set()).add(uid)
+        affected.add(key)
+        if kind == "trainjobs":
+            self._learn(key, obj)
+        return affected
+
+    def _learn(self, key: str, obj: Mapping[str, Any]) -> None:
+        try:
+            identity = naming.identity_of(obj)
+        except ConflictError as exc:
+            _log.warning("watch: ignoring a TrainJob with inconsistent dispatch marks: %s", exc)
+            return
+        if identity is not None:
+            self.identities[key] = identity
+
+    def apply(self, kind: str, event_type: str, obj: dict[str, Any]) -> set[str]:
+        """Apply one watch event; the incarnations it touched."""
+        if event_type == "DELETED":
+            uid = self.uid(obj)
+            if uid is None:
+                return set()
+            key = self._remove(kind, uid)
+            if key is None:
+                key = self.kinds[kind].key_of(obj)
+                if kind == "trainjobs" and key is not None and key not in self.identities:
+                    self._learn(key, obj)
+            return {key} if key is not None else set()
+        return self._put(kind, obj)
+
+    def replace(self, kind: str, items: Iterable[dict[str, Any]]) -> set[str]:
+        """Replace every object of ``kind`` with a fresh listing; the incarnations that may have changed."""
+        affected = set(self._index[kind])
+        for uid in list(self._objects[kind]):
+            self._remove(kind, uid)
+        for obj in items:
+            affected |= self._put(kind, obj)
+        return affected
+
+    def keys(self) -> set[str]:
+        """Every incarnation known by a TrainJob, now or before."""
+        return set(self.identities)
+
+    def objects(self, kind: str, key: str) -> list[dict[str, Any]]:
+        return [self._objects[kind][u] for u in sorted(self._index[kind].get(key, ()))]
+
+    def parts(self, key: str) -> Parts:
+        """The objects of incarnation ``key``: a JobSet or Workload is taken only when it is owned by the
+        TrainJob now cached (a leftover of an earlier TrainJob of the same name is not its)."""
+        tjs = self.objects("trainjobs", key) if "trainjobs" in self.kinds else []
+        tj = tjs[0] if tjs else None
+        uid = str(_meta(tj).get("uid", "")) if tj is not None else ""
+        out = Parts(trainjob=tj)
+        for js in self.objects("jobsets", key) if "jobsets" in self.kinds else []:
+            if _owned_by(js, uid):
+                out.jobset = js
+        out.jobs = self.objects("jobs", key) if "jobs" in self.kinds else []
+        out.pods = self.objects("pods", key) if "pods" in self.kinds else []
+        for wl in self.objects("workloads", key) if "workloads" in self.kinds else []:
+            if _owned_by(wl, uid):
+                out.workload = wl
+        return out
+
+    def forget(self, key: str) -> None:
+        """Drop an incarnation whose objects are all gone (bounded memory over a long watch)."""
+        if self.parts(key).empty:
+            self.identities.pop(key, None)
+
+    def touched_since(self, rvs: Mapping[str, str]) -> set[str] | None:
+        """Incarnations with an object changed after the cursor's resourceVersions; ``None`` when that
+        cannot be decided (a kind missing from the cursor, resourceVersions that are not comparable)."""
+        out: set[str] = set()
+        for kind, objects in self._objects.items():
+            since = rvs.get(kind)
+            if since is None:
+                return None
+            for uid, obj in objects.items():
+                later = newer(_meta(obj).get("resourceVersion"), since)
+                if later is None:
+                    return None
+                if later:
+                    out.add(self._key_of_uid[kind][uid])
+        return out
+
+
+def _deleting(obj: Mapping[str, Any] | None) -> bool:
+    return obj is not None and bool(_meta(obj).get("deletionTimestamp"))
+
+
+def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    refs = _meta(obj).get("ownerReferences")
+    owners = (
+        {str(_map(r).get("uid")) for r in refs if _map(r).get("uid")} if isinstance(refs, list) else set()
+    )
+    return not owners or not uid or uid in owners
+
+
+# --- the streams ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """What a kind's stream hands the fold: an object event, a bookmark, a relist, or a failure."""
+
+    kind: str
+    type: str  # ADDED | MODIFIED | DELETED | BOOKMARK | RELIST | FAILED | TICK
+    obj: dict[str, Any] = field(default_factory=dict)
+    rv: str = ""
+    items: tuple[dict[str, Any], ...] = ()
+    error: DispatchError | None = None
+
+
+class _Expired(Exception):
+    """The stream's resourceVersion is gone from the server's history (410)."""
+
+
+class _Resync(Exception):
+    """The stream sent something that is not a watch event: its position cannot be trusted."""
+
+
+async def list_kind(client: KubeClient, kind: Kind) -> tuple[list[dict[str, Any]], str]:
+    """List ``kind`` (its items and the list's resourceVersion), raising dispatch's errors."""
+    params = {"labelSelector": kind.selector} if kind.selector else {}
+    out = await client.request("GET", kind.path, what=f"list {kind.key}", params=params)
+    out = out if isinstance(out, dict) else {}
+    items = out.get("items")
+    rv = _meta(out).get("resourceVersion")
+    return (
+        [i for i in items if isinstance(i, dict)] if isinstance(items, list) else [],
+        rv if isinstance(rv, str) else "",
+    )
+
+
+def _parse_event(line: str, what: str = "watch") -> tuple[str, dict[str, Any]]:
+    try:
+        event = json.loads(line)
+    except ValueError:
+        raise _Resync(f"a watch line that is not JSON: {line[:80]!r}") from None
+    etype = event.get("type") if isinstance(event, dict) else None
+    obj = event.get("object") if isinstance(event, dict) else None
+    if not isinstance(etype, str) or not isinstance(obj, dict):
+        raise _Resync(f"a watch line that is not an event: {line[:80]!r}")
+    if etype == "ERROR":
+        code = obj.get("code")
+        if code == 410:
+            raise _Expired(str(obj.get("message", "")))
+        raise map_status(code if isinstance(code, int) else 500, obj, what=what)
+    if etype not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK") or not isinstance(obj.get("metadata"), dict):
+        raise _Resync(f"a watch event of unknown shape: type {etype!r}")
+    return etype, obj
+
+
+async def continuous_watch(
+    client: KubeClient,
+    kind: Kind,
+    rv: str,
+    put: Callable[[Event], None],
+    *,
+    clock: Clock,
+    max_failures: int = 10,
+) -> None:
+    """Follow ``kind`` from resourceVersion ``rv`` forever, handing every event to ``put``.
+
+    A stream that ends (the server's timeout, a dropped connection) is reopened from the last
+    resourceVersion seen (events or bookmarks); ``410 Expired`` (or a corrupt stream) relists the kind and
+    hands over the fresh listing; 429/5xx and lost connections back off, doubling; after ``max_failures``
+    failures in a row — or at once for an answer no retry can fix (403, 404) — a ``FAILED`` event carries
+    the error and the watch of this kind ends."""
+    failures = 0
+    retry = client.retry
+    what = f"watch {kind.key}"
+    while True:
+        params = {
+            "watch": "1",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": rv,
+            "timeoutSeconds": str(WATCH_SECONDS),
+        }
+        if kind.selector:
+            params["labelSelector"] = kind.selector
+        try:
+            try:
+                async for line in client.stream(
+                    kind.path, what=what, params=params, read_timeout=WATCH_SECONDS + 30.0
+                ):
+                    if not line.strip():
+                        continue
+                    etype, obj = _parse_event(line, what)
+                    failures = 0
+                    new_rv = obj["metadata"].get("resourceVersion")
+                    if isinstance(new_rv, str) and new_rv:
+                        rv = new_rv
+                    if etype == "BOOKMARK":
+                        put(Event(kind.key, "BOOKMARK", rv=rv))
+                    else:
+                        put(Event(kind.key, etype, obj, rv=rv))
+                failures = 0  # a stream that ended normally: reopen from where it was
+                metrics.current().inc("dispatch_watch_restarts_total", {"kind": kind.key, "reason": "ended"})
+                continue
+            except (_Expired, _Resync, ExpiredError) as exc:
+                _log.info("%s: %s; listing again", what, exc)
+                metrics.current().inc("dispatch_watch_relists_total", {"kind": kind.key})
+                items, rv = await list_kind(client, kind)
+                put(Event(kind.key, "RELIST", rv=rv, items=tuple(items)))
+                failures = 0
+                continue
+        except (UnavailableError, OutcomeUnknownError) as exc:
+            error: DispatchError = exc  # 429/5xx answers, lost connections: back off and resume
+        except DispatchError as exc:  # 403, 404, ...: no retry fixes it
+            put(Event(kind.key, "FAILED", error=exc))
+            return
+        failures += 1
+        metrics.current().inc("dispatch_watch_restarts_total", {"kind": kind.key, "reason": "error"})
+        if failures >= max_failures:
+            put(
+                Event(
+                    kind.key,
+                    "FAILED",
+                    error=UnavailableError(f"{error} (watch gave up after {failures} tries)"),
+                )
+            )
+            return
+        _log.debug("%s: %s; retrying (%d)", what, error, failures)
+        await clock.sleep(retry.delay(failures - 1))
+
+
+class Streams:
+    """The running per-kind watches of one ``watch()`` call, feeding one queue."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self, client: KubeClient, kind: Kind, rv: str, *, clock: Clock) -> None:
+        self._tasks.append(
+            asyncio.ensure_future(continuous_watch(client, kind, rv, self.queue.put_nowait, clock=clock))
+        )
+
+    def tick(self, every: float, *, clock: Clock) -> None:
+        """A ``TICK`` event every ``every`` seconds: readings that depend on time (a deletion that does not
+        complete) are re-folded without any request."""
+
+        async def ticker() -> None:
+            while True:
+                await clock.sleep(every)
+                self.queue.put_nowait(Event("", "TICK"))
+
+        self._tasks.append(asyncio.ensure_future(ticker()))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+
+
+# --- the fold: events in, changes out ----------------------------------------------------------------
+
+Fold = Callable[[str, Parts | None, Outcome | None], Outcome]
+"""The observation of incarnation ``name`` from its parts (``None``: its TrainJob is gone) and the last
+observation emitted for it (a cause seen while it ran can outlive the pod that showed it)."""
+HandleOf = Callable[[Identity, str], Handle]
+Tails = Callable[[str, Parts], Awaitable[None]]
+"""Read (and keep) the output tails of an incarnation's failed nodes before its outcome is emitted."""
+
+
+class Watch:
+    """One ``watch(cursor)`` stream of changes (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str,
+        kinds: list[Kind],
+        *,
+        fold: Fold,
+        handle_of: HandleOf,
+        tails: Tails,
+        clock: Clock,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.kinds = kinds
+        self.view = View(kinds)
+        self.fold = fold
+        self.handle_of = handle_of
+        self.tails = tails
+        self.clock = clock
+        self.rvs: dict[str, str] = {}
+        self.emitted: dict[str, Outcome] = {}
+
+    def cursor(self) -> str:
+        return encode_cursor(self.namespace, self.rvs)
+
+    async def _observe(self, key: str) -> Change | None:
+        """The change for incarnation ``key`` if its folded observation differs from the last emitted."""
+        identity = self.view.identities.get(key)
+        if identity is None:
+            return None
+        parts = self.view.parts(key)
+        if parts.trainjob is not None:
+            await self.tails(key, parts)
+        outcome = self.fold(key, None if parts.trainjob is None else parts, self.emitted.get(key))
+        if self.emitted.get(key) == outcome:
+            if parts.empty:
+                self._forget(key)
+            return None
+        self.emitted[key] = outcome
+        change = Change(Observation(self.handle_of(identity, key), outcome, self.clock.now()), self.cursor())
+        if parts.empty:
+            self._forget(key)
+        return change
+
+    def _forget(self, key: str) -> None:
+        self.view.forget(key)
+        if key not in self.view.identities:
+            self.emitted.pop(key, None)
+
+    async def run(self, cursor: str | None) -> AsyncIterator[Change]:
+        start = decode_cursor(cursor, self.namespace) if cursor is not None else None
+        for kind in list(self.kinds):
+            try:
+                items, rv = await list_kind(self.client, kind)
+            except (PermissionDeniedError, NotFoundError) as exc:
+                if kind.key == "trainjobs":
+                    raise
+                # Not readable with these credentials (or not served): the incarnations are read from the
+                # other kinds, as observe does.
+                _log.warning("watch: %s; following the other kinds without it", exc)
+                self._drop(kind.key)
+                continue
+            self.view.replace(kind.key, items)
+            self.rvs[kind.key] = rv
+        keys = sorted(self.view.keys())
+        touched = self.view.touched_since(start) if start else None
+        resuming = start is not None and touched is not None
+        todo: list[str] = []
+        for key in keys:
+            if resuming and touched is not None and key not in touched:
+                # the host saw it before the cursor
+                self.emitted[key] = self.fold(key, self.view.parts(key), None)
+            else:
+                todo.append(key)
+        # Resuming from any change of this batch but the last must list again: the cursor before the batch.
+        batch_cursor = encode_cursor(self.namespace, start or {})
+        pending: list[Change] = []
+        for key in todo:
+            change = await self._observe(key)
+            if change is not None:
+                pending.append(change)
+        for i, change in enumerate(pending):
+            yield change if i == len(pending) - 1 else Change(change.observation, batch_cursor)
+        streams = Streams()
+        # Resuming, replay each kind from the cursor: the deletions since then are not in any listing.
+        replay_until: dict[str, str] = {}
+        for kind in self.kinds:
+            since = start.get(kind.key) if resuming and start else None
+            if since and newer(self.rvs[kind.key], since):
+                replay_until[kind.key] = self.rvs[kind.key]
+                streams.start(self.client, kind, since, clock=self.clock)
+            else:
+                streams.start(self.client, kind, self.rvs[kind.key], clock=self.clock)
+        streams.tick(TICK_SECONDS, clock=self.clock)
+        try:
+            while True:
+                event = await streams.queue.get()
+                for change in await self._apply(event, replay_until):
+                    yield change
+        finally:
+            await streams.close()
+
+    def _drop(self, kind: str) -> None:
+        self.kinds = [k for k in self.kinds if k.key != kind]
+        self.view.replace(kind, ())
+        self.rvs.pop(kind, None)
+
+    async def _apply(self, event: Event, replay_until: dict[str, str]) -> list[Change]:
+        if event.type == "FAILED":
+            assert event.error is not None
+            if event.kind == "trainjobs" or not isinstance(
+                event.error, PermissionDeniedError | NotFoundError
+            ):
+                raise event.error
+            _log.warning("watch: %s; following the other kinds without it", event.error)
+            self._drop(event.kind)
+            return [c for key in sorted(self.view.identities) if (c := await self._observe(key)) is not None]
+        affected: set[str] = set()
+        if event.type == "TICK":
+            affected = {k for k in self.view.identities if _deleting(self.view.parts(k).trainjob)}
+        elif event.type == "BOOKMARK":
+            until = replay_until.get(event.kind)
+            if until is not None and newer(event.rv, until) is not False:
+                replay_until.pop(event.kind, None)
+        elif event.type == "RELIST":
+            replay_until.pop(event.kind, None)
+            affected = self.view.replace(event.kind, event.items)
+        elif event.type in ("ADDED", "MODIFIED", "DELETED"):
+            until = replay_until.get(event.kind)
+            if until is not None and newer(event.rv, until) is False:
+                # An event from before the listing, replayed on resume: the listing already holds the
+                # object's current state; only say that its incarnation changed after the cursor.
+                key = self.view.kinds[event.kind].key_of(event.obj)
+                if key is not None:
+                    if (
+                        event.type == "DELETED"
+                        and event.kind == "trainjobs"
+                        and key not in self.view.identities
+                    ):
+                        self.view.apply(event.kind, event.type, event.obj)  # learns the identity of the gone
+                    self.emitted.pop(key, None)
+                    affected.add(key)
+            else:
+                replay_until.pop(event.kind, None)
+                affected = self.view.apply(event.kind, event.type, event.obj)
+        if event.kind and event.rv and event.kind not in replay_until:
+            self.rvs[event.kind] = event.rv
+        out: list[Change] = []
+        for key in sorted(affected):
+            change = await self._observe(key)
+            if change is not None:
+                out.append(change)
+        return out

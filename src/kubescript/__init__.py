@@ -1,0 +1,207 @@
+"""The ``KUBESIM_SCRIPT`` behaviour-script grammar: the one implementation that both kubesim's
+simulated pods and dispatch's ``memory`` adapter read, so one job file drives both the same way.
+
+A leaf package: it imports nothing of ``dispatch``, ``dispatch_kubeflow`` or ``kubesim`` (both
+``dispatch`` and ``kubesim`` import it; ``tests/test_layout.py`` checks it). Refusals are
+:class:`ScriptError` (a ``ValueError``); each user wraps it in its own error type.
+
+Grammar (steps separated by ``;``)::
+
+    script := step (";" step)*
+    step   := guard* verb [args]
+    guard  := "rank=" INT ":" | "env:" NAME "=" VALUE ":"
+    verb   := "sleep" SECONDS | "print" TEXT | "exit" CODE | "oom" | "preempt" | "lose-node"
+            | "evict" | "hang" | "slow-stop" SECONDS
+
+``print`` text runs to the end of the step (write ``\\;`` for a literal semicolon); ``{rank}`` is the
+rank (the pod's completion index) and ``{env:NAME}`` the value of one of the environment variables
+(an unset one expands to nothing). A guarded step runs only when every guard holds. A script that
+runs out of steps exits 0 where it stops, like a shell script. Everything here is a pure function.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "DEFAULT_SCRIPT",
+    "FAULTS",
+    "SCRIPT_ENV",
+    "VERBS",
+    "Guard",
+    "RankPlan",
+    "ScriptError",
+    "Step",
+    "parse_script",
+    "plan_rank",
+    "render_text",
+]
+
+SCRIPT_ENV = "KUBESIM_SCRIPT"
+"""The environment variable a job's behaviour script is read from."""
+
+DEFAULT_SCRIPT = "print started; sleep 5; print done; exit 0"
+"""What a job (or pod) without a script does: say it started, run five seconds, say it is done, exit
+0. The same on kubesim and on the memory adapter, so that ``dispatch logs`` shows output on both."""
+
+VERBS = ("sleep", "print", "exit", "oom", "preempt", "lose-node", "evict", "hang", "slow-stop")
+FAULTS = frozenset({"oom", "preempt", "lose-node", "evict"})
+"""The verbs that end a rank with a fault instead of an exit code."""
+
+_NO_ARG = FAULTS | {"hang"}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_RANK_GUARD = re.compile(r"rank=(\d+)\s*:")
+_ENV_GUARD = re.compile(r"env:([^=:\s]+)=([^:]*):")
+_EXIT_CODE = re.compile(r"\d{1,3}")
+_PLACEHOLDER = re.compile(r"\{(rank|env:([A-Za-z_][A-Za-z0-9_]*))\}")
+
+
+class ScriptError(ValueError):
+    """A behaviour script that does not parse; the message names the step and what is allowed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """A condition on a step: ``kind`` is ``"rank"`` (``value`` is the index) or ``"env"``."""
+
+    kind: str
+    name: str
+    value: str
+
+    def holds(self, rank: int, env: Mapping[str, str]) -> bool:
+        if self.kind == "rank":
+            return str(rank) == self.value
+        return env.get(self.name) == self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One parsed step: the verb, its argument as written, its guards, and the decoded number."""
+
+    verb: str
+    arg: str = ""
+    guards: tuple[Guard, ...] = ()
+    seconds: float = 0.0
+    code: int = 0
+
+    def applies(self, rank: int, env: Mapping[str, str]) -> bool:
+        return all(g.holds(rank, env) for g in self.guards)
+
+
+def parse_script(script: str) -> tuple[Step, ...]:
+    """Parse a behaviour script; :class:`ScriptError` names the bad step and what is allowed."""
+    if not isinstance(script, str):
+        raise ScriptError(f"expected a script (text), got {type(script).__name__}")
+    steps: list[Step] = []
+    parts = [p.replace("\\;", ";") for p in re.split(r"(?<!\\);", script)]
+    for i, raw in enumerate(parts, start=1):
+        if not raw.strip():
+            continue
+        steps.append(_parse_step(raw, f"step {i} ({raw.strip()!r})"))
+    return tuple(steps)
+
+
+def _parse_step(raw: str, where: str) -> Step:
+    def bad(message: str) -> ScriptError:
+        return ScriptError(f"{where}: {message}")
+
+    guards: list[Guard] = []
+    rest = raw
+    while True:
+        rest = rest.lstrip()
+        m = _RANK_GUARD.match(rest)
+        if m:
+            guards.append(Guard("rank", "rank", str(int(m.group(1)))))
+            rest = rest[m.end() :]
+            continue
+        if rest.startswith("rank="):
+            raise bad("a rank guard is 'rank=<index>:' with a non-negative integer index")
+        if rest.startswith("env:"):
+            m = _ENV_GUARD.match(rest)
+            if not m:
+                raise bad("an env guard is 'env:<NAME>=<value>:'")
+            if not _ENV_NAME.match(m.group(1)):
+                raise bad(f"{m.group(1)!r} is not an environment variable name")
+            guards.append(Guard("env", m.group(1), m.group(2).strip()))
+            rest = rest[m.end() :]
+            continue
+        break
+    body = rest.strip()
+    if not body:
+        raise bad(f"a guard must be followed by a verb; verbs: {', '.join(VERBS)}")
+    verb, _, arg = body.partition(" ")
+    arg = arg.strip()
+    if verb not in VERBS:
+        raise bad(f"unknown verb {verb!r}; verbs: {', '.join(VERBS)}")
+    if verb in _NO_ARG:
+        if arg:
+            raise bad(f"'{verb}' takes no argument, got {arg!r}")
+        return Step(verb, "", tuple(guards))
+    if verb in ("sleep", "slow-stop"):
+        try:
+            seconds = float(arg)
+        except ValueError:
+            raise bad(f"'{verb}' needs a number of seconds, got {arg!r}") from None
+        if not math.isfinite(seconds) or seconds < 0:
+            raise bad(f"'{verb}' needs a finite number of seconds >= 0, got {arg!r}")
+        return Step(verb, arg, tuple(guards), seconds=seconds)
+    if verb == "exit":
+        if not _EXIT_CODE.fullmatch(arg) or int(arg) > 255:
+            raise bad(f"'exit' needs an exit code 0..255, got {arg!r}")
+        return Step(verb, arg, tuple(guards), code=int(arg))
+    return Step(verb, arg, tuple(guards))  # print: the rest of the step, verbatim (may be empty)
+
+
+def render_text(text: str, rank: int, env: Mapping[str, str]) -> str:
+    """Expand ``{rank}`` and ``{env:NAME}`` (an unset variable expands to the empty string)."""
+
+    def sub(m: re.Match[str]) -> str:
+        return str(rank) if m.group(1) == "rank" else env.get(m.group(2), "")
+
+    return _PLACEHOLDER.sub(sub, text)
+
+
+@dataclass(frozen=True, slots=True)
+class RankPlan:
+    """What one rank does once running, as offsets from the moment it starts running.
+
+    ``end`` is None when the rank never ends by itself (``hang``); ``verb`` is ``"exit"`` or one of the
+    fault verbs; ``lines`` are ``(offset, text)`` of ``print`` steps; ``slow_stops`` are
+    ``(offset, seconds)`` of ``slow-stop`` steps (from then on, stopping the rank takes that long)."""
+
+    end: float | None
+    verb: str = "exit"
+    code: int = 0
+    lines: tuple[tuple[float, str], ...] = ()
+    slow_stops: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return self.end is not None and (self.verb != "exit" or self.code != 0)
+
+
+def plan_rank(steps: Sequence[Step], rank: int, env: Mapping[str, str]) -> RankPlan:
+    """Walk the steps that apply to ``rank`` and return its plan (a simulator that runs in logical time
+    needs no more)."""
+    t = 0.0
+    lines: list[tuple[float, str]] = []
+    slow: list[tuple[float, float]] = []
+    for step in steps:
+        if not step.applies(rank, env):
+            continue
+        if step.verb == "sleep":
+            t += step.seconds
+        elif step.verb == "print":
+            lines.append((t, render_text(step.arg, rank, env)))
+        elif step.verb == "slow-stop":
+            slow.append((t, step.seconds))
+        elif step.verb == "hang":
+            return RankPlan(None, "hang", 0, tuple(lines), tuple(slow))
+        elif step.verb == "exit":
+            return RankPlan(t, "exit", step.code, tuple(lines), tuple(slow))
+        else:
+            return RankPlan(t, step.verb, 0, tuple(lines), tuple(slow))
+    return RankPlan(t, "exit", 0, tuple(lines), tuple(slow))

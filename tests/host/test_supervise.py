@@ -1,0 +1,387 @@
+"""The supervisor on the memory backend, through the public API (``Cluster.supervisor``), on a manual clock."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from dispatch import InvalidError, ManualClock, OutcomeUnknownError
+from dispatch.backend import Prepared, place
+from dispatch.cluster import Cluster
+from dispatch.memory import MemoryBackend
+from dispatch.model import (
+    Action,
+    Capabilities,
+    Cause,
+    Epoch,
+    Handle,
+    Identity,
+    JobSpec,
+    Observation,
+    Outcome,
+    PlanAction,
+    Policy,
+    Rule,
+    State,
+    Transition,
+)
+from dispatch.records import MemoryStore
+from dispatch.supervise import Supervisor, UnmatchedPolicy
+
+from .helpers import SETTINGS, spec
+
+PREEMPT_ONCE = "env:DISPATCH_EPOCH=1.0: sleep 2; env:DISPATCH_EPOCH=1.0: preempt; sleep 2; exit 0"
+POLICY = Policy(
+    {
+        Cause.PREEMPTED: Rule(Action.REQUEUE, max=2, backoff=5.0),
+        Cause.NODE_LOST: Rule(Action.REQUEUE, max=3, backoff=1.0),
+        Cause.TIMEOUT: Rule(Action.REQUEUE, max=1, backoff=0.0),
+        Cause.OUT_OF_MEMORY: Rule(Action.FAIL),
+        Cause.EVICTED: Rule(Action.HOLD),
+    }
+)
+
+
+async def drive(clock: ManualClock, *sups: Supervisor, seconds: float = 120.0, dt: float = 1.0) -> None:
+    """Step every supervisor, then advance the clock, for ``seconds`` of simulated time."""
+    t = 0.0
+    while t <= seconds:
+        for s in sups:
+            await s.step()
+        clock.advance(dt)
+        t += dt
+
+
+def whats(history: builtins.list[Transition]) -> builtins.list[str]:
+    return [f"{t.epoch} {t.what}" for t in history]
+
+
+@pytest.fixture
+async def pcluster(backend: MemoryBackend, store: MemoryStore, clock: ManualClock) -> Any:
+    async with Cluster(backend, store, clock=clock, policy=POLICY) as c:
+        yield c
+
+
+async def test_a_preempted_job_is_requeued_once_and_succeeds(
+    pcluster: Cluster, backend: MemoryBackend, clock: ManualClock
+) -> None:
+    await pcluster.submit(spec(PREEMPT_ONCE, nodes=2), job_id="job-a")
+    sup = pcluster.supervisor(poll=1.0)
+    await drive(clock, sup, seconds=40)
+    rec = await pcluster.store.get("job-a")
+    assert (rec.state, rec.epoch) == (State.SUCCEEDED, Epoch(2, 1))
+    history = await pcluster.history("job-a")
+    failed = next(t for t in history if t.state is State.FAILED)
+    assert (failed.cause, failed.epoch) == (Cause.PREEMPTED, Epoch(1, 0))
+    requeued = next(t for t in history if t.what == "requeued")
+    assert requeued.epoch == Epoch(2, 1) and requeued.actor.value == "supervisor"
+    assert "rule preempted: requeue (max 2, backoff 5 s" in requeued.why
+    started = [t for t in history if t.what == "started"]
+    assert [t.epoch for t in started] == [Epoch(1, 0), Epoch(2, 1)]
+    assert started[1].at >= requeued.at + 5.0  # the backoff
+    ceased = next(t for t in history if t.what == "ceased")
+    assert requeued.at <= ceased.at <= started[1].at
+    assert history[-1].state is State.SUCCEEDED
+    assert backend.overlaps == []
+    assert rec.lease is None  # final: the lease is given back
+
+
+async def test_an_oom_under_a_fail_rule_gives_up_without_a_requeue(
+    pcluster: Cluster, clock: ManualClock
+) -> None:
+    await pcluster.submit(spec("sleep 1; rank=1: oom; sleep 5; exit 0", nodes=2), job_id="job-a")
+    sup = pcluster.supervisor(poll=1.0)
+    await drive(clock, sup, seconds=20)
+    rec = await pcluster.store.get("job-a")
+    assert (rec.state, rec.outcome.cause, rec.epoch) == (State.FAILED, Cause.OUT_OF_MEMORY, Epoch(1, 0))
+    history = await pcluster.history("job-a")
+    assert not any(t.what == "requeued" for t in history)
+    assert history[-1].what == "gave up" and "out_of_memory: fail" in history[-1].why
+    assert rec.plan is not None and rec.plan.action is PlanAction.FAIL
+
+
+async def test_a_node_loss_is_requeued(pcluster: Cluster, backend: MemoryBackend, clock: ManualClock) -> None:
+    rec = await pcluster.submit(spec("sleep 30; exit 0"), job_id="job-a")
+    sup = pcluster.supervisor(poll=1.0)
+    await drive(clock, sup, seconds=3)
+    assert rec.handle is not None
+    await backend.lose_node(rec.handle)
+    await drive(clock, sup, seconds=60)
+    rec = await pcluster.store.get("job-a")
+    assert (rec.state, rec.epoch) == (State.SUCCEEDED, Epoch(2, 1))
+    assert any(t.cause is Cause.NODE_LOST for t in await pcluster.history("job-a"))
+
+
+async def test_the_policys_max_requeues_hold(pcluster: Cluster, clock: ManualClock) -> None:
+    await pcluster.submit(spec("sleep 1; preempt"), job_id="job-a")
+    sup = pcluster.supervisor(poll=1.0)
+    await drive(clock, sup, seconds=120)
+    rec = await pcluster.store.get("job-a")
+    assert (rec.state, rec.outcome.cause, rec.epoch) == (State.FAILED, Cause.PREEMPTED, Epoch(3, 2))
+    history = await pcluster.history("job-a")
+    assert [t.epoch for t in history if t.what == "requeued"] == [Epoch(2, 1), Epoch(3, 2)]
+    assert history[-1].what == "gave up" and "the 2 requeue(s) allowed are spent" in history[-1].why
+
+
+async def test_a_hold_rule_stops_for_a_person(pcluster: Cluster, clock: ManualClock) -> None:
+    await pcluster.submit(spec("sleep 1; evict"), job_id="job-a")
+    await drive(clock, pcluster.supervisor(poll=1.0), seconds=10)
+    history = await pcluster.history("job-a")
+    assert history[-1].what == "held for a person"
+    rec = await pcluster.store.get("job-a")
+    assert (rec.state, rec.outcome.cause) == (State.FAILED, Cause.EVICTED)
+
+
+async def test_the_next_incarnation_waits_for_the_previous_ones_compute(
+    pcluster: Cluster, backend: MemoryBackend, clock: ManualClock
+) -> None:
+    """A timed-out job whose pods take 20 s to go: the requeue (backoff 0) starts only once they are gone."""
+    job = JobSpec(command=("train",), env={"KUBESIM_SCRIPT": "slow-stop 20; hang"}, time_limit=5)
+    await pcluster.submit(job, job_id="job-a")
+    sup = pcluster.supervisor(poll=1.0)
+    await drive(clock, sup, seconds=60)
+    history = await pcluster.history("job-a")
+    timed_out = next(t for t in history if t.cause is Cause.TIMEOUT)
+    started = [t for t in history if t.what == "started"]
+    assert len(started) == 2
+    assert started[1].at >= timed_out.at + 20.0
+    assert backend.overlaps == []
+
+
+async def test_a_cancel_during_the_backoff_ends_the_job_without_a_new_incarnation(
+    pcluster: Cluster, backend: MemoryBackend, clock: ManualClock
+) -> None:
+    slow = Policy({Cause.PREEMPTED: Rule(Action.REQUEUE, max=2, backoff=60.0)})
+    await pcluster.submit(spec("sleep 1; preempt"), job_id="job-a", policy=slow)
+    sup = pcluster.supervisor(poll=1.0)
+    await drive(clock, sup, seconds=10)
+    assert (await pcluster.store.get("job-a")).epoch == Epoch(2, 1)
+    rec = await pcluster.cancel("job-a")
+    await drive(clock, sup, seconds=100)
+    rec = await pcluster.store.get("job-a")
+    assert (rec.state, rec.outcome.cause) == (State.CANCELLED, Cause.CANCELLED)
+    assert [o.handle.identity.epoch.n for o in await backend.list()] == [1]
+
+
+async def test_two_supervisors_never_act_on_one_record_and_split_by_capacity(
+    pcluster: Cluster, clock: ManualClock
+) -> None:
+    for i in range(4):
+        await pcluster.submit(spec("sleep 3; exit 0"), job_id=f"job-{i}")
+    a = pcluster.supervisor(holder="a", poll=1.0, capacity=2)
+    b = pcluster.supervisor(holder="b", poll=1.0, capacity=2)
+    await a.step()
+    await b.step()
+    assert len(a.leased) == 2 and len(b.leased) == 2
+    assert a.leased.isdisjoint(b.leased)
+    for r in await pcluster.store.list():
+        assert r.lease is not None and r.lease.holder in {"a", "b"}
+    await drive(clock, a, b, seconds=20)
+    assert {r.state for r in await pcluster.store.list()} == {State.SUCCEEDED}
+
+
+async def test_a_dead_supervisors_records_are_taken_over_once_its_leases_expire(
+    pcluster: Cluster, clock: ManualClock
+) -> None:
+    await pcluster.submit(spec(PREEMPT_ONCE), job_id="job-a")
+    dead = pcluster.supervisor(holder="dead", lease=30.0, poll=1.0)
+    await drive(clock, dead, seconds=3)  # preempted at 2 s, requeue recorded, then it dies (no close)
+    assert (await pcluster.store.get("job-a")).epoch == Epoch(2, 1)
+    heir = pcluster.supervisor(holder="heir", lease=30.0, poll=1.0)
+    await heir.step()
+    assert heir.leased == frozenset()  # the dead one's lease is still live
+    await drive(clock, heir, seconds=60)
+    rec = await pcluster.store.get("job-a")
+    assert (rec.state, rec.epoch) == (State.SUCCEEDED, Epoch(2, 1))
+    started = [t for t in await pcluster.history("job-a") if t.what == "started"]
+    assert [t.epoch for t in started] == [Epoch(1, 0), Epoch(2, 1)]  # exactly once each
+
+
+async def test_close_releases_the_leases_at_once(pcluster: Cluster) -> None:
+    await pcluster.submit(spec("sleep 30; exit 0"), job_id="job-a")
+    a = pcluster.supervisor(holder="a", poll=1.0)
+    await a.step()
+    assert a.leased == {"job-a"}
+    await a.close()
+    b = pcluster.supervisor(holder="b", poll=1.0)
+    await b.step()
+    assert b.leased == {"job-a"}
+
+
+@pytest.mark.parametrize("policy", list(UnmatchedPolicy))
+async def test_unmatched_objects_follow_the_unmatched_policy(
+    pcluster: Cluster, backend: MemoryBackend, clock: ManualClock, policy: UnmatchedPolicy
+) -> None:
+    stray = await place(backend, spec("sleep 30; exit 0"), Identity("stray", Epoch(3, 1)))
+    sup = pcluster.supervisor(poll=1.0, resync=1.0, unmatched=policy)
+    await drive(clock, sup, seconds=3)
+    obs = await backend.observe(stray)
+    records = {r.job_id: r for r in await pcluster.store.list()}
+    if policy is UnmatchedPolicy.IGNORE:
+        assert obs.state is State.RUNNING and records == {}
+    elif policy is UnmatchedPolicy.DELETE:
+        assert obs.state is State.CANCELLED and records == {}
+    else:
+        adopted = records["stray"]
+        assert adopted.epoch == Epoch(3, 1) and adopted.handle == stray
+        assert (await pcluster.history("stray"))[0].what == "adopted"
+        await drive(clock, sup, seconds=40)
+        assert (await pcluster.store.get("stray")).state is State.SUCCEEDED
+
+
+def test_supervisor_options_are_checked(pcluster: Cluster) -> None:
+    with pytest.raises(InvalidError, match="lease"):
+        pcluster.supervisor(lease=2.0, poll=1.0)
+    with pytest.raises(InvalidError, match="unmatched"):
+        pcluster.supervisor(unmatched="keep")
+    with pytest.raises(InvalidError, match="capacity"):
+        pcluster.supervisor(capacity=0)
+    with pytest.raises(InvalidError, match="policy"):
+        pcluster.supervisor(policy="requeue")  # type: ignore[arg-type]
+
+
+class LostCreate(MemoryBackend):
+    """Creates, then loses the response of the first ``n`` starts."""
+
+    def __init__(self, *args: Any, lose: int = 1, applied: bool = True, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.lose = lose
+        self.applied = applied
+
+    async def start(self, prepared: Prepared) -> Handle:
+        if self.lose > 0:
+            self.lose -= 1
+            if self.applied:
+                await super().start(prepared)
+            raise OutcomeUnknownError("the connection dropped before the response (test)")
+        return await super().start(prepared)
+
+
+@pytest.mark.parametrize("applied", [True, False])
+async def test_a_start_whose_outcome_is_unknown_is_settled_and_placed_once(
+    clock: ManualClock, store: MemoryStore, applied: bool
+) -> None:
+    backend = LostCreate(SETTINGS, clock=clock, lose=0, applied=applied)
+    async with Cluster(backend, store, clock=clock, policy=POLICY) as c:
+        await c.submit(spec(PREEMPT_ONCE), job_id="job-a")
+        backend.lose = 1  # the requeue's start loses its response
+        sup = c.supervisor(poll=1.0)
+        await drive(clock, sup, seconds=30)
+        rec = await store.get("job-a")
+        assert (rec.state, rec.epoch, rec.unknown_write) == (State.SUCCEEDED, Epoch(2, 1), None)
+        whats_ = [t.what for t in await c.history("job-a")]
+        assert "start outcome unknown" in whats_ and "settled" in whats_
+        names = [o.handle.identity for o in await backend.list()]
+        assert names == [Identity("job-a", Epoch(1, 0)), Identity("job-a", Epoch(2, 1))]
+
+
+class NoWatch:
+    """Only the required ``Backend`` protocol (no watcher, no cessation signal): the supervisor polls.
+    Like a Kubernetes foreground deletion, a stopped object disappears once its compute is gone."""
+
+    def __init__(self, inner: MemoryBackend) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.deleted: set[str] = set()
+
+    async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
+        return await self.inner.capabilities(spec)
+
+    async def prepare(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Prepared:
+        return await self.inner.prepare(spec, identity, held=held)
+
+    async def start(self, prepared: Prepared) -> Handle:
+        return await self.inner.start(prepared)
+
+    async def observe(self, handle: Handle) -> Observation:
+        obs = await self.inner.observe(handle)
+        if handle.ref in self.deleted and await self.inner.ceased(handle):
+            return Observation(handle, Outcome(State.LOST, Cause.UNKNOWN), obs.at)
+        return obs
+
+    async def stop(self, handle: Handle) -> None:
+        self.deleted.add(handle.ref)
+        await self.inner.stop(handle)
+
+    async def list(self) -> builtins.list[Observation]:
+        return await self.inner.list()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def test_without_a_watcher_the_supervisor_polls_and_waits_until_the_old_one_is_gone(
+    clock: ManualClock, store: MemoryStore
+) -> None:
+    inner = MemoryBackend(SETTINGS, clock=clock)
+    async with Cluster(NoWatch(inner), store, clock=clock, policy=POLICY) as c:
+        job = JobSpec(command=("train",), env={"KUBESIM_SCRIPT": "slow-stop 10; hang"}, time_limit=5)
+        await c.submit(job, job_id="job-a")
+        await drive(clock, c.supervisor(poll=1.0), seconds=40)
+        history = await c.history("job-a")
+        assert [t.epoch for t in history if t.what == "started"] == [Epoch(1, 0), Epoch(2, 1)]
+        assert inner.overlaps == []
+
+
+class StaleRead(MemoryBackend):
+    """``observe`` says the incarnation is gone although the listing shows it (a stale read)."""
+
+    stale = True
+
+    async def observe(self, handle: Handle) -> Observation:
+        obs = await super().observe(handle)
+        if self.stale:
+            return Observation(handle, Outcome(State.LOST, Cause.UNKNOWN), obs.at)
+        return obs
+
+    def identity_of(self, obj: Mapping[str, Any]) -> Identity | None:
+        return super().identity_of(obj)
+
+
+async def test_one_reading_that_finds_the_job_gone_does_not_make_it_lost(
+    clock: ManualClock, store: MemoryStore
+) -> None:
+    backend = StaleRead(SETTINGS, clock=clock)
+    async with Cluster(backend, store, clock=clock, policy=POLICY) as c:
+        await c.submit(spec("sleep 30; exit 0"), job_id="job-a")
+        rec = await c.get("job-a")
+        assert rec.state is not State.LOST
+        sup = c.supervisor(poll=1.0)
+        await drive(clock, sup, seconds=5)
+        assert (await store.get("job-a")).state is State.RUNNING
+        rec = await store.get("job-a")
+        assert rec.handle is not None
+        await backend.vanish(rec.handle)  # now it is really gone: the watch's deletion confirms it
+        await drive(clock, sup, seconds=3)
+        assert (await store.get("job-a")).state is State.LOST
+
+
+async def test_run_until_finishes_and_releases(pcluster: Cluster) -> None:
+    """``run`` on the system clock (the memory cluster's delays are real seconds here)."""
+    await pcluster.submit(spec("exit 0"), job_id="job-a")
+
+    async def done() -> bool:
+        return (await pcluster.store.get("job-a")).plan is not None or (
+            await pcluster.store.get("job-a")
+        ).state is State.SUCCEEDED
+
+    clock = pcluster.clock
+    assert isinstance(clock, ManualClock)
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(0.001)
+            clock.advance(1.0)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        sup = pcluster.supervisor(poll=1.0)
+        await asyncio.wait_for(sup.run(until=done), 10)
+    finally:
+        ticker.cancel()
+    rec = await pcluster.store.get("job-a")
+    assert rec.state is State.SUCCEEDED and rec.lease is None

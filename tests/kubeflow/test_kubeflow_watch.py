@@ -1,0 +1,245 @@
+"""The kubeflow Watcher over real HTTP on kubesim: one stream per kind for every job, no per-job requests,
+resumption from resourceVersions and from a cursor in a new process, relisting on 410 without losing a
+transition, dropped streams, 429/5xx with backoff, bookmarks, and malformed input kept typed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from kubeflow_fixtures import config, ident, kubeconfig
+from kubeflow_live import Collector, Live, job, live
+
+from dispatch import Cause, InvalidError, State
+from dispatch.backend import place
+from dispatch_kubeflow.backend import open_backend
+from dispatch_kubeflow.watching import (
+    DISPATCH_SELECTOR,
+    View,
+    _parse_event,
+    _Resync,
+    decode_cursor,
+    encode_cursor,
+    kinds,
+)
+from kubesim.auth import Permissions, Rule
+from kubesim.requestlog import RequestRecord
+from kubesim.resources import CONFIGMAPS, TRAINJOBS
+
+KINDS = {"trainjobs", "jobsets", "jobs", "pods", "workloads"}
+
+
+@pytest_asyncio.fixture
+async def lv(tmp_path: Path) -> AsyncIterator[Live]:
+    async for x in live(tmp_path):
+        yield x
+
+
+def window_of(lv: Live, start: int) -> list[RequestRecord]:
+    n = lv.sim.requests.total - start
+    return list(lv.sim.requests)[-n:] if n > 0 else []
+
+
+def _watches(lv: Live) -> list[tuple[str, dict[str, str]]]:
+    return [(r.resource, r.query_dict()) for r in lv.sim.requests.filter(verb="watch")]
+
+
+async def test_one_stream_per_kind_for_every_job_and_no_per_job_requests(lv: Live) -> None:
+    backend = await lv.open()
+    handles = [await place(backend, job(), ident(f"many-{i}")) for i in range(12)]
+    before = lv.sim.requests.total
+    watch = Collector(backend.watch())
+    try:
+        await lv.until(lambda: all(watch.last(h) is State.RUNNING for h in handles), "every job running")
+        steady = lv.sim.requests.total
+        last_time = list(lv.sim.requests)[-1].time
+        for _ in range(10):
+            lv.sim.advance(5)
+            await lv.settle()
+        extra = window_of(lv, steady)
+        assert not extra, f"the steady state sent requests: {[(r.verb, r.path, r.query) for r in extra]}"
+    finally:
+        await watch.close()
+    sent = [r for r in window_of(lv, before) if r.time <= last_time]
+    lists = [r for r in sent if r.verb == "list"]
+    watches = [r for r in sent if r.verb == "watch"]
+    assert sorted(r.resource for r in lists) == sorted(KINDS), [r.resource for r in lists]
+    assert sorted(r.resource for r in watches) == sorted(KINDS), [r.resource for r in watches]
+    for r in (*lists, *watches):
+        q = r.query_dict()
+        assert "labelSelector" in q, r
+        if r.resource != "workloads":
+            assert q["labelSelector"] == DISPATCH_SELECTOR
+    for r in watches:
+        q = r.query_dict()
+        assert q["allowWatchBookmarks"] == "true" and q["resourceVersion"], q
+    assert {r.verb for r in sent} == {"list", "watch"}, (
+        f"a per-job request was sent: {[(r.verb, r.path) for r in sent]}"
+    )
+    # Each incarnation's changes are real changes, in order.
+    for h in handles:
+        states = watch.states(h)
+        assert states[-1] is State.RUNNING
+        assert all(a != b for a, b in zip(watch.of(h), watch.of(h)[1:], strict=False))
+
+
+async def test_dropped_streams_resume_from_their_resource_version(lv: Live) -> None:
+    backend = await lv.open()
+    h = await place(backend, job(), ident("drop"))
+    watch = Collector(backend.watch())
+    try:
+        await lv.until(lambda: watch.last(h) is State.RUNNING, "running")
+        n = len(_watches(lv))
+        lv.sim.faults.drop_watches(abort=True)  # cut mid-stream
+        await lv.until(lambda: len(_watches(lv)) >= n + len(KINDS), "the watches reopened")
+        reopened = _watches(lv)[n:]
+        assert all(q["resourceVersion"] not in ("", "0") for _, q in reopened), reopened
+        assert not [r for r in list(lv.sim.requests)[-len(KINDS) :] if r.verb == "list"], "it relisted"
+        pod = lv.pods(h)[0]["metadata"]["name"]
+        lv.sim.actions.exit("default", pod, 0)
+        await lv.until(lambda: watch.last(h) is State.SUCCEEDED, "succeeded after the drop")
+    finally:
+        await watch.close()
+
+
+async def test_expired_history_relists_and_emits_what_changed_meanwhile(lv: Live) -> None:
+    """While the streams are down (5xx, then 429, with backoff) the job succeeds and the history is
+    compacted: the watch comes back with 410, relists, and emits the success — nothing is lost."""
+    backend = await lv.open()
+    h = await place(backend, job(), ident("expired"))
+    other = await place(backend, job(), ident("expired-gone"))
+    watch = Collector(backend.watch())
+    try:
+        await lv.until(
+            lambda: watch.last(h) is State.RUNNING and watch.last(other) is State.RUNNING, "running"
+        )
+        lv.sim.faults.fail_next(len(KINDS), 500, verb="watch")
+        lv.sim.faults.fail_next(len(KINDS), 429, verb="watch", retry_after=0)
+        lv.sim.faults.drop_watches()
+        for pod in lv.pods(h):
+            lv.sim.actions.exit("default", pod["metadata"]["name"], 0)
+        lv.sim.store.delete(TRAINJOBS, "default", other.ref.split("/")[1])  # deleted behind our back
+        lv.sim.settle_now()
+        lv.sim.faults.compact()
+        await lv.until(
+            lambda: watch.last(h) is State.SUCCEEDED and watch.last(other) is State.LOST,
+            "the relist",
+            limit=60,
+        )
+    finally:
+        await watch.close()
+    assert [r for r in lv.sim.requests.filter(verb="watch") if r.status in (429, 500)], "no fault was met"
+    assert len(lv.sim.requests.filter(verb="list")) >= 2 * len(KINDS) - 1, "it never relisted"
+    assert watch.of(other)[-1].observation.outcome.cause is Cause.UNKNOWN
+
+
+@pytest_asyncio.fixture
+async def lv_bookmarks(tmp_path: Path) -> AsyncIterator[Live]:
+    async for x in live(tmp_path, bookmark_interval=0.05):
+        yield x
+
+
+async def test_bookmarks_keep_the_resource_version_fresh(lv_bookmarks: Live) -> None:
+    """Events outside dispatch's selector move the server's resourceVersion; bookmarks carry it to the
+    watch, so a stream reopened after the history was compacted resumes without relisting."""
+    lv = lv_bookmarks
+    backend = await lv.open()
+    h = await place(backend, job(), ident("bookmarks"))
+    watch = Collector(backend.watch())
+    try:
+        await lv.until(lambda: watch.last(h) is State.RUNNING, "running")
+        first = watch.of(h)[-1].cursor
+        for i in range(5):  # churn nobody watches
+            lv.sim.store.create(CONFIGMAPS, {"metadata": {"name": f"other-{i}", "namespace": "default"}})
+        await asyncio.sleep(0.3)  # bookmarks arrive (real time)
+        lists = len(lv.sim.requests.filter(verb="list"))
+        lv.sim.faults.compact()
+        lv.sim.faults.drop_watches()
+        await lv.until(lambda: len(_watches(lv)) >= 2 * len(KINDS), "reopened")
+        await asyncio.sleep(0.1)
+        assert len(lv.sim.requests.filter(verb="list")) == lists, "it had to relist: bookmarks were ignored"
+        assert decode_cursor(first, "default")
+    finally:
+        await watch.close()
+
+
+async def test_resume_from_a_cursor_in_a_new_process(lv: Live) -> None:
+    """A cursor outlives the process: a new backend resumes from it and emits what changed after it — the
+    success of one job, the loss of another deleted meanwhile — and not the unchanged third."""
+    first = await lv.open()
+    done = await place(first, job(), ident("resume-done"))
+    gone = await place(first, job(), ident("resume-gone"))
+    quiet = await place(first, job(), ident("resume-quiet"))
+    watch = Collector(first.watch())
+    try:
+        await lv.until(lambda: all(watch.last(x) is State.RUNNING for x in (done, gone, quiet)), "running")
+        cursor = watch.changes[-1].cursor
+    finally:
+        await watch.close()
+    await first.close()
+    for pod in lv.pods(done):
+        lv.sim.actions.exit("default", pod["metadata"]["name"], 0)
+    lv.sim.store.delete(TRAINJOBS, "default", gone.ref.split("/")[1])
+    lv.sim.settle_now()
+    second = await lv.open()
+    resumed = Collector(second.watch(cursor))
+    try:
+        await lv.until(
+            lambda: resumed.last(done) is State.SUCCEEDED and resumed.last(gone) is State.LOST,
+            "the resumed changes",
+        )
+        for _ in range(3):
+            lv.sim.advance(5)
+            await lv.settle()
+        assert resumed.of(quiet) == [], "an incarnation unchanged since the cursor was emitted again"
+    finally:
+        await resumed.close()
+
+
+async def test_a_cursor_of_another_namespace_or_garbage_is_invalid(lv: Live) -> None:
+    backend = await lv.open()
+    for cursor in ("", "not a cursor", encode_cursor("elsewhere", {"pods": "1"}), "e30"):
+        with pytest.raises(InvalidError) as caught:
+            async for _ in backend.watch(cursor):
+                break
+        assert caught.value.path == "cursor"
+
+
+def test_malformed_watch_events_are_typed() -> None:
+    for line in (
+        "not json",
+        "[]",
+        '{"type": "ADDED"}',
+        '{"type": "WHAT", "object": {"metadata": {}}}',
+        '{"type": "ADDED", "object": {"metadata": 3}}',
+    ):
+        with pytest.raises(_Resync):
+            _parse_event(line)
+    view = View(kinds("default", kueue=True))
+    # objects missing fields, or of the wrong shape, never raise
+    for obj in ({}, {"metadata": None}, {"metadata": {"name": 3}}, {"metadata": {"labels": "x", "uid": "u"}}):
+        assert view.apply("pods", "ADDED", obj) == set()
+        assert view.apply("trainjobs", "DELETED", obj) <= {None}  # type: ignore[operator]
+    assert view.apply("trainjobs", "ADDED", {"metadata": {"name": "x", "uid": "u1", "labels": {}}}) == {"x"}
+    assert view.keys() == set(), "a TrainJob without dispatch's identity is not an incarnation"
+    assert view.touched_since({"trainjobs": "abc"}) is None
+
+
+async def test_a_kind_the_credentials_cannot_read_is_left_out(lv: Live, tmp_path: Path) -> None:
+    """Credentials that may not read Kueue Workloads still watch every job, from the other kinds."""
+    groups = ["", "batch", "trainer.kubeflow.org", "jobset.x-k8s.io", "authorization.k8s.io"]
+    token = lv.sim.add_identity(Permissions("no-kueue", (Rule.of("*", groups, "*"),)))
+    kc = kubeconfig(tmp_path / "kc-no-kueue", lv.sim.url, token)
+    backend = await open_backend(config({"kubeconfig": kc}), probe_window=0.1)
+    lv.opened.append(backend)
+    h = await place(backend, job(), ident("no-kueue"))
+    watch = Collector(backend.watch())
+    try:
+        await lv.until(lambda: watch.last(h) is State.RUNNING, "running")
+    finally:
+        await watch.close()
+    denied = [r for r in lv.sim.requests.filter(identity="no-kueue") if r.resource == "workloads"]
+    assert denied and all(r.status == 403 for r in denied)
