@@ -9,9 +9,10 @@ a write is refused here, before anything is sent.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -276,6 +277,85 @@ class KubeClient:
             body["preconditions"] = {"uid": uid}
         out = await self.request("DELETE", path, what=what, body=body)
         return out if isinstance(out, dict) else None
+
+    async def patch(
+        self,
+        path: str,
+        body: Any,
+        *,
+        what: str,
+        content_type: str = "application/merge-patch+json",
+        params: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """A PATCH (merge patch unless ``content_type`` says JSON patch or apply), with
+        ``fieldValidation=Strict`` like every write."""
+        query = {"fieldValidation": "Strict", **(params or {})}
+        out = await self.request("PATCH", path, what=what, body=body, content_type=content_type, params=query)
+        return out if isinstance(out, dict) else {}
+
+    async def replace(self, path: str, body: Mapping[str, Any], *, what: str) -> dict[str, Any]:
+        """A PUT; the body's ``metadata.resourceVersion`` makes it conditional (409 when stale)."""
+        out = await self.request("PUT", path, what=what, body=body, params={"fieldValidation": "Strict"})
+        return out if isinstance(out, dict) else {}
+
+    async def list_at(self, path: str, *, what: str) -> tuple[builtins.list[dict[str, Any]], str]:
+        """A list and its ``resourceVersion``, from which a watch continues."""
+        out = await self.request("GET", path, what=what)
+        if not isinstance(out, dict):
+            return [], ""
+        items = out.get("items")
+        rv = (out.get("metadata") or {}).get("resourceVersion", "")
+        good = [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+        return good, rv if isinstance(rv, str) else ""
+
+    async def watch(
+        self, path: str, *, resource_version: str, what: str, server_timeout: int = 300
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Stream the watch events of the collection at ``path`` from ``resource_version`` (with
+        bookmarks) until the server ends the stream (after ``server_timeout`` seconds at most). An expired
+        version raises :class:`ApiStatus` 410, whether the server answers 410 or sends an ``ERROR``
+        event carrying it: the caller lists again. A lost connection raises :class:`Unreachable`."""
+        import httpx2 as httpx
+
+        params = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(server_timeout),
+        }
+        self.requests += 1
+        try:
+            async with self._http.stream(
+                "GET",
+                path,
+                params=params,
+                headers={"Accept": "application/json"},
+                timeout=server_timeout + 30,
+            ) as resp:
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    raise ApiStatus(resp.status_code, _status_body(resp))
+                async for line in resp.aiter_lines():
+                    if not line.strip():
+                        continue
+                    try:
+                        event = json.loads(line)
+                    except ValueError:
+                        raise Unreachable(
+                            f"{what}: the watch stream sent something that is not JSON", ambiguous=False
+                        ) from None
+                    if not isinstance(event, dict):
+                        continue
+                    if event.get("type") == "ERROR":
+                        obj = event.get("object")
+                        status = obj if isinstance(obj, dict) else {}
+                        code = status.get("code")
+                        raise ApiStatus(code if isinstance(code, int) else 500, status)
+                    yield event
+        except httpx.TransportError as exc:
+            raise Unreachable(
+                f"{what}: {type(exc).__name__}: the watch connection to {self.server} failed", ambiguous=False
+            ) from None
 
     async def served(self, group: str, version: str) -> set[str] | None:
         """The resources served under ``group/version`` (discovery), or ``None`` if it is not served."""

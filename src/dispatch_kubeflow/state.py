@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dispatch.model import Cause, Evidence, Outcome, State
+from dispatch_kubeflow.holds import held_by_us, hold_evidence
 from dispatch_kubeflow.names import LABEL_QUEUE, NODE_CONTAINER
 
 __all__ = ["cancelled", "lost", "outcome_of"]
@@ -93,6 +94,8 @@ def outcome_of(trainjob: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] = 
             (_evidence(trainjob, reason="Deleting", message="the TrainJob is being deleted"),),
         )
     if spec.get("suspend") is True:
+        if held_by_us(trainjob) is not None:  # our hold, not Kueue's queue
+            return Outcome(State.HELD, Cause.NONE, (hold_evidence(trainjob),))
         queued = LABEL_QUEUE in _map(meta.get("labels"))
         suspended = conditions.get("Suspended")
         ev = (_evidence(trainjob, suspended) if suspended else _evidence(trainjob, reason="Suspended"),)
