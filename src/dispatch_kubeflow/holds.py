@@ -95,11 +95,16 @@ def desired_check(
 
     Held (our annotation on the owning TrainJob): ``Pending``; ``Retry`` when the Workload is admitted or
     the check already ``Ready`` (Kueue then evicts it, releasing its quota, and resets the check to
-    ``Pending``); a ``Retry`` not yet acted on is left alone so the eviction goes through. Not held
+    ``Pending``); a ``Retry`` not yet acted on, and any check of a Workload being evicted, is left alone
+    so the eviction goes through. Not held
     (including a Workload whose owner is not a TrainJob): ``Ready``."""
     state = current.get("state")
     if state == "Rejected":
         return None  # never ours to write; leave a rejection to whoever wrote it
+    if _true(workload, "Evicted"):
+        # Kueue is evicting it and resets every check to Pending once the job has stopped: writing now
+        # would race that reset (a Retry seen again after it would evict the job a second time).
+        return None
     if trainjob is not None and held_by_us(trainjob) is not None:
         meta = _map(trainjob.get("metadata"))
         where = f"TrainJob {meta.get('namespace', '')}/{meta.get('name', '')}"
