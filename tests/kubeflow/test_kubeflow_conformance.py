@@ -4,7 +4,8 @@ Each check gets a fresh simulated cluster. The harness's runtime is the stock to
 restart in the cluster (pod ``restartPolicy: Never``, Job ``backoffLimit: 0``), as dispatch recommends: a
 failed node fails the TrainJob at once and its pod keeps the exit code. Its pods ``hang`` until the harness
 makes them exit. Events needing the full cause table (preemption, node loss, OOM, eviction) are not
-injected until that table lands; checks of protocols not implemented yet (holds, watch, cessation) skip.
+injected until that table lands; checks of protocols not implemented yet (watch, cessation) skip. Holds
+here go through spec.suspend (no queue); test_kubeflow_conformance_kueue runs the suite under Kueue.
 """
 
 from __future__ import annotations
