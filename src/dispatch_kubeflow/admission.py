@@ -326,6 +326,7 @@ class _Reconciler:
         self.busy = False
         self.writes = 0
         self.errors = 0
+        self.conflicts = 0
         self.checks = Informer(
             client,
             _path(KUEUE_GROUP, KUEUE_VERSION, "admissionchecks"),
@@ -417,11 +418,12 @@ class _Reconciler:
             await _apply(self._client, path, body, what=what)
             self.writes += 1
         except (ApiStatus, Unreachable, DispatchError) as exc:
-            self.errors += 1
             if isinstance(exc, ApiStatus) and exc.code in (404, 409):
                 # Gone, or changed since the cached version we decided on (the precondition): the watch
                 # brings the newer version, and with it a fresh decision.
+                self.conflicts += 1
                 return
+            self.errors += 1
             _log.warning("%s failed: %s; retrying", what, exc)
             asyncio.get_running_loop().call_later(1.0, retry)
 
@@ -575,11 +577,12 @@ class AdmissionController:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Counters for metrics: lease transitions, writes, errors, lists, watches, events."""
+        """Counters for metrics: lease transitions, writes, errors, conflicts (a write whose precondition
+        failed: decided on a stale copy), lists, watches, events."""
         r = self.reconciler
-        out = {"lease_transitions": self.elector.transitions, "writes": 0, "errors": 0}
+        out = {"lease_transitions": self.elector.transitions, "writes": 0, "errors": 0, "conflicts": 0}
         if r is not None:
-            out["writes"], out["errors"] = r.writes, r.errors
+            out["writes"], out["errors"], out["conflicts"] = r.writes, r.errors, r.conflicts
             for inf in r.informers:
                 for name in ("lists", "watches", "events"):
                     out[name] = out.get(name, 0) + getattr(inf, name)

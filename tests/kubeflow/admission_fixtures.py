@@ -15,6 +15,8 @@ from kubesim.resources import ADMISSIONCHECKS, TRAINJOBS, WORKLOADS
 from kubesim.sim import Simulator
 
 CHECK = "dispatch-hold"
+TASKS: dict[AdmissionController, asyncio.Task[None]] = {}
+"""The task running each controller of :func:`running` (cancel it to kill the controller)."""
 _KINDS = (ADMISSIONCHECKS, WORKLOADS, TRAINJOBS)
 
 
@@ -36,13 +38,14 @@ async def running(
             namespace="default", identity=identity, duration=15, renew_deadline=10, retry_period=0.5
         ),
     )
-    task = asyncio.create_task(ctl.run())
+    task = TASKS[ctl] = asyncio.create_task(ctl.run())
     try:
         yield ctl
     finally:
         if not task.done():
             await ctl.stop()
-        await task
+        await asyncio.gather(task, return_exceptions=True)
+        del TASKS[ctl]
         await client.close()
 
 
