@@ -453,7 +453,9 @@ class Cluster:
             raise InvalidError(f"expected True or False, got {held!r}", path="held")
         job_id = check_job_id(job_id) if job_id is not None else new_job_id()
         caps = await self.backend.capabilities()
-        if held and not (caps.holds and isinstance(self.backend, Holder)):
+        # A read-only open cannot hold, yet may show what a held submit would create: the backend's
+        # prepare refuses a held job the cluster could not hold once writable.
+        if held and not (isinstance(self.backend, Holder) and (caps.holds or not caps.writable)):
             raise self._cannot_hold(caps)
         prepared = await self.backend.prepare(spec, Identity(job_id, Epoch()), held=held)
         return prepared.request

@@ -619,10 +619,15 @@ class AdmissionController:
         last_renewal = self._clock.now()
         try:
             while not self._stop.is_set():
+                # An attempt may not outlast the renew deadline (the client retries slow answers): a
+                # leader must know it lost the lease before another replica may take it over.
+                budget = self.lease.renew_deadline
+                if self.leading:
+                    budget = max(0.001, budget - (self._clock.now() - last_renewal))
                 try:
-                    ok = await self.elector.try_acquire_or_renew()
-                except (ApiStatus, Unreachable, DispatchError) as exc:
-                    _log.warning("lease %s/%s: %s", self.lease.namespace, self.lease.name, exc)
+                    ok = await asyncio.wait_for(self.elector.try_acquire_or_renew(), budget)
+                except (ApiStatus, Unreachable, DispatchError, TimeoutError) as exc:
+                    _log.warning("lease %s/%s: %s", self.lease.namespace, self.lease.name, exc or "timed out")
                     ok = False
                 now = self._clock.now()
                 if ok:

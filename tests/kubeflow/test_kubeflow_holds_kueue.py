@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 from admission_fixtures import CHECK, install_check, running, settle
 from kubeflow_fixtures import config, ident, install, spec, torch_runtime, variant
 
@@ -273,3 +274,48 @@ async def test_holds_are_refused_with_every_reason_without_a_working_check(tmp_p
             assert any("is not Active" in r for r in info.value.reasons)
         finally:
             await b.close()
+
+
+async def test_cli_submit_held_dry_run_shows_what_submit_held_creates(world: World, tmp_path: Path) -> None:
+    cluster_file = tmp_path / "cluster.yaml"
+    settings = {"kubeconfig": world.kc, "queue": "user-queue", "admissionCheck": CHECK}
+    cluster_file.write_text(
+        yaml.safe_dump(
+            {"adapter": "kubeflow", "settings": settings, "store": {"sqlite": str(tmp_path / "j.db")}}
+        )
+    )
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump(_spec().to_json()))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "dispatch.cli",
+        "--config",
+        str(cluster_file),
+        "--json",
+        "submit",
+        str(job_file),
+        "--held",
+        "--dry-run",
+        "--job-id",
+        "kq-cli",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    shown = json.loads(out)
+    writes = len(world.sim.requests.writes())
+    assert not world.sim.store.list(TRAINJOBS, "default")[0] or all(
+        t["metadata"]["name"] != shown["metadata"]["name"]
+        for t in world.sim.store.list(TRAINJOBS, "default")[0]
+    )
+    rec = await Cluster(world.backend, MemoryStore()).submit(_spec(), job_id="kq-cli", held=True)
+    assert rec.handle is not None and len(world.sim.requests.writes()) > writes
+    stored = world.trainjob(rec.handle)
+    for part in ("labels", "annotations", "name", "namespace"):
+        assert stored["metadata"][part] == shown["metadata"][part], part
+    # What the server added: Trainer's managedBy default, Kueue's suspend and its own runtime patch.
+    sent = {k: v for k, v in stored["spec"].items() if k not in ("suspend", "managedBy")}
+    sent["runtimePatches"] = [p for p in sent["runtimePatches"] if p["manager"] != "kueue.x-k8s.io/manager"]
+    assert sent == shown["spec"]
