@@ -315,7 +315,11 @@ async def test_cli_submit_held_dry_run_shows_what_submit_held_creates(world: Wor
     stored = world.trainjob(rec.handle)
     for part in ("labels", "annotations", "name", "namespace"):
         assert stored["metadata"][part] == shown["metadata"][part], part
-    # What the server added: Trainer's managedBy default, Kueue's suspend and its own runtime patch.
+    # What the server added: Trainer's managedBy default, Kueue's suspend and its own runtime patch
     sent = {k: v for k, v in stored["spec"].items() if k not in ("suspend", "managedBy")}
-    sent["runtimePatches"] = [p for p in sent["runtimePatches"] if p["manager"] != "kueue.x-k8s.io/manager"]
+    sent["runtimePatches"] = [  # (and the time the Trainer webhook stamps on each patch)
+        {k: v for k, v in p.items() if k != "time"}
+        for p in sent["runtimePatches"]
+        if p["manager"] != "kueue.x-k8s.io/manager"
+    ]
     assert sent == shown["spec"]
