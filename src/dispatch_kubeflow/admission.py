@@ -627,7 +627,8 @@ class AdmissionController:
                 try:
                     ok = await asyncio.wait_for(self.elector.try_acquire_or_renew(), budget)
                 except (ApiStatus, Unreachable, DispatchError, TimeoutError) as exc:
-                    _log.warning("lease %s/%s: %s", self.lease.namespace, self.lease.name, exc or "timed out")
+                    why = str(exc) or f"{type(exc).__name__} (no answer within {budget:.1f}s)"
+                    _log.warning("lease %s/%s: %s", self.lease.namespace, self.lease.name, why)
                     ok = False
                 now = self._clock.now()
                 if ok:
