@@ -571,6 +571,7 @@ class AdmissionController:
         self._stop = asyncio.Event()
         self._done = asyncio.Event()
         self._work: asyncio.Task[None] | None = None
+        self._running = False
 
     def __repr__(self) -> str:
         return f"<AdmissionController {self.lease.identity} leading={self.leading}>"
@@ -602,11 +603,14 @@ class AdmissionController:
         self._work = asyncio.create_task(self.reconciler.run())
 
     async def _follow(self) -> None:
-        if self._work is not None:
-            self._work.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._work
-            self._work = None
+        work, self._work = self._work, None
+        if work is not None:
+            work.cancel()
+            # Wait for the work to end before anything else (client-go: code protected by the lease must
+            # stop before it is given up); a cancellation of *this* task still propagates.
+            await asyncio.wait([work])
+            if not work.cancelled() and work.exception() is not None:
+                _log.error("the reconciler failed: %s", work.exception())
         if self.leading:
             _log.info("stopped leading as %s", self.lease.identity)
         self.leading = False
@@ -614,6 +618,9 @@ class AdmissionController:
     async def run(self) -> None:
         """Elect, lead, follow, until :meth:`stop`; then release the lease. Cancelling the task instead
         (a crash) stops acting at once and leaves the lease to expire."""
+        if self._running:
+            raise InvalidError("this AdmissionController is already running", path="run")
+        self._running = True
         self._stop.clear()
         self._done.clear()
         last_renewal = self._clock.now()
@@ -641,8 +648,7 @@ class AdmissionController:
                 ):
                     await self._follow()  # lost the lease, or could not renew in time: stop acting
                 if self._work is not None and self._work.done():
-                    exc2 = None if self._work.cancelled() else self._work.exception()
-                    _log.error("the reconciler stopped (%s); restarting it", exc2)
+                    _log.error("the reconciler stopped; restarting it")
                     await self._follow()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), self.lease.retry_period)
@@ -651,12 +657,15 @@ class AdmissionController:
                 await self.elector.release()
         finally:
             await self._follow()
+            self._running = False
             self._done.set()
 
     async def stop(self) -> None:
-        """Stop acting and release the lease; returns when :meth:`run` has finished."""
+        """Stop acting and release the lease; returns when :meth:`run` has finished (at once if it is
+        not running)."""
         self._stop.set()
-        await self._done.wait()
+        if self._running:
+            await self._done.wait()
 
 
 # --- the console script -------------------------------------------------------------------------------
