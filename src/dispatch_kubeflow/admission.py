@@ -323,6 +323,10 @@ class _Reconciler:
         self._queue: set[Key] = set()
         self._checks_dirty = True
         self._wake = asyncio.Event()
+        # Which Workloads a TrainJob owns (an index kept from Workload events), so a TrainJob's change
+        # touches its own Workloads only.
+        self._owned: dict[Key, set[Key]] = {}
+        self._owner_of: dict[Key, Key] = {}
         self.busy = False
         self.writes = 0
         self.errors = 0
@@ -366,17 +370,25 @@ class _Reconciler:
         self._wake.set()
 
     def _on_workload(self, key: Key, obj: dict[str, Any] | None) -> None:
-        if obj is not None:
-            self._queue.add(key)
-            self._wake.set()
+        old = self._owner_of.pop(key, None)
+        if old is not None:
+            self._owned[old].discard(key)
+            if not self._owned[old]:
+                del self._owned[old]
+        if obj is None:
+            return
+        owner = _owner(obj)
+        if owner is not None:
+            self._owner_of[key] = (key[0], owner[0])
+            self._owned.setdefault((key[0], owner[0]), set()).add(key)
+        self._queue.add(key)
+        self._wake.set()
 
     def _on_trainjob(self, key: Key, obj: dict[str, Any] | None) -> None:
-        ns, name = key
-        for wkey, wl in self.workloads.cache.items():
-            owner = _owner(wl) if wkey[0] == ns else None
-            if owner is not None and owner[0] == name:
-                self._queue.add(wkey)
-                self._wake.set()
+        owned = self._owned.get(key)
+        if owned:
+            self._queue.update(owned)
+            self._wake.set()
 
     # --- the loop --------------------------------------------------------------------------------------
 
