@@ -208,6 +208,14 @@ async def test_submit_held_dry_run_shows_exactly_what_submit_creates(world: Worl
     assert "suspend" not in shown["spec"]  # Kueue owns suspend; the admission check holds it
     await world.settle()
     assert (await cluster.get("kq-dry")).state is State.HELD
+    # Through the host: release with the recorded token, the job runs; hold again, it is held.
+    await cluster.release("kq-dry")
+    await world.settle(5)
+    assert (await cluster.get("kq-dry")).state is State.RUNNING
+    rec = await cluster.hold("kq-dry")
+    assert rec.hold_token is not None and rec.hold_token != shown["metadata"]["annotations"][ANNOTATION_HOLD]
+    await world.settle(60)
+    assert (await cluster.get("kq-dry")).state is State.HELD
 
 
 async def test_kubectl_shows_the_admission_check_states(world: World) -> None:
