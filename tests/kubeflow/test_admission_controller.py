@@ -42,13 +42,20 @@ def _trainjob(name: str, *, held: bool) -> dict[str, Any]:
     }
 
 
-def _check_state(sim: Simulator, trainjob: str) -> str | None:
+def _check(sim: Simulator, trainjob: str) -> dict[str, Any]:
     for wl in sim.store.list(WORKLOADS, "default")[0]:
         if any(o["name"] == trainjob for o in wl["metadata"].get("ownerReferences", [])):
             for c in (wl.get("status") or {}).get("admissionChecks") or []:
                 if c["name"] == CHECK:
-                    return str(c["state"])
-    return None
+                    return dict(c)
+    return {}
+
+
+def _check_state(sim: Simulator, trainjob: str) -> str | None:
+    """The check's state as dispatch-admission wrote it (``None`` until it has: Kueue's initial
+    ``Pending`` carries no message of ours)."""
+    c = _check(sim, trainjob)
+    return c.get("state") if "by dispatch" in c.get("message", "") else None
 
 
 def _active(sim: Simulator) -> bool:
@@ -246,3 +253,42 @@ async def test_the_console_script_serves_and_releases_the_lease_on_sigterm(tmp_p
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+async def test_a_leader_that_cannot_renew_stops_acting_before_its_lease_can_expire(tmp_path: Path) -> None:
+    async with Simulator(install_runtimes=False) as sim:
+        install(sim, torch_runtime())
+        install_check(sim)
+        kc = str(sim.write_kubeconfig(tmp_path / "kc"))
+        async with running(kc, lease=LeaseSettings(namespace="default", identity="a", **FAST)) as ctl:
+            await _until("leading", lambda: ctl.leading)
+            # The API server keeps answering 503 (with Retry-After) to every Lease request: the client's
+            # own retries would outlast the renew deadline, so each attempt is cut off at it.
+            sim.faults.fail_next(100_000, 503, path="/leases")
+            took = await _until("stopped leading", lambda: not ctl.leading, patience=10)
+            assert took <= FAST["renew_deadline"] + FAST["retry_period"] + 0.3, took
+            assert took < FAST["duration"]  # before any standby could take the lease over
+            assert ctl.reconciler is not None and ctl.reconciler.informers  # it had been acting
+            sim.faults.clear()
+            await _until("leading again", lambda: ctl.leading, patience=10)
+            await settle(sim, ctl)
+            assert _active(sim)
+
+
+async def test_a_failed_status_write_is_retried(tmp_path: Path) -> None:
+    async with Simulator(install_runtimes=False) as sim:
+        install(sim, torch_runtime())
+        install_check(sim)
+        kc = str(sim.write_kubeconfig(tmp_path / "kc"))
+        async with running(kc) as ctl:
+            await settle(sim, ctl)
+            # More 500s than the client retries: the write fails once, and is tried again later.
+            sim.faults.fail_next(6, 500, verb="patch", path="/workloads/.*/status")
+            sim.store.create(TRAINJOBS, _trainjob("held", held=True))
+            await sim.settle()
+            await _until(
+                "the check written",
+                lambda: "held by dispatch" in _check(sim, "held").get("message", ""),
+                patience=20,
+            )
+            assert ctl.stats["errors"] == 1
