@@ -88,10 +88,11 @@ async def test_a_hold_that_changes_between_read_and_write_is_never_released(
     name = h.ref.split("/")[1]
     token = await b.hold(h)
     assert token == created_token(ident("nk-race"))
-    sim.faults.set_latency(0.4)  # every request waits 0.4 s before it is handled
+    refused = len(sim.requests.filter(method="PATCH", status=422))
+    sim.faults.set_latency(1.0)  # every request waits 1 s before it is handled
     try:
         release = asyncio.create_task(b.release(h, token))
-        await asyncio.sleep(0.6)  # the GET has been answered (token matches); the PATCH waits
+        await asyncio.sleep(1.5)  # the GET has been answered (token matches); the PATCH waits
         tj = _stored(sim, name)
         tj["metadata"]["annotations"][ANNOTATION_HOLD] = "h-someone-else"
         sim.store.replace(TRAINJOBS, tj)
@@ -103,16 +104,18 @@ async def test_a_hold_that_changes_between_read_and_write_is_never_released(
     assert (
         tj["metadata"]["annotations"][ANNOTATION_HOLD] == "h-someone-else" and tj["spec"]["suspend"] is True
     )
+    assert len(sim.requests.filter(method="PATCH", status=422)) == refused + 1  # the test op refused it
 
 
 async def test_a_concurrent_hold_is_not_overwritten(env: tuple[Simulator, Backend, str]) -> None:
     sim, b, _ = env
     h = await place(b, spec(), ident("nk-race-hold"))
     name = h.ref.split("/")[1]
-    sim.faults.set_latency(0.4)
+    conflicts = len(sim.requests.filter(method="PATCH", status=409))
+    sim.faults.set_latency(1.0)
     try:
         hold = asyncio.create_task(b.hold(h))
-        await asyncio.sleep(0.6)  # read done, no hold seen; now another holder gets there first
+        await asyncio.sleep(1.5)  # read done, no hold seen; now another holder gets there first
         tj = _stored(sim, name)
         tj["metadata"]["annotations"][ANNOTATION_HOLD] = "h-first"
         tj["spec"]["suspend"] = True
@@ -122,6 +125,7 @@ async def test_a_concurrent_hold_is_not_overwritten(env: tuple[Simulator, Backen
         sim.faults.set_latency(0)
     assert token == "h-first"  # the resourceVersion precondition failed; the hold it then read is returned
     assert held_by_us(_stored(sim, name)) == "h-first"
+    assert len(sim.requests.filter(method="PATCH", status=409)) == conflicts + 1  # the precondition held
 
 
 async def test_hold_of_what_is_gone_or_ended(env: tuple[Simulator, Backend, str]) -> None:
