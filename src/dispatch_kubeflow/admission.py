@@ -420,7 +420,12 @@ class _Reconciler:
                     self._queue.update(self.workloads.cache)
                 keys, self._queue = self._queue, set()
                 for key in sorted(keys):
-                    await self._reconcile(key)
+                    try:
+                        await self._reconcile(key)
+                    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                        # One malformed Workload must not stop the controller for every other one.
+                        self.errors += 1
+                        _log.error("Workload %s/%s skipped: %s: %s", *key, type(exc).__name__, exc)
             finally:
                 self.busy = False
 
@@ -640,9 +645,10 @@ class AdmissionController:
             while not self._stop.is_set():
                 # An attempt may not outlast the renew deadline (the client retries slow answers): a
                 # leader must know it lost the lease before another replica may take it over.
+                started = self._clock.now()
                 budget = self.lease.renew_deadline
                 if self.leading:
-                    budget = max(0.001, budget - (self._clock.now() - last_renewal))
+                    budget = max(0.001, budget - (started - last_renewal))
                 try:
                     ok = await asyncio.wait_for(self.elector.try_acquire_or_renew(), budget)
                 except (ApiStatus, Unreachable, DispatchError, TimeoutError) as exc:
@@ -651,7 +657,8 @@ class AdmissionController:
                     ok = False
                 now = self._clock.now()
                 if ok:
-                    last_renewal = now
+                    # Counted from before the request: the lease says it was renewed no later than that.
+                    last_renewal = started
                     if not self.leading:
                         await self._lead()
                 elif self.leading and (
