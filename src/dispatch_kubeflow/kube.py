@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Generator, Mapping
+from collections.abc import AsyncIterator, Generator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _package_version
@@ -40,6 +40,7 @@ __all__ = ["USER_AGENT", "KubeClient", "Retry", "user_agent"]
 _log = logging.getLogger(__name__)
 _WRITES = frozenset({"POST", "PUT", "PATCH"})
 _MAX_FINDINGS = 50
+_Items = list[dict[str, Any]]  # spelled here: inside KubeClient, ``list`` is the method
 
 
 def user_agent() -> str:
@@ -325,6 +326,39 @@ class KubeClient:
         out = await self.request("DELETE", path, what=what, body=body)
         return out if isinstance(out, dict) else None
 
+    async def stream(
+        self,
+        path: str,
+        *,
+        what: str,
+        params: Mapping[str, str] | None = None,
+        read_timeout: float | None = None,
+    ) -> AsyncIterator[str]:
+        """GET a streaming answer (a watch, a followed log) and yield its lines as they arrive.
+
+        One attempt, no retries: the caller owns resumption (a watch resumes from its last
+        resourceVersion, with its own backoff). Raises dispatch's errors as :meth:`request` does for an
+        error answer (``ExpiredError`` for 410), and ``UnavailableError`` when no answer came or the
+        connection broke mid-stream. ``read_timeout`` bounds the silence between two chunks (``None``: as
+        long as the server keeps the stream open)."""
+        headers = {"Accept": "application/json"}
+        timeout = httpx.Timeout(10.0, read=read_timeout)
+        self.requests += 1
+        try:
+            async with self._http.stream(
+                "GET", path, params=dict(params or {}), headers=headers, timeout=timeout
+            ) as resp:
+                _log.debug("GET %s (stream) -> %d", path, resp.status_code)
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    raise map_status(resp.status_code, _status_body(resp), what=what)
+                async for line in resp.aiter_lines():
+                    yield line
+        except httpx.TransportError as exc:
+            raise map_transport(
+                what, f"{type(exc).__name__}: the stream from {self.server} broke", ambiguous_write=False
+            ) from None
+
     async def served(self, group: str, version: str) -> set[str] | None:
         """The resources served under ``group/version`` (discovery), or ``None`` if it is not served."""
         from dispatch.errors import NotFoundError
@@ -366,6 +400,42 @@ class KubeClient:
         )
         status = out.get("status")
         return isinstance(status, dict) and status.get("allowed") is True
+
+    async def patch(
+        self,
+        path: str,
+        body: Any,
+        *,
+        what: str,
+        content_type: str = "application/merge-patch+json",
+        params: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """A PATCH: a merge patch unless ``content_type`` says JSON patch (``application/json-patch+json``)
+        or server-side apply (``application/apply-patch+yaml``, with ``fieldManager`` in ``params``).
+
+        Errors as :meth:`request`; two refusals matter to a caller that fences its write: a failed JSON
+        patch ``test`` op is 422 (``InvalidError``), a stale ``metadata.resourceVersion`` in a merge patch
+        is 409 (``ConflictError``)."""
+        out = await self.request(
+            "PATCH", path, what=what, body=body, content_type=content_type, params=params
+        )
+        return out if isinstance(out, dict) else {}
+
+    async def replace(self, path: str, body: Mapping[str, Any], *, what: str) -> dict[str, Any]:
+        """A PUT; the body's ``metadata.resourceVersion`` makes it conditional (``ConflictError`` when
+        stale)."""
+        out = await self.request("PUT", path, what=what, body=body)
+        return out if isinstance(out, dict) else {}
+
+    async def list_at(self, path: str, *, what: str) -> tuple[_Items, str]:
+        """A list and its ``resourceVersion``, from which a watch continues (errors as :meth:`request`)."""
+        out = await self.request("GET", path, what=what)
+        if not isinstance(out, dict):
+            return [], ""
+        items = out.get("items")
+        rv = (out.get("metadata") or {}).get("resourceVersion", "")
+        good = [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+        return good, rv if isinstance(rv, str) else ""
 
 
 @dataclass(frozen=True, slots=True)

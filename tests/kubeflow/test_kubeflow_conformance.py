@@ -4,7 +4,8 @@ Each check gets a fresh simulated cluster. The harness's runtime is the stock to
 restart in the cluster (pod ``restartPolicy: Never``, Job ``backoffLimit: 0``), as dispatch recommends: a
 failed node fails the TrainJob at once and its pod keeps the exit code. Its pods ``hang`` until the harness
 makes them exit, or disrupts them as the cluster would (the scheduler preempting, a node lost, an OOM, an
-eviction). Checks of protocols not implemented yet (holds, watch, cessation) skip.
+eviction). Checks of protocols not implemented yet (watch, cessation) skip. Holds here go through
+spec.suspend (no queue); test_kubeflow_conformance_kueue runs the suite under Kueue.
 """
 
 from __future__ import annotations
