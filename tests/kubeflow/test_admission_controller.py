@@ -227,6 +227,29 @@ async def test_watches_relist_after_an_expired_resource_version(tmp_path: Path) 
             assert ctl.stats["lists"] > lists, ctl.stats  # a watch met the compaction: 410, relisted
 
 
+async def test_watches_resume_after_a_cut_stream_and_relist_after_a_refused_watch(tmp_path: Path) -> None:
+    """A stream cut mid-way (no answer: UnavailableError) resumes from the last version seen, with no new
+    list; a watch refused outright (403 while RBAC is being fixed) lists afresh once it is allowed."""
+    async with Simulator(install_runtimes=False) as sim:
+        install(sim, torch_runtime())
+        install_check(sim)
+        kc = str(sim.write_kubeconfig(tmp_path / "kc"))
+        async with running(kc) as ctl:
+            await settle(sim, ctl)
+            lists, watches = ctl.stats["lists"], ctl.stats["watches"]
+            sim.faults.drop_watches(abort=True)
+            sim.store.create(TRAINJOBS, _trainjob("cut", held=True))
+            await settle(sim, ctl)
+            assert _check_state(sim, "cut") == "Pending"
+            assert ctl.stats["lists"] == lists and ctl.stats["watches"] > watches, ctl.stats
+            sim.faults.fail_next(1, 403, verb="watch", path="/trainjobs$")
+            sim.faults.drop_watches()
+            sim.store.create(TRAINJOBS, _trainjob("refused", held=False))
+            await settle(sim, ctl)
+            assert _check_state(sim, "refused") == "Ready"
+            assert sim.faults.injected == 1 and ctl.stats["lists"] == lists + 1, ctl.stats
+
+
 async def test_the_console_script_serves_and_releases_the_lease_on_sigterm(tmp_path: Path) -> None:
     from kubesim.clock import RealClock
 

@@ -16,7 +16,7 @@ import yaml
 from admission_fixtures import CHECK, install_check, running, settle
 from kubeflow_fixtures import config, ident, install, spec, torch_runtime, variant
 
-from dispatch import Cluster, Handle, MemoryStore, State, UnsupportedError
+from dispatch import Cause, Cluster, Handle, MemoryStore, State, UnsupportedError
 from dispatch.backend import place
 from dispatch_kubeflow import Backend, StaleHoldError
 from dispatch_kubeflow.admission import AdmissionController
@@ -167,7 +167,10 @@ async def test_held_release_run_hold_evict_release_succeed(world: World) -> None
     assert evictions["reason"] == "AdmissionCheck"
     assert world.trainjob(handle)["spec"]["suspend"] is True
     assert [p for p in world.pods(handle) if not p["metadata"].get("deletionTimestamp")] == []
-    assert (await b.observe(handle)).state is State.HELD
+    held = (await b.observe(handle)).outcome
+    # Suspended by Kueue after the eviction, and requeued: our hold (cause table row 2), not a queue.
+    assert (held.state, held.cause) == (State.HELD, Cause.NONE), held
+    assert held.evidence[0].reason == "HeldByDispatch", held
     with pytest.raises(StaleHoldError):
         await b.release(handle, token)  # the first hold's token is stale
 
