@@ -16,13 +16,14 @@ import yaml
 from admission_fixtures import CHECK, install_check, running, settle
 from kubeflow_fixtures import config, ident, install, spec, torch_runtime, variant
 
-from dispatch import Cause, Cluster, Handle, MemoryStore, State, UnsupportedError
+from dispatch import Cause, Cluster, Handle, MemoryStore, Mode, State, UnsupportedError
 from dispatch.backend import place
 from dispatch_kubeflow import Backend, StaleHoldError
 from dispatch_kubeflow.admission import AdmissionController
 from dispatch_kubeflow.backend import open_backend
 from dispatch_kubeflow.names import ANNOTATION_HOLD
 from dispatch_kubeflow.naming import identity_labels, native_name
+from kubesim.auth import Permissions, Rule
 from kubesim.fixtures import add_admission_check
 from kubesim.resources import ADMISSIONCHECKS, CLUSTERQUEUES, PODS, TRAINJOBS, WORKLOADS
 from kubesim.sim import Simulator
@@ -285,6 +286,38 @@ async def test_holds_are_refused_with_every_reason_without_a_working_check(tmp_p
             assert any("is not Active" in r for r in info.value.reasons)
         finally:
             await b.close()
+
+
+async def test_a_clusterqueue_the_credentials_may_not_read_turns_holds_off_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    """Preflight only reads; a ClusterQueue it may not get (403) is a reason holds are off, not a failed open."""
+    async with Simulator(install_runtimes=False) as sim:
+        install(sim, torch_runtime(), _runtime())
+        install_check(sim)
+        kc = str(sim.write_kubeconfig(tmp_path / "kc"))
+        async with running(kc) as ctl:
+            await settle(sim, ctl)
+            rules = [
+                Rule.of(
+                    "*", ["", "batch", "trainer.kubeflow.org", "jobset.x-k8s.io", "authorization.k8s.io"]
+                ),
+                Rule.of(
+                    ["get", "list", "watch"],
+                    "kueue.x-k8s.io",
+                    ["workloads", "localqueues", "workloadpriorityclasses", "admissionchecks"],
+                ),
+            ]
+            token = sim.add_identity(Permissions.custom("no-clusterqueues", rules))
+            settings = {"kubeconfig": kc, "queue": "user-queue", "admissionCheck": CHECK}
+            b = await open_backend(config(settings, token=token), probe_window=0.1)
+            try:
+                caps = await b.capabilities()
+                assert caps.mode is Mode.READ_WRITE and caps.queueing and not caps.holds, caps
+                (note,) = [n for n in caps.notes if n.startswith("holds: ")]
+                assert "could not read ClusterQueue 'cluster-queue'" in note and "grant get" in note, note
+            finally:
+                await b.close()
 
 
 async def test_cli_submit_held_dry_run_shows_what_submit_held_creates(world: World, tmp_path: Path) -> None:
