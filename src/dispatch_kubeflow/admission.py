@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from dispatch import logs, metrics
 from dispatch.clock import Clock, SystemClock
 from dispatch.errors import (
     ConflictError,
@@ -454,6 +455,8 @@ class _Reconciler:
         try:
             await _apply(self._client, path, body, what=what)
             self.writes += 1
+            for state in _check_states(body):
+                metrics.current().inc("dispatch_admission_checks_total", {"state": state})
         except (NotFoundError, ConflictError):
             # Gone, or changed since the cached version we decided on (the precondition): the watch
             # brings the newer version, and with it a fresh decision.
@@ -633,6 +636,7 @@ class AdmissionController:
     async def _lead(self) -> None:
         self.reconciler = _Reconciler(self._client, self._clock, self._server_timeout)
         self.leading = True
+        metrics.current().set("dispatch_admission_leader", 1)
         _log.info("leading as %s", self.lease.identity)
         self._work = asyncio.create_task(self.reconciler.run())
 
@@ -648,6 +652,7 @@ class AdmissionController:
         if self.leading:
             _log.info("stopped leading as %s", self.lease.identity)
         self.leading = False
+        metrics.current().set("dispatch_admission_leader", 0)
 
     async def run(self) -> None:
         """Elect, lead, follow, until :meth:`stop`; then release the lease. Cancelling the task instead
@@ -715,6 +720,18 @@ def _in_cluster_namespace() -> str | None:
         return None
 
 
+def _check_states(body: Mapping[str, Any]) -> list[str]:
+    """The admission check states a status write sets (for the metrics; a closed set of names)."""
+    status = body.get("status")
+    checks = status.get("admissionChecks") if isinstance(status, Mapping) else None
+    out = []
+    for check in checks if isinstance(checks, list) else []:
+        state = check.get("state") if isinstance(check, Mapping) else None
+        if state in ("Pending", "Ready", "Retry", "Rejected"):
+            out.append(str(state))
+    return out
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dispatch-admission",
@@ -735,6 +752,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--renew-deadline", type=float, default=10.0, help="seconds (default 10)")
     p.add_argument("--retry-period", type=float, default=2.0, help="seconds (default 2)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-format", default="text", choices=["text", "json"], help="log lines as text or JSON")
+    p.add_argument(
+        "--metrics-address",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (needs dispatch[metrics])",
+    )
     return p
 
 
@@ -762,12 +785,10 @@ async def _serve(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``dispatch-admission`` console script."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     try:
+        logs.configure(args.log_format, level=args.log_level.upper())
+        if args.metrics_address:
+            metrics.enable(args.metrics_address)
         asyncio.run(_serve(args))
     except DispatchError as exc:
         print(f"dispatch-admission: {exc}", file=sys.stderr)

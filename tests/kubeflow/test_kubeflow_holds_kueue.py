@@ -367,3 +367,33 @@ async def test_cli_submit_held_dry_run_shows_what_submit_held_creates(world: Wor
         if p["manager"] != "kueue.x-k8s.io/manager"
     ]
     assert sent == shown["spec"]
+
+
+@pytest.fixture
+def recorder() -> Any:
+    from dispatch import metrics
+
+    rec = metrics.enable()
+    try:
+        yield rec
+    finally:
+        metrics.disable()
+
+
+async def test_the_controller_counts_the_check_states_it_writes_and_says_it_leads(
+    recorder: Any, world: World
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    b = world.backend
+    handle = await place(b, _spec(), ident("kq-metrics"), held=True)
+    await world.settle()
+    assert world.check(handle)["state"] == "Pending"
+    assert (await b.observe(handle)).state is State.HELD
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(recorder.exposition().decode())
+        for s in f.samples
+    }
+    assert samples[("dispatch_admission_leader", ())] == 1.0
+    assert samples[("dispatch_admission_checks_total", (("state", "Pending"),))] >= 1.0
