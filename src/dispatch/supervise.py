@@ -508,7 +508,12 @@ class Supervisor:
             and after.handle.identity.epoch.n == after.epoch.n
         ):
             recorder.inc("dispatch_incarnations_started_total")
-        if decide.final(after, self.policy, now) and not decide.final(before, self.policy, now):
+        # Only a terminal record can be final: most writes (starting, running) skip the decision.
+        if (
+            after.outcome.terminal
+            and decide.final(after, self.policy, now)
+            and not (before.outcome.terminal and decide.final(before, self.policy, now))
+        ):
             recorder.inc(
                 "dispatch_outcomes_total", {"state": after.state.value, "cause": after.outcome.cause.value}
             )
