@@ -15,7 +15,8 @@ For every input the decoder either returns or raises ``InvalidError``; for a job
 ``repr``, ``dumps`` and ``JobSpec.loads(dumps())`` must work and give the same spec; any other
 exception is an *escape*, counted by type with the shortest input that caused it. Inputs that take
 longer than ``--slow`` seconds are counted too (an unbounded expansion shows up there first).
-Prints one line per decoder and a total; exits 1 when anything escaped.
+Prints one line per decoder (``busy s``: seconds its inputs kept a worker busy) and a total; exits 1
+when anything escaped.
 """
 
 from __future__ import annotations
@@ -620,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - started
     print(
         f"{'decoder':<18} {'inputs':>9} {'decoded':>9} {'invalid':>9} {'escapes':>8} {'slow':>5} "
-        f"{'slowest':>8} {'cpu s':>8}"
+        f"{'slowest':>8} {'busy s':>8}"
     )
     escaped = 0
     for name in args.targets:

@@ -204,7 +204,7 @@ class Cluster:
         job_id = check_job_id(job_id) if job_id is not None else new_job_id()
         caps = await self._check_writable()
         if held and not (caps.holds and isinstance(self.backend, Holder)):
-            raise UnsupportedError(f"cluster {self.backend.name!r} cannot hold jobs (capability 'holds')")
+            raise self._cannot_hold(caps)
         # Every check, before the record exists: a job the cluster cannot run leaves nothing behind.
         prepared = await self.backend.prepare(spec, Identity(job_id, Epoch()), held=held)
         record, first = decide.submitted(job_id, spec, policy=policy, held=held, now=self.clock.now())
@@ -385,8 +385,11 @@ class Cluster:
         if not isinstance(held, bool):
             raise InvalidError(f"expected True or False, got {held!r}", path="held")
         job_id = check_job_id(job_id) if job_id is not None else new_job_id()
-        if held and not ((await self.backend.capabilities()).holds and isinstance(self.backend, Holder)):
-            raise UnsupportedError(f"cluster {self.backend.name!r} cannot hold jobs (capability 'holds')")
+        caps = await self.backend.capabilities()
+        # A read-only open cannot hold, yet may show what a held submit would create: the backend's
+        # prepare refuses a held job the cluster could not hold once writable.
+        if held and not (isinstance(self.backend, Holder) and (caps.holds or not caps.writable)):
+            raise self._cannot_hold(caps)
         prepared = await self.backend.prepare(spec, Identity(job_id, Epoch()), held=held)
         return prepared.request
 
@@ -529,10 +532,18 @@ class Cluster:
 
     # ------------------------------------------------------------------ internals
 
+    def _cannot_hold(self, caps: Capabilities) -> UnsupportedError:
+        # The adapter's notes about holds ("holds: ...") say why; every one of them is a reason.
+        why = [n.removeprefix("holds: ") for n in caps.notes if n.startswith("holds: ")]
+        return UnsupportedError(
+            [f"cluster {self.backend.name!r} cannot hold jobs (capability 'holds')", *why]
+        )
+
     async def _holder(self) -> Holder:
         # Capabilities are per cluster: an adapter that can hold (a Holder) may not on this cluster.
-        if not isinstance(self.backend, Holder) or not (await self.backend.capabilities()).holds:
-            raise UnsupportedError(f"cluster {self.backend.name!r} cannot hold jobs (capability 'holds')")
+        caps = await self.backend.capabilities()
+        if not isinstance(self.backend, Holder) or not caps.holds:
+            raise self._cannot_hold(caps)
         return self.backend
 
     async def _live(self, job_id: str, what: str) -> JobRecord:

@@ -160,8 +160,17 @@ class _Prometheus(Metrics):
                     m.name, m.help, m.labels, buckets=_BUCKETS, registry=self.registry
                 )
         self._server: Any = None
+        self._children: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
 
     def _child(self, name: str, labels: Mapping[str, str] | None) -> Any:
+        # Label sets are few (bounded by design): remember each series, so recording is one dict lookup.
+        key = (name, tuple(labels.items()) if labels else ())
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self._new_child(name, labels)
+        return child
+
+    def _new_child(self, name: str, labels: Mapping[str, str] | None) -> Any:
         decl = _BY_NAME.get(name)
         if decl is None:
             raise InvalidError(f"no metric named {name!r}", path="name")

@@ -35,12 +35,13 @@ import math
 import os
 import secrets
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from dispatch import decide
+from dispatch import decide, metrics
 from dispatch.backend import Backend, CessationSignal, Watcher
 from dispatch.clock import Clock, SystemClock
 from dispatch.errors import (
@@ -208,6 +209,10 @@ class Supervisor:
                 try:
                     if await self._fold_change(jid, change.observation, confirmed=True, report=report):
                         touched.add(jid)
+                        metrics.current().observe(
+                            "dispatch_event_record_lag_seconds",
+                            max(0.0, self.clock.now() - change.observation.at),
+                        )
                 except DispatchError as exc:  # this change is seen again at the next resync
                     report.errors.append(f"{jid}: {type(exc).__name__}: {exc}")
         if now >= self._next_resync:
@@ -235,11 +240,15 @@ class Supervisor:
         stop = stop if stop is not None else asyncio.Event()
         try:
             while not stop.is_set():
+                started = time.monotonic()
                 try:
                     report = await self.step()
                 except DispatchError as exc:  # the store or cluster went away: try again after a poll
                     log.warning("supervisor step failed: %s", exc)
                     report = StepReport(errors=[str(exc)])
+                recorder = metrics.current()
+                recorder.observe("dispatch_supervisor_step_duration_seconds", time.monotonic() - started)
+                recorder.set("dispatch_leases_held", len(self._leased))
                 if on_step is not None:
                     await on_step(report)
                 if until is not None and await until():
@@ -445,6 +454,8 @@ class Supervisor:
             self._forget(jid)
             return None
         assert got.lease is not None
+        if lease is not None and lease.holder != self.holder:  # expired: a dead supervisor's record
+            metrics.current().inc("dispatch_leases_taken_over_total")
         ours = lease is not None and lease.holder == self.holder and lease.live(now)
         if jid not in self._leased or not ours:
             self._fresh.add(jid)  # events may have been someone else's until now: observe before trusting
@@ -471,6 +482,8 @@ class Supervisor:
             rec = await self.store.get(jid)
             now = self.clock.now()
             if rec.lease is None or rec.lease.holder != self.holder or not rec.lease.live(now):
+                if jid in self._leased:
+                    metrics.current().inc("dispatch_leases_lost_total")
                 self._forget(jid)
                 raise LeaseLostError(f"job {jid!r}: the lease of {self.holder!r} is gone")
             result = change(rec)
@@ -478,12 +491,43 @@ class Supervisor:
                 return rec
             new, transitions = result
             try:
-                return await self.store.update(
+                after = await self.store.update(
                     new.replace(updated_at=now), expected_revision=rec.revision, transitions=transitions
                 )
             except ConflictError:
+                metrics.current().inc("dispatch_store_conflicts_total")
                 continue
+            self._count(rec, after, transitions, now)
+            return after
         raise ConflictError(f"job {jid!r}: the record kept changing under the supervisor; retry")
+
+    def _count(
+        self, before: JobRecord, after: JobRecord, transitions: builtins.list[Transition], now: float
+    ) -> None:
+        """Metrics of one record write: a requeue, an incarnation placed, an outcome become final."""
+        recorder = metrics.current()
+        if not recorder.enabled:
+            return
+        if after.epoch.r > before.epoch.r and after.epoch.n > before.epoch.n:
+            cause = before.outcome.cause
+            policy = before.policy if before.policy is not None else self.policy
+            rule = cause.value if cause in policy.rules else "default"
+            recorder.inc("dispatch_requeues_total", {"cause": cause.value, "rule": rule})
+        if (
+            after.handle is not None
+            and after.handle != before.handle
+            and after.handle.identity.epoch.n == after.epoch.n
+        ):
+            recorder.inc("dispatch_incarnations_started_total")
+        # Only a terminal record can be final: most writes (starting, running) skip the decision.
+        if (
+            after.outcome.terminal
+            and decide.final(after, self.policy, now)
+            and not (before.outcome.terminal and decide.final(before, self.policy, now))
+        ):
+            recorder.inc(
+                "dispatch_outcomes_total", {"state": after.state.value, "cause": after.outcome.cause.value}
+            )
 
     # ------------------------------------------------------------------ folding
 
@@ -557,6 +601,12 @@ class Supervisor:
             report.errors.append(f"store: {exc}")
             return
         now = self.clock.now()
+        recorder = metrics.current()
+        if recorder.enabled:
+            counts: dict[str, float] = {}
+            for rec in records:
+                counts[rec.state.value] = counts.get(rec.state.value, 0.0) + 1
+            recorder.set_all("dispatch_jobs", "state", counts, every=(s.value for s in State))
         for rec in records:
             if self.jobs is not None and rec.job_id not in self.jobs:
                 continue
@@ -613,6 +663,19 @@ class Supervisor:
             if plan.action is PlanAction.WAIT:
                 return
             report.actions.append(f"{jid}@{rec.epoch}: {plan.action.value} ({plan.reason})")
+            log.info(
+                "%s %s@%s: %s",
+                plan.action.value,
+                jid,
+                rec.epoch,
+                plan.reason,
+                extra={
+                    "job_id": jid,
+                    "epoch": str(rec.epoch),
+                    "action": plan.action.value,
+                    "cause": rec.outcome.cause.value,
+                },
+            )
             after = await self._act(rec, plan, report)
             if after is None:
                 return

@@ -13,7 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from dispatch.backend import Prepared
+from dispatch.backend import HoldToken, Prepared
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import AdapterConfig
 from dispatch.errors import (
@@ -41,7 +41,8 @@ from dispatch.model import (
 from dispatch.probecache import ProbeCache
 from dispatch_kubeflow import cessation, naming, output, probecache
 from dispatch_kubeflow.causes import Snapshot, carry, classify
-from dispatch_kubeflow.errors import AlreadyExistsError
+from dispatch_kubeflow.errors import AlreadyExistsError, StaleHoldError
+from dispatch_kubeflow.holds import held_by_us, new_token, pointer
 from dispatch_kubeflow.incarnation import (
     DeletionClock,
     Tail,
@@ -52,6 +53,7 @@ from dispatch_kubeflow.incarnation import (
 )
 from dispatch_kubeflow.kube import KubeClient, Retry
 from dispatch_kubeflow.names import (
+    ANNOTATION_HOLD,
     LABEL_JOB_HASH,
     LABEL_MANAGED_BY,
     MANAGED_BY,
@@ -61,6 +63,7 @@ from dispatch_kubeflow.names import (
 )
 from dispatch_kubeflow.preflight import (
     ClusterFacts,
+    admission_check,
     discover,
     kueue_objects,
     probe,
@@ -131,6 +134,7 @@ async def open_backend(
             else:
                 client.read_only = True
                 facts.notes += await kueue_objects(client, settings, facts)
+        await admission_check(client, settings, facts)
     except BaseException:
         await client.close()
         raise
@@ -184,7 +188,7 @@ def _utc(at: float) -> str:
 class Backend:
     """One opened Kubeflow Trainer cluster (namespace ``settings.namespace``).
 
-    Implements the ``Backend`` and ``IdentityWeakener`` protocols of :mod:`dispatch.backend`.
+    Implements the ``Backend``, ``Holder`` and ``IdentityWeakener`` protocols of :mod:`dispatch.backend`.
     """
 
     def __init__(
@@ -255,13 +259,18 @@ class Backend:
             )
         if self.mode is Mode.READ_ONLY:
             notes.append("read-only: opened without the probe; every write is refused")
-        if writable and not self.queueing:
-            notes.append("holds: spec.suspend is available (hold/release are not implemented yet)")
+        refusals = self._hold_refusals()
+        if writable and not refusals:
+            how = (
+                f"the admission check {self.settings.admission_check!r} (dispatch-admission)"
+                if self.queueing
+                else "spec.suspend"
+            )
+            notes.append(f"holds: through {how} and the annotation {ANNOTATION_HOLD}")
+        notes += [f"holds: {r}" for r in refusals]
         return Capabilities(
             mode=self.mode,
-            # Holds need the Holder protocol (hold/release), which comes with the holds issue; until then
-            # the cluster's ability is only noted (start(held=True) still creates the TrainJob suspended).
-            holds=False,
+            holds=writable and not refusals,
             watch=True,
             cessation=self.facts.pods_visible is not False,
             output=self.facts.pods_visible is not False and self.facts.logs_readable is not False,
@@ -325,13 +334,10 @@ class Backend:
         create. Nothing is written, so it works on a read-only or observe-only backend (a dry run)."""
         if not isinstance(identity, Identity):
             raise InvalidError(f"expected an Identity, got {type(identity).__name__}", path="identity")
-        if held and self.queueing:
-            raise UnsupportedError(
-                "a held start under Kueue needs the admission-check hold (settings admissionCheck and "
-                "dispatch-admission), which this version of the adapter does not drive yet; submit without --held"
-            )
         if not isinstance(held, bool):
             raise InvalidError(f"expected True or False, got {held!r}", path="held")
+        if held and self._hold_refusals():
+            raise UnsupportedError(self._hold_refusals())
         runtime = await self._checked_runtime(spec)
         obj = build_trainjob(
             spec, identity, self.settings, inspect_runtime(runtime), held=held, kueue=self.queueing
@@ -437,6 +443,112 @@ class Backend:
 
     async def _get(self, name: str, *, what: str) -> dict[str, Any] | None:
         return await self._client.get_or_none(trainjob_path(self.settings.namespace, name), what=what)
+
+    # --- Holder (SPEC §9.6) ----------------------------------------------------------------------------
+
+    def _hold_refusals(self) -> tuple[str, ...]:
+        """Why this cluster cannot hold (empty: it can). Read-only modes are refused by the writes."""
+        if not self.queueing:
+            return ()
+        if self.settings.admission_check is None:
+            return (
+                "jobs go through Kueue, which owns spec.suspend: set settings admissionCheck to an AdmissionCheck "
+                "served by dispatch-admission (docs/how-to-holds-with-kueue.md)",
+            )
+        if self.facts.hold_refusals is None:
+            return (f"the admission check {self.settings.admission_check!r} was not checked",)
+        return tuple(self.facts.hold_refusals)
+
+    async def hold(self, handle: Handle) -> HoldToken:
+        """Hold the incarnation: the hold annotation (with a fresh token) on its TrainJob and, without
+        Kueue, ``spec.suspend``; under Kueue ``dispatch-admission`` keeps it unadmitted, or evicts it if it
+        runs. Idempotent: an incarnation already held returns the token it carries. Written with a
+        resourceVersion precondition, so a concurrent hold is never overwritten."""
+        self._refuse_writes(f"hold {handle}")
+        name = self._name_of(handle)
+        refusals = self._hold_refusals()
+        if refusals:
+            raise UnsupportedError(refusals)
+        what = f'hold TrainJob "{handle.ref}"'
+        for _ in range(5):
+            obj = await self._get(name, what=what)
+            if obj is None:
+                raise NotFoundError(f"{what}: the TrainJob no longer exists; nothing to hold")
+            self._check_owner(obj, handle)
+            # The TrainJob alone says whether the job ended (Complete, Failed, being deleted).
+            outcome = classify(
+                Snapshot.of(name, obj, stopped=handle.ref in self._stopped, now=self._clock.now())
+            )
+            if outcome.terminal:
+                raise ConflictError(f"{what}: the job already ended ({outcome}); nothing to hold")
+            token = held_by_us(obj)
+            suspend = not self.queueing
+            if token is not None and (not suspend or obj.get("spec", {}).get("suspend") is True):
+                return HoldToken(token)
+            token = token or new_token()
+            body: dict[str, Any] = {
+                "metadata": {
+                    "resourceVersion": obj["metadata"]["resourceVersion"],
+                    "annotations": {ANNOTATION_HOLD: token},
+                }
+            }
+            if suspend:
+                body["spec"] = {"suspend": True}
+            try:
+                await self._client.patch(trainjob_path(self.settings.namespace, name), body, what=what)
+            except ConflictError:
+                continue  # the resourceVersion precondition (409): read again (someone's hold is then returned)
+            _log.info("held TrainJob %s for %s", handle.ref, handle.identity)
+            return HoldToken(token)
+        raise ConflictError(f"{what}: the TrainJob kept changing; observe it and hold again")
+
+    async def release(self, handle: Handle, token: HoldToken) -> None:
+        """Release our hold. ``StaleHoldError`` when the TrainJob shows no hold or another token, or is
+        gone or belongs to another incarnation. The patch tests the annotation's value, so a hold that
+        changes between the read and the write is detected, never removed."""
+        self._refuse_writes(f"release {handle}")
+        name = self._name_of(handle)
+        if not isinstance(token, str) or not token:
+            raise InvalidError(f"expected a hold token (a non-empty string), got {token!r}", path="token")
+        what = f'release the hold on TrainJob "{handle.ref}"'
+        obj = await self._get(name, what=what)
+        self._check_hold(obj, handle, token, what)
+        ops: list[dict[str, Any]] = [
+            {"op": "test", "path": pointer(ANNOTATION_HOLD), "value": token},
+            {"op": "remove", "path": pointer(ANNOTATION_HOLD)},
+        ]
+        if not self.queueing:
+            ops.append({"op": "add", "path": "/spec/suspend", "value": False})
+        try:
+            await self._client.patch(
+                trainjob_path(self.settings.namespace, name),
+                ops,
+                what=what,
+                content_type="application/json-patch+json",
+            )
+        except (InvalidError, ConflictError, NotFoundError):
+            # The test op failed (422, InvalidError), or the object changed or went: a stale hold is told
+            # from another refusal by reading what the cluster shows now.
+            self._check_hold(await self._get(name, what=what), handle, token, what)
+            raise
+        _log.info("released TrainJob %s for %s", handle.ref, handle.identity)
+
+    def _check_hold(self, obj: Mapping[str, Any] | None, handle: Handle, token: str, what: str) -> None:
+        if obj is None:
+            raise StaleHoldError(f"{what}: the TrainJob no longer exists, and its hold went with it")
+        found = naming.identity_of(obj)
+        if found is None or not found.same_incarnation(handle.identity):
+            raise StaleHoldError(
+                f"{what}: the TrainJob belongs to {found or 'no dispatch identity'}, not {handle.identity} "
+                "(the hold targets an older incarnation)"
+            )
+        shown = held_by_us(obj)
+        if shown != token:
+            cluster = "another hold" if shown else "no hold"
+            raise StaleHoldError(
+                f"{what}: stale hold token: the cluster shows {cluster} (annotation {ANNOTATION_HOLD}); "
+                "hold it again to get a fresh token"
+            )
 
     # --- observe / stop / list -----------------------------------------------------------------------
 

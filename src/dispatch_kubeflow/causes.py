@@ -23,7 +23,8 @@ from datetime import datetime
 from typing import Any, Final
 
 from dispatch.model import Cause, Evidence, Outcome, State
-from dispatch_kubeflow.names import LABEL_QUEUE, NODE_CONTAINER
+from dispatch_kubeflow.holds import held_by_us
+from dispatch_kubeflow.names import ANNOTATION_HOLD, LABEL_QUEUE, NODE_CONTAINER
 
 __all__ = [
     "IMAGE_PULL_GRACE",
@@ -157,11 +158,13 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class TrainJob(_Object):
-    """The TrainJob: its conditions, suspension, node count and Kueue queue label."""
+    """The TrainJob: its conditions, suspension, node count, Kueue queue label and dispatch's hold."""
 
     suspended: bool = False
     num_nodes: int = 1
     queued_in_kueue: bool = False
+    held_by_dispatch: bool = False
+    """It carries dispatch's hold annotation (:data:`~dispatch_kubeflow.names.ANNOTATION_HOLD`)."""
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any], name: str = "") -> TrainJob:
@@ -176,6 +179,7 @@ class TrainJob(_Object):
             suspended=spec.get("suspend") is True,
             num_nodes=nodes if nodes is not None and nodes > 0 else 1,
             queued_in_kueue=LABEL_QUEUE in _map(meta.get("labels")),
+            held_by_dispatch=held_by_us(obj) is not None,
         )
 
 
@@ -465,6 +469,35 @@ def _we_cancelled(s: Snapshot) -> Outcome | None:
     else:
         ev = tj.evidence(reason="Deleting", message="being deleted by dispatch (stop)")
     return Outcome(State.CANCELLED, Cause.CANCELLED, (ev,))
+
+
+def _held(s: Snapshot) -> Outcome | None:
+    """Our hold in effect: the hold annotation on a TrainJob that is suspended (by us without Kueue, by
+    Kueue while ``dispatch-admission`` keeps the check ``Pending``) or whose Workload Kueue is evicting
+    (the ``Retry`` dispatch-admission wrote for a held job that was running). A job that already ended or
+    is failing reads as such; a hold not yet in effect (the job still runs) reads as the job does."""
+    tj = s.trainjob
+    if (
+        tj is None
+        or not tj.held_by_dispatch
+        or tj.deleting
+        or tj.true("Complete") is not None
+        or s.failing is not None
+    ):
+        return None
+    wl = s.workload
+    if wl is not None and (not wl.active or wl.true("DeactivationTarget") is not None):
+        return None  # Kueue deactivated it (maximum execution time, requeuing limit): that ends the job
+    evicted = wl.true("Evicted") if wl is not None and not wl.finished else None
+    if not tj.suspended and evicted is None:
+        return None
+    how = "spec.suspend is true" if tj.suspended else "Kueue is evicting it"
+    ev = tj.evidence(
+        reason="HeldByDispatch", message=f"annotation {ANNOTATION_HOLD} is set (held by dispatch); {how}"
+    )
+    return Outcome(
+        State.HELD, Cause.NONE, (ev,) if evicted is None or wl is None else (ev, wl.evidence(evicted))
+    )
 
 
 def _kueue_active(s: Snapshot) -> Workload | None:
@@ -769,6 +802,15 @@ RULES: Final[tuple[Rule, ...]] = (
         "host record",
         "cancelled / cancelled",
         _we_cancelled,
+    ),
+    Rule(
+        "held",
+        f"TrainJob annotated `{ANNOTATION_HOLD}` (dispatch's hold) and suspended, or its Workload `Evicted` for any "
+        "reason (an `AdmissionCheck` eviction of a held job is the hold, not a preemption); not once it ended, "
+        "is failing or Kueue deactivated it",
+        "TrainJob, Workload",
+        "held / none",
+        _held,
     ),
     Rule(
         "kueue_preempted",

@@ -43,6 +43,7 @@ __all__ = ["USER_AGENT", "KubeClient", "Retry", "user_agent"]
 _log = logging.getLogger(__name__)
 _WRITES = frozenset({"POST", "PUT", "PATCH"})
 _MAX_FINDINGS = 50
+_Items = list[dict[str, Any]]  # spelled here: inside KubeClient, ``list`` is the method
 
 
 def user_agent() -> str:
@@ -484,6 +485,42 @@ class KubeClient:
         )
         status = out.get("status")
         return isinstance(status, dict) and status.get("allowed") is True
+
+    async def patch(
+        self,
+        path: str,
+        body: Any,
+        *,
+        what: str,
+        content_type: str = "application/merge-patch+json",
+        params: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """A PATCH: a merge patch unless ``content_type`` says JSON patch (``application/json-patch+json``)
+        or server-side apply (``application/apply-patch+yaml``, with ``fieldManager`` in ``params``).
+
+        Errors as :meth:`request`; two refusals matter to a caller that fences its write: a failed JSON
+        patch ``test`` op is 422 (``InvalidError``), a stale ``metadata.resourceVersion`` in a merge patch
+        is 409 (``ConflictError``)."""
+        out = await self.request(
+            "PATCH", path, what=what, body=body, content_type=content_type, params=params
+        )
+        return out if isinstance(out, dict) else {}
+
+    async def replace(self, path: str, body: Mapping[str, Any], *, what: str) -> dict[str, Any]:
+        """A PUT; the body's ``metadata.resourceVersion`` makes it conditional (``ConflictError`` when
+        stale)."""
+        out = await self.request("PUT", path, what=what, body=body)
+        return out if isinstance(out, dict) else {}
+
+    async def list_at(self, path: str, *, what: str) -> tuple[_Items, str]:
+        """A list and its ``resourceVersion``, from which a watch continues (errors as :meth:`request`)."""
+        out = await self.request("GET", path, what=what)
+        if not isinstance(out, dict):
+            return [], ""
+        items = out.get("items")
+        rv = (out.get("metadata") or {}).get("resourceVersion", "")
+        good = [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+        return good, rv if isinstance(rv, str) else ""
 
 
 @dataclass(frozen=True, slots=True)

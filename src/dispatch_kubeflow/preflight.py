@@ -30,6 +30,7 @@ from dispatch.errors import (
 from dispatch_kubeflow.errors import AlreadyExistsError
 from dispatch_kubeflow.kube import KubeClient
 from dispatch_kubeflow.names import (
+    ADMISSION_CONTROLLER,
     JOBSET_GROUP,
     JOBSET_VERSION,
     KUEUE_GROUP,
@@ -41,6 +42,7 @@ from dispatch_kubeflow.names import (
 )
 from dispatch_kubeflow.resources import (
     ADMISSION_CHECKS,
+    CLUSTER_QUEUES,
     CLUSTER_TRAINING_RUNTIMES,
     CRDS,
     JOBSETS,
@@ -59,6 +61,7 @@ from dispatch_kubeflow.trainjob import build_probe
 
 __all__ = [
     "ClusterFacts",
+    "admission_check",
     "discover",
     "kueue_objects",
     "probe",
@@ -92,6 +95,8 @@ class ClusterFacts:
     trainjob_crd: str = ""
     """The TrainJob CRD's generation and resourceVersion as discover read them ("" when unreadable): part
     of the probe cache's fingerprint, so the CRD is read once per open."""
+    hold_refusals: list[str] | None = None
+    """Why holds under Kueue cannot work (the admission check is not set up); ``None``: not checked."""
 
 
 def trainjob_path(namespace: str, name: str | None = None) -> str:
@@ -266,6 +271,64 @@ async def kueue_objects(client: KubeClient, settings: Settings, facts: ClusterFa
         if found is None:
             place = f" in namespace {ns!r}" if ns else ""
             reasons.append(f'the Kueue {kind} "{name}" named in the settings does not exist{place}')
+    return reasons
+
+
+def _check_names(cq: Mapping[str, Any]) -> list[str]:
+    spec = cq.get("spec") if isinstance(cq.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    strategy = spec.get("admissionChecksStrategy")
+    listed = strategy.get("admissionChecks") if isinstance(strategy, Mapping) else None
+    names = [str(c.get("name")) for c in listed or [] if isinstance(c, Mapping)]
+    plain = spec.get("admissionChecks")
+    return names + [str(c) for c in plain or [] if isinstance(c, str)]
+
+
+async def admission_check(client: KubeClient, settings: Settings, facts: ClusterFacts) -> list[str]:
+    """Why the hold admission check (settings ``admissionCheck``) cannot hold jobs, every reason: it must
+    exist, name :data:`ADMISSION_CONTROLLER`, be ``Active`` (set by a running ``dispatch-admission``), and
+    be listed by the ClusterQueue behind ``queue``. Sets ``facts.hold_refusals``; only reads."""
+    name = settings.admission_check
+    if name is None or settings.queue is None or not facts.kueue:
+        return []
+    reasons: list[str] = []
+    where = f'the Kueue AdmissionCheck "{name}"'
+
+    async def read(path: str, what: str) -> dict[str, Any] | None:
+        try:
+            return await client.get_or_none(path, what=what)
+        except (PermissionDeniedError, InvalidError) as exc:
+            reasons.append(f"could not read {what} ({exc}): grant get on it to check holds")
+            return None
+
+    ac = await read(ADMISSION_CHECKS.path(name=name), f"AdmissionCheck {name!r}")
+    if ac is not None:
+        controller = (ac.get("spec") or {}).get("controllerName")
+        if controller != ADMISSION_CONTROLLER:
+            reasons.append(
+                f"{where} names controller {controller!r}, not {ADMISSION_CONTROLLER!r} (dispatch-admission)"
+            )
+        conditions = (ac.get("status") or {}).get("conditions") or []
+        active = any(
+            isinstance(c, Mapping) and c.get("type") == "Active" and c.get("status") == "True"
+            for c in conditions
+        )
+        if not active:
+            reasons.append(
+                f"{where} is not Active: is dispatch-admission running? (it marks the check Active)"
+            )
+    elif not reasons:
+        reasons.append(f"{where} does not exist: apply deploy/admission-check.yaml")
+    lq = await read(LOCAL_QUEUES.path(settings.namespace, settings.queue), f"LocalQueue {settings.queue!r}")
+    if lq is not None:
+        cq_name = (lq.get("spec") or {}).get("clusterQueue")
+        cq = await read(CLUSTER_QUEUES.path(name=str(cq_name)), f"ClusterQueue {cq_name!r}")
+        if cq is not None and name not in _check_names(cq):
+            reasons.append(
+                f'the ClusterQueue "{cq_name}" behind queue {settings.queue!r} does not list {where} '
+                "(spec.admissionChecksStrategy.admissionChecks): its jobs would not wait for holds"
+            )
+    facts.hold_refusals = reasons
     return reasons
 
 

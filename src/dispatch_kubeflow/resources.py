@@ -20,10 +20,12 @@ from dispatch_kubeflow.names import (
 
 __all__ = [
     "ADMISSION_CHECKS",
+    "CLUSTER_QUEUES",
     "CLUSTER_TRAINING_RUNTIMES",
     "CRDS",
     "JOBS",
     "JOBSETS",
+    "LEASES",
     "LOCAL_QUEUES",
     "NODES",
     "PODS",
@@ -98,6 +100,9 @@ WORKLOAD_PRIORITY_CLASSES: Final = Resource(
     KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses", "WorkloadPriorityClass", False
 )
 ADMISSION_CHECKS: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", "AdmissionCheck", False)
+CLUSTER_QUEUES: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", "ClusterQueue", False)
+LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
+"""``dispatch-admission``'s leader-election Lease."""
 SELF_SUBJECT_ACCESS_REVIEWS: Final = Resource(
     "authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False
 )

@@ -13,7 +13,9 @@ from typing import Any
 from dispatch.errors import InvalidError, UnsupportedError
 from dispatch.model import Identity, Image, JobSpec, SharedCheckpoint
 from dispatch_kubeflow.extension import RuntimeRef
+from dispatch_kubeflow.holds import created_token
 from dispatch_kubeflow.names import (
+    ANNOTATION_HOLD,
     CHECKPOINT_VOLUME,
     LABEL_PRIORITY,
     LABEL_PROBE,
@@ -223,10 +225,9 @@ def build_trainjob(
     """The TrainJob that runs incarnation ``identity`` of ``spec`` on the runtime described by ``info``.
 
     Raises :class:`InvalidError` (naming the job spec's field) for anything Trainer would refuse.
-    ``held`` suspends the TrainJob; under Kueue (which owns ``suspend``) the caller must not ask for it.
+    ``held`` puts the hold annotation (with the incarnation's created-held token) on the TrainJob and,
+    without Kueue, suspends it; under Kueue (which owns ``suspend``) the admission check holds it.
     """
-    if held and kueue:
-        raise UnsupportedError("a held start under Kueue needs the admission check hold, not spec.suspend")
     image, ref, checkpoint = job_extensions(spec)
     own = identity.env()
     if checkpoint is not None:
@@ -250,7 +251,7 @@ def build_trainjob(
         if spec.time_limit > _INT64:
             raise InvalidError(f"at most {_INT64} seconds (a 64-bit count in Trainer)", path="timeLimit")
         body["activeDeadlineSeconds"] = spec.time_limit
-    if held:
+    if held and not kueue:
         body["suspend"] = True
     patch = _runtime_patch(
         info, settings, identity_labels(identity), checkpoint=checkpoint is not None, gate=False
@@ -264,7 +265,11 @@ def build_trainjob(
             "name": native_name(identity),
             "namespace": settings.namespace,
             "labels": {**settings.labels, **_kueue_labels(settings), **identity_labels(identity)},
-            "annotations": {**settings.annotations, **identity_annotations(identity)},
+            "annotations": {
+                **settings.annotations,
+                **identity_annotations(identity),
+                **({ANNOTATION_HOLD: created_token(identity)} if held else {}),
+            },
         },
         "spec": body,
     }

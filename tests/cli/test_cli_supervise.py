@@ -181,3 +181,53 @@ async def _state(db: Path) -> dict[str, tuple[str, str, str | None]]:
         }
     finally:
         await store.close()
+
+
+def test_supervise_serves_metrics_and_writes_json_logs(tmp_path: Path) -> None:
+    """`dispatch supervise --metrics-address --log-format json` in a real process: the endpoint answers
+    while it runs and counts the job it finished, the log lines are JSON with the job's context, and
+    SIGTERM stops it cleanly. (The memory cluster lives in one process: the job submitted here is not on
+    the daemon's cluster, so the daemon finds it gone and gives up on it — enough to see the plumbing;
+    requeues counted against the history are tested on kubesim, in tests/kubeflow/test_kubeflow_supervise.py.)"""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "cluster.yaml"
+    config.write_text("adapter: memory\nsettings:\n  nodes: 2\nstore:\n  sqlite: jobs.db\n")
+    job = tmp_path / "job.yaml"
+    job.write_text("command: [train]\nextensions:\n  dispatch/Image: {ref: 'example.com/train:1'}\n")
+    submitted = invoke("submit", "--config", config, job, "--job-id", "m1")
+    assert submitted.exit_code == 0, submitted.stdout + submitted.stderr
+    env = {**os.environ, "DISPATCH_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dispatch.cli", "supervise", "--config", str(config), "--poll", "0.2",
+         "--lease", "5", "--metrics-address", f"127.0.0.1:{port}", "--log-format", "json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        text = ""
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                    text = resp.read().decode()
+            except OSError:
+                time.sleep(0.2)
+                continue
+            if "dispatch_outcomes_total{" in text:
+                break
+            time.sleep(0.2)
+        assert "dispatch_leases_held" in text
+        outcomes = [line for line in text.splitlines() if line.startswith("dispatch_outcomes_total{")]
+        assert [line.rsplit(" ", 1)[1] for line in outcomes] == ["1.0"], outcomes
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    acted = [x for x in lines if x.get("job_id") == "m1" and x.get("action")]
+    assert acted, err
+    assert {"time", "level", "logger", "message", "epoch", "cause"} <= set(acted[0])

@@ -126,3 +126,33 @@ def test_an_unknown_log_format_is_refused() -> None:
     with pytest.raises(InvalidError) as info:
         configure("xml")
     assert info.value.path == "log-format"
+
+
+def test_the_alert_rules_and_the_dashboard_name_only_declared_metrics() -> None:
+    import re
+
+    import yaml
+
+    root = DOCS.parents[1] / "deploy"
+    exprs = [
+        r["expr"]
+        for g in yaml.safe_load((root / "prometheus-alerts.yaml").read_text())["groups"]
+        for r in g["rules"]
+    ]
+    dashboard = json.loads((root / "grafana-dashboard.json").read_text())
+    exprs += [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    declared = {m.name for m in metrics.METRICS}
+    histograms = {m.name for m in metrics.METRICS if m.kind == "histogram"}
+    used = {name for e in exprs for name in re.findall(r"\bdispatch_[a-z_]+", e)}
+    allowed = declared | {f"{h}_{s}" for h in histograms for s in ("bucket", "sum", "count")}
+    assert used and used <= allowed, used - allowed
+    assert (
+        len(
+            [
+                r
+                for g in yaml.safe_load((root / "prometheus-alerts.yaml").read_text())["groups"]
+                for r in g["rules"]
+            ]
+        )
+        == 5
+    )

@@ -22,6 +22,7 @@ from dispatch_kubeflow.causes import (
     rule_of,
     table_markdown,
 )
+from dispatch_kubeflow.names import ANNOTATION_HOLD
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "kubeflow-causes.md"
 T0 = "2026-01-01T00:00:00Z"
@@ -109,6 +110,7 @@ def running_pods() -> list[dict[str, Any]]:
     return [pod("p0"), pod("p1")]
 
 
+HOLD = {ANNOTATION_HOLD: "h-0123"}
 FAILING_JOB = obj("Job", "tj-node-0", cond("FailureTarget", "BackoffLimitExceeded"))
 FAILED_TJ = trainjob(cond("Failed", "FailedJobs", message="jobset failed due to one or more job failures"))
 
@@ -135,6 +137,26 @@ CASES: list[tuple[str, Snapshot, str, State, Cause, tuple[str, str, str]]] = [
         State.CANCELLED,
         Cause.CANCELLED,
         ("TrainJob", "tj", "Deleted"),
+    ),
+    (
+        "held by dispatch (suspended, no Kueue)",
+        snap(trainjob(cond("Suspended", "Suspended"), suspend=True, annotations=HOLD)),
+        "held",
+        State.HELD,
+        Cause.NONE,
+        ("TrainJob", "tj", "HeldByDispatch"),
+    ),
+    (
+        "held by dispatch: Kueue evicting it for the admission check",
+        snap(
+            trainjob(queue=True, annotations=HOLD),
+            pods=running_pods(),
+            workload=workload(cond("Evicted", "AdmissionCheck"), cond("QuotaReserved", "QuotaReserved")),
+        ),
+        "held",
+        State.HELD,
+        Cause.NONE,
+        ("TrainJob", "tj", "HeldByDispatch"),
     ),
     (
         "Kueue preempted",
@@ -578,7 +600,47 @@ def test_first_match_order_cancel_beats_everything() -> None:
     )
     assert classify(s).cause is Cause.CANCELLED
     s = snap(FAILED_TJ, pods=[pod("p0", "Failed", container(state=terminated(137, "OOMKilled")))])
-    assert classify(s).cause is Cause.OUT_OF_MEMORY  # OOM (row 9) before exit code (row 14)
+    assert classify(s).cause is Cause.OUT_OF_MEMORY  # OOM (row 10) before exit code (row 15)
+
+
+def test_our_hold_comes_before_kueue_and_the_generic_suspended_reading() -> None:
+    """An eviction of a held job (for the admission check, or any other reason) is the hold; a hold not in
+    effect yet, an ended, failing or deactivated job, and a suspension without our annotation are not."""
+    queued = trainjob(suspend=True, queue=True, annotations=HOLD)
+    preempted = workload(cond("Evicted", "Preempted"), cond("Preempted", "InClusterQueue"))
+    out = classify(snap(queued, workload=preempted))
+    assert (out.state, out.cause) == (State.HELD, Cause.NONE)
+    assert [e.reason for e in out.evidence] == ["HeldByDispatch", "Preempted"]
+    assert ANNOTATION_HOLD in out.evidence[0].message and "h-0123" not in out.evidence[0].message
+    # Created held under Kueue: suspended by Kueue, the check Pending, quota maybe reserved.
+    waiting = workload(cond("QuotaReserved", "QuotaReserved"))
+    assert classify(snap(queued, workload=waiting)).state is State.HELD
+    # Without our annotation the same objects read as Kueue says.
+    plain = trainjob(suspend=True, queue=True)
+    assert classify(snap(plain, workload=preempted)).cause is Cause.PREEMPTED
+    assert classify(snap(plain, workload=waiting)).state is State.QUEUED
+    running = trainjob(queue=True)
+    evicting = workload(cond("Evicted", "AdmissionCheck"), cond("QuotaReserved", "QuotaReserved"))
+    assert rule_of(snap(running, pods=running_pods(), workload=evicting)).name != "held"
+    # Asked for, not in effect yet (dispatch-admission has not had Kueue evict it): the job still runs.
+    held_running = trainjob(queue=True, annotations=HOLD)
+    admitted = workload(cond("QuotaReserved", "QuotaReserved"), cond("Admitted", "Admitted"))
+    assert classify(snap(held_running, pods=running_pods(), workload=admitted)).state is State.RUNNING
+    # What ended the job wins over the hold.
+    done = trainjob(cond("Complete", "AllJobsCompleted"), annotations=HOLD)
+    assert classify(snap(done, workload=evicting)).state is State.SUCCEEDED
+    failed = trainjob(cond("Failed", "FailedJobs"), suspend=True, annotations=HOLD)
+    assert classify(snap(failed)).state is State.FAILED
+    failing = snap(trainjob(suspend=True, annotations=HOLD), jobs=[FAILING_JOB])
+    assert classify(failing).state is State.FAILED
+    deactivated = workload(
+        cond("DeactivationTarget", "MaximumExecutionTimeExceeded"),
+        cond("Evicted", "Deactivated"),
+        active=False,
+    )
+    assert classify(snap(queued, workload=deactivated)).cause is Cause.TIMEOUT
+    assert classify(snap(trainjob(suspend=True, annotations=HOLD, deletionTimestamp=T0))).state is State.LOST
+    assert classify(snap(trainjob(suspend=True, annotations=HOLD), stopped=True)).cause is Cause.CANCELLED
 
 
 # --- docs ----------------------------------------------------------------------------------------------

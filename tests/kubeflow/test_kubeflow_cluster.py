@@ -96,8 +96,8 @@ async def test_preflight_learns_the_cluster_and_cleans_up(backend: Backend, sim:
     assert facts.kueue is True and facts.probe_ceased is True
     caps = await backend.capabilities()
     assert caps.writable and not caps.read_only and not caps.observe_only
-    assert not caps.holds and not caps.queueing and not caps.shared_checkpoint
-    assert any(n.startswith("holds: spec.suspend is available") for n in caps.notes)
+    assert caps.holds and not caps.queueing and not caps.shared_checkpoint
+    assert "holds: through spec.suspend and the annotation dispatch.dev/hold" in caps.notes
     assert caps.extensions == {"dispatch/Image", "kubeflow/RuntimeRef"}
     assert caps.limits.max_env == 126 and caps.limits.max_command == 128
     assert "Trainer reconciles: yes" in caps.notes and "logs readable: yes" in caps.notes

@@ -4,8 +4,8 @@ Each check gets a fresh simulated cluster. The harness's runtime is the stock to
 restart in the cluster (pod ``restartPolicy: Never``, Job ``backoffLimit: 0``), as dispatch recommends: a
 failed node fails the TrainJob at once and its pod keeps the exit code. Its pods ``hang`` until the harness
 makes them exit, or disrupts them as the cluster would (the scheduler preempting, a node lost, an OOM, an
-eviction). Every check runs; only the Holder checks skip, as the adapter has no Holder yet (holds are a
-separate issue).
+eviction). Every check runs; holds here go through spec.suspend (no queue), and
+test_kubeflow_conformance_kueue runs the suite under Kueue.
 """
 
 from __future__ import annotations

@@ -62,6 +62,13 @@ def test_the_documented_trainjobs_are_what_the_adapter_writes() -> None:
     empty = parse_settings(b"{}")
     held = build_trainjob(spec(command=("python", "train.py")), ident("Exp_42.b"), empty, info, held=True)
     assert examples["held"] == held
+    # Under Kueue the same held job carries the annotation but no suspend: Kueue owns it.
+    queued = parse_settings(b'{"queue": "q", "admissionCheck": "dispatch-hold"}')
+    held_q = build_trainjob(
+        spec(command=("python", "train.py")), ident("Exp_42.b"), queued, info, held=True, kueue=True
+    )
+    assert "suspend" not in held_q["spec"]
+    assert held_q["metadata"]["annotations"] == held["metadata"]["annotations"]
     assert examples["probe"] == build_probe("dispatch-probe-3f9a1c2e", empty, info)
 
 

@@ -34,7 +34,8 @@ async def queued(sim: Simulator, tmp_path_factory: Any) -> AsyncIterator[Backend
 async def test_the_probe_sees_kueue_take_the_job(queued: Backend) -> None:
     assert queued.facts.kueue and queued.facts.kueue_takes_jobs is True
     caps = await queued.capabilities()
-    assert caps.queueing and not caps.holds
+    assert caps.queueing and not caps.holds  # under Kueue, holds need settings admissionCheck
+    assert any(n.startswith("holds: ") and "admissionCheck" in n for n in caps.notes)
     assert "Kueue takes jobs: yes" in caps.notes
 
 
@@ -49,7 +50,7 @@ async def test_a_queued_trainjob_carries_the_queue_label(queued: Backend, sim: S
 
 async def test_held_under_kueue_is_refused_before_anything_is_sent(queued: Backend, sim: Simulator) -> None:
     writes = len(sim.requests.writes())
-    with pytest.raises(UnsupportedError, match="admission-check hold"):
+    with pytest.raises(UnsupportedError, match="set settings admissionCheck"):
         await place(queued, spec(), ident("held-q"), held=True)
     assert len(sim.requests.writes()) == writes
 

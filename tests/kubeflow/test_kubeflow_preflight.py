@@ -103,7 +103,7 @@ async def test_a_cluster_without_kueue(tmp_path: Path) -> None:
         try:
             caps = await b.capabilities()
             assert not b.facts.kueue and b.facts.kueue_takes_jobs is None
-            assert not caps.holds and not caps.queueing and "Kueue absent" in caps.notes
+            assert caps.holds and not caps.queueing and "Kueue absent" in caps.notes
         finally:
             await b.close()
         with pytest.raises(UnsupportedError, match=r"Kueue .* is not served"):

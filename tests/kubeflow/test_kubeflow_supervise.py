@@ -63,6 +63,82 @@ async def test_a_failed_trainjob_is_requeued_once_and_succeeds(backend: Backend,
     assert ceased.at <= started.at
 
 
+async def test_metrics_scraped_over_http_agree_with_the_records(backend: Backend, sim: Simulator) -> None:
+    import asyncio
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from dispatch import Actor, metrics
+
+    def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    recorder = metrics.enable("127.0.0.1:0")
+    try:
+        port = metrics.served_port()
+        assert port is not None
+        clock = ManualClock()
+        cluster = Cluster(backend, MemoryStore(clock), clock=clock, policy=POLICY)
+        flaky = "env:DISPATCH_EPOCH=1.0: sleep 5; env:DISPATCH_EPOCH=1.0: exit 3; sleep 5; exit 0"
+        await cluster.submit(spec(nodes=2, env={"KUBESIM_SCRIPT": flaky}), job_id="met-flaky")
+        await cluster.submit(spec(env={"KUBESIM_SCRIPT": "sleep 5; exit 0"}), job_id="met-ok")
+        sup = cluster.supervisor(poll=1.0, lease=30.0)
+        midway: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        for i in range(150):
+            await sup.step()
+            if i == 3:
+                midway = await asyncio.to_thread(scrape, port)  # scraped while the supervisor runs
+            records = await cluster.store.list()
+            if all(r.state is State.SUCCEEDED for r in records):
+                break
+            await sim.settle()
+            sim.advance(2)
+            clock.advance(2)
+        await sup.step()  # the step that sees both final, and counts the jobs by state
+        final = await asyncio.to_thread(scrape, port)
+    finally:
+        metrics.disable()
+    assert midway, "the endpoint answered during the run"
+    assert recorder is not None
+    records = await cluster.store.list()
+    histories = {r.job_id: await cluster.history(r.job_id) for r in records}
+    requeues = sum(1 for h in histories.values() for t in h if t.what == "requeued")
+    assert requeues == 1, "\n".join(
+        f"{k} {t.what} {t.epoch} {t.why[:100]}" for k, h in histories.items() for t in h
+    )
+    # Requeues by cause, as the history tells them: the cause of the failure each requeue followed.
+    expected: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for h in histories.values():
+        last_cause = None
+        for t in h:
+            if t.state is not None and t.state.terminal:
+                last_cause = t.cause
+            if t.what == "requeued":
+                assert last_cause is not None
+                key = ("dispatch_requeues_total", (("cause", last_cause.value), ("rule", last_cause.value)))
+                expected[key] = expected.get(key, 0.0) + 1
+    counted = {k: v for k, v in final.items() if k[0] == "dispatch_requeues_total"}
+    assert counted == expected, counted
+    started_by_supervisor = sum(
+        1 for h in histories.values() for t in h if t.what == "started" and t.actor is Actor.SUPERVISOR
+    )
+    assert final[("dispatch_incarnations_started_total", ())] == started_by_supervisor == 1
+    assert final[("dispatch_outcomes_total", (("cause", "none"), ("state", "succeeded")))] == 2
+    assert final[("dispatch_jobs", (("state", "succeeded"),))] == 2
+    assert final[("dispatch_jobs", (("state", "running"),))] == 0
+    creates = final[
+        ("dispatch_api_requests_total", (("resource", "trainjobs"), ("status", "2xx"), ("verb", "create")))
+    ]
+    assert creates == 3  # two submits and the requeue's new incarnation
+
+
 async def test_an_idle_supervisor_does_not_relist_a_batch_of_existing_incarnations(
     backend: Backend, sim: Simulator
 ) -> None:

@@ -336,6 +336,17 @@ RUN_LEASE = 15.0
 )
 @click.option("--holder", metavar="NAME", help="This supervisor's name in leases (default: host:pid:random).")
 @click.option("--once", is_flag=True, help="Take one step and exit (releasing the leases).")
+@click.option(
+    "--metrics-address",
+    metavar="HOST:PORT",
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (needs the metrics extra).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    help="Write structured logs to stderr: one JSON object per line, or text.",
+)
 @common
 def supervise(
     opts: Options,
@@ -345,20 +356,36 @@ def supervise(
     unmatched: str,
     holder: str | None,
     once: bool,
+    metrics_address: str | None,
+    log_format: str | None,
 ) -> None:
     """Run the supervisor: apply the recovery policy to every job of the store until SIGTERM/SIGINT.
 
     On SIGTERM or SIGINT it finishes the step in hand, releases its leases and exits 0. Several
     supervisors may run over one store; they split the jobs by lease."""
-    execute(opts, _supervise(opts, lease, poll, resync, unmatched, holder, once))
+    execute(opts, _supervise(opts, lease, poll, resync, unmatched, holder, once, metrics_address, log_format))
 
 
 async def _supervise(
-    opts: Options, lease: float, poll: float, resync: float, unmatched: str, holder: str | None, once: bool
+    opts: Options,
+    lease: float,
+    poll: float,
+    resync: float,
+    unmatched: str,
+    holder: str | None,
+    once: bool,
+    metrics_address: str | None = None,
+    log_format: str | None = None,
 ) -> int:
     import signal
 
+    from dispatch import logs, metrics
+
     out = opts.out
+    if log_format is not None:
+        logs.configure(log_format)
+    if metrics_address is not None:
+        metrics.enable(metrics_address)
     if lease <= 2 * poll:
         raise InvalidError(
             f"--lease ({lease:g} s) must be more than twice --poll ({poll:g} s)", path="--lease"
@@ -371,10 +398,15 @@ async def _supervise(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         say = out.json if out.as_json else None
+        port = metrics.served_port()
         if say is not None:
-            say({"supervisor": sup.holder, "adapter": cf.adapter, "store": str(cf.store), "event": "started"})
+            say(
+                {"supervisor": sup.holder, "adapter": cf.adapter, "store": str(cf.store), "event": "started"}
+                | ({"metricsPort": port} if port is not None else {})
+            )
         else:
-            out.line(f"supervisor {sup.holder} on {cf.adapter} ({cf.store}): started")
+            served = f"; metrics on port {port}" if port is not None else ""
+            out.line(f"supervisor {sup.holder} on {cf.adapter} ({cf.store}): started{served}")
 
         async def report(r: StepReport) -> None:
             for a in r.actions:

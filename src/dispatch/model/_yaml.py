@@ -269,7 +269,8 @@ def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
     if isinstance(value, int | float | str):
-        return f"the number {value!s}"
+        text = str(value)  # an out-of-range literal is kept as its text
+        return f"the number {text}" if len(text) <= 24 else "a number"
     return "a list" if isinstance(value, list) else "a mapping"
 
 
