@@ -426,6 +426,8 @@ class Snapshot:
         done = sum(1 for p in self.pods if p.phase == "Succeeded")
         if running and len(running) == len(live) and len(running) + done >= tj.num_nodes:
             return State.RUNNING
+        if not live and done >= tj.num_nodes:
+            return State.RUNNING  # every node finished; the TrainJob says Complete next, not "starting" again
         return State.STARTING
 
     def pod_state(self) -> State:

@@ -799,6 +799,12 @@ def test_a_node_that_finished_first_does_not_make_a_running_job_starting() -> No
     assert classify(snap(pods=[pod("p0"), done])).state is State.RUNNING
 
 
+def test_every_node_finished_before_the_trainjob_says_complete_is_still_running() -> None:
+    # Seen in the quick start: running -> starting -> succeeded, because finished pods read as "starting".
+    done = [pod(f"p{i}", "Succeeded", container(state=terminated(0, "Completed"))) for i in range(2)]
+    assert classify(snap(pods=done)).state is State.RUNNING
+
+
 # --- the TrainJob schema (trainer_schema) -----------------------------------------------------------------
 
 
