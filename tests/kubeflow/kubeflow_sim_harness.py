@@ -167,6 +167,7 @@ class KubeflowHarness:
         self._created: dict[str, list[Identity]] = {}
         self._compute: dict[str, dict[int, set[str]]] = {}  # job hash -> N -> pods with compute
         self._overlaps: list[tuple[str, str]] = []
+        self._overlapping: set[tuple[str, tuple[int, ...]]] = set()
         self._lost_nodes: list[tuple[float, str]] = []
         self.sim.store.subscribe(self._on_trainjob, rt=TRAINJOBS)
         self.sim.store.subscribe(self._on_pod, rt=PODS)
@@ -200,7 +201,8 @@ class KubeflowHarness:
             return
         pods.add(name)
         busy = sorted(k for k, v in self._compute[h].items() if v)
-        if len(busy) > 1:
+        if len(busy) > 1 and (h, tuple(busy)) not in self._overlapping:
+            self._overlapping.add((h, tuple(busy)))  # once per set of incarnations, not per pod event
             idents = [self._identity.get((h, k)) for k in busy]
             job_id = next((i.job_id for i in idents if i is not None), h)
             what = " and ".join(
@@ -215,7 +217,10 @@ class KubeflowHarness:
         self._kubeconfig = str(self.sim.write_kubeconfig(self._dir / "kubeconfig", token="admin"))
 
     async def open(self, faults: Faults, crasher: Crasher | None, who: str) -> Backend:
-        settings = {"kubeconfig": self._kubeconfig, "probeRuntime": {"kind": "ClusterTrainingRuntime", "name": RUNTIME}}
+        settings = {
+            "kubeconfig": self._kubeconfig,
+            "probeRuntime": {"kind": "ClusterTrainingRuntime", "name": RUNTIME},
+        }
         cfg = AdapterConfig("kubeflow", json.dumps(settings).encode())
         for attempt in range(10):
             try:
