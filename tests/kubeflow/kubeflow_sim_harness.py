@@ -19,6 +19,7 @@ not terminated (phase other than Succeeded/Failed, not yet deleted) at one momen
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import random
@@ -81,6 +82,32 @@ def _runtime() -> dict[str, Any]:
             "template": {"spec": {"replicatedJobs": [job]}},
         },
     }
+
+
+class _OpeningClock:
+    """The run's clock for one backend, except that while the backend opens its preflight's waits take
+    no simulated time (they pass on a private offset, dropped once open): opening a backend is instant in
+    the run, as a process that starts, and a preflight that must wait (its probe's cleanup after an
+    injected 500) ends by its own deadline instead of sleeping on a clock nobody advances meanwhile."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.opening = True
+        self.offset = 0.0
+
+    def now(self) -> float:
+        return self.clock.now() + self.offset
+
+    async def sleep(self, seconds: float) -> None:
+        if self.opening:
+            self.offset += max(0.0, seconds)
+            await asyncio.sleep(0)
+        else:
+            await self.clock.sleep(seconds)
+
+    def opened(self) -> None:
+        self.opening = False
+        self.offset = 0.0
 
 
 class CrashingBackend:
@@ -223,10 +250,12 @@ class KubeflowHarness:
         }
         cfg = AdapterConfig("kubeflow", json.dumps(settings).encode())
         for attempt in range(10):
+            clock = _OpeningClock(self.clock)
             try:
                 # One try per request: kubesim's faults reach the supervisor (which retries by itself), and
                 # no retry sleeps on the manual clock within a step.
-                inner = await open_backend(cfg, probe_window=0.0, clock=self.clock, retry=Retry(attempts=1))
+                inner = await open_backend(cfg, probe_window=0.0, clock=clock, retry=Retry(attempts=1))
+                clock.opened()
                 break
             except DispatchError as exc:  # an injected fault hit the preflight: the process starts again
                 self._note(f"{who}: open failed ({type(exc).__name__}), again")
