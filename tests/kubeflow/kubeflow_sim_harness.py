@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from dispatch import AdapterConfig, Image, JobSpec
+from dispatch import AdapterConfig, Extensions, Image, JobSpec
 from dispatch.backend import Backend, HoldToken, Prepared
 from dispatch.clock import ManualClock
 from dispatch.errors import DispatchError
@@ -261,7 +261,7 @@ class KubeflowHarness:
                 self._note(f"{who}: open failed ({type(exc).__name__}), again")
                 if attempt == 9:
                     raise
-        return CrashingBackend(inner, crasher)  # type: ignore[return-value]
+        return CrashingBackend(inner, crasher)
 
     def spec(self, script: str, nodes: int, time_limit: int | None) -> JobSpec:
         return JobSpec(
@@ -269,7 +269,7 @@ class KubeflowHarness:
             nodes=nodes,
             env={"KUBESIM_SCRIPT": script},
             time_limit=time_limit,
-            extensions=(Image("example.org/train:1"), RuntimeRef(RUNTIME)),
+            extensions=Extensions([Image("example.org/train:1"), RuntimeRef(RUNTIME)]),
         )
 
     def _pods(self, ident: Identity) -> list[dict[str, Any]]:
