@@ -41,7 +41,7 @@ from dispatch_kubeflow.kube import Retry
 from dispatch_kubeflow.names import LABEL_INCARNATION, LABEL_JOB_HASH
 from dispatch_kubeflow.naming import identity_labels, identity_of, job_hash
 from kubesim.clock import ManualClock as SimClock
-from kubesim.resources import CLUSTERTRAININGRUNTIMES, PODS, TRAINJOBS
+from kubesim.resources import CLUSTERTRAININGRUNTIMES, NODES, PODS, TRAINJOBS
 from kubesim.sim import Simulator
 from kubesim.store import WatchEvent
 
@@ -50,8 +50,9 @@ __all__ = ["CrashingBackend", "KubeflowHarness"]
 RUNTIME = "dispatch-sim"
 NAMESPACE = "default"
 NODE_BACK_AFTER = 320.0
-"""A lost node comes back after this long: after the taint manager's 300 s eviction of its pods (so the
-loss is seen), and before capacity would be short for good."""
+"""A lost node (by an event, or by a pod's ``lose-node`` script step) comes back after this long: after
+the taint manager's 300 s eviction of its pods (so the loss is seen), and before capacity would be short
+for good (a cluster whose every node is lost for ever can finish no job)."""
 _TERMINATED = ("Succeeded", "Failed")
 
 
@@ -195,7 +196,7 @@ class KubeflowHarness:
         self._compute: dict[str, dict[int, set[str]]] = {}  # job hash -> N -> pods with compute
         self._overlaps: list[tuple[str, str]] = []
         self._overlapping: set[tuple[str, tuple[int, ...]]] = set()
-        self._lost_nodes: list[tuple[float, str]] = []
+        self._lost_nodes: dict[str, float] = {}  # node -> when it was first seen not ready
         self.sim.store.subscribe(self._on_trainjob, rt=TRAINJOBS)
         self.sim.store.subscribe(self._on_pod, rt=PODS)
 
@@ -334,9 +335,8 @@ class KubeflowHarness:
         elif event == "lose-node":
             pod = self.sim.store.get(PODS, NAMESPACE, rng.choice(pods))
             node = pod["spec"]["nodeName"]
-            if all(n != node for _, n in self._lost_nodes):
+            if node not in self._lost_nodes:
                 actions.lose_node(node)
-                self._lost_nodes.append((self.clock.now() + NODE_BACK_AFTER, node))
         else:  # vanish: someone deletes the TrainJob behind dispatch's back
             for tj in self.sim.store.list(TRAINJOBS, NAMESPACE)[0]:
                 if identity_of(tj) == ident:
@@ -346,11 +346,19 @@ class KubeflowHarness:
     async def advance(self, seconds: float) -> None:
         self.sim.advance(seconds)
         self.clock.advance(seconds)
-        for back, node in list(self._lost_nodes):
-            if back <= self.clock.now():
-                self._lost_nodes.remove((back, node))
-                self._note(f"cluster: node {node} is back")
-                self.sim.actions.restore_node(node)
+        now = self.clock.now()
+        for node in self.sim.store.list(NODES, None)[0]:
+            name = node["metadata"]["name"]
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in node.get("status", {}).get("conditions") or []
+            )
+            if ready:
+                self._lost_nodes.pop(name, None)
+            elif now - self._lost_nodes.setdefault(name, now) >= NODE_BACK_AFTER:
+                self._note(f"cluster: node {name} is back")
+                self.sim.actions.restore_node(name)
+                self._lost_nodes.pop(name, None)
         await self.sim.settle()
 
     def _trainjobs(self) -> list[tuple[Identity, dict[str, Any]]]:
