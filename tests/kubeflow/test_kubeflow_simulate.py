@@ -4,6 +4,7 @@ facts checked on a cluster where they must show."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 from pathlib import Path
@@ -15,6 +16,12 @@ from dispatch import Epoch, Identity, ManualClock
 from dispatch.simulate import T0, Faults, load_harness, main, run_seed
 
 CI_SEEDS = 8
+
+REGRESSIONS = {
+    70: "an injected 500 hit a backend's preflight: its probe cleanup slept on the manual clock for ever",
+    154: "pods' lose-node script steps lost both nodes for ever: the requeued job never found capacity",
+    177: "the same after an eviction requeue, for two jobs",
+}
 
 
 def _masked(trace: list[str]) -> list[str]:
@@ -28,6 +35,12 @@ async def test_a_handful_of_seeds_find_no_violation() -> None:
         result = await run_seed(seed, KubeflowHarness)
         found += [f"seed {seed}: {v}" for v in result.violations]
     assert found == []
+
+
+@pytest.mark.parametrize("seed", sorted(REGRESSIONS), ids=[f"seed-{s}" for s in sorted(REGRESSIONS)])
+async def test_seeds_that_once_failed_pass(seed: int) -> None:
+    async with asyncio.timeout(60):  # seed 70 hung: fail instead
+        assert (await run_seed(seed, KubeflowHarness)).violations == []
 
 
 async def test_a_seed_replays_identically() -> None:
