@@ -130,7 +130,7 @@ async def simulate(seeds: int, budget: float | None, adapter: str = "memory") ->
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--jobs", type=int, nargs="*", default=[1000, 10000], help="none: skip")
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--spacing", type=float, default=0.02, help="seconds between two measured events")
     parser.add_argument("--seeds", type=int, default=10000)
@@ -139,12 +139,13 @@ async def main() -> None:
     )
     parser.add_argument("--kubeflow-seeds", type=int, default=100)
     args = parser.parse_args()
-    print("event -> record latency (memory adapter, one supervisor, watch mode):")
-    for n in args.jobs:
-        await latency(n, args.events, args.spacing)
-    print("supervisor memory:")
-    for n in args.jobs:
-        await memory(n)
+    if args.jobs:
+        print("event -> record latency (memory adapter, one supervisor, watch mode):")
+        for n in args.jobs:
+            await latency(n, args.events, args.spacing)
+        print("supervisor memory:")
+        for n in args.jobs:
+            await memory(n)
     if args.seeds:
         print("simulation (python -m dispatch.simulate, memory):")
         await simulate(args.seeds, args.seeds_budget)
