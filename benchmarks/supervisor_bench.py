@@ -1,6 +1,7 @@
 """The supervisor: event→record latency, memory per supervised job, and the simulation's speed.
 
-Run: ``.venv/bin/python benchmarks/supervisor_bench.py [--jobs 1000 10000] [--events 200] [--seeds 10000]``.
+Run: ``.venv/bin/python benchmarks/supervisor_bench.py [--jobs 1000 10000] [--events 200] [--seeds 10000]
+[--kubeflow-seeds 100]`` from the repository root.
 
 - **latency**: N jobs running on the ``memory`` adapter (system clock, a ``MemoryStore``), all leased by
   one supervisor running its loop (``Supervisor.run``, watch mode, default poll 2 s and lease 30 s). Then
@@ -10,7 +11,9 @@ Run: ``.venv/bin/python benchmarks/supervisor_bench.py [--jobs 1000 10000] [--ev
   and folded every job (so it counts what the supervisor keeps per job, plus the lease now stored in each
   record), divided by N.
 - **simulation**: wall time of ``python -m dispatch.simulate`` for ``--seeds`` seeds (in-process,
-  sequentially); with ``--seeds-budget S`` it stops after S seconds and extrapolates, saying so.
+  sequentially); with ``--seeds-budget S`` it stops after S seconds and extrapolates, saying so. Then
+  ``--kubeflow-seeds`` seeds on the Kubeflow harness (``--adapter kubeflow``: kubesim over HTTP; the
+  harness module is loaded from tests/kubeflow, so run from the repository root).
 
 Not part of the test suite (speed is measured here, never asserted in tests).
 """
@@ -28,7 +31,7 @@ from dispatch.cluster import Cluster
 from dispatch.memory import MemoryBackend, MemorySettings
 from dispatch.model import JobSpec, State
 from dispatch.records import MemoryStore
-from dispatch.simulate import run_seed
+from dispatch.simulate import load_harness, run_seed
 
 HANG = JobSpec(command=("train",), env={"KUBESIM_SCRIPT": "hang"})
 
@@ -106,11 +109,12 @@ async def memory(jobs: int) -> None:
     )
 
 
-async def simulate(seeds: int, budget: float | None) -> None:
+async def simulate(seeds: int, budget: float | None, adapter: str = "memory") -> None:
+    harness = load_harness(adapter)
     start = time.perf_counter()
     done = violations = 0
     for seed in range(seeds):
-        violations += len((await run_seed(seed)).violations)
+        violations += len((await run_seed(seed, harness)).violations)
         done += 1
         if budget is not None and time.perf_counter() - start > budget:
             break
@@ -126,23 +130,28 @@ async def simulate(seeds: int, budget: float | None) -> None:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--jobs", type=int, nargs="*", default=[1000, 10000], help="none: skip")
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--spacing", type=float, default=0.02, help="seconds between two measured events")
     parser.add_argument("--seeds", type=int, default=10000)
     parser.add_argument(
         "--seeds-budget", type=float, default=None, help="stop the simulation after S seconds"
     )
+    parser.add_argument("--kubeflow-seeds", type=int, default=100)
     args = parser.parse_args()
-    print("event -> record latency (memory adapter, one supervisor, watch mode):")
-    for n in args.jobs:
-        await latency(n, args.events, args.spacing)
-    print("supervisor memory:")
-    for n in args.jobs:
-        await memory(n)
+    if args.jobs:
+        print("event -> record latency (memory adapter, one supervisor, watch mode):")
+        for n in args.jobs:
+            await latency(n, args.events, args.spacing)
+        print("supervisor memory:")
+        for n in args.jobs:
+            await memory(n)
     if args.seeds:
         print("simulation (python -m dispatch.simulate, memory):")
         await simulate(args.seeds, args.seeds_budget)
+    if args.kubeflow_seeds:
+        print("simulation (python -m dispatch.simulate --adapter kubeflow, kubesim over HTTP):")
+        await simulate(args.kubeflow_seeds, args.seeds_budget, "kubeflow")
 
 
 if __name__ == "__main__":

@@ -22,18 +22,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import builtins
+import importlib
 import random
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol, cast
 
 from dispatch import decide
-from dispatch.backend import HoldToken, Prepared
+from dispatch.backend import Backend, HoldToken, Prepared
 from dispatch.clock import ManualClock
 from dispatch.cluster import Cluster
-from dispatch.errors import BusyError, DispatchError, OutcomeUnknownError, UnavailableError, UnsupportedError
+from dispatch.errors import (
+    BusyError,
+    DispatchError,
+    InvalidError,
+    OutcomeUnknownError,
+    UnavailableError,
+    UnsupportedError,
+)
 from dispatch.memory import MemoryBackend, MemorySettings
 from dispatch.memory.cluster import MemoryCluster
 from dispatch.model import (
@@ -55,7 +64,20 @@ from dispatch.model import (
 from dispatch.records import MemoryStore
 from dispatch.supervise import Supervisor
 
-__all__ = ["Crash", "FaultyBackend", "Result", "main", "run_seed"]
+__all__ = [
+    "ADAPTERS",
+    "Crash",
+    "Crasher",
+    "Faults",
+    "FaultyBackend",
+    "Harness",
+    "HarnessFactory",
+    "MemoryHarness",
+    "Result",
+    "load_harness",
+    "main",
+    "run_seed",
+]
 
 T0 = 1_767_225_600.0
 FAULT_PHASE = 80.0  # simulated seconds with faults, events and crashes; then they stop
@@ -281,6 +303,118 @@ class FaultyBackend:
         return self.inner.identity_of(obj)
 
 
+# ---------------------------------------------------------------------------------------- harnesses
+
+
+class Harness(Protocol):
+    """The cluster side of one seeded run (see docs/supervisor.md, "Harnesses").
+
+    A harness owns the simulated cluster on the run's :class:`ManualClock`: it opens writable backends on
+    it (with the run's API faults and a supervisor's crash points), builds job specs for it, injects the
+    scripted cluster events, moves time and reports the facts the invariants are checked against."""
+
+    name: str
+    nodes: int
+
+    async def start(self) -> None:
+        """Bring the cluster up (before any backend is opened)."""
+
+    async def open(self, faults: Faults, crasher: Crasher | None, who: str) -> Backend:
+        """A writable backend on the cluster for ``who`` (a supervisor life, or the user)."""
+
+    def spec(self, script: str, nodes: int, time_limit: int | None) -> JobSpec:
+        """A job of ``nodes`` nodes whose every node runs the behaviour ``script``."""
+
+    async def events(self, rng: random.Random, faults: Faults) -> None:
+        """Maybe inject a cluster event (and API faults the cluster itself injects) this step."""
+
+    async def advance(self, seconds: float) -> None:
+        """Move the cluster's and the run's clock forward."""
+
+    def live(self) -> list[Identity]:
+        """The incarnations that are on the cluster and not yet ended."""
+
+    def on_cluster(self) -> set[Identity]:
+        """Every incarnation the cluster shows (ended or not)."""
+
+    def created(self, job_id: str) -> list[Identity]:
+        """Every incarnation of ``job_id`` ever created, once per creation."""
+
+    def overlaps(self) -> list[tuple[str, str]]:
+        """Every compute overlap seen so far, as (job id, what overlapped): two incarnations of one job
+        with compute at once."""
+
+    async def close(self) -> None:
+        """Tear the cluster down."""
+
+
+HarnessFactory = Callable[[random.Random, ManualClock, list[str]], Harness]
+"""Builds the harness of one run from the run's random source, clock and trace."""
+
+
+class MemoryHarness:
+    """The ``memory`` adapter's :class:`MemoryCluster`, with :class:`FaultyBackend` for API faults."""
+
+    name = "memory"
+
+    def __init__(self, rng: random.Random, clock: ManualClock, trace: list[str]) -> None:
+        self.clock = clock
+        self.trace = trace
+        self.settings = MemorySettings(
+            nodes=rng.choice([2, 3, 4]),
+            start_delay=rng.choice([0.0, 1.0, 3.0]),
+            cessation_delay=rng.choice([0.0, 2.0, 10.0]),
+            watch_history=rng.choice([3, 20, 10_000]),
+        )
+        self.nodes = self.settings.nodes
+        self.cluster = MemoryCluster(self.settings, clock=clock)
+
+    async def start(self) -> None:
+        pass
+
+    async def open(self, faults: Faults, crasher: Crasher | None, who: str) -> Backend:
+        return FaultyBackend(self.cluster, faults, crasher, self.trace, who)
+
+    def spec(self, script: str, nodes: int, time_limit: int | None) -> JobSpec:
+        return JobSpec(command=("train",), nodes=nodes, env={"KUBESIM_SCRIPT": script}, time_limit=time_limit)
+
+    async def events(self, rng: random.Random, faults: Faults) -> None:
+        if rng.random() < 0.15:
+            live = [o for o in self.cluster.observations() if o.state in (State.STARTING, State.RUNNING)]
+            if live:
+                obs = rng.choice(live)
+                event = rng.choice(
+                    ["preempt", "lose-node", "evict", "oom", "exit 0", "exit 2", "slow-stop 20", "vanish"]
+                )
+                self.trace.append(f"t={self.clock.now() - T0:.1f} cluster: {event} {obs.handle.identity}")
+                backend = MemoryBackend(cluster=self.cluster)
+                if event == "vanish":
+                    await backend.vanish(obs.handle)
+                else:
+                    await backend.inject(obs.handle, event)
+
+    async def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    def live(self) -> list[Identity]:
+        return [o.handle.identity for o in self.cluster.observations() if not o.outcome.terminal]
+
+    def on_cluster(self) -> set[Identity]:
+        return {o.handle.identity for o in self.cluster.observations()}
+
+    def created(self, job_id: str) -> list[Identity]:
+        return [j.identity for j in self.cluster._incarnations.get(job_id, [])]
+
+    def overlaps(self) -> list[tuple[str, str]]:
+        return [
+            (ov.running.job_id, f"{ov.started} started while {ov.running} had compute")
+            for ov in self.cluster.overlaps
+        ]
+
+    async def close(self) -> None:
+        pass
+
+
 # ---------------------------------------------------------------------------------------- workload
 
 _CAUSES = [
@@ -339,30 +473,20 @@ class Result:
 
 
 class _Run:
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, harness: HarnessFactory) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         rng = self.rng
         self.clock = ManualClock(T0)
         self.trace: list[str] = []
-        self.settings = MemorySettings(
-            nodes=rng.choice([2, 3, 4]),
-            start_delay=rng.choice([0.0, 1.0, 3.0]),
-            cessation_delay=rng.choice([0.0, 2.0, 10.0]),
-            watch_history=rng.choice([3, 20, 10_000]),
-        )
-        self.cluster = MemoryCluster(self.settings, clock=self.clock)
+        self.cluster = harness(rng, self.clock, self.trace)
         self.store = MemoryStore(self.clock)
         self.faults = Faults(rng)
         self.policy = _policy(rng)
         self.crashes = rng.random() < 0.85
-        self.user = Cluster(
-            FaultyBackend(self.cluster, self.faults, None, self.trace, "user"),
-            self.store,
-            policy=self.policy,
-            clock=self.clock,
-        )
+        self.user: Cluster | None = None  # opened in run(): a harness may open backends only once started
         self.supervisors: list[Supervisor | None] = []
+        self.planned: list[tuple[Crasher, int | None] | None] = []  # a life drawn, its backend not yet open
         self.generation: list[int] = []
         self.restart_at: list[float] = []
         self.lease = rng.choice([10.0, 30.0])
@@ -370,19 +494,15 @@ class _Run:
         self.resync = rng.choice([0.0, 5.0, 30.0])
         for i in range(rng.choice([1, 1, 2, 3])):
             self.supervisors.append(None)
+            self.planned.append(None)
             self.generation.append(0)
             self.restart_at.append(0.0)
-            self._restart(i)
+            self._plan(i)
         self.acked: set[str] = set()
         self.submits: list[tuple[float, str, JobSpec, Policy | None]] = []
         for j in range(rng.randint(1, 5)):
             script, limit = _script(rng)
-            spec = JobSpec(
-                command=("train",),
-                nodes=rng.randint(1, min(2, self.settings.nodes)),
-                env={"KUBESIM_SCRIPT": script},
-                time_limit=limit,
-            )
+            spec = self.cluster.spec(script, rng.randint(1, min(2, self.cluster.nodes)), limit)
             own = _policy(rng) if rng.random() < 0.3 else None
             self.submits.append((rng.choice([0.0, 0.0, 5.0, 20.0]), f"job-{j}", spec, own))
         self.histories: dict[str, list[Transition]] = {}
@@ -392,12 +512,21 @@ class _Run:
     def note(self, text: str) -> None:
         self.trace.append(f"t={self.clock.now() - T0:.1f} {text}")
 
-    def _restart(self, i: int) -> None:
+    def _plan(self, i: int) -> None:
+        """Draw supervisor ``i``'s next life (its crash point and capacity); :meth:`_open` starts it."""
         self.generation[i] += 1
-        holder = f"s{i}.{self.generation[i]}"
         crasher = Crasher(self.rng, self.crashes)
+        self.planned[i] = (crasher, self.rng.choice([None, None, 1, 2]))
+        self.note(f"s{i}.{self.generation[i]}: started")
+
+    async def _open(self, i: int) -> None:
+        planned = self.planned[i]
+        assert planned is not None
+        self.planned[i] = None
+        crasher, capacity = planned
+        holder = f"s{i}.{self.generation[i]}"
         self.supervisors[i] = Supervisor(
-            FaultyBackend(self.cluster, self.faults, crasher, self.trace, holder),
+            await self.cluster.open(self.faults, crasher, holder),
             CrashingStore(self.store, crasher, self.trace),
             policy=self.policy,
             clock=self.clock,
@@ -405,13 +534,33 @@ class _Run:
             lease=self.lease,
             poll=self.poll,
             resync=self.resync,
-            capacity=self.rng.choice([None, None, 1, 2]),
+            capacity=capacity,
         )
-        self.note(f"{holder}: started")
 
     async def run(self) -> Result:
+        await self.cluster.start()
+        try:
+            self.user = Cluster(
+                await self.cluster.open(self.faults, None, "user"),
+                self.store,
+                policy=self.policy,
+                clock=self.clock,
+            )
+            return await self._run()
+        finally:
+            for sup in self.supervisors:
+                if sup is not None:
+                    await sup.backend.close()
+            if self.user is not None:
+                await self.user.backend.close()
+            await self.cluster.close()
+
+    async def _run(self) -> Result:
         rng = self.rng
         end_faults = T0 + FAULT_PHASE
+        for i, planned in enumerate(self.planned):
+            if planned is not None:
+                await self._open(i)
         while True:
             now = self.clock.now()
             quiet = now >= end_faults
@@ -425,17 +574,20 @@ class _Run:
             for i, sup in enumerate(self.supervisors):
                 if sup is None:
                     if now >= self.restart_at[i]:
-                        self._restart(i)
+                        self._plan(i)
+                        await self._open(i)
                     continue
                 try:
                     report = await sup.step()
                 except Crash as crash:
                     self.note(f"{sup.holder}: CRASH {crash}")
+                    await sup.backend.close()  # the process died: its connections with it
                     self.supervisors[i] = None
                     self.restart_at[i] = now + rng.choice([0.0, 5.0, 40.0])
                     continue
                 except Exception as exc:
                     self._violate("", f"{sup.holder} raised {type(exc).__name__}: {exc}")
+                    await sup.backend.close()
                     self.supervisors[i] = None
                     self.restart_at[i] = now
                     continue
@@ -454,11 +606,12 @@ class _Run:
                             rec.job_id, f"{rec.job_id} never ended: {rec.outcome} epoch {rec.epoch}"
                         )
                 break
-            self.clock.advance(rng.choice([0.5, 1.0, 2.0, 5.0]) if not quiet else 2.0)
+            await self.cluster.advance(rng.choice([0.5, 1.0, 2.0, 5.0]) if not quiet else 2.0)
         await self._check(final=True)
         return Result(self.seed, self._report(), self.trace, self.steps)
 
     async def _submissions(self, now: float) -> None:
+        assert self.user is not None
         for at, job_id, spec, own in self.submits:
             if job_id in self.acked or now < T0 + at:
                 continue
@@ -475,19 +628,8 @@ class _Run:
 
     async def _events(self) -> None:
         rng = self.rng
-        if rng.random() < 0.15:
-            live = [o for o in self.cluster.observations() if o.state in (State.STARTING, State.RUNNING)]
-            if live:
-                obs = rng.choice(live)
-                event = rng.choice(
-                    ["preempt", "lose-node", "evict", "oom", "exit 0", "exit 2", "slow-stop 20", "vanish"]
-                )
-                self.note(f"cluster: {event} {obs.handle.identity}")
-                backend = MemoryBackend(cluster=self.cluster)
-                if event == "vanish":
-                    await backend.vanish(obs.handle)
-                else:
-                    await backend.inject(obs.handle, event)
+        assert self.user is not None
+        await self.cluster.events(rng, self.faults)
         if rng.random() < 0.03 and self.acked:
             job_id = rng.choice(sorted(self.acked))
             self.note(f"user: cancel {job_id}")
@@ -501,10 +643,7 @@ class _Run:
         for rec in await self.store.list():
             if not decide.final(rec, self.policy, now):
                 return False
-        return not any(
-            o.state not in (State.SUCCEEDED, State.FAILED, State.CANCELLED, State.LOST)
-            for o in self.cluster.observations()
-        )
+        return not self.cluster.live()
 
     def _violate(self, job_id: str, message: str) -> None:
         if (job_id, message) not in self.violations:
@@ -514,20 +653,17 @@ class _Run:
     async def _check(self, *, final: bool = False) -> None:
         now = self.clock.now()
         live: dict[str, list[Identity]] = {}
-        for obs in self.cluster.observations():
-            if not obs.outcome.terminal:
-                live.setdefault(obs.handle.identity.job_id, []).append(obs.handle.identity)
+        for ident in self.cluster.live():
+            live.setdefault(ident.job_id, []).append(ident)
         for job_id, idents in live.items():
             if len(idents) > 1:
                 self._violate(
                     job_id, f"{job_id}: {len(idents)} live incarnations: {', '.join(map(str, idents))}"
                 )
-        for ov in self.cluster.overlaps:
-            self._violate(
-                ov.running.job_id, f"compute overlap: {ov.started} started while {ov.running} had compute"
-            )
+        for job_id, what in self.cluster.overlaps():
+            self._violate(job_id, f"compute overlap: {what}")
         records = {r.job_id: r for r in await self.store.list()}
-        on_cluster = {o.handle.identity for o in self.cluster.observations()}
+        on_cluster = self.cluster.on_cluster()
         for rec in records.values():
             if rec.state is State.LOST and Identity(rec.job_id, rec.epoch) in on_cluster:
                 self._violate(
@@ -582,7 +718,7 @@ class _Run:
                 self._violate(
                     jid, f"{jid}: {t.epoch} started before its backoff of {rule.delay(t.epoch.r):g} s"
                 )
-        created = [j.identity for j in self.cluster._incarnations.get(jid, [])]
+        created = self.cluster.created(jid)
         for ident in created:
             if ident.epoch.n > rec.epoch.n:
                 self._violate(jid, f"{jid}: {ident} exists but the record is at {rec.epoch}")
@@ -600,18 +736,53 @@ class _Run:
         return out
 
 
-async def run_seed(seed: int, adapter: str = "memory") -> Result:
-    """Run seed ``seed`` and return what it found."""
-    if adapter != "memory":
-        raise UnsupportedError_(adapter)
-    return await _Run(seed).run()
+ADAPTERS = {
+    "memory": "dispatch.simulate:MemoryHarness",
+    "kubeflow": "kubeflow_sim_harness:KubeflowHarness",
+}
+"""The harness each ``--adapter`` names. The Kubeflow one drives kubesim, which ``dispatch`` may not import
+(tests/test_layout.py): it lives beside the Kubeflow tests, in tests/kubeflow/kubeflow_sim_harness.py."""
+
+HARNESS_DIRS = ("tests/kubeflow",)
+"""Where a harness module not importable as is is looked for, relative to the working directory (the
+repository root: the Kubeflow harness is test code, not part of any installed package)."""
 
 
-def UnsupportedError_(adapter: str) -> DispatchError:
+def load_harness(name: str) -> HarnessFactory:
+    """The harness factory ``name`` designates: an adapter name of :data:`ADAPTERS`, or ``module:attr``
+    (the module imported as is, else from :data:`HARNESS_DIRS`)."""
+    target = ADAPTERS.get(name, name)
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        allowed = ", ".join(ADAPTERS)
+        raise InvalidError(f"expected an adapter ({allowed}) or module:attr, got {name!r}", path="harness")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise UnsupportedError(
+                f"harness {target!r} needs {exc.name!r}, which is not installed (the dev extra has it)"
+            ) from None
+        found = [d for d in HARNESS_DIRS if (Path(d) / f"{module_name}.py").is_file()]
+        if not found:
+            where = ", ".join(HARNESS_DIRS)
+            raise UnsupportedError(
+                f"harness module {module_name!r} is not importable, nor in {where} under {Path.cwd()} "
+                "(run from the repository root)"
+            ) from None
+        sys.path.insert(0, str(Path(found[0]).resolve()))
+        module = importlib.import_module(module_name)
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise InvalidError(f"{module_name} has no harness {attr!r}", path="harness")
+    return cast(HarnessFactory, factory)
 
-    return UnsupportedError(
-        f"the simulation runs on the memory adapter; --adapter {adapter} is not implemented yet"
-    )
+
+async def run_seed(seed: int, adapter: str | HarnessFactory = "memory") -> Result:
+    """Run seed ``seed`` on ``adapter`` (a name of :data:`ADAPTERS`, ``module:attr``, or a harness
+    factory) and return what it found."""
+    harness = load_harness(adapter) if isinstance(adapter, str) else adapter
+    return await _Run(seed, harness).run()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -619,16 +790,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dispatch.simulate", description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=100, help="how many seeded runs")
     parser.add_argument("--first", type=int, default=0, help="the first seed")
-    parser.add_argument("--adapter", choices=["memory", "kubeflow"], default="memory")
+    parser.add_argument("--adapter", choices=sorted(ADAPTERS), default="memory")
+    parser.add_argument(
+        "--harness", metavar="MODULE:ATTR", help="any importable harness factory (overrides --adapter)"
+    )
     parser.add_argument("--trace", action="store_true", help="print every run's whole trace")
     args = parser.parse_args(argv)
     if args.seeds < 0:
         parser.error("--seeds must be >= 0")
     started = time.perf_counter()
     violations = 0
+    try:
+        harness = load_harness(args.harness or args.adapter)
+    except DispatchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     for seed in range(args.first, args.first + args.seeds):
         try:
-            result = asyncio.run(run_seed(seed, args.adapter))
+            result = asyncio.run(run_seed(seed, harness))
         except DispatchError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dispatch import UnsupportedError
-from dispatch.simulate import main, run_seed
+from dispatch import InvalidError, UnsupportedError
+from dispatch.simulate import MemoryHarness, load_harness, main, run_seed
 
 CI_SEEDS = 300
 
@@ -42,6 +42,24 @@ def test_the_command_ends_with_the_summary_line(capsys: pytest.CaptureFixture[st
     assert capsys.readouterr().out.splitlines()[-1] == "3 runs, 0 violations"
 
 
-async def test_the_kubeflow_adapter_is_refused_for_now() -> None:
-    with pytest.raises(UnsupportedError, match="kubeflow"):
-        await run_seed(1, "kubeflow")
+def test_a_harness_is_named_by_adapter_or_module_attr() -> None:
+    assert load_harness("memory") is MemoryHarness
+    assert load_harness("dispatch.simulate:MemoryHarness") is MemoryHarness
+
+
+@pytest.mark.parametrize(
+    ("name", "error", "says"),
+    [
+        ("nonsense", InvalidError, "module:attr"),
+        ("dispatch.simulate:nothing_here", InvalidError, "no harness 'nothing_here'"),
+        ("no_such_harness_module:H", UnsupportedError, "not importable"),
+    ],
+)
+def test_a_wrong_harness_is_a_clear_error(name: str, error: type[Exception], says: str) -> None:
+    with pytest.raises(error, match=says):
+        load_harness(name)
+
+
+def test_the_command_refuses_a_wrong_harness(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--seeds", "1", "--harness", "no_such_harness_module:H"]) == 2
+    assert "not importable" in capsys.readouterr().err
