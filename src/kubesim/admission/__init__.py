@@ -31,7 +31,7 @@ __all__ = [
 def install_crds(store: ObjectStore, clock: Clock) -> None:
     """What the API server does for the installed CRDs: the TrainJob CRD's defaults, schema and CEL
     rules, the runtime CRDs' defaults. The Simulator installs these itself, controllers or not."""
-    tj = TrainJobAdmission(store.get, clock, webhooks=False)
+    tj = TrainJobAdmission(store.get, clock)
     store.add_admission(TRAINJOBS, tj.crd_mutate, mutating=True)
     store.add_admission(TRAINJOBS, tj.crd_validate)
     store.add_admission(TRAININGRUNTIMES, default_runtime, mutating=True)
@@ -42,7 +42,7 @@ def install_webhooks(store: ObjectStore, clock: Clock, *, kueue: bool, trainer: 
     """The admission webhooks the controllers' installs bring: Kueue's TrainJob defaulter (``kueue``),
     Trainer's defaulting and validating webhooks (``trainer``) and JobSet's defaulter. Registered after
     :func:`install_crds`, so they see CRD-defaulted objects and validate only schema-valid ones."""
-    tj = TrainJobAdmission(store.get, clock, webhooks=True)
+    tj = TrainJobAdmission(store.get, clock)
 
     def mutate_trainjob(
         operation: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None

@@ -479,27 +479,13 @@ def _patch_causes(
 
 
 class TrainJobAdmission:
-    """The hooks a real cluster runs for TrainJobs, bound to a store reader and a clock.
+    """The hooks a real cluster runs for TrainJobs, bound to a store reader and a clock:
+    ``crd_mutate``/``crd_validate`` (what the API server does for the CRD) and
+    ``webhook_mutate``/``webhook_validate`` (Trainer's webhooks, which a controller install registers)."""
 
-    ``mutate``/``validate`` run the CRD's part and (with ``webhooks``) Trainer's webhooks in one hook;
-    ``crd_mutate``/``crd_validate`` and ``webhook_mutate``/``webhook_validate`` are the two halves, for
-    an API server (the CRD) and a controller install (the webhooks) registering them separately."""
-
-    def __init__(self, get: RuntimeGetter, clock: Clock, *, webhooks: bool = True) -> None:
+    def __init__(self, get: RuntimeGetter, clock: Clock) -> None:
         self._get = get
         self._clock = clock
-        self._webhooks = webhooks
-
-    def mutate(
-        self, operation: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
-    ) -> dict[str, Any] | None:
-        """CRD defaults, then Trainer's defaulter (patch timestamps)."""
-        if rt != TRAINJOBS or operation not in ("CREATE", "UPDATE"):
-            return None
-        out = default_trainjob(obj)
-        if not self._webhooks:
-            return out
-        return stamp_patch_times(out, old if operation == "UPDATE" else None, rfc3339(self._clock.now()))
 
     def crd_mutate(
         self, operation: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
@@ -540,30 +526,6 @@ class TrainJobAdmission:
             return None
         prev = old if operation == "UPDATE" else None
         if prev is not None and obj.get("spec") == prev.get("spec"):
-            return None
-        plain, wcauses = trainer_webhook_causes(obj, prev, self._get)
-        if plain is not None:
-            raise denied(TRAINER_WEBHOOK, plain)
-        if wcauses:
-            raise denied(TRAINER_WEBHOOK, aggregate(wcauses))
-        return None
-
-    def validate(
-        self, operation: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
-    ) -> dict[str, Any] | None:
-        """Schema + CEL (422), then the Trainer webhook (403 denial)."""
-        if rt != TRAINJOBS or operation not in ("CREATE", "UPDATE"):
-            return None
-        prev = old if operation == "UPDATE" else None
-        if prev is not None and obj.get("spec") == prev.get("spec"):
-            # A status or metadata-only write: CEL transition rules hold and the webhook (registered for
-            # the main resource's spec semantics) has nothing new to check.
-            return None
-        name = str((obj.get("metadata") or {}).get("name") or "")
-        causes = crd_validate(obj, prev)
-        if causes:
-            raise invalid(TRAINJOBS, name, causes)
-        if not self._webhooks:
             return None
         plain, wcauses = trainer_webhook_causes(obj, prev, self._get)
         if plain is not None:
