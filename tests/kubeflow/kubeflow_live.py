@@ -10,7 +10,8 @@ from typing import Any
 
 from kubeflow_fixtures import config, install, kubeconfig, spec, torch_runtime, variant
 
-from dispatch import Change, Handle, JobSpec, State
+from dispatch import Handle, JobSpec, State
+from dispatch.conformance.checks import WatchCollector
 from dispatch_kubeflow.backend import Backend, open_backend
 from dispatch_kubeflow.naming import identity_labels
 from kubesim.resources import PODS
@@ -87,28 +88,8 @@ async def live(tmp_path: Path, **sim: Any) -> AsyncIterator[Live]:
             await lv.close()
 
 
-class Collector:
-    """Consumes a watch stream in a task."""
-
-    def __init__(self, stream: AsyncIterator[Change]) -> None:
-        self.stream = stream
-        self.changes: list[Change] = []
-        self.error: BaseException | None = None
-        self.task = asyncio.ensure_future(self._run())
-
-    async def _run(self) -> None:
-        try:
-            async for change in self.stream:
-                self.changes.append(change)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            self.error = exc
-
-    def of(self, handle: Handle) -> list[Change]:
-        if self.error is not None:
-            raise AssertionError(f"the watch failed: {self.error!r}") from self.error
-        return [c for c in self.changes if c.handle.identity.same_incarnation(handle.identity)]
+class Collector(WatchCollector):
+    """The conformance suite's watch collector, with each incarnation's states at hand."""
 
     def states(self, handle: Handle) -> list[State]:
         return [c.observation.state for c in self.of(handle)]
@@ -116,13 +97,3 @@ class Collector:
     def last(self, handle: Handle) -> State | None:
         mine = self.of(handle)
         return mine[-1].observation.state if mine else None
-
-    async def close(self) -> None:
-        self.task.cancel()
-        try:
-            await self.task
-        except asyncio.CancelledError:
-            pass
-        aclose = getattr(self.stream, "aclose", None)
-        if aclose is not None:
-            await aclose()

@@ -159,8 +159,9 @@ def _refs(observations: list[Observation]) -> list[Identity]:
     return [o.handle.identity for o in observations]
 
 
-class _Collector:
-    """Consumes a watch stream in a task, so the check can drive the cluster meanwhile."""
+class WatchCollector:
+    """Consumes a watch stream in a task, so a check (or an adapter's own test) can drive the cluster
+    meanwhile. Not a check: import it by name."""
 
     def __init__(self, stream: AsyncIterator[Change]) -> None:
         self.stream = stream
@@ -470,7 +471,7 @@ async def test_conformance_watch_emits_changes_and_resumes(harness: Harness) -> 
     backend = await harness.open()
     await _capable(backend, Watcher, "watch")
     assert isinstance(backend, Watcher)
-    live = _Collector(backend.watch())
+    live = WatchCollector(backend.watch())
     try:
         await harness.settle()
         handle = await place(backend, harness.spec(), _identity("watch"))
@@ -494,7 +495,7 @@ async def test_conformance_watch_emits_changes_and_resumes(harness: Harness) -> 
         assert obs.state in states, f"watch missed {obs.state}: it emitted {[str(o) for o in outcomes]}"
     assert (outcomes[-1].state, outcomes[-1].cause) == (final.state, final.cause)
 
-    resumed = _Collector(backend.watch(changes[0].cursor))
+    resumed = WatchCollector(backend.watch(changes[0].cursor))
     try:
         tail = await resumed.until(
             harness, handle, lambda c: c.observation.outcome.terminal, "the end, resumed"
@@ -515,7 +516,7 @@ async def test_conformance_watch_without_cursor_lists_current(harness: Harness) 
     assert isinstance(backend, Watcher)
     handle = await place(backend, harness.spec(), _identity("relist"))
     await _running(harness, backend, handle)
-    live = _Collector(backend.watch())
+    live = WatchCollector(backend.watch())
     try:
         mine = await live.until(harness, handle, lambda c: c.observation.state is State.RUNNING, "running")
     finally:
