@@ -7,12 +7,12 @@ Every method that touches a cluster is ``async`` and must honour cancellation an
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NewType, Protocol, runtime_checkable
 
-from dispatch.errors import InvalidError
-from dispatch.model import Capabilities, Change, Handle, Identity, JobSpec, Observation
+from dispatch.errors import InvalidError, NotFoundError
+from dispatch.model import Capabilities, Change, Handle, Identity, JobSpec, Observation, State
 
 __all__ = [
     "Backend",
@@ -23,6 +23,7 @@ __all__ = [
     "OutputReader",
     "Prepared",
     "Watcher",
+    "compute_gone",
     "place",
 ]
 
@@ -196,3 +197,30 @@ class IdentityWeakener(Protocol):
 async def place(backend: Backend, spec: JobSpec, identity: Identity, *, held: bool = False) -> Handle:
     """Prepare, then start: place incarnation ``identity`` of a job on ``backend``'s cluster."""
     return await backend.start(await backend.prepare(spec, identity, held=held))
+
+
+async def compute_gone(
+    backend: Backend,
+    handle: Handle,
+    *,
+    cessation: bool,
+    listing: Callable[[], Awaitable[list[Observation]]] | None = None,
+) -> bool:
+    """True once no compute of incarnation ``handle`` remains: the one rule the facade and the
+    supervisor both follow before they start the next incarnation.
+
+    With ``cessation`` (the backend is a :class:`CessationSignal` and the cluster reports the
+    capability) the backend says. Without, the incarnation is gone once no object of it is left (an
+    adapter removes an object only after its compute, e.g. Kubernetes' foreground deletion): observing
+    it says so (``lost``, or not found), or else a fresh ``listing`` (default ``backend.list``) no
+    longer shows it."""
+    if cessation and isinstance(backend, CessationSignal):
+        return await backend.ceased(handle)
+    try:
+        obs = await backend.observe(handle)
+    except NotFoundError:
+        return True
+    if obs.state is State.LOST:
+        return True
+    listed = await (listing() if listing is not None else backend.list())
+    return not any(o.handle.identity.same_incarnation(handle.identity) for o in listed)

@@ -15,7 +15,16 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from dispatch import decide, metrics
-from dispatch.backend import Backend, CessationSignal, Holder, HoldToken, OutputReader, Prepared, Watcher
+from dispatch.backend import (
+    Backend,
+    CessationSignal,
+    Holder,
+    HoldToken,
+    OutputReader,
+    Prepared,
+    Watcher,
+    compute_gone,
+)
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import Config
 from dispatch.errors import (
@@ -33,7 +42,6 @@ from dispatch.model import (
     Actor,
     Capabilities,
     Epoch,
-    Handle,
     Identity,
     JobRecord,
     JobSpec,
@@ -349,31 +357,21 @@ class Cluster:
         if handle is None:
             return  # never placed on the cluster: nothing can remain
         await self.backend.stop(handle)  # idempotent; removes a finished incarnation's object too
+        cessation = (await self.backend.capabilities()).cessation
         try:
             async with asyncio.timeout(wait):
-                if isinstance(self.backend, CessationSignal):
+                if cessation and isinstance(self.backend, CessationSignal):
                     await self.backend.wait_ceased(handle)
                 else:
-                    await self._wait_gone(handle)
+                    delay = POLL_MIN
+                    while not await compute_gone(self.backend, handle, cessation=False):
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, POLL_MAX)
         except TimeoutError:
             raise BusyError(
                 f"job {rec.job_id!r}: incarnation {handle.identity} still has compute on the cluster "
                 f"after {wait:g} s; retry once it has ceased"
             ) from None
-
-    async def _wait_gone(self, handle: Handle) -> None:
-        """Without a cessation signal: poll until the backend reports the incarnation gone (``lost``:
-        nothing of it left on the cluster) or no longer knows it."""
-        delay = POLL_MIN
-        while True:
-            try:
-                obs = await self.backend.observe(handle)
-            except NotFoundError:
-                return
-            if obs.state is State.LOST:
-                return
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, POLL_MAX)
 
     async def dry_run(
         self, spec: JobSpec, *, job_id: str | None = None, held: bool = False

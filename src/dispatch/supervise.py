@@ -42,7 +42,7 @@ from enum import StrEnum
 from typing import Any
 
 from dispatch import decide, metrics
-from dispatch.backend import Backend, CessationSignal, Watcher
+from dispatch.backend import Backend, Watcher, compute_gone
 from dispatch.clock import Clock, SystemClock
 from dispatch.errors import (
     ConflictError,
@@ -738,20 +738,14 @@ class Supervisor:
         report.actions.append(f"{handle.identity.job_id}: stopped {handle.identity} ({why})")
 
     async def _gone(self, handle: Handle) -> bool:
-        """True once no compute of the incarnation remains."""
-        if isinstance(self.backend, CessationSignal) and (await self._caps()).cessation:
-            return await self.backend.ceased(handle)
-        # Without a cessation signal: gone once no object of the incarnation is left (an adapter deletes
-        # an object only after its compute, e.g. Kubernetes foreground deletion). Observing it may say
-        # so (lost, not found); else a fresh listing that no longer shows it does.
-        try:
-            obs = await self.backend.observe(handle)
-        except NotFoundError:
-            return True
-        if obs.state is State.LOST:
-            return True
-        self._listing = None
-        return not any(o.handle.identity.same_incarnation(handle.identity) for o in await self._list())
+        """True once no compute of the incarnation remains (see :func:`dispatch.backend.compute_gone`)."""
+        return await compute_gone(
+            self.backend, handle, cessation=(await self._caps()).cessation, listing=self._fresh_listing
+        )
+
+    async def _fresh_listing(self) -> builtins.list[Observation]:
+        self._listing = None  # the cached one may predate the stop
+        return await self._list()
 
     async def _cease(self, rec: JobRecord, report: StepReport) -> JobRecord | None:
         prev = decide.previous_handle(rec)
