@@ -6,13 +6,15 @@ Numbers depend on the disk (SQLite fsyncs every commit: ``synchronous=FULL``); r
 will live. PostgreSQL: ``--postgres URL`` measures that server (an empty database you can write to);
 without it, a throwaway local server is started from the ``postgresql`` package's binaries (the one the
 tests use, with fsync off, so its write figures are an upper bound), or skipped when there are none.
-Not part of the test suite.
+``--codec-only`` measures just the model's encode/decode cost per record (no store). Not part of
+the test suite.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import tempfile
@@ -120,6 +122,58 @@ async def _notification_latency(store: Store, reopen: Callable[[], Store] | None
         )
 
 
+def _full_record(now: float) -> JobRecord:
+    """A record with every part a supervised job's record has: policy, handle, outcome with evidence."""
+    from dispatch import DEFAULT_POLICY, Cause, Evidence, Extensions, Handle, Identity, Image, Outcome
+
+    spec = JobSpec(
+        command=("python", "train.py", "--epochs", "10"),
+        nodes=2,
+        env={"SEED": "1", "NCCL_DEBUG": "INFO"},
+        extensions=Extensions([Image("pytorch/pytorch:2.5")]),
+    )
+    evidence = Evidence(
+        "Pod", "job-1-node-0-0", reason="OOMKilled", exit_code=137, node="n1", at=now, output=("a", "b")
+    )
+    return JobRecord(
+        job_id="job-1",
+        spec=spec,
+        created_at=now,
+        updated_at=now,
+        policy=DEFAULT_POLICY,
+        handle=Handle("kubeflow", Identity("job-1"), "default/job-1"),
+        outcome=Outcome(State.FAILED, Cause.OUT_OF_MEMORY, (evidence,)),
+        revision=7,
+    )
+
+
+def bench_codec(n: int) -> None:
+    """The model's own cost, without any store: what every store write and read pays per record."""
+    from dispatch.model import load_json
+    from dispatch.records._common import checked_record, decode_record
+
+    rec = _full_record(time.time())
+    doc = rec.to_json()
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    spec_text = json.dumps(doc["spec"])
+
+    def timed(label: str, fn: Callable[[], object]) -> None:
+        fn()
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        each = (time.perf_counter() - start) / n
+        print(f"  {label:<40} {each * 1e6:>8.1f} µs")
+
+    print(f"model codec (one record of {len(text)} bytes of JSON, n={n}):")
+    timed("to_json", rec.to_json)
+    timed("from_json (already parsed)", lambda: JobRecord.from_json(doc))
+    timed("JobSpec.loads (JSON text, strict)", lambda: JobSpec.loads(spec_text))
+    timed("load_json + from_json", lambda: JobRecord.from_json(load_json(text)))
+    timed("store write check (encode + decode)", lambda: checked_record(rec))
+    timed("store read (decode stored text)", lambda: decode_record("job-1", text, "bench"))
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=1000)
@@ -128,7 +182,11 @@ async def main() -> None:
         "--dir", type=Path, default=None, help="where to put the SQLite file (default: a temp dir)"
     )
     parser.add_argument("--postgres", default=None, help="a PostgreSQL URL (default: a throwaway server)")
+    parser.add_argument("--codec-only", action="store_true", help="measure the model codec only")
     args = parser.parse_args()
+    bench_codec(5000)
+    if args.codec_only:
+        return
     await bench("MemoryStore", MemoryStore(), args.jobs, args.updates)
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         path = Path(d) / "jobs.db"

@@ -8,7 +8,6 @@ them through :mod:`dispatch_kubeflow.kube` (the one Kubernetes layer, which rais
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -292,7 +291,7 @@ class Backend:
         runtime = await self._checked_runtime(spec)
         caps = self._capabilities(inspect_runtime(runtime).max_nodes)
         capacity = await self._capacity_note(spec)
-        return dataclasses.replace(caps, notes=(*caps.notes, capacity)) if capacity else caps
+        return caps.replace(notes=(*caps.notes, capacity)) if capacity else caps
 
     async def _capacity_note(self, spec: JobSpec) -> str | None:
         """A warning when the job asks for more nodes than the cluster has ready and schedulable now. Not a

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, ClassVar
+
+import msgspec
+from msgspec import Meta
 
 from dispatch.errors import InvalidError
 from dispatch.model import Extension, register_extension
-from dispatch.model._decode import Fields, as_str
+from dispatch.model._base import Model
 from dispatch_kubeflow.names import KIND_CLUSTER_TRAINING_RUNTIME, RUNTIME_KINDS
 
 __all__ = ["RuntimeRef", "check_runtime_name"]
 
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+"""A Kubernetes object name (DNS-1123 subdomain); shared with the settings' schema."""
+_SUBDOMAIN = re.compile(DNS_SUBDOMAIN)
 
 
 def check_runtime_name(name: str, path: str) -> str:
@@ -36,37 +40,28 @@ def check_runtime_kind(kind: str, path: str) -> str:
 
 
 @register_extension
-@dataclass(frozen=True, slots=True)
-class RuntimeRef(Extension):
+class RuntimeRef(Model, Extension, omit_defaults=False, frozen=True):
     """``kubeflow/RuntimeRef``: the Trainer runtime a job runs on.
 
     JSON: ``{"kind": "ClusterTrainingRuntime" | "TrainingRuntime", "name": "<runtime>"}``; ``kind`` defaults
     to ``ClusterTrainingRuntime`` as it does in Trainer. A ``TrainingRuntime`` is looked up in the adapter's
-    namespace. The field is ``runtime`` (not ``name``, which every extension type reserves for its own name).
+    namespace. The attribute is ``runtime`` (not ``name``, which every extension type reserves for its own
+    name); its JSON key is ``name``.
     """
 
     NAME: ClassVar[str] = "kubeflow/RuntimeRef"
-    runtime: str
-    kind: str = KIND_CLUSTER_TRAINING_RUNTIME
+    # The schema's words; __post_init__ checks them with messages that say what a runtime is.
+    runtime: Annotated[
+        str, Meta(extra_json_schema={"minLength": 1, "maxLength": 253, "pattern": DNS_SUBDOMAIN})
+    ] = msgspec.field(name="name")
+    kind: Annotated[str, Meta(extra_json_schema={"enum": list(RUNTIME_KINDS)})] = (
+        KIND_CLUSTER_TRAINING_RUNTIME
+    )
 
     def __post_init__(self) -> None:
-        where = f'extensions["{self.NAME}"]'
         if not isinstance(self.runtime, str):
-            raise InvalidError("expected a string", path=f"{where}.name")
+            raise InvalidError("expected a string", path="name")
         if not isinstance(self.kind, str):
-            raise InvalidError("expected a string", path=f"{where}.kind")
-        check_runtime_name(self.runtime, f"{where}.name")
-        check_runtime_kind(self.kind, f"{where}.kind")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.runtime}
-
-    @classmethod
-    def from_json(cls, value: Any, path: str) -> RuntimeRef:
-        f = Fields(value, path)
-        kind = f.optional("kind", as_str, KIND_CLUSTER_TRAINING_RUNTIME)
-        name = f.required("name", as_str)
-        f.done()
-        check_runtime_kind(kind, f"{path}.kind")
-        check_runtime_name(name, f"{path}.name")
-        return cls(name, kind)
+            raise InvalidError("expected a string", path="kind")
+        check_runtime_name(self.runtime, "name")
+        check_runtime_kind(self.kind, "kind")

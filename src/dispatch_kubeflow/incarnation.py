@@ -8,7 +8,6 @@ deletion that does not complete (:func:`with_stuck_deletion`) and the output tai
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -152,7 +151,7 @@ def with_stuck_deletion(
     if seconds is None:
         return outcome
     stuck = _stuck_evidence(name, left, seconds, now)
-    return dataclasses.replace(outcome, evidence=(*outcome.evidence, stuck))
+    return outcome.replace(evidence=(*outcome.evidence, stuck))
 
 
 # --- output tails ---------------------------------------------------------------------------------
@@ -205,7 +204,7 @@ def attach_output(outcome: Outcome, tails: Sequence[Tail]) -> Outcome:
         for i, ev in enumerate(evidence):
             if ev.kind == "Pod" and ev.name == tail.pod:
                 if not ev.output:
-                    evidence[i] = dataclasses.replace(ev, output=tail.lines)
+                    evidence[i] = ev.replace(output=tail.lines)
                 break
         else:
             evidence.append(
@@ -218,4 +217,4 @@ def attach_output(outcome: Outcome, tails: Sequence[Tail]) -> Outcome:
                     output=tail.lines,
                 )
             )
-    return dataclasses.replace(outcome, evidence=tuple(evidence))
+    return outcome.replace(evidence=tuple(evidence))

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any, ClassVar
+
+import msgspec
+from msgspec import Meta
+from msgspec.structs import force_setattr
 
 from dispatch.errors import InvalidError
-from dispatch.model._decode import Fields, as_int, as_list, as_mapping, as_object, as_str, key_path, load_json
+from dispatch.model._base import EMPTY_MAP, Model, check_declared, custom_type, frozen_map, json_schema
+from dispatch.model._decode import as_str, key_path, load_json
 from dispatch_kubeflow.extension import RuntimeRef
 from dispatch_kubeflow.names import (
     DOMAIN,
@@ -30,13 +33,24 @@ from dispatch_kubeflow.names import (
     RUNTIME_KINDS,
 )
 
-__all__ = ["CheckpointVolume", "Settings", "parse_duration", "parse_quantity", "parse_settings", "schema"]
+__all__ = [
+    "CheckpointVolume",
+    "Claim",
+    "Duration",
+    "ProbeRuntime",
+    "PullSecret",
+    "Resources",
+    "Settings",
+    "Toleration",
+    "parse_duration",
+    "parse_quantity",
+    "parse_settings",
+    "schema",
+]
 
 MIN_PROBE_WINDOW = 10.0
 MAX_PROBE_WINDOW = 3600.0
-DEFAULT_PROBE_TTL = 3600.0
 MAX_PROBE_TTL = 720 * 3600.0
-DEFAULT_PROBE_RUNTIME = RuntimeRef("torch-distributed", KIND_CLUSTER_TRAINING_RUNTIME)
 MAX_OUTPUT_TAIL_LINES = 10_000
 MAX_TOLERATIONS = 128
 MAX_PULL_SECRETS = 64
@@ -62,163 +76,13 @@ _TOLERATION_OPERATORS = ("Exists", "Equal")
 _TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
-@dataclass(frozen=True, slots=True)
-class CheckpointVolume:
-    """The PersistentVolumeClaim that provides ``dispatch/SharedCheckpoint`` directories."""
-
-    claim_name: str
-    mount_path: str
-
-
-@dataclass(frozen=True, slots=True, eq=True)
-class Settings:
-    """The decoded settings of the Kubeflow adapter, with defaults applied (see §9.2 and the docs)."""
-
-    namespace: str = "default"
-    kubeconfig: str | None = None
-    context: str | None = None
-    probe_runtime: RuntimeRef = DEFAULT_PROBE_RUNTIME
-    probe_window: float = MIN_PROBE_WINDOW
-    probe_ttl: float = DEFAULT_PROBE_TTL
-    queue: str | None = None
-    priority_class: str | None = None
-    admission_check: str | None = None
-    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
-    annotations: Mapping[str, str] = field(default_factory=dict, hash=False)
-    service_account_name: str | None = None
-    node_selector: Mapping[str, str] = field(default_factory=dict, hash=False)
-    tolerations: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)
-    image_pull_secrets: tuple[str, ...] = ()
-    resources_per_node: Mapping[str, Any] | None = field(default=None, hash=False)
-    checkpoint_volume: CheckpointVolume | None = None
-    output_tail_lines: int = 50
-
-    def __post_init__(self) -> None:
-        for name in ("labels", "annotations", "node_selector"):
-            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
-
-    def runtime_namespace(self, kind: str) -> str | None:
-        """Where a runtime of ``kind`` lives: a ``TrainingRuntime`` in ``namespace``, a cluster one nowhere."""
-        return self.namespace if kind != KIND_CLUSTER_TRAINING_RUNTIME else None
-
-
-def parse_settings(raw: bytes) -> Settings:
-    """Decode the adapter's settings strictly, apply defaults and check every rule. Touches no cluster.
-
-    Raises :class:`~dispatch.errors.InvalidError` (naming the path) for an unknown key at any level, a
-    duplicate key, trailing data, a ``null``, a value of the wrong type or shape, or a broken rule.
-    """
-    if isinstance(raw, str):
-        raw = raw.encode()
-    if not isinstance(raw, bytes | bytearray):
-        raise InvalidError(f"expected JSON bytes, got {type(raw).__name__}", path="settings")
-    try:
-        doc = load_json(bytes(raw), what="settings")
-        return _decode(doc)
-    except RecursionError:
-        raise InvalidError("nested too deeply", path="settings") from None
-
-
-def _decode(doc: Any) -> Settings:
-    f = Fields(doc, "", what="setting")
-    namespace = f.optional("namespace", _dns_label, "default")
-    kubeconfig = f.optional("kubeconfig", _non_empty, None)
-    context = f.optional("context", _non_empty, None)
-    probe_runtime = f.optional("probeRuntime", _probe_runtime, DEFAULT_PROBE_RUNTIME)
-    probe_window = f.optional("probeWindow", _probe_window, MIN_PROBE_WINDOW)
-    probe_ttl = f.optional("probeTTL", _probe_ttl, DEFAULT_PROBE_TTL)
-    queue = f.optional("queue", _queue_name, None)
-    priority_class = f.optional("priorityClass", _queue_name, None)
-    admission_check = f.optional("admissionCheck", _subdomain, None)
-    labels = f.optional("labels", _labels, dict[str, str]())
-    annotations = f.optional("annotations", _annotations, dict[str, str]())
-    service_account = f.optional("serviceAccountName", _subdomain, None)
-    node_selector = f.optional("nodeSelector", _node_selector, dict[str, str]())
-    tolerations = f.optional("tolerations", _tolerations, list[dict[str, Any]]())
-    pull_secrets = f.optional("imagePullSecrets", _pull_secrets, list[str]())
-    resources = f.optional("resourcesPerNode", _resources, None)
-    checkpoint = f.optional("checkpointVolume", _checkpoint_volume, None)
-    tail = f.optional("outputTailLines", _tail_lines, 50)
-    f.done()
-    if priority_class is not None and queue is None:
-        raise InvalidError("priorityClass is a Kueue priority: it requires queue", path="priorityClass")
-    if admission_check is not None and queue is None:
-        raise InvalidError(
-            "admissionCheck is a Kueue admission check: it requires queue", path="admissionCheck"
-        )
-    return Settings(
-        namespace=namespace,
-        kubeconfig=kubeconfig,
-        context=context,
-        probe_runtime=probe_runtime,
-        probe_window=probe_window,
-        probe_ttl=probe_ttl,
-        queue=queue,
-        priority_class=priority_class,
-        admission_check=admission_check,
-        labels=labels,
-        annotations=annotations,
-        service_account_name=service_account,
-        node_selector=node_selector,
-        tolerations=tuple(tolerations),
-        image_pull_secrets=tuple(pull_secrets),
-        resources_per_node=resources,
-        checkpoint_volume=checkpoint,
-        output_tail_lines=tail,
-    )
-
-
-# --- field readers -----------------------------------------------------------------------------------
+# --- the rules no type says ---------------------------------------------------------------------------
 
 
 def _match(pattern: str, value: str, path: str, what: str, max_len: int) -> str:
     if len(value) > max_len or not _RE[pattern].match(value):
         raise InvalidError(f"{value[:80]!r} is not {what} (at most {max_len} characters)", path=path)
     return value
-
-
-def _dns_label(value: Any, path: str) -> str:
-    text = as_str(value, path)
-    return _match(DNS_LABEL, text, path, "a DNS-1123 label (lower-case letters, digits and '-')", 63)
-
-
-def _subdomain(value: Any, path: str) -> str:
-    text = as_str(value, path)
-    return _match(
-        DNS_SUBDOMAIN, text, path, "a DNS-1123 subdomain (lower-case letters, digits, '-', '.')", 253
-    )
-
-
-def _queue_name(value: Any, path: str) -> str:
-    # Kueue object names that also become label values: a DNS subdomain of at most 63 characters.
-    text = as_str(value, path)
-    if len(text) > 63 or not _RE_QUEUE.match(text) or not _RE[DNS_SUBDOMAIN].match(text):
-        raise InvalidError(
-            f"{text[:80]!r} is not a Kueue object name usable as a label value "
-            "(lower-case letters, digits, '-', '.', at most 63 characters)",
-            path=path,
-        )
-    return text
-
-
-def _non_empty(value: Any, path: str) -> str:
-    text = as_str(value, path)
-    if not text:
-        raise InvalidError("must not be empty; omit the key to use the default", path=path)
-    return text
-
-
-def _probe_runtime(value: Any, path: str) -> RuntimeRef:
-    f = Fields(value, path)
-    kind = f.required("kind", as_str)
-    name = f.required("name", as_str)
-    f.done()
-    if kind not in RUNTIME_KINDS:
-        raise InvalidError(
-            f"unknown runtime kind {kind!r}; expected one of {', '.join(RUNTIME_KINDS)}", path=f"{path}.kind"
-        )
-    _match(DNS_SUBDOMAIN, name, f"{path}.name", "a runtime name (a DNS-1123 subdomain)", 253)
-    return RuntimeRef(name, kind)
 
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -233,25 +97,6 @@ def parse_duration(text: str, path: str = "duration") -> float:
             path=path,
         )
     return sum(float(n) * _UNITS[u] for n, u in _DURATION_PART.findall(text))
-
-
-def _probe_ttl(value: Any, path: str) -> float:
-    seconds = parse_duration(as_str(value, path), path)
-    if seconds > MAX_PROBE_TTL:
-        raise InvalidError(f"the probe TTL must be at most 720h (30 days), got {value!r}", path=path)
-    return seconds
-
-
-def _probe_window(value: Any, path: str) -> float:
-    seconds = parse_duration(as_str(value, path), path)
-    if seconds < MIN_PROBE_WINDOW:
-        raise InvalidError(
-            f"the probe window must be at least 10s (got {value!r}): the probe needs time to see the controllers act",
-            path=path,
-        )
-    if seconds > MAX_PROBE_WINDOW:
-        raise InvalidError(f"the probe window must be at most 1h (got {value!r})", path=path)
-    return seconds
 
 
 def _reserved(key: str) -> bool:
@@ -269,11 +114,6 @@ def _qualified_key(key: str, path: str, what: str) -> None:
         )
 
 
-def _label_value(value: Any, path: str) -> str:
-    text = as_str(value, path)
-    return _match(LABEL_VALUE, text, path, "a label value (letters, digits, '-', '_', '.')", 63)
-
-
 def _map_keys(obj: Mapping[str, Any], path: str, what: str, *, reserved: bool) -> None:
     for key in obj:
         where = key_path(path, key)
@@ -286,101 +126,10 @@ def _map_keys(obj: Mapping[str, Any], path: str, what: str, *, reserved: bool) -
             )
 
 
-def _labels(value: Any, path: str) -> dict[str, str]:
-    out = as_mapping(value, path, _label_value)
-    _map_keys(out, path, "label", reserved=True)
-    return out
-
-
-def _annotations(value: Any, path: str) -> dict[str, str]:
-    out = as_mapping(value, path, as_str)
-    _map_keys(out, path, "annotation", reserved=True)
-    # The API server counts UTF-8 bytes of every annotation, dispatch's own included (SPEC §9.5).
-    size = sum(len(k.encode()) + len(v.encode()) for k, v in out.items())
-    budget = MAX_ANNOTATION_BYTES - OWN_ANNOTATION_BYTES
-    if size > budget:
-        raise InvalidError(
-            f"annotations take {size} bytes (keys and values, UTF-8); at most {budget} are allowed: the API "
-            f"server's limit is {MAX_ANNOTATION_BYTES} bytes for all annotations and dispatch's own take up to "
-            f"{OWN_ANNOTATION_BYTES}",
-            path=path,
-        )
-    return out
-
-
-def _node_selector(value: Any, path: str) -> dict[str, str]:
-    out = as_mapping(value, path, _label_value)
-    _map_keys(out, path, "node selector", reserved=False)
-    return out
-
-
-def _one_of(value: Any, path: str, allowed: tuple[str, ...]) -> str:
-    text = as_str(value, path)
-    if text not in allowed:
-        raise InvalidError(f"unknown value {text!r}; expected one of {', '.join(allowed)}", path=path)
-    return text
-
-
-def _toleration(value: Any, path: str) -> dict[str, Any]:
-    f = Fields(value, path)
-    key = f.optional("key", as_str, "")
-    operator = f.optional("operator", lambda v, p: _one_of(v, p, _TOLERATION_OPERATORS), "Equal")
-    tval = f.optional("value", as_str, "")
-    effect = f.optional("effect", lambda v, p: _one_of(v, p, _TOLERATION_EFFECTS), "")
-    seconds = f.optional("tolerationSeconds", as_int, None)
-    f.done()
-    # The rules the Kubernetes API applies to a pod's tolerations.
-    if key:
-        _qualified_key(key, f"{path}.key", "toleration")
-    elif operator != "Exists":
-        raise InvalidError('a toleration without a key must use operator "Exists"', path=f"{path}.operator")
-    if operator == "Exists" and tval:
-        raise InvalidError('a toleration with operator "Exists" must not have a value', path=f"{path}.value")
-    if tval:
-        _match(LABEL_VALUE, tval, f"{path}.value", "a label value", 63)
-    if seconds is not None and not _INT64_MIN <= seconds <= _INT64_MAX:
-        raise InvalidError(
-            f"{seconds} does not fit Kubernetes' 64-bit tolerationSeconds", path=f"{path}.tolerationSeconds"
-        )
-    if seconds is not None and effect != "NoExecute":
-        raise InvalidError(
-            'tolerationSeconds applies only to effect "NoExecute"', path=f"{path}.tolerationSeconds"
-        )
-    out: dict[str, Any] = {}
-    if key:
-        out["key"] = key
-    out["operator"] = operator
-    if tval:
-        out["value"] = tval
-    if effect:
-        out["effect"] = effect
-    if seconds is not None:
-        out["tolerationSeconds"] = seconds
-    return out
-
-
-def _tolerations(value: Any, path: str) -> list[dict[str, Any]]:
-    items = as_list(value, path, _toleration)
-    if len(items) > MAX_TOLERATIONS:
-        raise InvalidError(f"at most {MAX_TOLERATIONS} tolerations", path=path)
-    return items
-
-
-def _pull_secret(value: Any, path: str) -> str:
-    f = Fields(value, path)
-    name = f.required("name", _subdomain)
-    f.done()
-    return name
-
-
-def _pull_secrets(value: Any, path: str) -> list[str]:
-    names = as_list(value, path, _pull_secret)
-    if len(names) > MAX_PULL_SECRETS:
-        raise InvalidError(f"at most {MAX_PULL_SECRETS} image pull secrets", path=path)
-    for i, name in enumerate(names):
-        if name in names[:i]:
-            raise InvalidError(f"duplicate image pull secret {name!r}", path=f"{path}[{i}].name")
-    return names
+def _one_of(value: str, path: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise InvalidError(f"unknown value {value!r}; expected one of {', '.join(allowed)}", path=path)
+    return value
 
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -434,241 +183,416 @@ def parse_quantity(value: Any, path: str) -> Decimal:
     return amount
 
 
-def _resource_map(value: Any, path: str) -> dict[str, Any]:
-    obj = as_object(value, path)
-    out: dict[str, Any] = {}
-    for name, qty in obj.items():
-        where = key_path(path, name)
-        _qualified_key(name, where, "resource name")
-        parse_quantity(qty, where)
-        out[name] = qty
-    return out
+# --- the declaration ----------------------------------------------------------------------------------
 
 
-def _claim(value: Any, path: str) -> dict[str, str]:
-    f = Fields(value, path)
-    name = f.required("name", _dns_label)
-    request = f.optional("request", _dns_label, None)
-    f.done()
-    return {"name": name} if request is None else {"name": name, "request": request}
+def _text(
+    pattern: str | None = None,
+    *,
+    expected: str,
+    max_length: int | None = None,
+    min_length: int | None = None,
+    description: str | None = None,
+) -> Meta:
+    """The declaration of a constrained string: the schema's words, and the parser's when it is refused."""
+    return Meta(
+        pattern=pattern,
+        max_length=max_length,
+        min_length=min_length,
+        description=description,
+        extra={"expected": expected},
+    )
 
 
-def _resources(value: Any, path: str) -> dict[str, Any]:
-    f = Fields(value, path)
-    limits = f.optional("limits", _resource_map, None)
-    requests = f.optional("requests", _resource_map, None)
-    claims = f.optional("claims", lambda v, p: as_list(v, p, _claim), None)
-    f.done()
-    if limits and requests:
-        for name, qty in requests.items():
-            if name in limits and parse_quantity(qty, "") > parse_quantity(limits[name], ""):
-                raise InvalidError(
-                    f"request {qty!r} is above the limit {limits[name]!r}: Kubernetes refuses such a pod",
-                    path=key_path(f"{path}.requests", name),
-                )
-    out: dict[str, Any] = {}
-    if limits is not None:
-        out["limits"] = limits
-    if requests is not None:
-        out["requests"] = requests
-    if claims is not None:
-        names = [c["name"] for c in claims]
+DnsLabel = Annotated[
+    str,
+    _text(
+        DNS_LABEL,
+        min_length=1,
+        max_length=63,
+        expected="a DNS-1123 label (lower-case letters, digits and '-'; at most 63 characters)",
+    ),
+]
+Subdomain = Annotated[
+    str,
+    _text(
+        DNS_SUBDOMAIN,
+        min_length=1,
+        max_length=253,
+        expected="a DNS-1123 subdomain (lower-case letters, digits, '-', '.'; at most 253 characters)",
+    ),
+]
+QueueName = Annotated[
+    str,
+    _text(
+        QUEUE_NAME,
+        min_length=1,
+        max_length=63,
+        expected="a Kueue object name usable as a label value (lower-case letters, digits, '-', '.', at most 63 characters)",
+    ),
+]
+LabelValue = Annotated[
+    str,
+    _text(
+        LABEL_VALUE,
+        max_length=63,
+        expected="a label value (letters, digits, '-', '_', '.'; at most 63 characters)",
+    ),
+]
+NonEmpty = Annotated[str, Meta(min_length=1)]
+_KEYS = {"propertyNames": {"pattern": QUALIFIED_NAME, "maxLength": 317}}
+"""What the schema says of a map's keys (labels, annotations, node selector, resource names); the
+parser checks the parts' lengths too."""
+QUANTITY_SCHEMA = {
+    "anyOf": [
+        {"type": "integer", "minimum": 0, "maximum": _INT64_MAX},
+        {"type": "string", "pattern": QUANTITY, "maxLength": 64},
+    ]
+}
+Quantity = Annotated[Any, Meta(extra_json_schema=QUANTITY_SCHEMA)]
+"""A Kubernetes resource quantity: ``"500m"``, ``"4Gi"`` or a whole number (checked by :func:`parse_quantity`)."""
+ResourceMap = Annotated[dict[str, Quantity], Meta(extra_json_schema=_KEYS)]
+
+
+class Duration(float):
+    """Seconds, written as a duration string (``"10s"``, ``"1m30s"``); its JSON form is that string."""
+
+    text: str
+
+    def __new__(cls, text: str, path: str = "duration") -> Duration:
+        value = super().__new__(cls, parse_duration(text, path))
+        value.text = text
+        return value
+
+    def __reduce__(self) -> Any:
+        return (Duration, (self.text,))
+
+
+custom_type(
+    Duration,
+    decode=lambda value, path: Duration(as_str(value, path or "duration"), path or "duration"),
+    encode=lambda value: value.text,
+    schema=lambda: {"type": "string", "maxLength": 64, "pattern": DURATION},
+)
+
+
+class ProbeRuntime(RuntimeRef, frozen=True):
+    """The runtime of the preflight probe: a :class:`RuntimeRef` whose ``kind`` must be written (a
+    job's RuntimeRef defaults it; the settings say which runtime a site trusts)."""
+
+    kind: Annotated[str, Meta(extra_json_schema={"enum": list(RUNTIME_KINDS)})]
+
+
+DEFAULT_PROBE_RUNTIME = ProbeRuntime("torch-distributed", KIND_CLUSTER_TRAINING_RUNTIME)
+DEFAULT_PROBE_WINDOW = Duration("10s")
+DEFAULT_PROBE_TTL = Duration("1h")
+
+
+class CheckpointVolume(Model, frozen=True):
+    """The PersistentVolumeClaim that provides ``dispatch/SharedCheckpoint`` directories."""
+
+    claim_name: Subdomain
+    mount_path: Annotated[str, Meta(extra_json_schema={"maxLength": 4096, "pattern": ABSOLUTE_PATH})]
+
+    def __post_init__(self) -> None:
+        check_declared(self)
+        mount = self.mount_path
+        if not mount.startswith("/"):
+            raise InvalidError(f"expected an absolute directory, got {mount!r}", path="mountPath")
+        parts = [p for p in mount.split("/") if p]
+        if not parts:
+            raise InvalidError(
+                "the checkpoint volume cannot be mounted over the container's root", path="mountPath"
+            )
+        if any(p in (".", "..") for p in parts) or ":" in mount or len(mount) > 4096:
+            raise InvalidError(
+                f"{mount[:80]!r}: use a plain absolute path without '.', '..' or ':'", path="mountPath"
+            )
+        force_setattr(self, "mount_path", "/" + "/".join(parts))
+
+
+class Toleration(Model, frozen=True):
+    """A toleration of the job's pods, as in Kubernetes (with the rules its API applies)."""
+
+    key: Annotated[str, Meta(extra_json_schema={"maxLength": 317})] = ""
+    operator: Annotated[str, Meta(extra_json_schema={"enum": list(_TOLERATION_OPERATORS)})] = "Equal"
+    value: Annotated[str, Meta(extra_json_schema={"maxLength": 63})] = ""
+    effect: Annotated[str, Meta(extra_json_schema={"enum": list(_TOLERATION_EFFECTS)})] = ""
+    toleration_seconds: Annotated[int, Meta(ge=_INT64_MIN, le=_INT64_MAX)] | None = None
+
+    def __post_init__(self) -> None:
+        check_declared(self)
+        _one_of(self.operator, "operator", _TOLERATION_OPERATORS)
+        if self.effect:
+            _one_of(self.effect, "effect", _TOLERATION_EFFECTS)
+        if self.key:
+            _qualified_key(self.key, "key", "toleration")
+        elif self.operator != "Exists":
+            raise InvalidError('a toleration without a key must use operator "Exists"', path="operator")
+        if self.operator == "Exists" and self.value:
+            raise InvalidError('a toleration with operator "Exists" must not have a value', path="value")
+        if self.value:
+            _match(LABEL_VALUE, self.value, "value", "a label value", 63)
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise InvalidError(
+                'tolerationSeconds applies only to effect "NoExecute"', path="tolerationSeconds"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        # The operator is written even when it is Kubernetes' default, as kubectl shows it.
+        return {"operator": self.operator, **super().to_json()}
+
+
+class PullSecret(Model, frozen=True):
+    """An image pull secret of the job's pods, by name."""
+
+    name: Subdomain
+
+
+class Claim(Model, frozen=True):
+    """A dynamic resource claim of each node (``resources.claims``), as in Kubernetes."""
+
+    name: DnsLabel
+    request: DnsLabel | None = None
+
+
+class Resources(Model, frozen=True):
+    """Kubernetes ResourceRequirements of each node: ``spec.trainer.resourcesPerNode``."""
+
+    limits: ResourceMap | None = None
+    requests: ResourceMap | None = None
+    claims: tuple[Claim, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for name, amounts in (("limits", self.limits), ("requests", self.requests)):
+            for key, qty in (amounts or {}).items():
+                where = key_path(name, key)
+                _qualified_key(key, where, "resource name")
+                parse_quantity(qty, where)
+            if amounts is not None:
+                force_setattr(self, name, frozen_map(amounts))
+        if self.limits and self.requests:
+            for key, qty in self.requests.items():
+                if key in self.limits and parse_quantity(qty, "") > parse_quantity(self.limits[key], ""):
+                    raise InvalidError(
+                        f"request {qty!r} is above the limit {self.limits[key]!r}: Kubernetes refuses such a pod",
+                        path=key_path("requests", key),
+                    )
+        names = [c.name for c in self.claims or ()]
         for i, n in enumerate(names):
             if n in names[:i]:
-                raise InvalidError(f"duplicate claim {n!r}", path=f"{path}.claims[{i}].name")
-        out["claims"] = claims
-    return out
+                raise InvalidError(f"duplicate claim {n!r}", path=f"claims[{i}].name")
 
 
-def _checkpoint_volume(value: Any, path: str) -> CheckpointVolume:
-    f = Fields(value, path)
-    claim = f.required("claimName", _subdomain)
-    mount = f.required("mountPath", as_str)
-    f.done()
-    where = f"{path}.mountPath"
-    if not mount.startswith("/"):
-        raise InvalidError(f"expected an absolute directory, got {mount!r}", path=where)
-    parts = [p for p in mount.split("/") if p]
-    if not parts:
-        raise InvalidError("the checkpoint volume cannot be mounted over the container's root", path=where)
-    if any(p in (".", "..") for p in parts) or ":" in mount or len(mount) > 4096:
-        raise InvalidError(f"{mount[:80]!r}: use a plain absolute path without '.', '..' or ':'", path=where)
-    return CheckpointVolume(claim, "/" + "/".join(parts))
+class Settings(Model, frozen=True):
+    """The decoded settings of the Kubeflow adapter, with defaults applied (see §9.2 and the docs).
+
+    Each field is declared once, here: the parser (:func:`parse_settings`) and the JSON Schema
+    (:func:`schema`) are derived from it. The rules no schema can say are checked by ``__post_init__``
+    (listed in ``docs/kubeflow-configuration.md``)."""
+
+    json_what: ClassVar[str] = "setting"
+
+    namespace: Annotated[
+        DnsLabel, Meta(description="Namespace of the TrainJobs (and of a TrainingRuntime). A DNS-1123 label.")
+    ] = "default"
+    kubeconfig: (
+        Annotated[
+            NonEmpty,
+            Meta(
+                description="Path of a kubeconfig file. Default: in-cluster, then $KUBECONFIG, then ~/.kube/config."
+            ),
+        ]
+        | None
+    ) = None
+    context: (
+        Annotated[NonEmpty, Meta(description="kubeconfig context. Default: the current context.")] | None
+    ) = None
+    probe_runtime: Annotated[ProbeRuntime, Meta(description="The runtime of the preflight probe.")] = (
+        DEFAULT_PROBE_RUNTIME
+    )
+    # A Duration default goes through a factory: msgspec's schema writer cannot encode one, so the
+    # schema's default is the text.
+    probe_window: Annotated[
+        Duration,
+        Meta(
+            description='How long preflight watches the probe (e.g. "10s", "1m"); at least 10s, at most 1h.',
+            extra_json_schema={"default": DEFAULT_PROBE_WINDOW.text},
+        ),
+    ] = msgspec.field(default_factory=lambda: DEFAULT_PROBE_WINDOW)
+    probe_ttl: Annotated[
+        Duration,
+        Meta(
+            description='How long cached probe findings are reused when the host hands a probe cache (e.g. "1h"; '
+            '"0s": never); at most 720h.',
+            extra_json_schema={"default": DEFAULT_PROBE_TTL.text},
+        ),
+    ] = msgspec.field(default_factory=lambda: DEFAULT_PROBE_TTL, name="probeTTL")
+    queue: (
+        Annotated[QueueName, Meta(description="Kueue LocalQueue: label kueue.x-k8s.io/queue-name.")] | None
+    ) = None
+    priority_class: (
+        Annotated[
+            QueueName,
+            Meta(
+                description="Kueue WorkloadPriorityClass: label kueue.x-k8s.io/priority-class. Requires queue."
+            ),
+        ]
+        | None
+    ) = None
+    admission_check: (
+        Annotated[
+            Subdomain, Meta(description="Kueue AdmissionCheck served by dispatch-admission. Requires queue.")
+        ]
+        | None
+    ) = None
+    labels: Annotated[
+        dict[str, LabelValue],
+        Meta(
+            description="Labels added to every TrainJob (not dispatch's own keys).", extra_json_schema=_KEYS
+        ),
+    ] = EMPTY_MAP
+    annotations: Annotated[
+        dict[str, str],
+        Meta(
+            description="Annotations added to every TrainJob (not dispatch's own keys).",
+            extra_json_schema=_KEYS,
+        ),
+    ] = EMPTY_MAP
+    service_account_name: (
+        Annotated[Subdomain, Meta(description="Service account of the job's pods.")] | None
+    ) = None
+    node_selector: Annotated[
+        dict[str, LabelValue], Meta(description="Node selector of the job's pods.", extra_json_schema=_KEYS)
+    ] = EMPTY_MAP
+    tolerations: Annotated[
+        tuple[Toleration, ...],
+        Meta(
+            max_length=MAX_TOLERATIONS,
+            description="Tolerations of the job's pods, as in Kubernetes.",
+            extra={"expected": f"at most {MAX_TOLERATIONS} tolerations"},
+        ),
+    ] = ()
+    image_pull_secrets: Annotated[
+        tuple[PullSecret, ...],
+        Meta(
+            max_length=MAX_PULL_SECRETS,
+            description="Image pull secrets of the job's pods, as in Kubernetes.",
+            extra={"expected": f"at most {MAX_PULL_SECRETS} image pull secrets"},
+        ),
+    ] = ()
+    resources_per_node: (
+        Annotated[
+            Resources,
+            Meta(description="Kubernetes ResourceRequirements of each node: spec.trainer.resourcesPerNode."),
+        ]
+        | None
+    ) = None
+    checkpoint_volume: (
+        Annotated[
+            CheckpointVolume,
+            Meta(
+                description="PersistentVolumeClaim for dispatch/SharedCheckpoint; a job's dir must be under mountPath."
+            ),
+        ]
+        | None
+    ) = None
+    output_tail_lines: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=MAX_OUTPUT_TAIL_LINES,
+            description="Lines of output kept as evidence of a failure.",
+            extra={"expected": f"an integer between 0 and {MAX_OUTPUT_TAIL_LINES}"},
+        ),
+    ] = 50
+
+    def __post_init__(self) -> None:
+        check_declared(self)
+        if self.probe_window < MIN_PROBE_WINDOW:
+            raise InvalidError(
+                f"the probe window must be at least 10s (got {self.probe_window.text!r}): the probe needs time to "
+                "see the controllers act",
+                path="probeWindow",
+            )
+        if self.probe_window > MAX_PROBE_WINDOW:
+            raise InvalidError(
+                f"the probe window must be at most 1h (got {self.probe_window.text!r})", path="probeWindow"
+            )
+        if self.probe_ttl > MAX_PROBE_TTL:
+            raise InvalidError(
+                f"the probe TTL must be at most 720h (30 days), got {self.probe_ttl.text!r}", path="probeTTL"
+            )
+        for name, value in (("queue", self.queue), ("priorityClass", self.priority_class)):
+            if value is not None and not _RE[DNS_SUBDOMAIN].match(value):
+                raise InvalidError(
+                    f"{value[:80]!r} is not a Kueue object name usable as a label value "
+                    "(lower-case letters, digits, '-', '.', at most 63 characters)",
+                    path=name,
+                )
+        if self.priority_class is not None and self.queue is None:
+            raise InvalidError("priorityClass is a Kueue priority: it requires queue", path="priorityClass")
+        if self.admission_check is not None and self.queue is None:
+            raise InvalidError(
+                "admissionCheck is a Kueue admission check: it requires queue", path="admissionCheck"
+            )
+        _map_keys(self.labels, "labels", "label", reserved=True)
+        _map_keys(self.annotations, "annotations", "annotation", reserved=True)
+        _map_keys(self.node_selector, "nodeSelector", "node selector", reserved=False)
+        # The API server counts UTF-8 bytes of every annotation, dispatch's own included (SPEC §9.5).
+        size = sum(len(k.encode()) + len(v.encode()) for k, v in self.annotations.items())
+        budget = MAX_ANNOTATION_BYTES - OWN_ANNOTATION_BYTES
+        if size > budget:
+            raise InvalidError(
+                f"annotations take {size} bytes (keys and values, UTF-8); at most {budget} are allowed: the API "
+                f"server's limit is {MAX_ANNOTATION_BYTES} bytes for all annotations and dispatch's own take up to "
+                f"{OWN_ANNOTATION_BYTES}",
+                path="annotations",
+            )
+        names = [p.name for p in self.image_pull_secrets]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise InvalidError(
+                    f"duplicate image pull secret {name!r}", path=f"imagePullSecrets[{i}].name"
+                )
+        for name in ("labels", "annotations", "node_selector"):
+            force_setattr(self, name, frozen_map(getattr(self, name)))
+
+    def runtime_namespace(self, kind: str) -> str | None:
+        """Where a runtime of ``kind`` lives: a ``TrainingRuntime`` in ``namespace``, a cluster one nowhere."""
+        return self.namespace if kind != KIND_CLUSTER_TRAINING_RUNTIME else None
 
 
-def _tail_lines(value: Any, path: str) -> int:
-    n = as_int(value, path)
-    if not 0 <= n <= MAX_OUTPUT_TAIL_LINES:
-        raise InvalidError(f"must be between 0 and {MAX_OUTPUT_TAIL_LINES}, got {n}", path=path)
-    return n
+def parse_settings(raw: bytes) -> Settings:
+    """Decode the adapter's settings strictly, apply defaults and check every rule. Touches no cluster.
+
+    Raises :class:`~dispatch.errors.InvalidError` (naming the path) for an unknown key at any level, a
+    duplicate key, trailing data, a ``null``, a value of the wrong type or shape, or a broken rule.
+    """
+    if isinstance(raw, str):
+        raw = raw.encode()
+    if not isinstance(raw, bytes | bytearray):
+        raise InvalidError(f"expected JSON bytes, got {type(raw).__name__}", path="settings")
+    try:
+        return Settings.from_json(load_json(bytes(raw), what="settings"))
+    except RecursionError:
+        raise InvalidError("nested too deeply", path="settings") from None
 
 
 # --- schema ------------------------------------------------------------------------------------------
 
 
-def _string_map(value_schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "description": description,
-        "propertyNames": {"pattern": QUALIFIED_NAME, "maxLength": 317},
-        "additionalProperties": value_schema,
-    }
-
-
 def schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of the adapter's settings, for a host to publish.
+    """The JSON Schema (draft 2020-12) of the adapter's settings, for a host to publish: derived from
+    :class:`Settings`.
 
     Every object with fixed keys has ``additionalProperties: false``; maps (labels, annotations, node
     selector, resource quantities) give ``additionalProperties`` a schema for their values. The parser
     additionally enforces the rules listed in ``docs/kubeflow-configuration.md``.
     """
-    label_value = {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE}
-    quantity = {
-        "anyOf": [
-            {"type": "integer", "minimum": 0, "maximum": _INT64_MAX},
-            {"type": "string", "pattern": QUANTITY, "maxLength": 64},
-        ]
-    }
-    resource_map = {
-        "type": "object",
-        "propertyNames": {"pattern": QUALIFIED_NAME, "maxLength": 317},
-        "additionalProperties": quantity,
-    }
-    queue_name = {"type": "string", "minLength": 1, "maxLength": 63, "pattern": QUEUE_NAME}
-    subdomain = {"type": "string", "minLength": 1, "maxLength": 253, "pattern": DNS_SUBDOMAIN}
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://dispatch.dev/schemas/kubeflow-settings.json",
-        "title": "dispatch kubeflow adapter settings",
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "namespace": {
-                "description": "Namespace of the TrainJobs (and of a TrainingRuntime). A DNS-1123 label.",
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 63,
-                "pattern": DNS_LABEL,
-                "default": "default",
-            },
-            "kubeconfig": {
-                "description": "Path of a kubeconfig file. Default: in-cluster, then $KUBECONFIG, then ~/.kube/config.",
-                "type": "string",
-                "minLength": 1,
-            },
-            "context": {
-                "description": "kubeconfig context. Default: the current context.",
-                "type": "string",
-                "minLength": 1,
-            },
-            "probeRuntime": {
-                "description": "The runtime of the preflight probe.",
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["kind", "name"],
-                "properties": {
-                    "kind": {"enum": list(RUNTIME_KINDS)},
-                    "name": subdomain,
-                },
-                "default": {"kind": KIND_CLUSTER_TRAINING_RUNTIME, "name": "torch-distributed"},
-            },
-            "probeWindow": {
-                "description": 'How long preflight watches the probe (e.g. "10s", "1m"); at least 10s, at most 1h.',
-                "type": "string",
-                "maxLength": 64,
-                "pattern": DURATION,
-                "default": "10s",
-            },
-            "probeTTL": {
-                "description": 'How long cached probe findings are reused when the host hands a probe cache (e.g. "1h"; "0s": never); at most 720h.',
-                "type": "string",
-                "maxLength": 64,
-                "pattern": DURATION,
-                "default": "1h",
-            },
-            "queue": {"description": "Kueue LocalQueue: label kueue.x-k8s.io/queue-name.", **queue_name},
-            "priorityClass": {
-                "description": "Kueue WorkloadPriorityClass: label kueue.x-k8s.io/priority-class. Requires queue.",
-                **queue_name,
-            },
-            "admissionCheck": {
-                "description": "Kueue AdmissionCheck served by dispatch-admission. Requires queue.",
-                **subdomain,
-            },
-            "labels": _string_map(label_value, "Labels added to every TrainJob (not dispatch's own keys)."),
-            "annotations": _string_map(
-                {"type": "string"}, "Annotations added to every TrainJob (not dispatch's own keys)."
-            ),
-            "serviceAccountName": {"description": "Service account of the job's pods.", **subdomain},
-            "nodeSelector": _string_map(label_value, "Node selector of the job's pods."),
-            "tolerations": {
-                "description": "Tolerations of the job's pods, as in Kubernetes.",
-                "type": "array",
-                "maxItems": MAX_TOLERATIONS,
-                "items": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {
-                        "key": {"type": "string", "maxLength": 317},
-                        "operator": {"enum": list(_TOLERATION_OPERATORS)},
-                        "value": {"type": "string", "maxLength": 63},
-                        "effect": {"enum": list(_TOLERATION_EFFECTS)},
-                        "tolerationSeconds": {
-                            "type": "integer",
-                            "minimum": _INT64_MIN,
-                            "maximum": _INT64_MAX,
-                        },
-                    },
-                },
-            },
-            "imagePullSecrets": {
-                "description": "Image pull secrets of the job's pods, as in Kubernetes.",
-                "type": "array",
-                "maxItems": MAX_PULL_SECRETS,
-                "items": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["name"],
-                    "properties": {"name": subdomain},
-                },
-            },
-            "resourcesPerNode": {
-                "description": "Kubernetes ResourceRequirements of each node: spec.trainer.resourcesPerNode.",
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "limits": resource_map,
-                    "requests": resource_map,
-                    "claims": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "additionalProperties": False,
-                            "required": ["name"],
-                            "properties": {
-                                "name": {"type": "string", "maxLength": 63, "pattern": DNS_LABEL},
-                                "request": {"type": "string", "maxLength": 63, "pattern": DNS_LABEL},
-                            },
-                        },
-                    },
-                },
-            },
-            "checkpointVolume": {
-                "description": "PersistentVolumeClaim for dispatch/SharedCheckpoint; a job's dir must be under mountPath.",
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["claimName", "mountPath"],
-                "properties": {
-                    "claimName": subdomain,
-                    "mountPath": {"type": "string", "maxLength": 4096, "pattern": ABSOLUTE_PATH},
-                },
-            },
-            "outputTailLines": {
-                "description": "Lines of output kept as evidence of a failure.",
-                "type": "integer",
-                "minimum": 0,
-                "maximum": MAX_OUTPUT_TAIL_LINES,
-                "default": 50,
-            },
-        },
-    }
+    return json_schema(
+        Settings,
+        title="dispatch kubeflow adapter settings",
+        description="The Kubeflow adapter's settings (docs/kubeflow-configuration.md).",
+        id="https://dispatch.dev/schemas/kubeflow-settings.json",
+    )

@@ -157,9 +157,9 @@ def _pod_patch(settings: Settings, *, mount: bool, gate: bool) -> dict[str, Any]
     if settings.node_selector:
         pod["nodeSelector"] = dict(settings.node_selector)
     if settings.tolerations:
-        pod["tolerations"] = [dict(t) for t in settings.tolerations]
+        pod["tolerations"] = [t.to_json() for t in settings.tolerations]
     if settings.image_pull_secrets:
-        pod["imagePullSecrets"] = [{"name": n} for n in settings.image_pull_secrets]
+        pod["imagePullSecrets"] = [p.to_json() for p in settings.image_pull_secrets]
     if mount and settings.checkpoint_volume is not None:
         volume = settings.checkpoint_volume
         pod["volumes"] = [
@@ -245,7 +245,7 @@ def build_trainjob(
             raise InvalidError(f"at most {_INT32} processes per node", path="procsPerNode")
         trainer["numProcPerNode"] = spec.procs_per_node
     if settings.resources_per_node:
-        trainer["resourcesPerNode"] = json.loads(json.dumps(settings.resources_per_node))
+        trainer["resourcesPerNode"] = settings.resources_per_node.to_json()
     body: dict[str, Any] = {"runtimeRef": _runtime_ref(ref), "trainer": trainer}
     if spec.time_limit is not None:
         if spec.time_limit > _INT64:

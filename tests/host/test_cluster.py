@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import ClassVar
 
@@ -450,7 +449,7 @@ class WithOutput(NoWatcher):
 
     async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
         caps = await self.inner.capabilities(spec)
-        return dataclasses.replace(caps, output=True)
+        return caps.replace(output=True)
 
     async def output(
         self, handle: Handle, *, node: int = 0, follow: bool = False, tail: int | None = None
@@ -511,7 +510,7 @@ class HolderWithoutHolds(NoWatcher):
     """An adapter that can hold, on a cluster where it cannot (e.g. Kueue without the admission check)."""
 
     async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
-        return dataclasses.replace(await self.inner.capabilities(spec), holds=False)
+        return (await self.inner.capabilities(spec)).replace(holds=False)
 
     async def hold(self, handle: Handle) -> str:
         raise AssertionError("must not be called: the cluster has no holds")

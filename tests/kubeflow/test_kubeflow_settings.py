@@ -53,7 +53,8 @@ def test_defaults_of_an_empty_object() -> None:
     s = parse({})
     assert s.namespace == "default"
     assert s.kubeconfig is None and s.context is None
-    assert s.probe_runtime == RuntimeRef("torch-distributed", "ClusterTrainingRuntime")
+    assert isinstance(s.probe_runtime, RuntimeRef)
+    assert (s.probe_runtime.runtime, s.probe_runtime.kind) == ("torch-distributed", "ClusterTrainingRuntime")
     assert s.probe_window == 10.0
     assert s.probe_ttl == 3600.0
     assert s.queue is s.priority_class is s.admission_check is None
@@ -71,17 +72,17 @@ def test_settings_are_frozen_values_with_a_hash() -> None:
 def test_every_key_decodes() -> None:
     s = parse(FULL)
     assert s.namespace == "team-a" and s.kubeconfig == "/etc/kube/config" and s.context == "prod"
-    assert s.probe_runtime == RuntimeRef("torch-small", KIND_TRAINING_RUNTIME)
+    assert (s.probe_runtime.runtime, s.probe_runtime.kind) == ("torch-small", KIND_TRAINING_RUNTIME)
     assert s.runtime_namespace(KIND_TRAINING_RUNTIME) == "team-a"
     assert s.probe_window == 90.0
     assert s.probe_ttl == 7200.0
     assert (s.queue, s.priority_class, s.admission_check) == ("team-a-queue", "high", "dispatch-hold")
     assert s.labels["example.com/cost-centre"] == "42"
     assert s.service_account_name == "trainer"
-    assert s.tolerations[2] == {"operator": "Exists"}
-    assert s.tolerations[1]["tolerationSeconds"] == 60
-    assert s.image_pull_secrets == ("registry",)
-    assert s.resources_per_node is not None and s.resources_per_node["limits"]["nvidia.com/gpu"] == 8
+    assert s.tolerations[2].to_json() == {"operator": "Exists"}
+    assert s.tolerations[1].toleration_seconds == 60
+    assert [p.name for p in s.image_pull_secrets] == ["registry"]
+    assert s.resources_per_node is not None and s.resources_per_node.to_json() == FULL["resourcesPerNode"]
     assert s.checkpoint_volume is not None and s.checkpoint_volume.mount_path == "/ckpt"
     assert s.output_tail_lines == 200
 

@@ -67,10 +67,13 @@ def test_refused_naming_the_path(raw: bytes, path: str, words: str) -> None:
 def test_schema_matches_the_parser() -> None:
     s = schema()
     jsonschema.Draft202012Validator.check_schema(s)
-    jsonschema.validate(MemorySettings(cluster="x").to_json(), s)
+    every = MemorySettings(8, 0.5, 0.0, 30.0, "sleep 1; exit 3", 5, "demo-1")  # no field at its default
+    jsonschema.validate(every.to_json(), s)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"nodez": 1}, s)
-    assert set(s["properties"]) == set(MemorySettings(cluster="x").to_json())
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"nodes": 0}, s)
+    assert set(s["properties"]) == set(every.to_json())
 
 
 async def test_factory_through_the_registry() -> None:

@@ -101,7 +101,7 @@ def _identity(tag: str, epoch: Epoch = Epoch()) -> Identity:
 
 
 def _with_extensions(spec: JobSpec, *extra: Extension) -> JobSpec:
-    return dataclasses.replace(spec, extensions=Extensions([*spec.extensions.values(), *extra]))
+    return spec.replace(extensions=Extensions([*spec.extensions.values(), *extra]))
 
 
 def _check_observation(obs: Observation, handle: Handle) -> None:
@@ -360,7 +360,7 @@ async def test_conformance_time_limit_times_out(harness: Harness) -> None:
     """A job that runs past ``time_limit`` fails with cause ``timeout``."""
     backend = await harness.open()
     limit = max(1, int(harness.step * 3))
-    spec = dataclasses.replace(harness.spec(), time_limit=limit)
+    spec = harness.spec().replace(time_limit=limit)
     handle = await place(backend, spec, _identity("timeout"))
     final = await _terminal(harness, backend, handle)
     assert (final.state, final.cause) == (State.FAILED, Cause.TIMEOUT), final.outcome

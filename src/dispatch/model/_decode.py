@@ -402,6 +402,10 @@ class Fields:
     def has(self, key: str) -> bool:
         return key in self.obj
 
+    def allow(self, key: str) -> None:
+        """Count ``key`` as known without reading it (a field left at its default)."""
+        self._seen.add(key)
+
     def required(self, key: str, read: Callable[[Any, str], T]) -> T:
         self._seen.add(key)
         if key not in self.obj:

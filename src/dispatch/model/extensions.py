@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from dispatch.errors import InvalidError
-from dispatch.model._decode import Fields, as_str, check_plain, key_path
+from dispatch.model._base import FrozenMap, Model, custom_type, encode
+from dispatch.model._decode import Fields, check_plain, key_path
 
 __all__ = [
+    "EMPTY_EXTENSIONS",
     "Extension",
     "Extensions",
     "Image",
@@ -31,12 +32,13 @@ X = TypeVar("X", bound="Extension")
 
 
 class Extension:
-    """Base class of extension types. Subclasses are frozen dataclasses that set ``NAME`` and
-    implement :meth:`to_json` and :meth:`from_json`."""
+    """Base class of extension types. Subclasses are :class:`~dispatch.model.Model` types (frozen
+    msgspec structs) that set ``NAME``; their JSON form and schema come from their fields."""
 
+    __slots__ = ()
     NAME: ClassVar[str]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Any:
         raise NotImplementedError
 
     @classmethod
@@ -68,24 +70,73 @@ def extension_types() -> Mapping[str, type[Extension]]:
     return dict(_REGISTRY)
 
 
-@dataclass(frozen=True, slots=True)
-class OpaqueExtension(Extension):
-    """An extension whose type is not registered in this process: kept verbatim, refused by backends."""
+class FrozenList(list[Any]):
+    """A ``list`` that refuses changes (inside an :class:`OpaqueExtension`'s value)."""
 
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("this list is immutable; build a new value instead")
+
+    __setitem__ = __delitem__ = append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+    __iadd__ = __imul__ = _refuse
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(self))
+
+    def __reduce__(self) -> Any:
+        return (FrozenList, (list(self),))
+
+
+def _frozen(value: Any) -> Any:
+    """A deep copy of ``value`` that cannot be changed: maps and lists become their frozen kinds."""
+    if isinstance(value, Mapping):
+        return FrozenMap({k: _frozen(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return FrozenList(_frozen(v) for v in value)
+    return value
+
+
+class OpaqueExtension(Extension):
+    """An extension whose type is not registered in this process: kept verbatim (and immutable),
+    refused by backends."""
+
+    __slots__ = ("name", "value")
     name: str
     value: Any
+
+    def __init__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "value", _frozen(value))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"OpaqueExtension is immutable: cannot set {name!r}")
 
     @property
     def NAME(self) -> str:  # type: ignore[override]
         return self.name
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OpaqueExtension):
+            return NotImplemented
+        return (self.name, self.value) == (other.name, other.value)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return f"OpaqueExtension(name={self.name!r}, value={self.value!r})"
+
+    def __reduce__(self) -> Any:
+        return (OpaqueExtension, (self.name, self.value))
+
     def to_json(self) -> Any:
-        return self.value
+        """The value as plain JSON; ``InvalidError`` naming the extension when it is not JSON."""
+        return check_plain(self.value, key_path("extensions", self.name))
 
 
 @register_extension
-@dataclass(frozen=True, slots=True)
-class Image(Extension):
+class Image(Model, Extension, frozen=True):
     """``dispatch/Image``: the container image the job runs with."""
 
     NAME: ClassVar[str] = "dispatch/Image"
@@ -93,24 +144,11 @@ class Image(Extension):
 
     def __post_init__(self) -> None:
         if not isinstance(self.ref, str) or not self.ref.strip():
-            raise InvalidError("expected a non-empty image reference", path=f'extensions["{self.NAME}"].ref')
-
-    def to_json(self) -> dict[str, Any]:
-        return {"ref": self.ref}
-
-    @classmethod
-    def from_json(cls, value: Any, path: str) -> Image:
-        f = Fields(value, path)
-        ref = f.required("ref", as_str)
-        f.done()
-        if not ref.strip():
-            raise InvalidError("expected a non-empty image reference", path=f"{path}.ref")
-        return cls(ref)
+            raise InvalidError("expected a non-empty image reference", path="ref")
 
 
 @register_extension
-@dataclass(frozen=True, slots=True)
-class SharedCheckpoint(Extension):
+class SharedCheckpoint(Model, Extension, frozen=True):
     """``dispatch/SharedCheckpoint``: an absolute directory every node of every incarnation sees.
 
     The job gets ``DISPATCH_CHECKPOINT_DIR`` set to it. How it is provided is the adapter's business.
@@ -123,21 +161,7 @@ class SharedCheckpoint(Extension):
 
     def __post_init__(self) -> None:
         if not isinstance(self.dir, str) or not self.dir.startswith("/"):
-            raise InvalidError(
-                f"expected an absolute directory, got {self.dir!r}", path=f'extensions["{self.NAME}"].dir'
-            )
-
-    def to_json(self) -> dict[str, Any]:
-        return {"dir": self.dir}
-
-    @classmethod
-    def from_json(cls, value: Any, path: str) -> SharedCheckpoint:
-        f = Fields(value, path)
-        d = f.required("dir", as_str)
-        f.done()
-        if not d.startswith("/"):
-            raise InvalidError(f"expected an absolute directory, got {d!r}", path=f"{path}.dir")
-        return cls(d)
+            raise InvalidError(f"expected an absolute directory, got {self.dir!r}", path="dir")
 
 
 class Extensions(Mapping[str, Extension]):
@@ -202,6 +226,9 @@ class Extensions(Mapping[str, Extension]):
     def to_json(self) -> dict[str, Any]:
         return {name: value.to_json() for name, value in self._items.items()}
 
+    def __reduce__(self) -> Any:
+        return (Extensions, (list(self._items.values()),))
+
     @classmethod
     def from_json(cls, value: Any, path: str = "extensions") -> Extensions:
         f = Fields(value, path)
@@ -219,3 +246,18 @@ class Extensions(Mapping[str, Extension]):
             else:
                 items.append(ext_type.from_json(raw, where))
         return cls(items)
+
+
+EMPTY_EXTENSIONS = Extensions()
+"""The default of :attr:`JobSpec.extensions` (encoding omits a field equal to its default)."""
+
+custom_type(
+    Extensions,
+    decode=lambda value, path: Extensions.from_json(value, path or "extensions"),
+    encode=lambda value: encode(value.to_json()),
+    schema=lambda: {
+        "type": "object",
+        "description": 'Extensions by name ("<namespace>/<Type>"): each value is that type\'s JSON form.',
+        "propertyNames": {"pattern": _NAME.pattern.removesuffix("\\Z").join("^$")},
+    },
+)

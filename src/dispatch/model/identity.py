@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from functools import total_ordering
 from typing import Any
 
 from dispatch.errors import InvalidError
-from dispatch.model._decode import Fields, as_str
+from dispatch.model._base import Model, custom_type
+from dispatch.model._decode import as_str
 
 __all__ = [
     "ENV_PREFIX",
@@ -45,24 +46,49 @@ def new_job_id() -> str:
     return f"job-{secrets.token_hex(6)}"
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@total_ordering
 class Epoch:
     """``(N, R)``: N counts incarnations (1 for the first), R counts automatic requeues since the user
-    last submitted or resubmitted the job. N is a fencing token for the job's own checkpoints."""
+    last submitted or resubmitted the job. N is a fencing token for the job's own checkpoints.
 
-    n: int = 1
-    r: int = 0
+    Its JSON form is the string ``"N.R"`` that jobs see as ``DISPATCH_EPOCH``."""
 
-    def __post_init__(self) -> None:
-        for name, value, low in (("n", self.n, 1), ("r", self.r, 0)):
+    __slots__ = ("n", "r")
+    n: int
+    r: int
+
+    def __init__(self, n: int = 1, r: int = 0) -> None:
+        for name, value, low in (("n", n, 1), ("r", r, 0)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise InvalidError(f"expected an integer, got {value!r}", path=f"epoch.{name}")
             if not low <= value < EPOCH_BOUND:
                 raise InvalidError(f"must be in [{low}, {EPOCH_BOUND})", path=f"epoch.{name}")
-        if self.r >= self.n:
-            raise InvalidError(
-                f"requeues ({self.r}) must be fewer than incarnations ({self.n})", path="epoch"
-            )
+        if r >= n:
+            raise InvalidError(f"requeues ({r}) must be fewer than incarnations ({n})", path="epoch")
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "r", r)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Epoch is immutable: cannot set {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Epoch):
+            return NotImplemented
+        return (self.n, self.r) == (other.n, other.r)
+
+    def __lt__(self, other: Epoch) -> bool:
+        if not isinstance(other, Epoch):
+            return NotImplemented
+        return (self.n, self.r) < (other.n, other.r)
+
+    def __hash__(self) -> int:
+        return hash((self.n, self.r))
+
+    def __repr__(self) -> str:
+        return f"Epoch(n={self.n}, r={self.r})"
+
+    def __reduce__(self) -> Any:
+        return (Epoch, (self.n, self.r))
 
     def requeued(self) -> Epoch:
         """The epoch of the next automatic requeue. Raises :class:`InvalidError` at :data:`EPOCH_BOUND`."""
@@ -85,7 +111,7 @@ class Epoch:
     def parse(cls, text: Any, path: str = "epoch") -> Epoch:
         """Parse the ``"N.R"`` form that jobs see as ``DISPATCH_EPOCH``."""
         value = as_str(text, path)
-        m = re.fullmatch(r"(\d{1,7})\.(\d{1,7})", value)
+        m = _EPOCH.fullmatch(value)
         if not m:
             raise InvalidError(f'expected "N.R" (two integers), got {value!r}', path=path)
         try:
@@ -94,8 +120,20 @@ class Epoch:
             raise InvalidError(exc.detail, path=path) from None
 
 
-@dataclass(frozen=True, slots=True)
-class Identity:
+_EPOCH = re.compile(r"(\d{1,7})\.(\d{1,7})")
+custom_type(
+    Epoch,
+    decode=lambda value, path: Epoch.parse(value, path or "epoch"),
+    encode=str,
+    schema=lambda: {
+        "type": "string",
+        "pattern": r"^[0-9]{1,7}\.[0-9]{1,7}$",
+        "description": 'an epoch, "N.R"',
+    },
+)
+
+
+class Identity(Model, frozen=True):
     """One incarnation of a job: the job id with its epoch.
 
     Two identities name the same incarnation when the job id and ``N`` agree (see :meth:`same_incarnation`).
@@ -105,7 +143,7 @@ class Identity:
     epoch: Epoch = Epoch()
 
     def __post_init__(self) -> None:
-        check_job_id(self.job_id)
+        check_job_id(self.job_id, "jobId")
         if not isinstance(self.epoch, Epoch):
             raise InvalidError(f"expected an Epoch, got {self.epoch!r}", path="epoch")
 
@@ -119,40 +157,14 @@ class Identity:
     def __str__(self) -> str:
         return f"{self.job_id}@{self.epoch}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {"jobId": self.job_id, "epoch": str(self.epoch)}
 
-    @classmethod
-    def from_json(cls, value: Any, path: str = "") -> Identity:
-        f = Fields(value, path)
-        job_id = f.required("jobId", check_job_id)
-        epoch = f.required("epoch", Epoch.parse)
-        f.done()
-        return cls(job_id, epoch)
-
-
-@dataclass(frozen=True, slots=True)
-class Handle:
+class Handle(Model, frozen=True):
     """A backend's reference to one incarnation: its identity and the backend's native reference
     (Kubernetes: ``namespace/name``). Handles are stored in records and must survive restarts."""
 
     backend: str
     identity: Identity
     ref: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"backend": self.backend, "identity": self.identity.to_json(), "ref": self.ref}
-
-    @classmethod
-    def from_json(cls, value: Any, path: str = "") -> Handle:
-        f = Fields(value, path)
-        h = cls(
-            backend=f.required("backend", as_str),
-            identity=f.required("identity", Identity.from_json),
-            ref=f.required("ref", as_str),
-        )
-        f.done()
-        return h
 
     def __str__(self) -> str:
         return f"{self.backend}:{self.ref} ({self.identity})"

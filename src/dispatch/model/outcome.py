@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+
+from msgspec.structs import force_setattr
 
 from dispatch.errors import InvalidError
-from dispatch.model._decode import Fields, as_enum, as_int, as_list, as_number, as_str
+from dispatch.model._base import Model
 
 __all__ = ["TERMINAL_STATES", "Cause", "Evidence", "Outcome", "State"]
 
@@ -50,8 +50,7 @@ class Cause(StrEnum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True, slots=True)
-class Evidence:
+class Evidence(Model, frozen=True):
     """Where a cause was read from: which object, its reason and message, exit code, node, time, and
     for failures the last lines of the failing node's output when they could be read."""
 
@@ -68,39 +67,7 @@ class Evidence:
         # A lone string would silently become a tuple of its characters.
         if not isinstance(self.output, list | tuple) or not all(isinstance(x, str) for x in self.output):
             raise InvalidError(f"expected a sequence of lines, got {self.output!r}", path="output")
-        object.__setattr__(self, "output", tuple(self.output))
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "name": self.name}
-        if self.reason:
-            out["reason"] = self.reason
-        if self.message:
-            out["message"] = self.message
-        if self.exit_code is not None:
-            out["exitCode"] = self.exit_code
-        if self.node is not None:
-            out["node"] = self.node
-        if self.at is not None:
-            out["at"] = self.at
-        if self.output:
-            out["output"] = list(self.output)
-        return out
-
-    @classmethod
-    def from_json(cls, value: Any, path: str = "") -> Evidence:
-        f = Fields(value, path)
-        ev = cls(
-            kind=f.required("kind", as_str),
-            name=f.required("name", as_str),
-            reason=f.optional("reason", as_str, ""),
-            message=f.optional("message", as_str, ""),
-            exit_code=f.optional("exitCode", as_int, None),
-            node=f.optional("node", as_str, None),
-            at=f.optional("at", as_number, None),
-            output=tuple(f.optional("output", lambda v, p: as_list(v, p, as_str), [])),
-        )
-        f.done()
-        return ev
+        force_setattr(self, "output", tuple(self.output))
 
     def __str__(self) -> str:
         parts = [f"{self.kind}/{self.name}"]
@@ -114,9 +81,10 @@ class Evidence:
         return f"{text}: {self.message}" if self.message else text
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """A coarse state plus a typed cause, with the evidence it was derived from."""
+class Outcome(Model, omit_defaults=False, frozen=True):
+    """A coarse state plus a typed cause, with the evidence it was derived from.
+
+    Its JSON form always has every field, ``"cause": "none"`` included: that is what readers look for."""
 
     state: State
     cause: Cause = Cause.NONE
@@ -131,28 +99,11 @@ class Outcome:
             isinstance(e, Evidence) for e in self.evidence
         ):
             raise InvalidError(f"expected a sequence of Evidence, got {self.evidence!r}", path="evidence")
-        object.__setattr__(self, "evidence", tuple(self.evidence))
+        force_setattr(self, "evidence", tuple(self.evidence))
 
     @property
     def terminal(self) -> bool:
         return self.state.terminal
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"state": self.state.value, "cause": self.cause.value}
-        if self.evidence:
-            out["evidence"] = [e.to_json() for e in self.evidence]
-        return out
-
-    @classmethod
-    def from_json(cls, value: Any, path: str = "") -> Outcome:
-        f = Fields(value, path)
-        out = cls(
-            state=f.required("state", lambda v, p: as_enum(State, v, p)),
-            cause=f.optional("cause", lambda v, p: as_enum(Cause, v, p), Cause.NONE),
-            evidence=tuple(f.optional("evidence", lambda v, p: as_list(v, p, Evidence.from_json), [])),
-        )
-        f.done()
-        return out
 
     def __str__(self) -> str:
         if self.cause is Cause.NONE:

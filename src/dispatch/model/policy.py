@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from enum import StrEnum
-from types import MappingProxyType
-from typing import Any
+from typing import ClassVar
+
+from msgspec.structs import force_setattr
 
 from dispatch.errors import InvalidError
-from dispatch.model._decode import Fields, as_enum, as_int, as_number, as_object, as_str, key_path
+from dispatch.model._base import EMPTY_MAP, Model, frozen_map
+from dispatch.model._decode import key_path
 from dispatch.model.identity import EPOCH_BOUND
 from dispatch.model.outcome import Cause
 
@@ -59,9 +59,11 @@ def _short(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """One policy entry. ``max`` and the backoff apply to ``requeue`` only."""
+class Rule(Model, frozen=True):
+    """One policy entry. ``max`` and the backoff apply to ``requeue`` only.
+
+    JSON: ``{"action": "requeue", "max": 5, "backoff": 30, "backoffCap": 3600}``, or just the action's name
+    (``"fail"``) where a policy lists a rule."""
 
     action: Action
     max: int = 3
@@ -84,6 +86,18 @@ class Rule:
             raise InvalidError(
                 f"need 0 <= backoff ({self.backoff}) <= backoffCap ({self.backoff_cap})", path="backoff"
             )
+        if self.action is not Action.REQUEUE:
+            for name, value, default in (
+                ("max", self.max, 3),
+                ("backoff", self.backoff, 30.0),
+                ("backoffCap", self.backoff_cap, 3600.0),
+            ):
+                if value != default:
+                    raise InvalidError(
+                        f"applies to requeue only; a {self.action.value} rule takes none", path=name
+                    )
+        force_setattr(self, "backoff", float(self.backoff))
+        force_setattr(self, "backoff_cap", float(self.backoff_cap))
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before requeue number ``attempt`` (1-based): doubling, capped."""
@@ -91,87 +105,45 @@ class Rule:
             return 0.0
         return float(min(self.backoff * (2 ** min(attempt - 1, 62)), self.backoff_cap))
 
-    def to_json(self) -> dict[str, Any]:
-        if self.action is not Action.REQUEUE:
-            return {"action": self.action.value}
-        return {"action": "requeue", "max": self.max, "backoff": self.backoff, "backoffCap": self.backoff_cap}
-
-    @classmethod
-    def from_json(cls, value: Any, path: str) -> Rule:
-        if isinstance(value, str):  # shorthand: "fail", "hold", "requeue"
-            return cls(as_enum(Action, value, path))
-        f = Fields(value, path)
-        action = f.required("action", lambda v, p: as_enum(Action, v, p))
-        if action is Action.REQUEUE:
-            kwargs: dict[str, Any] = {
-                "max": f.optional("max", as_int, 3),
-                "backoff": f.optional("backoff", as_number, 30.0),
-                "backoff_cap": f.optional("backoffCap", as_number, 3600.0),
-            }
-        else:
-            kwargs = {}
-        f.done()
-        try:
-            return cls(action, **kwargs)
-        except InvalidError as exc:
-            raise InvalidError(exc.detail, path=f"{path}.{exc.path}" if exc.path else path) from None
-
 
 _FAIL = Rule(Action.FAIL)
 
 
-@dataclass(frozen=True, slots=True)
-class Policy:
+def _rule(value: Rule | Action, path: str) -> Rule:
+    if isinstance(value, Rule):
+        return value
+    if isinstance(value, Action):
+        return Rule(value)
+    raise InvalidError(f"expected a Rule, got {_short(value)}", path=path)
+
+
+class Policy(Model, frozen=True):
     """Maps causes to rules; a cause not listed gets ``default`` (fail, unless said otherwise).
 
     JSON: ``{"rules": {"preempted": {"action": "requeue", "max": 5, "backoff": 30}, "out_of_memory":
-    "fail"}, "default": "fail"}``.
+    "fail"}, "default": "fail"}``. A rule given as an action's name is that action with its defaults.
     """
 
-    rules: Mapping[Cause, Rule] = field(default_factory=dict, hash=False)
-    default: Rule = _FAIL
+    json_path: ClassVar[str] = "policy"
+
+    rules: Mapping[Cause, Rule | Action] = EMPTY_MAP  # type: ignore[assignment]  # an empty FrozenMap
+    default: Rule | Action = _FAIL
 
     def __post_init__(self) -> None:
         if not isinstance(self.rules, Mapping):
-            raise InvalidError(f"expected a mapping of Cause -> Rule, got {self.rules!r}", path="rules")
-        if not isinstance(self.default, Rule):
-            raise InvalidError(f"expected a Rule, got {self.default!r}", path="default")
+            raise InvalidError(f"expected a mapping of Cause -> Rule, got {_short(self.rules)}", path="rules")
+        rules: dict[Cause, Rule] = {}
         for cause, rule in self.rules.items():
-            if not isinstance(cause, Cause) or not isinstance(rule, Rule):
+            if not isinstance(cause, Cause) or not isinstance(rule, Rule | Action):
                 raise InvalidError(f"expected Cause -> Rule, got {cause!r} -> {rule!r}", path="rules")
-        object.__setattr__(self, "rules", MappingProxyType(dict(self.rules)))
+            rules[cause] = _rule(rule, key_path("rules", cause.value))
+        force_setattr(self, "rules", frozen_map(dict(sorted(rules.items()))))  # keys: str-valued Causes
+        force_setattr(self, "default", _rule(self.default, "default"))
 
     def rule_for(self, cause: Cause) -> Rule:
-        return self.rules.get(cause, self.default)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Policy):
-            return NotImplemented
-        return dict(self.rules) == dict(other.rules) and self.default == other.default
-
-    def __hash__(self) -> int:
-        return hash(json.dumps(self.to_json(), sort_keys=True))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rules": {
-                c.value: r.to_json() for c, r in sorted(self.rules.items(), key=lambda kv: kv[0].value)
-            },
-            "default": self.default.to_json(),
-        }
-
-    @classmethod
-    def from_json(cls, value: Any, path: str = "policy") -> Policy:
-        f = Fields(value, path)
-        raw_rules: Mapping[str, Any] = f.optional("rules", as_object, {})
-        rules: dict[Cause, Rule] = {}
-        for name, raw in raw_rules.items():
-            where = key_path(f"{path}.rules" if path else "rules", name)
-            cause = as_enum(Cause, name, where)
-            rules[cause] = Rule.from_json(raw, where)
-        default = f.optional("default", Rule.from_json, _FAIL)
-        f.done()
-        return cls(rules, default)
+        rule = self.rules.get(cause, self.default)
+        assert isinstance(rule, Rule)  # __post_init__ made every entry a Rule
+        return rule
 
 
 _REQUEUE_3 = Rule(Action.REQUEUE, max=3, backoff=30.0)
@@ -193,9 +165,10 @@ class PlanAction(StrEnum):
     DONE = "done"  # terminal; nothing more will happen
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(Model, frozen=True):
     """The supervisor's decision for one record: action, why, and not before when (epoch seconds)."""
+
+    json_path: ClassVar[str] = "plan"
 
     action: PlanAction
     reason: str = ""
@@ -213,23 +186,3 @@ class Plan:
                 f"expected epoch seconds between 0 and {MAX_EPOCH_SECONDS:.0f}, got {_short(nb)}",
                 path="notBefore",
             )
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"action": self.action.value}
-        if self.reason:
-            out["reason"] = self.reason
-        if self.not_before is not None:
-            out["notBefore"] = self.not_before
-        return out
-
-    @classmethod
-    def from_json(cls, value: Any, path: str = "plan") -> Plan:
-        f = Fields(value, path)
-        action = f.required("action", lambda v, p: as_enum(PlanAction, v, p))
-        reason = f.optional("reason", as_str, "")
-        not_before = f.optional("notBefore", as_number, None)
-        f.done()
-        try:
-            return cls(action=action, reason=reason, not_before=not_before)
-        except InvalidError as exc:
-            raise InvalidError(exc.detail, path=f"{path}.{exc.path}" if path else exc.path) from None

@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
+from msgspec.structs import force_setattr
+
 from dispatch.errors import InvalidError
-from dispatch.model._decode import (
-    INT_MAX,
-    Fields,
-    as_int,
-    as_list,
-    as_mapping,
-    as_str,
-    key_path,
-    load_json,
-    load_yaml,
-)
-from dispatch.model.extensions import Extensions
+from dispatch.model._base import EMPTY_MAP, Model, frozen_map
+from dispatch.model._decode import INT_MAX, key_path, load_json, load_yaml
+from dispatch.model.extensions import EMPTY_EXTENSIONS, Extensions
 from dispatch.model.identity import ENV_PREFIX
 
 __all__ = ["ENV_NAME", "JobSpec"]
@@ -28,8 +19,7 @@ __all__ = ["ENV_NAME", "JobSpec"]
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-@dataclass(frozen=True, slots=True)
-class JobSpec:
+class JobSpec(Model, frozen=True):
     """What to run: the command on every node, how many nodes, environment, time limit, extensions.
 
     Construction validates every rule and raises :class:`~dispatch.errors.InvalidError` naming the field.
@@ -38,9 +28,9 @@ class JobSpec:
     command: tuple[str, ...]
     nodes: int = 1
     procs_per_node: int | None = None
-    env: Mapping[str, str] = field(default_factory=dict, hash=False)
+    env: Mapping[str, str] = EMPTY_MAP
     time_limit: int | None = None
-    extensions: Extensions = field(default_factory=Extensions)
+    extensions: Extensions = EMPTY_EXTENSIONS
 
     def __post_init__(self) -> None:
         command = self.command
@@ -51,7 +41,7 @@ class JobSpec:
         for i, item in enumerate(command):
             if not isinstance(item, str):
                 raise InvalidError(f"expected a string, got {type(item).__name__}", path=f"command[{i}]")
-        object.__setattr__(self, "command", tuple(command))
+        force_setattr(self, "command", tuple(command))
         _check_count(self.nodes, "nodes")
         if self.procs_per_node is not None:
             _check_count(self.procs_per_node, "procsPerNode")
@@ -67,47 +57,11 @@ class JobSpec:
                 raise InvalidError(f"names starting {ENV_PREFIX} are reserved to dispatch", path=where)
             if not isinstance(value, str):
                 raise InvalidError(f"expected a string, got {type(value).__name__}", path=where)
-        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        force_setattr(self, "env", frozen_map(self.env))
         ext = self.extensions
         if not isinstance(ext, Extensions):
             ext = Extensions(ext)
-        object.__setattr__(self, "extensions", ext)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, JobSpec):
-            return NotImplemented
-        return self.to_json() == other.to_json()
-
-    def __hash__(self) -> int:
-        return hash((self.command, self.nodes, self.procs_per_node, self.time_limit, self.extensions))
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON form (camelCase keys; absent optional fields are omitted, never ``null``)."""
-        out: dict[str, Any] = {"command": list(self.command), "nodes": self.nodes}
-        if self.procs_per_node is not None:
-            out["procsPerNode"] = self.procs_per_node
-        if self.env:
-            out["env"] = dict(self.env)
-        if self.time_limit is not None:
-            out["timeLimit"] = self.time_limit
-        if self.extensions:
-            out["extensions"] = self.extensions.to_json()
-        return out
-
-    @classmethod
-    def from_json(cls, value: Any, path: str = "") -> JobSpec:
-        """Decode the JSON form (already parsed) strictly."""
-        f = Fields(value, path)
-        spec = cls(
-            command=tuple(f.required("command", lambda v, p: as_list(v, p, as_str))),
-            nodes=f.optional("nodes", as_int, 1),
-            procs_per_node=f.optional("procsPerNode", as_int, None),
-            env=f.optional("env", lambda v, p: as_mapping(v, p, as_str), {}),
-            time_limit=f.optional("timeLimit", as_int, None),
-            extensions=f.optional("extensions", Extensions.from_json, Extensions()),
-        )
-        f.done()
-        return spec
+        force_setattr(self, "extensions", ext if ext else EMPTY_EXTENSIONS)
 
     @classmethod
     def loads(cls, data: bytes | str, *, format: str = "json") -> JobSpec:

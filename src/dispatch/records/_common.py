@@ -10,12 +10,17 @@ import asyncio
 import json
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from dispatch.errors import ConflictError, InvalidError, UnavailableError
-from dispatch.model import JobRecord, Lease, State, Transition, load_json
+from dispatch.model import JobRecord, Lease, State, Transition
+from dispatch.model._base import Model, _enc_hook, _within, decode_text, encode_text
 from dispatch.model._decode import STORED_DEPTH, check_plain
 from dispatch.records.store import Changes
+
+M = TypeVar("M", bound=Model)
 
 __all__ = [
     "QueueChanges",
@@ -32,6 +37,7 @@ __all__ = [
     "dumps",
     "lease_after_acquire",
     "lease_after_release",
+    "record_text",
 ]
 
 
@@ -44,6 +50,23 @@ def dumps(value: Any, what: str) -> str:
         raise InvalidError(f"cannot be stored: its JSON form is not JSON ({exc})", path=what) from None
 
 
+def record_text(record: JobRecord) -> str:
+    """The canonical text a store keeps for ``record`` (compact JSON, keys sorted)."""
+    return encode_text(record).decode()
+
+
+def _round_trip(cls: type[M], value: M, where: str) -> tuple[M, str]:
+    """``value`` encoded and decoded again, with its text: what a store will keep and give back."""
+    if not isinstance(value, cls):
+        raise InvalidError(f"expected a {cls.__name__}, got {type(value).__name__}", path=where)
+    text = encode_text(value)
+    if b"null" in text:
+        # msgspec writes NaN, infinities and a None where a value is due as null: name the field and
+        # what it holds. (A string that says "null" lands here too, and passes.)
+        check_plain(msgspec.to_builtins(value, enc_hook=_enc_hook), "")
+    return decode_text(cls, text, where, max_depth=STORED_DEPTH), text.decode()
+
+
 def checked_record(record: JobRecord) -> JobRecord:
     """``record`` as the store will keep it: encoded and decoded again with the strict decoders.
 
@@ -51,18 +74,17 @@ def checked_record(record: JobRecord) -> JobRecord:
     NaN timestamp) is refused with ``InvalidError`` naming the job and the field, before anything is
     written. Returning the decoded copy means the caller sees exactly what a later ``get`` returns.
     """
-    if not isinstance(record, JobRecord):
-        raise InvalidError(f"expected a JobRecord, got {type(record).__name__}", path="record")
-    what = f"record of job {record.job_id!r}"
+    what = f"record of job {getattr(record, 'job_id', '?')!r}"
     try:
-        text = dumps(check_plain(record.to_json(), ""), "record")
-        return JobRecord.from_json(load_json(text, what="record", max_depth=STORED_DEPTH), path="")
+        return _round_trip(JobRecord, record, "record")[0]
     except InvalidError as exc:
+        if exc.path == "record" and not isinstance(record, JobRecord):
+            raise
         raise InvalidError(
             f"{what} does not survive its JSON form: {exc.detail}",
             path=exc.path if exc.path not in ("record", "document") else None,
         ) from None
-    except (TypeError, ValueError, AttributeError) as exc:  # a field holding something of the wrong kind
+    except (TypeError, ValueError, AttributeError, msgspec.EncodeError) as exc:  # a field of the wrong kind
         raise InvalidError(f"{what} cannot be encoded: {exc}") from None
 
 
@@ -79,16 +101,14 @@ def checked_transition(job_id: str, transition: Transition, where: str) -> tuple
     if not isinstance(transition, Transition):
         raise InvalidError(f"expected a Transition, got {type(transition).__name__}", path=where)
     try:
-        text = dumps(check_plain(transition.to_json(), where), where)
-        decoded = Transition.from_json(load_json(text, what=where, max_depth=STORED_DEPTH), path=where)
+        return _round_trip(Transition, transition, where)
     except InvalidError as exc:
         raise InvalidError(
             f"a transition of job {job_id!r} does not survive its JSON form: {exc.detail}",
-            path=exc.path or where,
+            path=_within(where, exc.path) if exc.path not in (where, "document") else where,
         ) from None
-    except (TypeError, ValueError, AttributeError) as exc:
+    except (TypeError, ValueError, AttributeError, msgspec.EncodeError) as exc:
         raise InvalidError(f"a transition of job {job_id!r} cannot be encoded: {exc}", path=where) from None
-    return decoded, text
 
 
 def check_revision(expected_revision: int) -> int:
@@ -102,7 +122,7 @@ def check_revision(expected_revision: int) -> int:
 def decode_record(job_id: str, text: str, where: str) -> JobRecord:
     """Decode a stored record strictly; any failure names the job and ``where`` it is stored."""
     try:
-        record = JobRecord.from_json(load_json(text, what="record", max_depth=STORED_DEPTH), path="")
+        record = decode_text(JobRecord, text, "record", max_depth=STORED_DEPTH)
     except (InvalidError, TypeError, ValueError, KeyError) as exc:
         raise InvalidError(
             f"the stored record of job {job_id!r} in {where} cannot be decoded: {exc}"
@@ -117,7 +137,7 @@ def decode_record(job_id: str, text: str, where: str) -> JobRecord:
 def decode_transition(job_id: str, seq: int, text: str, where: str) -> Transition:
     """Decode one stored history entry strictly; any failure names the job, the entry and the store."""
     try:
-        return Transition.from_json(load_json(text, what="transition", max_depth=STORED_DEPTH), path="")
+        return decode_text(Transition, text, "transition", max_depth=STORED_DEPTH)
     except (InvalidError, TypeError, ValueError, KeyError) as exc:
         raise InvalidError(
             f"history entry {seq} of job {job_id!r} in {where} cannot be decoded: {exc}"

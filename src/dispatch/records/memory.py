@@ -26,8 +26,6 @@ from dispatch.records._common import (
     checked_record,
     checked_transition,
     checked_transitions,
-    decode_record,
-    dumps,
     lease_after_acquire,
     lease_after_release,
 )
@@ -41,8 +39,6 @@ _WHERE = "the memory store"
 @dataclass(frozen=True, slots=True)
 class _Entry:
     record: JobRecord
-    text: str  # for records carrying opaque (mutable) values: their JSON, decoded afresh on each read
-    opaque: bool
 
 
 class MemoryStore:
@@ -76,9 +72,7 @@ class MemoryStore:
         return entry
 
     def _put(self, record: JobRecord) -> JobRecord:
-        opaque = bool(record.spec.extensions.opaque())
-        text = dumps(record.to_json(), f"record of job {record.job_id!r}") if opaque else ""
-        self._records[record.job_id] = _Entry(record, text, opaque)
+        self._records[record.job_id] = _Entry(record)
         self._notify(record.job_id)
         return self._read(self._records[record.job_id])
 
@@ -93,8 +87,6 @@ class MemoryStore:
 
     @staticmethod
     def _read(entry: _Entry) -> JobRecord:
-        if entry.opaque:
-            return decode_record(entry.record.job_id, entry.text, _WHERE)
         return entry.record
 
     async def create(self, record: JobRecord, transition: Transition) -> JobRecord:

@@ -66,9 +66,9 @@ from dispatch.records._common import (
     checked_transitions,
     decode_record,
     decode_transition,
-    dumps,
     lease_after_acquire,
     lease_after_release,
+    record_text,
 )
 from dispatch.records.postgres_url import check_dsn, redact_dsn
 from dispatch.records.store import Changes, check_key_value
@@ -423,13 +423,11 @@ class PostgresStore:
         return record
 
     def _remember(self, text: str, record: JobRecord) -> None:
-        # Records carrying an unknown extension's (mutable) value are decoded afresh on every read.
-        if not record.spec.extensions.opaque():
-            self._decoded[record.job_id] = (text, record)
+        self._decoded[record.job_id] = (text, record)
 
     def _columns(self, record: JobRecord) -> dict[str, Any]:
         lease = record.lease
-        text = dumps(record.to_json(), f"record of job {record.job_id!r}")
+        text = record_text(record)
         self._remember(text, record)  # harmless if the transaction rolls back: keyed by text
         return {
             "job_id": record.job_id,

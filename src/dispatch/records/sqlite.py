@@ -51,9 +51,9 @@ from dispatch.records._common import (
     checked_transitions,
     decode_record,
     decode_transition,
-    dumps,
     lease_after_acquire,
     lease_after_release,
+    record_text,
 )
 from dispatch.records.paths import expand_user
 from dispatch.records.store import Changes, check_key_value
@@ -372,14 +372,11 @@ class SqliteStore:
         return record
 
     def _remember(self, text: str, record: JobRecord) -> None:
-        # Records carrying an unknown extension's value (plain, mutable JSON) are decoded afresh on
-        # every read instead, so no caller can change what another one sees.
-        if not record.spec.extensions.opaque():
-            self._decoded[record.job_id] = (text, record)
+        self._decoded[record.job_id] = (text, record)
 
     def _columns(self, record: JobRecord) -> tuple[object, ...]:
         lease = record.lease
-        text = dumps(record.to_json(), f"record of job {record.job_id!r}")
+        text = record_text(record)
         self._remember(text, record)  # harmless if the transaction then rolls back: keyed by text
         return (
             record.outcome.state.value,
