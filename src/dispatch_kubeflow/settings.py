@@ -338,10 +338,6 @@ class Toleration(Model, frozen=True):
                 'tolerationSeconds applies only to effect "NoExecute"', path="tolerationSeconds"
             )
 
-    def to_json(self) -> dict[str, Any]:
-        # The operator is written even when it is Kubernetes' default, as kubectl shows it.
-        return {"operator": self.operator, **super().to_json()}
-
 
 class PullSecret(Model, frozen=True):
     """An image pull secret of the job's pods, by name."""

@@ -20,6 +20,7 @@ with a path relative to the value, which the decoder prefixes with where the val
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -183,13 +184,18 @@ def _plain(value: Any) -> bool:
     strict readers refuse. False sends the value to :func:`_explain`.
 
     msgspec accepts ``null`` for an optional field (dispatch refuses it: it would silently mean
-    "default") and non-finite numbers, which its encoder writes as ``null``; so one C pass over the
-    value finds them all. A string that says "null" is a false alarm that costs only time. Duplicate
-    keys, integers beyond 64 bits and unpaired surrogates are refused by the text decoders already."""
+    "default"), non-finite numbers (its encoder writes them as ``null``) and integers up to 2**64
+    (dispatch's are 64-bit signed); one C pass over the value finds them all. A string that says
+    "null" or holds 19 digits in a row is a false alarm that costs only time. Duplicate keys and
+    unpaired surrogates are refused by the text decoders already."""
     try:
-        return b"null" not in msgspec.json.encode(value)
+        text = msgspec.json.encode(value)
     except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
         return False
+    return b"null" not in text and _LONG_NUMBER.search(text) is None
+
+
+_LONG_NUMBER = re.compile(rb"[0-9]{19}")
 
 
 _INFO: dict[type, Any] = {}
@@ -331,11 +337,8 @@ def _within_bounds(t: Any, value: Any, where: str) -> Any:
     if isinstance(value, str):
         _length(t, value, path)
         pattern = getattr(t, "pattern", None)
-        if pattern is not None:
-            import re
-
-            if not re.search(pattern, value):
-                raise InvalidError(f"{value[:80]!r} does not match the pattern {pattern}", path=where)
+        if pattern is not None and not re.search(pattern, value):
+            raise InvalidError(f"{value[:80]!r} does not match the pattern {pattern}", path=where)
         return value
     if ge is not None and value < ge:
         raise InvalidError(f"must be at least {ge}, got {value}", path=where)
@@ -350,9 +353,9 @@ def _within_bounds(t: Any, value: Any, where: str) -> Any:
 
 def _length(t: Any, value: Any, path: str, expected: str | None = None) -> None:
     low, high = getattr(t, "min_length", None), getattr(t, "max_length", None)
-    if expected is not None and not isinstance(value, str):
-        if (low is not None and len(value) < low) or (high is not None and len(value) > high):
-            raise InvalidError(f"expected {expected}, got {len(value)}", path=path or "document")
+    outside = (low is not None and len(value) < low) or (high is not None and len(value) > high)
+    if expected is not None and not isinstance(value, str) and outside:
+        raise InvalidError(f"expected {expected}, got {len(value)}", path=path or "document")
     if low is not None and len(value) < low:
         raise InvalidError(
             "must not be empty" if low == 1 else f"must have at least {low} items", path=path or "document"
