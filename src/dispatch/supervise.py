@@ -174,7 +174,7 @@ class Supervisor:
         self._fresh: set[str] = set()  # newly leased: observe before trusting the record
         self._retry: dict[str, _Retry] = {}
         self._stopped: dict[str, float] = {}  # native ref -> when we asked it to stop
-        self._pending: builtins.list[Change] = []
+        self._feed: WatchFeed | None = None
         self._next_scan = -math.inf
         self._next_resync = -math.inf
         self._listing: builtins.list[Observation] | None = None
@@ -201,8 +201,11 @@ class Supervisor:
         touched: set[str] = set()
         watching = await self._watching()
         if watching:
-            changes = self._pending + await self._drain()
-            self._pending = []
+            if self._feed is not None:
+                changes = self._feed.take()
+                self.cursor = self._feed.cursor
+            else:
+                changes = await self._drain()
             report.changes = len(changes)
             for change in changes:
                 jid = change.handle.identity.job_id
@@ -239,6 +242,8 @@ class Supervisor:
         the end (:meth:`close`)."""
         stop = stop if stop is not None else asyncio.Event()
         try:
+            if await self._watching():
+                self.keep_watching()
             while not stop.is_set():
                 started = time.monotonic()
                 try:
@@ -265,8 +270,8 @@ class Supervisor:
             return
         stopper = asyncio.ensure_future(stop.wait())
         waiters: set[asyncio.Future[Any]] = {stopper, asyncio.ensure_future(self.clock.sleep(delay))}
-        if await self._watching():
-            waiters.add(asyncio.ensure_future(self._next_change()))
+        if self._feed is not None:
+            waiters.add(asyncio.ensure_future(self._feed.wait()))
         try:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -274,34 +279,23 @@ class Supervisor:
                 w.cancel()
             await asyncio.gather(*waiters, return_exceptions=True)
 
-    async def _next_change(self) -> None:
-        assert isinstance(self.backend, Watcher)
-        changes = self.backend.watch(self.cursor)
-        try:
-            change = await anext(changes)
-            self._pending.append(change)
-            self.cursor = change.cursor
-            # Take the rest of a batch the watch has at hand too: a watcher may give every change of a
-            # batch but the last the cursor from before the batch (Kubeflow's listing does), so stopping
-            # after the first would list and emit the same batch again, forever.
-            while True:
-                try:
-                    async with asyncio.timeout(0):
-                        change = await anext(changes)
-                except (TimeoutError, StopAsyncIteration):
-                    break
-                self._pending.append(change)
-                self.cursor = change.cursor
-        except (StopAsyncIteration, DispatchError):
-            pass
-        finally:
-            await _aclose(changes)
+    def keep_watching(self) -> None:
+        """Keep one watch open from now on (:meth:`run` does this): every step then takes the changes it
+        delivered meanwhile, instead of reading a fresh watch from the cursor. On Kubeflow a fresh watch
+        lists every kind again, so a daemon must keep one open; ``step`` alone reads a fresh one, which an
+        in-process backend answers at once. Needs a running event loop; :meth:`close` ends it."""
+        if self._feed is None:
+            assert isinstance(self.backend, Watcher)
+            self._feed = WatchFeed(self.backend, self.cursor, self.clock)
 
     async def close(self) -> None:
         """Release every lease this supervisor holds (another one may take them at once). Idempotent."""
         if self._closed:
             return
         self._closed = True
+        if self._feed is not None:
+            await self._feed.close()
+            self._feed = None
         for jid in sorted(self._leased):
             try:
                 await self.store.release_lease(jid, self.holder)
@@ -832,6 +826,59 @@ def _same(before: JobRecord, now: JobRecord) -> bool:
 def _changed(rec: JobRecord, result: tuple[JobRecord, builtins.list[Transition]]) -> decide.Step | None:
     new, transitions = result
     return None if new is rec else (new, transitions)
+
+
+class WatchFeed:
+    """One watch kept open: a task reads it into a buffer that :meth:`take` empties. When the watch ends
+    or drops, it is opened again from the last change's cursor (the kopf ``continuous_watch`` model),
+    after a doubling pause (0.5 s to 30 s) when it failed."""
+
+    def __init__(self, backend: Watcher, cursor: str | None, clock: Clock) -> None:
+        self.cursor = cursor
+        """The cursor of the last change read."""
+        self._backend = backend
+        self._clock = clock
+        self._buffer: builtins.list[Change] = []
+        self._ready = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._read(), name="dispatch-watch-feed")
+
+    def take(self) -> builtins.list[Change]:
+        """Every change read since the last call."""
+        out, self._buffer = self._buffer, []
+        self._ready.clear()
+        return out
+
+    async def wait(self) -> None:
+        """Return once there is a change to take."""
+        await self._ready.wait()
+
+    async def _read(self) -> None:
+        quiet = 0  # watches in a row that failed, or ended without a change
+        while True:
+            changes = self._backend.watch(self.cursor)
+            delivered = failed = False
+            try:
+                async for change in changes:
+                    self._buffer.append(change)
+                    self.cursor = change.cursor
+                    self._ready.set()
+                    delivered = True
+            except DispatchError as exc:
+                failed = True
+                log.info("watch interrupted, resuming from the last cursor: %s", exc)
+            finally:
+                await _aclose(changes)
+            # A watch that delivered and then ended (a server timeout) is resumed at once.
+            quiet = quiet + 1 if failed or not delivered else 0
+            await self._clock.sleep(min(_FEED_PAUSE * 2 ** (quiet - 1), _FEED_PAUSE_MAX) if quiet else 0.0)
+
+    async def close(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+_FEED_PAUSE = 0.5
+_FEED_PAUSE_MAX = 30.0
 
 
 async def _aclose(changes: AsyncIterator[Change]) -> None:

@@ -163,3 +163,38 @@ async def test_an_idle_supervisor_does_not_relist_a_batch_of_existing_incarnatio
     listings = sim.requests.filter(verb="list", resource="trainjobs")
     # The first step's drain and idle wait each list once; a few more are fine, hundreds are the loop.
     assert len(listings) <= 6, len(listings)
+
+
+async def test_the_daemon_keeps_one_watch_open_across_its_wake_ups(backend: Backend, sim: Simulator) -> None:
+    """``run`` wakes many times (every poll, every change), but opens the watch once: on Kubeflow a
+    fresh watch lists every kind again, so reopening it per wake-up would relist the namespace."""
+    import asyncio
+
+    cluster = Cluster(backend, MemoryStore(), policy=POLICY)  # the system clock, as the daemon runs
+    await cluster.submit(spec(env={"KUBESIM_SCRIPT": "sleep 20; exit 0"}), job_id="sup-one-watch")
+    sup = cluster.supervisor(poll=0.05, lease=30.0, resync=3600.0)
+    sim.requests.clear()
+    steps = 0
+
+    async def count(report: Any) -> None:
+        nonlocal steps
+        steps += 1
+
+    async def done() -> bool:
+        return (await cluster.store.get("sup-one-watch")).state is State.SUCCEEDED
+
+    daemon = asyncio.ensure_future(sup.run(until=done, on_step=count))
+    for _ in range(300):
+        if daemon.done():
+            break
+        await sim.settle()
+        sim.advance(0.5)
+        await asyncio.sleep(0.02)
+    await asyncio.wait_for(daemon, 30)
+    assert await done()
+    kinds = len({r.resource for r in sim.requests.filter(verb="watch")})
+    watches = sim.requests.filter(verb="watch")
+    lists = sim.requests.filter(verb="list")
+    assert steps > 3 * kinds  # it woke many times...
+    assert len(watches) <= 2 * kinds, [r.resource for r in watches]  # ...and watched each kind once or twice
+    assert len(lists) <= 4 * kinds, [r.resource for r in lists]  # the first listing, and the scans' reads
