@@ -20,7 +20,17 @@ from typing import IO, Any
 
 from dispatch.errors import InvalidError
 
-__all__ = ["FIELDS", "JsonFormatter", "RedactSecrets", "configure", "secret"]
+__all__ = [
+    "FIELDS",
+    "MARK",
+    "SECRETS",
+    "JsonFormatter",
+    "RedactSecrets",
+    "Secrets",
+    "configure",
+    "redact_loggers",
+    "secret",
+]
 
 FIELDS = ("job_id", "epoch", "action", "cause")
 """Context fields a log call may pass with ``extra=`` and a JSON line then carries."""
@@ -28,31 +38,86 @@ FIELDS = ("job_id", "epoch", "action", "cause")
 # Loggers of the libraries under us that log request headers (tokens) at DEBUG.
 _WIRE_LOGGERS = ("httpx", "httpcore", "httpx2", "httpcore2", "hpack", "h2", "aiohttp.client", "urllib3")
 _BEARER = re.compile(r"(?i)(bearer\s+)[^\s'\",]+")
-_secrets: set[str] = set()
+MARK = "***"
+"""What a secret is replaced with, everywhere."""
+
+
+class Secrets:
+    """The secrets live in this process (tokens, passwords), counted by their users, and the one place
+    that blanks them — and anything after ``Bearer`` — from text: log lines, error messages."""
+
+    def __init__(self) -> None:
+        self._live: dict[str, int] = {}
+
+    def add(self, value: str) -> None:
+        """A user of ``value`` begins; too short a value (under 4 characters) is not a secret to hunt."""
+        if isinstance(value, str) and len(value) >= 4:
+            self._live[value] = self._live.get(value, 0) + 1
+
+    def remove(self, value: str) -> None:
+        """A user of ``value`` is done; the last one's leaving forgets it."""
+        left = self._live.get(value, 0) - 1
+        if left > 0:
+            self._live[value] = left
+        else:
+            self._live.pop(value, None)
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._live
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every live secret and bearer token replaced by :data:`MARK`."""
+        for value in self._live:
+            if value in text:
+                text = text.replace(value, MARK)
+        return _BEARER.sub(rf"\1{MARK}", text)
+
+
+SECRETS = Secrets()
 
 
 def secret(value: str) -> None:
-    """Register a secret (a token, a password) that must never appear in a log line."""
-    if isinstance(value, str) and len(value) >= 4:
-        _secrets.add(value)
+    """Register a secret (a token, a password) that must never appear in a log line, for the life of
+    the process (``SECRETS.add``/``remove`` count users instead)."""
+    SECRETS.add(value)
 
 
 class RedactSecrets(logging.Filter):
-    """Blanks registered secrets and bearer tokens in a record's message and arguments."""
+    """Blanks the live secrets in a record: its message, arguments and exception text (a handler prints
+    the text; the exception objects, which may hold the secret, are dropped once it is rendered)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        clean = _redact(message)
-        if clean != message:
-            record.msg, record.args = clean, None
+        try:
+            text = record.getMessage()
+        except Exception:  # a malformed record: keep its parts, scrubbed, rather than drop it
+            text = f"{record.msg} {record.args}"
+        clean = SECRETS.scrub(text)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        exc_text = SECRETS.scrub(record.exc_text) if record.exc_text else record.exc_text
+        if clean != text or exc_text != record.exc_text:
+            record.msg, record.args, record.exc_text = clean, None, exc_text
+            if exc_text is not None:
+                record.exc_info = None
         return True
 
 
+_REDACT = RedactSecrets()
+
+
+def redact_loggers(names: tuple[str, ...]) -> None:
+    """Put the filter on the loggers ``names`` and on every logger under their packages that exists, so
+    a library that logs a request header at DEBUG logs it blanked (whatever handler a host attached)."""
+    roots = {n.split(".")[0] for n in names}
+    found = set(names) | {n for n in logging.Logger.manager.loggerDict if n.split(".")[0] in roots}
+    for name in found:
+        logger = logging.getLogger(name)
+        if _REDACT not in logger.filters:
+            logger.addFilter(_REDACT)
+
+
 def _redact(text: str) -> str:
-    for value in _secrets:
-        if value in text:
-            text = text.replace(value, "[redacted]")
-    return _BEARER.sub(r"\1[redacted]", text)
+    return SECRETS.scrub(text)
 
 
 class JsonFormatter(logging.Formatter):
@@ -99,7 +164,7 @@ def configure(
         if fmt == "json"
         else _TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
-    handler.addFilter(RedactSecrets())
+    handler.addFilter(_REDACT)
     for name in ("dispatch", "dispatch_kubeflow"):
         logger = logging.getLogger(name)
         logger.addHandler(handler)

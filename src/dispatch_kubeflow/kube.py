@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx2 as httpx
 
-from dispatch import metrics
+from dispatch import logs, metrics
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import check_token
 from dispatch.errors import InvalidError, ReadOnlyError, UnsupportedError
@@ -66,59 +66,6 @@ LIBRARY_LOGGERS = (
     "httpcore.proxy", "httpcore.socks", "h11", "h2", "h2.connection", "h2.stream", "hpack", "hpack.hpack",
     "hpack.table", "lightkube", "aiohttp", "aiohttp.client", "aiohttp.internal", "asyncio",
 )  # fmt: skip
-
-
-class _Scrub(logging.Filter):
-    """Replaces every live token in a log record (message, arguments, exception text) with ``***``."""
-
-    def __init__(self) -> None:
-        super().__init__("dispatch-kubeflow-token-scrub")
-        self.tokens: dict[str, int] = {}  # token -> clients using it
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not self.tokens:
-            return True
-        try:
-            text = record.getMessage()
-        except Exception:  # a malformed record: keep its parts, scrubbed, rather than drop it
-            text = f"{record.msg} {record.args}"
-        clean = self._clean(text)
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        exc_text = self._clean(record.exc_text) if record.exc_text else record.exc_text
-        if clean != text or exc_text != record.exc_text:
-            record.msg, record.args, record.exc_text = clean, None, exc_text
-            if exc_text is not None:
-                record.exc_info = None  # the text is what a handler prints; the objects hold the token
-        return True
-
-    def _clean(self, text: str) -> str:
-        for token in self.tokens:
-            text = text.replace(token, "***")
-        return text
-
-    def install(self) -> None:
-        names = set(LIBRARY_LOGGERS)
-        roots = {n.split(".")[0] for n in LIBRARY_LOGGERS}
-        names.update(n for n in logging.Logger.manager.loggerDict if n.split(".")[0] in roots)
-        for name in names:
-            logger = logging.getLogger(name)
-            if self not in logger.filters:
-                logger.addFilter(self)
-
-    def add(self, token: str) -> None:
-        self.install()
-        self.tokens[token] = self.tokens.get(token, 0) + 1
-
-    def remove(self, token: str) -> None:
-        left = self.tokens.get(token, 0) - 1
-        if left > 0:
-            self.tokens[token] = left
-        else:
-            self.tokens.pop(token, None)
-
-
-SCRUB = _Scrub()
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +187,8 @@ class KubeClient:
         client = cls(http, server=str(single.cluster.server), retry=retry, clock=clock)
         for secret in (token, static):
             if isinstance(secret, str):
-                SCRUB.add(secret)
+                logs.redact_loggers(LIBRARY_LOGGERS)
+                logs.SECRETS.add(secret)
                 client._tokens.append(secret)
         return client
 
@@ -249,7 +197,7 @@ class KubeClient:
             await self._http.aclose()
         finally:
             while self._tokens:
-                SCRUB.remove(self._tokens.pop())
+                logs.SECRETS.remove(self._tokens.pop())
 
     async def request(
         self,

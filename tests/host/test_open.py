@@ -24,6 +24,18 @@ from .helpers import spec
 SECRET = "s3cr3t-bearer-token-value"
 
 
+@pytest.fixture(autouse=True)
+def registry_restored() -> Iterator[None]:
+    """The adapters these tests register (``tiny``, ``bare-test``) are process-wide: take them away again,
+    so that a later test in the same process sees only the installed ones."""
+    from dispatch import registry
+
+    before = dict(registry._adapters)
+    yield
+    registry._adapters.clear()
+    registry._adapters.update(before)
+
+
 async def test_open_by_registered_name() -> None:
     import dispatch.memory
 

@@ -15,8 +15,9 @@ from kubeflow_fixtures import config, ident, kubeconfig, spec
 
 from dispatch import AdapterConfig, Config, InvalidError
 from dispatch.backend import place
+from dispatch.logs import SECRETS
 from dispatch_kubeflow.backend import open_backend
-from dispatch_kubeflow.kube import LIBRARY_LOGGERS, SCRUB
+from dispatch_kubeflow.kube import LIBRARY_LOGGERS
 from kubesim.auth import Permissions
 from kubesim.sim import Simulator
 
@@ -118,4 +119,4 @@ async def test_a_library_record_quoting_the_token_is_scrubbed(
     text = everything_at_debug.getvalue()
     assert text.count("***") >= 3 and "Illegal header value" in text
     assert token not in text
-    assert token not in SCRUB.tokens  # forgotten once no client uses it
+    assert token not in SECRETS  # forgotten once no client uses it

@@ -27,6 +27,7 @@ from dispatch.cli.embedded import OfflineBackend, gone_jobs, mark
 from dispatch.cli.render import Renderer, probe_progress, when
 from dispatch.cluster import Cluster
 from dispatch.errors import ConflictError, DispatchError, InvalidError, UnsupportedError
+from dispatch.logs import SECRETS
 from dispatch.model import JobRecord, JobSpec, State
 from dispatch.registry import describe, load_installed
 from dispatch.supervise import StepReport, UnmatchedPolicy
@@ -147,16 +148,13 @@ def report_error(opts: Options, exc: DispatchError) -> None:
 def report_unexpected(opts: Options | None, exc: BaseException) -> None:
     """One line for an exception that is not a dispatch error (a defect: please report it). The token
     is cut out of the message, in case a library below us quoted it."""
-    message = " ".join(str(exc).split()) or "(no message)"
-    secrets: list[str] = []
     try:
         token = read_token(opts.token_file if opts is not None else None)
     except Exception:  # an unreadable token file: nothing of it can be in the message to hide
         token = None
     if token:
-        secrets.append(token)
-    for secret in secrets:
-        message = message.replace(secret, "***")
+        SECRETS.add(token)
+    message = SECRETS.scrub(" ".join(str(exc).split()) or "(no message)")
     if len(message) > 300:
         message = message[:297] + "..."
     click.echo(

@@ -44,6 +44,7 @@ from psycopg import AsyncConnection, errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
+from dispatch import logs
 from dispatch.clock import Clock
 from dispatch.errors import (
     ConflictError,
@@ -234,7 +235,7 @@ class PostgresStore:
 
     def _scrub(self, text: str) -> str:
         if self.__password:
-            text = text.replace(self.__password, "***")
+            text = text.replace(self.__password, logs.MARK)
         return text
 
     def _mapped(self, exc: BaseException, *, committing: bool = False) -> DispatchError:
