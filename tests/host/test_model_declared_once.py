@@ -54,7 +54,9 @@ def test_every_printed_schema_is_2020_12_and_closed_at_every_level(
     assert doc["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     jsonschema.Draft202012Validator.check_schema(doc)
     objects = _objects(doc)
-    assert objects
+    assert len(objects) >= (
+        10 if adapter == "kubeflow" else 1
+    )  # kubeflow: settings, probe runtime, maps, ...
     for path, node in objects:
         extra = node.get("additionalProperties")
         if "properties" in node:
