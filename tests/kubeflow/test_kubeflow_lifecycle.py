@@ -59,21 +59,23 @@ async def test_exit_code_is_the_cause(backend: Backend, sim: Simulator) -> None:
     assert any(e.kind == "TrainJob" and e.reason == "FailedJobs" for e in obs.outcome.evidence)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="restartPolicy OnFailure: the Job controller deletes the restarting pod when the backoff "
-    "limit is exceeded, and observe() reads only what is left (the TrainJob's reason); the exit code "
-    "must be captured before cleanup (kubeflow backend, not done yet)",
-)
-async def test_exit_code_is_the_cause_when_the_pod_restarted_in_place(
+async def test_an_exit_code_nobody_read_before_cleanup_is_unknown_naming_the_failed_job(
     backend: Backend, sim: Simulator
 ) -> None:
+    """Under ``restartPolicy: OnFailure`` the container restarts in place; when the Job gives up, the
+    Job controller deletes the pod and JobSet its Jobs: read only afterwards, nothing holds the exit code
+    any more, on a real cluster as here. The honest answer is failed/unknown with what is left (the
+    TrainJob's message naming the failed Job). A supervisor watching the job reads the restarts as they
+    happen and reports exit_code (``test_exit_code_under_on_failure_seen_while_restarting_is_the_cause``
+    in the scenarios)."""
     handle = await place(backend, spec(env={"KUBESIM_SCRIPT": "sleep 5; exit 3"}), ident("bad-exit-restart"))
     await sim.settle()
     sim.advance(600)
     obs = await backend.observe(handle)
-    assert obs.state is State.FAILED
-    assert obs.cause is Cause.EXIT_CODE, obs.outcome
+    assert (obs.state, obs.cause) == (State.FAILED, Cause.UNKNOWN), obs.outcome
+    (ev,) = obs.outcome.evidence
+    assert (ev.kind, ev.reason) == ("TrainJob", "FailedJobs")
+    assert "first failed job: bad-exit-restart-1-" in ev.message
 
 
 async def test_time_limit_is_a_timeout(backend: Backend, sim: Simulator) -> None:

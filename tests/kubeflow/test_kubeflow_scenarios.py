@@ -284,6 +284,23 @@ async def test_oom_under_on_failure_is_read_from_last_state(scenario: Scenario) 
     assert _evidence(obs, "Pod", "OOMKilled").exit_code == 137
 
 
+async def test_exit_code_under_on_failure_seen_while_restarting_is_the_cause(scenario: Scenario) -> None:
+    """Restarts in place keep the exit code in lastState; when the Job gives up, its controller deletes
+    the pod. A backend that read the pod while it restarted (a watch, or any observe) carries the exit
+    code into the failure."""
+    b = await scenario.open()
+    handle = await scenario.start(
+        b, _job(ON_FAILURE, "print loading; sleep 5; exit 3"), ident("exit-onfailure")
+    )
+    seen = await scenario.until(b, handle, _terminal)
+    assert any(not o.outcome.terminal and o.cause is Cause.EXIT_CODE for o in seen), [
+        str(o.outcome) for o in seen
+    ]
+    obs = seen[-1]
+    assert (obs.state, obs.cause) == (State.FAILED, Cause.EXIT_CODE), obs.outcome
+    assert [e.exit_code for e in obs.outcome.evidence if e.kind == "Pod"] == [3]
+
+
 async def test_image_pull_failure_fails_after_the_grace_period(scenario: Scenario) -> None:
     b = await scenario.open()
     job = spec(NEVER, extensions=[Image("registry.invalid/train:1"), RuntimeRef(NEVER)])
