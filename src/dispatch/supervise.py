@@ -118,7 +118,8 @@ class Supervisor:
     ``policy`` applies to records without their own; ``holder`` names this supervisor in leases
     (default: host, pid and a random suffix); ``lease`` is the lease duration and ``poll`` the interval
     between polls (and between checks of lingering compute), in seconds of ``clock``; ``resync`` how often
-    the whole cluster is listed; ``jobs`` restricts it to some job ids (``dispatch run``); ``capacity``
+    the whole cluster is listed; ``jobs`` restricts it to some job ids (``dispatch run``), ``exclude``
+    leaves some alone (records of a cluster that is gone: the CLI's stopped dev cluster); ``capacity``
     caps how many records it leases at once (so several supervisors share the work).
     """
 
@@ -136,6 +137,7 @@ class Supervisor:
         unmatched: UnmatchedPolicy | str = UnmatchedPolicy.IGNORE,
         jobs: Collection[str] | None = None,
         capacity: int | None = None,
+        exclude: Collection[str] = (),
     ) -> None:
         if not isinstance(policy, Policy):
             raise InvalidError(f"expected a Policy, got {type(policy).__name__}", path="policy")
@@ -154,6 +156,9 @@ class Supervisor:
         except ValueError:
             allowed = ", ".join(u.value for u in UnmatchedPolicy)
             raise InvalidError(f"expected one of {allowed}, got {unmatched!r}", path="unmatched") from None
+        for name, ids in (("jobs", jobs), ("exclude", exclude)):
+            if ids is not None and (isinstance(ids, str) or not all(isinstance(j, str) for j in ids)):
+                raise InvalidError(f"expected a collection of job ids, got {ids!r}", path=name)
         if capacity is not None and (
             isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1
         ):
@@ -167,6 +172,7 @@ class Supervisor:
         self.poll = float(poll)
         self.resync = float(resync)
         self.jobs = frozenset(jobs) if jobs is not None else None
+        self.exclude = frozenset(exclude)
         self.capacity = capacity
         self.cursor: str | None = None
         """The watch cursor: where the next drain resumes (``None``: relist)."""
@@ -185,6 +191,10 @@ class Supervisor:
         return (
             f"Supervisor(holder={self.holder!r}, backend={self.backend.name!r}, leased={len(self._leased)})"
         )
+
+    def _mine(self, job_id: str) -> bool:
+        """Whether this supervisor looks after ``job_id`` at all (``jobs``, ``exclude``)."""
+        return (self.jobs is None or job_id in self.jobs) and job_id not in self.exclude
 
     @property
     def leased(self) -> frozenset[str]:
@@ -365,7 +375,7 @@ class Supervisor:
 
     async def _reconcile_one(self, obs: Observation, known: dict[str, JobRecord], report: StepReport) -> None:
         ident = obs.handle.identity
-        if self.jobs is not None and ident.job_id not in self.jobs:
+        if not self._mine(ident.job_id):
             return
         rec = known.get(ident.job_id)
         if rec is None:
@@ -430,7 +440,7 @@ class Supervisor:
     async def _own(self, rec: JobRecord) -> JobRecord | None:
         """``rec`` under our live lease (taken or renewed as needed), or ``None`` if it is not ours."""
         jid = rec.job_id
-        if self.jobs is not None and jid not in self.jobs:
+        if not self._mine(jid):
             return None
         now = self.clock.now()
         lease = rec.lease
@@ -527,7 +537,7 @@ class Supervisor:
 
     async def _fold_change(self, jid: str, obs: Observation, *, confirmed: bool, report: StepReport) -> bool:
         """Fold an observation into its record if the record is ours; True when it is."""
-        if self.jobs is not None and jid not in self.jobs:
+        if not self._mine(jid):
             return False
         try:
             rec = await self.store.get(jid)
@@ -602,7 +612,7 @@ class Supervisor:
                 counts[rec.state.value] = counts.get(rec.state.value, 0.0) + 1
             recorder.set_all("dispatch_jobs", "state", counts, every=(s.value for s in State))
         for rec in records:
-            if self.jobs is not None and rec.job_id not in self.jobs:
+            if not self._mine(rec.job_id):
                 continue
             if decide.final(rec, self.policy, now):
                 if rec.job_id in self._leased or (rec.lease is not None and rec.lease.holder == self.holder):

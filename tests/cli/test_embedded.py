@@ -167,6 +167,13 @@ def test_a_record_whose_cluster_is_gone_says_so(session: Session, tmp_path: Path
     again = session.run("--json", "status", "orphan")
     body = json.loads(again.stdout)
     assert body["outcome"]["state"] != "lost" and "was stopped" in body["cluster"]["gone"]
+    # Nor does the supervisor of the new dev cluster call it lost: it is not that cluster's job.
+    for _ in range(2):  # a vanished TrainJob is believed lost on a second read
+        supervised = session.run("supervise", "--once", "--poll", "0.1", "--lease", "5")
+        assert supervised.returncode == 0, supervised.stderr
+        assert "left alone: 1 job(s) of a dev cluster that is gone (orphan)" in supervised.stdout
+    after = json.loads(session.run("--json", "status", "orphan").stdout)
+    assert after["outcome"]["state"] == body["outcome"]["state"]
 
 
 def test_the_dev_cluster_writes_kubeconfigs_and_a_cluster_config(session: Session) -> None:

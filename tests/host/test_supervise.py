@@ -242,6 +242,23 @@ def test_supervisor_options_are_checked(pcluster: Cluster) -> None:
         pcluster.supervisor(capacity=0)
     with pytest.raises(InvalidError, match="policy"):
         pcluster.supervisor(policy="requeue")  # type: ignore[arg-type]
+    for name in ("jobs", "exclude"):
+        with pytest.raises(InvalidError) as info:
+            pcluster.supervisor(**{name: "job-1"})  # a lone id would read as its characters
+        assert info.value.path == name
+
+
+async def test_excluded_jobs_are_left_alone(pcluster: Cluster, clock: ManualClock) -> None:
+    await pcluster.submit(spec(), job_id="mine")
+    await pcluster.submit(spec(), job_id="not-mine")
+    before = (await pcluster.store.get("not-mine"), await pcluster.history("not-mine"))
+    sup = pcluster.supervisor(exclude={"not-mine"})
+    await drive(clock, sup, seconds=40)
+    assert (await pcluster.store.get("mine")).state is State.SUCCEEDED
+    assert "not-mine" not in sup.leased
+    # Its job ran to the end on the cluster, but the supervisor neither leased nor wrote its record.
+    assert (await pcluster.store.get("not-mine"), await pcluster.history("not-mine")) == before
+    assert not before[0].state.terminal
 
 
 class LostCreate(MemoryBackend):

@@ -390,7 +390,11 @@ async def _supervise(
         )
     cluster, cf = await opts.open()
     async with cluster:
-        sup = cluster.supervisor(poll=poll, lease=lease, resync=resync, unmatched=unmatched, holder=holder)
+        # Records of a stopped dev cluster are not this cluster's to recover: left as last known.
+        gone = await _gone(opts, cluster, await cluster.store.list())
+        sup = cluster.supervisor(
+            poll=poll, lease=lease, resync=resync, unmatched=unmatched, holder=holder, exclude=gone
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -405,6 +409,12 @@ async def _supervise(
         else:
             served = f"; metrics on port {port}" if port is not None else ""
             out.line(f"supervisor {sup.holder} on {cf.adapter} ({cf.store}): started{served}")
+        if gone:
+            note = f"left alone: {len(gone)} job(s) of a dev cluster that is gone ({', '.join(sorted(gone)[:5])})"
+            if say is not None:
+                say({"supervisor": sup.holder, "event": "left-alone", "jobs": sorted(gone)})
+            else:
+                out.line(note)
 
         async def report(r: StepReport) -> None:
             for a in r.actions:
