@@ -171,7 +171,7 @@ async def test_the_daemon_keeps_one_watch_open_across_its_wake_ups(backend: Back
     import asyncio
 
     cluster = Cluster(backend, MemoryStore(), policy=POLICY)  # the system clock, as the daemon runs
-    await cluster.submit(spec(env={"KUBESIM_SCRIPT": "sleep 20; exit 0"}), job_id="sup-one-watch")
+    await cluster.submit(spec(env={"KUBESIM_SCRIPT": "sleep 60; exit 0"}), job_id="sup-one-watch")
     sup = cluster.supervisor(poll=0.05, lease=30.0, resync=3600.0)
     sim.requests.clear()
     steps = 0
@@ -184,7 +184,7 @@ async def test_the_daemon_keeps_one_watch_open_across_its_wake_ups(backend: Back
         return (await cluster.store.get("sup-one-watch")).state is State.SUCCEEDED
 
     daemon = asyncio.ensure_future(sup.run(until=done, on_step=count))
-    for _ in range(300):
+    for _ in range(600):  # 60 s of the job's time, 0.5 s each, at least 0.02 s of ours: 50+ polls
         if daemon.done():
             break
         await sim.settle()
@@ -195,6 +195,6 @@ async def test_the_daemon_keeps_one_watch_open_across_its_wake_ups(backend: Back
     kinds = len({r.resource for r in sim.requests.filter(verb="watch")})
     watches = sim.requests.filter(verb="watch")
     lists = sim.requests.filter(verb="list")
-    assert steps > 3 * kinds  # it woke many times...
+    assert steps > 4 * kinds  # it woke many times...
     assert len(watches) <= 2 * kinds, [r.resource for r in watches]  # ...and watched each kind once or twice
     assert len(lists) <= 4 * kinds, [r.resource for r in lists]  # the first listing, and the scans' reads
