@@ -4,8 +4,9 @@ The probe learns how the cluster *behaves* (the Trainer controller reconciles, K
 pods are visible, their logs readable). That changes when the cluster changes, so the findings are kept
 with a fingerprint of what they depend on — the API server (URL and version), the Trainer TrainJob CRD
 (its generation and resourceVersion as preflight's schema check read them, when the credentials can
-read CRDs, else the Trainer API's discovery), and the probe runtime's resourceVersion — and are reused only while every part is the same
-and ``probeTTL`` has not passed. What the credentials may do is asked again on every open (the access
+read CRDs, else the Trainer API's discovery), the probe runtime's resourceVersion, and whether the
+credentials may list pods and read their logs — and are reused only while every part is the same and
+``probeTTL`` has not passed. What the credentials may do is asked again on every open (the access
 review is cheap, and permissions change without any fingerprint moving).
 """
 
@@ -60,6 +61,9 @@ async def fingerprint(client: KubeClient, runtime: Mapping[str, Any], facts: Clu
         "serverVersion": str(version.get("gitVersion", "")),
         "trainjobCRD": crd,
         "probeRuntime": str(runtime.get("metadata", {}).get("resourceVersion", "")),
+        # What the probe learns about pods and logs depends on whether these credentials may read them
+        # (the access review, asked on every open, just before): a change of permissions probes again.
+        "access": f"pods={facts.pods_visible},logs={facts.logs_readable}",
     }
 
 

@@ -125,3 +125,38 @@ async def test_a_config_refuses_a_cache_that_is_not_one() -> None:
     assert info.value.path == "probe_cache"
     with pytest.raises(InvalidError):
         StoreProbeCache(object())  # type: ignore[arg-type]
+
+
+async def test_changed_permissions_probe_again(sim: Simulator, tmp_path: Path) -> None:
+    """What the probe learned about pods depends on what the credentials may read: findings made while
+    pods could not be listed are not reused once they can (nor the other way round)."""
+    from kubesim.auth import Permissions, Rule
+
+    everything = Rule.of("*", "*", "*")
+    no_pods = [
+        Rule.of("*", "*", "*", namespaces="kube-system"),  # something, elsewhere
+        Rule.of(
+            "*",
+            "*",
+            [
+                "trainjobs", "jobsets", "jobs", "workloads", "localqueues", "clusterqueues", "admissionchecks",
+                "clustertrainingruntimes", "trainingruntimes", "customresourcedefinitions", "nodes", "events",
+                "configmaps", "selfsubjectaccessreviews", "selfsubjectrulesreviews", "pods/log",
+            ],
+        ),
+    ]  # fmt: skip
+    token = sim.add_identity(Permissions.custom("pods-later", no_pods))
+    kc = kubeconfig(tmp_path / "kc", sim.url, token)
+    cache = MemoryProbeCache()
+    first = await _open(_cfg(kc, cache))
+    await first.close()
+    assert first.facts.pods_visible is False and not first.facts.from_cache
+    sim.add_identity(Permissions.custom("pods-later", [everything]), token=token)  # RBAC granted pods
+    before = _probe_creates(sim)
+    again = await _open(_cfg(kc, cache))
+    await again.close()
+    assert not again.facts.from_cache and _probe_creates(sim) == before + 1
+    assert again.facts.pods_visible is True
+    third = await _open(_cfg(kc, cache))  # unchanged since: reused
+    await third.close()
+    assert third.facts.from_cache and third.facts.pods_visible is True
