@@ -66,6 +66,23 @@ def test_every_printed_schema_is_2020_12_and_closed_at_every_level(
     assert "null" not in json.dumps(doc), "the decoders refuse null: no schema may allow it"
 
 
+def test_the_cluster_config_schema_is_closed_and_every_example_config_fits_it() -> None:
+    from dispatch.cli.config import DEFAULT_CONFIG, MEMORY_DEFAULT, schema
+    from dispatch.model import load_yaml
+
+    doc = schema()
+    jsonschema.Draft202012Validator.check_schema(doc)
+    for path, node in _objects(doc):
+        if "properties" in node:
+            assert node.get("additionalProperties") is False, path
+    examples = [p for p in (SRC.parent / "examples").glob("*-cluster.yaml")]
+    assert examples
+    for text in [DEFAULT_CONFIG, MEMORY_DEFAULT, *(p.read_text() for p in examples)]:
+        jsonschema.Draft202012Validator(doc).validate(load_yaml(text))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft202012Validator(doc).validate({"adaptor": "memory"})
+
+
 # --- the two paths of the codec agree ----------------------------------------------------------------
 
 _keys = st.sampled_from(
@@ -178,6 +195,7 @@ _DECLARED = [
     "dispatch/memory/settings.py",
     "dispatch_kubeflow/settings.py",
     "dispatch_kubeflow/extension.py",
+    "dispatch/cli/config.py",
 ]
 
 

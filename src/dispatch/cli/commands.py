@@ -7,7 +7,6 @@ Exit codes: 0 success; 1 a job ended failed/lost/cancelled, or a dispatch error 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import json
 import sys
@@ -65,7 +64,7 @@ class Options:
         cf = self.cluster_file()
         token = read_token(self.token_file)  # a bad token file is reported before anything starts
         if read_only:
-            cf = dataclasses.replace(cf, read_only=True)
+            cf = cf.replace(read_only=True)
         if cf.embedded:
             dev = devcluster.running()
             if dev is None and read_only:

@@ -19,12 +19,13 @@ works, but is never shown (``str(StoreChoice)`` is the URL without it).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar
+
+import msgspec
+from msgspec import Meta
 
 from dispatch.clock import Clock
 from dispatch.cluster import Cluster
@@ -32,17 +33,8 @@ from dispatch.cluster import open as open_cluster_async
 from dispatch.config import Config, check_token
 from dispatch.errors import InvalidError
 from dispatch.model import DEFAULT_POLICY, Policy
-from dispatch.model._decode import (
-    Fields,
-    as_bool,
-    as_object,
-    as_str,
-    check_plain,
-    join,
-    load_json,
-    load_toml,
-    load_yaml,
-)
+from dispatch.model._base import EMPTY_MAP, Model, custom_type, json_schema
+from dispatch.model._decode import Fields, as_object, as_str, join, load_json, load_toml, load_yaml
 from dispatch.records import Store
 from dispatch.records.paths import expand_user
 
@@ -99,13 +91,31 @@ MAX_FILE_BYTES = 1 << 20
 """Cluster configs and job files larger than this (1 MiB) are refused before they are parsed."""
 
 
-@dataclass(frozen=True, slots=True)
 class StoreChoice:
     """``kind`` is ``"default"`` (SQLite at the default path), ``"sqlite"`` (at ``path``), ``"memory"``
-    or ``"postgres"`` (``path`` is the URL, password included if it had one: never print ``path``)."""
+    or ``"postgres"`` (``path`` is the URL, password included if it had one: never print ``path``).
 
-    kind: str = "default"
-    path: str | None = field(default=None, repr=False)
+    Not a dataclass: its config form (a URL, ``{sqlite: FILE}``, ``{memory: {}}``) is not an object of
+    its attributes, so the model codec reads and writes it through :func:`custom_type`."""
+
+    __slots__ = ("kind", "path")
+    kind: str
+    path: str | None
+
+    def __init__(self, kind: str = "default", path: str | None = None) -> None:
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "path", path)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"StoreChoice is immutable: cannot set {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StoreChoice):
+            return NotImplemented
+        return (self.kind, self.path) == (other.kind, other.path)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.path))
 
     def open(self) -> Store:
         if self.kind == "memory":
@@ -124,6 +134,14 @@ class StoreChoice:
     def __repr__(self) -> str:
         return f"StoreChoice({str(self)!r})"
 
+    def to_json(self) -> Any:
+        """The config file's form (a default store has none: it is omitted)."""
+        if self.kind == "memory":
+            return {"memory": {}}
+        if self.kind == "postgres":
+            return self.path
+        return {"sqlite": self.path} if self.path is not None else {}
+
     def __str__(self) -> str:
         if self.kind == "memory":
             return "memory"
@@ -138,15 +156,61 @@ class StoreChoice:
         return f"sqlite:{default_store_path()} (default)"
 
 
-@dataclass(frozen=True, slots=True)
-class ClusterFile:
+custom_type(
+    StoreChoice,
+    decode=lambda value, path: _store(value, path or "store"),
+    encode=lambda value: value.to_json(),
+    schema=lambda: {
+        "description": "Where the records live: a PostgreSQL URL, {sqlite: FILE} (relative to this file) "
+        "or {memory: {}}; omitted: SQLite under the user's state directory.",
+        "anyOf": [
+            {"type": "string", "pattern": "^postgres(ql)?://"},
+            {
+                "type": "object",
+                "properties": {"sqlite": {"type": "string", "minLength": 1}},
+                "required": ["sqlite"],
+                "additionalProperties": False,
+            },
+            {
+                "type": "object",
+                "properties": {"memory": {"type": "object", "properties": {}, "additionalProperties": False}},
+                "required": ["memory"],
+                "additionalProperties": False,
+            },
+        ],
+    },
+)
+
+
+class ConfigFile(Model, frozen=True):
+    """The keys of a cluster config file, declared once: decoding and the JSON Schema come from here."""
+
+    json_what: ClassVar[str] = "config key"
+    json_unknown_first: ClassVar[bool] = (
+        True  # "adaptor" is a typo of "adapter": say so, not "adapter is missing"
+    )
+
+    adapter: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            description="A registered or installed adapter name.",
+            extra={"expected": "an adapter name"},
+        ),
+    ]
+    settings: Annotated[
+        dict[str, Any], Meta(description="The adapter's settings (checked strictly by the adapter).")
+    ] = EMPTY_MAP
+    store: StoreChoice = msgspec.field(
+        default_factory=StoreChoice
+    )  # a factory: the schema writer cannot encode one
+    policy: Annotated[Policy, Meta(description="The recovery policy (docs/supervisor.md).")] = DEFAULT_POLICY
+    read_only: Annotated[bool, Meta(description="Open the cluster read-only: no probe, no write.")] = False
+
+
+class ClusterFile(ConfigFile, frozen=True):
     """A decoded cluster config file (or the embedded default, ``source == "<default>"``)."""
 
-    adapter: str
-    settings: Mapping[str, Any] = field(default_factory=dict)
-    store: StoreChoice = field(default_factory=StoreChoice)
-    policy: Policy = DEFAULT_POLICY
-    read_only: bool = False
     source: str = "<default>"
     embedded: bool = False
     """The embedded default: the dev cluster, started by the commands that need it."""
@@ -201,42 +265,30 @@ def _parse_config(text: str | bytes, source: str, base: Path | None) -> ClusterF
         raw = load_toml(text, what=what)
     else:
         raw = load_yaml(text, what=what)
-    f = Fields(raw, "", what="config key")
-    _refuse_unknown(f, ("adapter", "settings", "store", "policy", "readOnly"))
-    adapter = f.required("adapter", as_str)
-    if not adapter:
-        raise InvalidError("expected an adapter name", path="adapter")
-    settings: dict[str, Any] = f.optional("settings", _settings, {})
+    doc = ConfigFile.from_json(raw)
+    settings = dict(doc.settings)
     kubeconfig = settings.get("kubeconfig")
     if isinstance(kubeconfig, str) and kubeconfig and base is not None:
         # Like store.sqlite: a relative kubeconfig is relative to the config file, not to where you are.
         kc = expand_user(kubeconfig, what="settings.kubeconfig")
         if not kc.is_absolute():
-            settings = {**settings, "kubeconfig": os.path.normpath(base / kc)}
-    store = f.optional("store", lambda v, p: _store(v, p, base), StoreChoice())
-    policy = f.optional("policy", Policy.from_json, DEFAULT_POLICY)
-    read_only = f.optional("readOnly", as_bool, False)
-    f.done()
-    return ClusterFile(adapter, settings, store, policy, read_only, source)
+            settings["kubeconfig"] = os.path.normpath(base / kc)
+    store = doc.store
+    if store.kind == "sqlite" and store.path and base is not None and not Path(store.path).is_absolute():
+        store = StoreChoice("sqlite", str(base / store.path))
+    return ClusterFile(doc.adapter, settings, store, doc.policy, doc.read_only, source)
 
 
-def _refuse_unknown(f: Fields, keys: tuple[str, ...]) -> None:
-    """An unknown key is reported before a missing one: ``adaptor`` is a typo of ``adapter``, and
-    saying "adapter is missing" would hide it."""
-    for key in keys:
-        f.has(key)
-    probe = Fields(f.obj, f.path, what=f.what)
-    for key in keys:
-        probe.optional(key, lambda v, p: v, None)
-    probe.done()
+def schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a cluster config file, derived from :class:`ConfigFile`."""
+    return json_schema(
+        ConfigFile,
+        title="dispatch cluster config",
+        description="The CLI's cluster config file (docs/cli.md).",
+    )
 
 
-def _settings(value: Any, path: str) -> dict[str, Any]:
-    plain: dict[str, Any] = check_plain(as_object(value, path), path)
-    return plain
-
-
-def _store(value: Any, path: str, base: Path | None) -> StoreChoice:
+def _store(value: Any, path: str) -> StoreChoice:
     if isinstance(value, str):
         return _store_url(value, path)
     obj = as_object(value, path)
@@ -247,10 +299,7 @@ def _store(value: Any, path: str, base: Path | None) -> StoreChoice:
         where = f.required("sqlite", as_str)
         if not where:
             raise InvalidError("expected a file path", path=f"{path}.sqlite")
-        p = expand_user(where, what=f"{path}.sqlite")
-        if not p.is_absolute() and base is not None:
-            p = base / p
-        result = StoreChoice("sqlite", str(p))
+        result = StoreChoice("sqlite", str(expand_user(where, what=f"{path}.sqlite")))
     elif f.has("memory"):
         empty = Fields(f.required("memory", as_object), f"{path}.memory", what="memory store option")
         empty.done()
@@ -295,9 +344,7 @@ def embedded_config() -> ClusterFile:
     from dispatch.cli.devcluster import dev_dir
 
     cf = parse_config(DEFAULT_CONFIG)  # its policy and adapter; the kubeconfig is the real path
-    return dataclasses.replace(
-        cf, settings={**cf.settings, "kubeconfig": str(dev_dir() / "kubeconfig")}, embedded=True
-    )
+    return cf.replace(settings={**cf.settings, "kubeconfig": str(dev_dir() / "kubeconfig")}, embedded=True)
 
 
 def read_limited(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes:

@@ -86,6 +86,8 @@ class Model(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="cam
     """How an unknown key is called in errors ("unknown field", "unknown setting")."""
     json_path: ClassVar[str] = ""
     """Where errors say a value decoded on its own sits ("plan.notBefore")."""
+    json_unknown_first: ClassVar[bool] = False
+    """Refuse an unknown key before a missing one (a config file: a typo names the key it misspells)."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (camelCase keys; absent optional fields are omitted, never ``null``)."""
@@ -234,6 +236,10 @@ def _explain(t: Any, value: Any, path: str, expected: str | None = None) -> Any:
     if isinstance(t, mi.StructType):
         cls = t.cls
         f = d.Fields(value, path, what=getattr(cls, "json_what", "field"))
+        if getattr(cls, "json_unknown_first", False):
+            for field in t.fields:
+                f.allow(field.encode_name)
+            f.done()
         kwargs: dict[str, Any] = {}
         for field in t.fields:
             if field.required:
