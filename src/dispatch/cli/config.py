@@ -33,7 +33,7 @@ from dispatch.cluster import open as open_cluster_async
 from dispatch.config import Config, check_token
 from dispatch.errors import InvalidError
 from dispatch.model import DEFAULT_POLICY, Policy
-from dispatch.model._base import EMPTY_MAP, Model, custom_type, json_schema
+from dispatch.model._base import EMPTY_MAP, Frozen, Model, custom_type, json_schema
 from dispatch.model._decode import Fields, as_object, as_str, join, load_json, load_toml, load_yaml
 from dispatch.records import Store
 from dispatch.records.paths import expand_user
@@ -91,7 +91,7 @@ MAX_FILE_BYTES = 1 << 20
 """Cluster configs and job files larger than this (1 MiB) are refused before they are parsed."""
 
 
-class StoreChoice:
+class StoreChoice(Frozen):
     """``kind`` is ``"default"`` (SQLite at the default path), ``"sqlite"`` (at ``path``), ``"memory"``
     or ``"postgres"`` (``path`` is the URL, password included if it had one: never print ``path``).
 
@@ -103,19 +103,7 @@ class StoreChoice:
     path: str | None
 
     def __init__(self, kind: str = "default", path: str | None = None) -> None:
-        object.__setattr__(self, "kind", kind)
-        object.__setattr__(self, "path", path)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"StoreChoice is immutable: cannot set {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, StoreChoice):
-            return NotImplemented
-        return (self.kind, self.path) == (other.kind, other.path)
-
-    def __hash__(self) -> int:
-        return hash((self.kind, self.path))
+        self._set(kind=kind, path=path)
 
     def open(self) -> Store:
         if self.kind == "memory":

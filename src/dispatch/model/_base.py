@@ -31,6 +31,7 @@ from dispatch.errors import InvalidError
 
 __all__ = [
     "EMPTY_MAP",
+    "Frozen",
     "FrozenMap",
     "Model",
     "check_declared",
@@ -77,6 +78,37 @@ def frozen_map(value: Mapping[str, Any]) -> FrozenMap:
     if type(value) is FrozenMap:
         return value if value else EMPTY_MAP
     return FrozenMap(value) if value else EMPTY_MAP
+
+
+class Frozen:
+    """Base of the few immutable values whose JSON form is not an object of their fields (an epoch's
+    ``"N.R"``, the config's store choice): set once in ``__init__`` with :meth:`_set`, compared and
+    hashed by their ``__slots__``."""
+
+    __slots__ = ()
+
+    def _set(self, **values: Any) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def _key(self) -> tuple[Any, ...]:
+        names: tuple[str, ...] = type(self).__slots__  # always a tuple here
+        return tuple(getattr(self, name) for name in names)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable: cannot set {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, Frozen)
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __reduce__(self) -> Any:
+        return (type(self), self._key())
 
 
 class Model(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel", omit_defaults=True):

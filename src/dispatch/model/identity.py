@@ -7,7 +7,7 @@ from functools import total_ordering
 from typing import Any
 
 from dispatch.errors import InvalidError
-from dispatch.model._base import Model, custom_type
+from dispatch.model._base import Frozen, Model, custom_type
 from dispatch.model._decode import as_str
 
 __all__ = [
@@ -47,7 +47,7 @@ def new_job_id() -> str:
 
 
 @total_ordering
-class Epoch:
+class Epoch(Frozen):
     """``(N, R)``: N counts incarnations (1 for the first), R counts automatic requeues since the user
     last submitted or resubmitted the job. N is a fencing token for the job's own checkpoints.
 
@@ -65,30 +65,15 @@ class Epoch:
                 raise InvalidError(f"must be in [{low}, {EPOCH_BOUND})", path=f"epoch.{name}")
         if r >= n:
             raise InvalidError(f"requeues ({r}) must be fewer than incarnations ({n})", path="epoch")
-        object.__setattr__(self, "n", n)
-        object.__setattr__(self, "r", r)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"Epoch is immutable: cannot set {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Epoch):
-            return NotImplemented
-        return (self.n, self.r) == (other.n, other.r)
+        self._set(n=n, r=r)
 
     def __lt__(self, other: Epoch) -> bool:
         if not isinstance(other, Epoch):
             return NotImplemented
         return (self.n, self.r) < (other.n, other.r)
 
-    def __hash__(self) -> int:
-        return hash((self.n, self.r))
-
     def __repr__(self) -> str:
         return f"Epoch(n={self.n}, r={self.r})"
-
-    def __reduce__(self) -> Any:
-        return (Epoch, (self.n, self.r))
 
     def requeued(self) -> Epoch:
         """The epoch of the next automatic requeue. Raises :class:`InvalidError` at :data:`EPOCH_BOUND`."""
