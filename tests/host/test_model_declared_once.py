@@ -210,3 +210,24 @@ def test_model_types_do_not_write_their_codec_by_hand(module: str) -> None:
         ):
             methods = {f.name for f in node.body if isinstance(f, ast.FunctionDef)}
             assert not methods & {"to_json", "from_json", "schema"}, f"{module}: {node.name}"
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ('"policy":null', "policy"),
+        ('"revision":9223372036854775808', "revision"),
+        ('"revision":1,"revision":2', "document"),
+    ],
+)
+def test_a_stored_record_is_read_as_strictly_as_a_document(text: str, path: str) -> None:
+    """The stores' one-pass decoder hands what msgspec would let through to the strict readers."""
+    from dispatch.model._base import decode_text
+    from dispatch.records._common import record_text
+
+    rec = JobRecord(job_id="j", spec=JobSpec(("x",)), created_at=1.0, updated_at=2.0, revision=5)
+    assert '"revision":5' in record_text(rec)
+    stored = record_text(rec).replace('"revision":5', text)
+    with pytest.raises(InvalidError) as info:
+        decode_text(JobRecord, stored, "record", max_depth=110)
+    assert info.value.path == path, str(info.value)

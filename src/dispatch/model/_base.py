@@ -5,10 +5,11 @@ types, defaults and constraints (``Annotated[int, Meta(ge=1)]``), and from that 
 
 - **decoding** (:func:`decode`, ``from_json``): ``msgspec`` converts the value in one C pass. When it
   refuses, or when the value holds something msgspec would let through but dispatch refuses (``null``,
-  a duplicate key, an integer beyond 64 bits, a non-finite number), the same declaration is walked again
-  by :func:`_explain`, which applies the strict readers of :mod:`dispatch.model._decode` and raises the
+  an integer beyond 64 bits, a non-finite number), the same declaration is walked again by
+  :func:`_explain`, which applies the strict readers of :mod:`dispatch.model._decode` and raises the
   :class:`InvalidError` that names the path as users write it (``env["A B"]``, ``command[2]``). That
   walk is the reference: whatever it accepts is what the fast path returns, and it alone speaks to users.
+  (Duplicate keys, depth and unpaired surrogates are refused by the text decoders, before either path.)
 - **encoding** (:func:`encode`, ``to_json``): camelCase keys, absent optional fields omitted (never
   ``null``), extension types and epochs in their own forms.
 - **the JSON Schema** (:func:`json_schema`): draft 2020-12, ``additionalProperties: false`` on every
@@ -202,15 +203,24 @@ def decode(cls: type[M], value: Any, path: str = "") -> M:
     return result
 
 
-def decode_text(cls: type[M], text: str | bytes, what: str, *, max_depth: int) -> M:
-    """Decode JSON text written by dispatch (a stored record) in one pass; text that does not decode
-    that way is read again by the strict decoders, so its refusal names the path."""
-    try:
-        return msgspec.json.decode(text, type=cls, strict=True, dec_hook=_dec_hook)
-    except (msgspec.ValidationError, msgspec.DecodeError, InvalidError):
-        from dispatch.model._decode import load_json
+def decode_text(cls: type[M], text: str | bytes, what: str, *, max_depth: int, fresh: bool = False) -> M:
+    """Decode JSON text written by dispatch (a stored record) in one pass, when it is exactly the text
+    dispatch writes for the value it decodes to (:func:`encode_text`). Any other text — not dispatch's
+    canonical form (an older version's, an edited row), or one that does not decode — is read again by
+    the strict decoders, which refuse what they refuse in any document (``null``, a duplicate key, a
+    64-bit overflow) and name the path. ``fresh``: the text is :func:`encode_text`'s output of a
+    moment ago, canonical by construction (a store checking what it is about to write)."""
+    raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    if _LONG_NUMBER.search(raw) is None:
+        try:
+            value = msgspec.json.decode(raw, type=cls, strict=True, dec_hook=_dec_hook)
+            if fresh or encode_text(value) == raw:
+                return value
+        except (msgspec.ValidationError, msgspec.DecodeError, InvalidError):
+            pass
+    from dispatch.model._decode import load_json
 
-        return decode(cls, load_json(text, what=what, max_depth=max_depth))
+    return decode(cls, load_json(text, what=what, max_depth=max_depth))
 
 
 def _plain(value: Any) -> bool:

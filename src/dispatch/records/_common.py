@@ -64,7 +64,7 @@ def _round_trip(cls: type[M], value: M, where: str) -> tuple[M, str]:
         # msgspec writes NaN, infinities and a None where a value is due as null: name the field and
         # what it holds. (A string that says "null" lands here too, and passes.)
         check_plain(msgspec.to_builtins(value, enc_hook=_enc_hook), "")
-    return decode_text(cls, text, where, max_depth=STORED_DEPTH), text.decode()
+    return decode_text(cls, text, where, max_depth=STORED_DEPTH, fresh=True), text.decode()
 
 
 def checked_record(record: JobRecord) -> JobRecord:
