@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import msgspec
 
@@ -34,6 +34,7 @@ __all__ = [
     "EMPTY_MAP",
     "Frozen",
     "FrozenMap",
+    "Int64",
     "Model",
     "check_declared",
     "custom_type",
@@ -46,6 +47,9 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound="Model")
+
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+"""An integer as JSON tools and Kubernetes read one: msgspec alone would take up to 2**64 - 1."""
 
 
 class FrozenMap(dict[str, Any]):
@@ -211,13 +215,13 @@ def decode_text(cls: type[M], text: str | bytes, what: str, *, max_depth: int, f
     64-bit overflow) and name the path. ``fresh``: the text is :func:`encode_text`'s output of a
     moment ago, canonical by construction (a store checking what it is about to write)."""
     raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    if _LONG_NUMBER.search(raw) is None:
-        try:
-            value = msgspec.json.decode(raw, type=cls, strict=True, dec_hook=_dec_hook)
-            if fresh or encode_text(value) == raw:
-                return value
-        except (msgspec.ValidationError, msgspec.DecodeError, InvalidError):
-            pass
+    try:
+        # An integer field is Int64; an integer in a number field re-encodes as a float (not canonical).
+        value = msgspec.json.decode(raw, type=cls, strict=True, dec_hook=_dec_hook)
+        if fresh or encode_text(value) == raw:
+            return value
+    except (msgspec.ValidationError, msgspec.DecodeError, InvalidError):
+        pass
     from dispatch.model._decode import load_json
 
     return decode(cls, load_json(text, what=what, max_depth=max_depth))

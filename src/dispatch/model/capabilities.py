@@ -8,7 +8,7 @@ from typing import ClassVar
 from msgspec.structs import force_setattr
 
 from dispatch.errors import InvalidError
-from dispatch.model._base import Model
+from dispatch.model._base import Int64, Model
 
 __all__ = ["Capabilities", "Limits", "Mode"]
 
@@ -26,9 +26,9 @@ class Limits(Model, frozen=True):
 
     json_path: ClassVar[str] = "limits"
 
-    max_env: int | None = None
-    max_command: int | None = None
-    max_nodes: int | None = None
+    max_env: Int64 | None = None
+    max_command: Int64 | None = None
+    max_nodes: Int64 | None = None
 
 
 class Capabilities(Model, omit_defaults=False, frozen=True):

@@ -7,7 +7,7 @@ from enum import StrEnum
 from msgspec.structs import force_setattr
 
 from dispatch.errors import InvalidError
-from dispatch.model._base import Model
+from dispatch.model._base import Int64, Model
 
 __all__ = ["TERMINAL_STATES", "Cause", "Evidence", "Outcome", "State"]
 
@@ -58,7 +58,7 @@ class Evidence(Model, frozen=True):
     name: str
     reason: str = ""
     message: str = ""
-    exit_code: int | None = None
+    exit_code: Int64 | None = None
     node: str | None = None
     at: float | None = None
     output: tuple[str, ...] = ()

@@ -11,7 +11,6 @@ from msgspec.structs import force_setattr
 
 from dispatch.errors import InvalidError
 from dispatch.model._base import EMPTY_MAP, Model, frozen_map
-from dispatch.model._decode import key_path
 from dispatch.model.identity import EPOCH_BOUND
 from dispatch.model.outcome import Cause
 
@@ -107,13 +106,15 @@ class Rule(Model, frozen=True):
 
 
 _FAIL = Rule(Action.FAIL)
+_SHORTHAND = {action: Rule(action) for action in Action}
+"""What a rule written as just an action's name (``"fail"``) is."""
 
 
 def _rule(value: Rule | Action, path: str) -> Rule:
     if isinstance(value, Rule):
         return value
     if isinstance(value, Action):
-        return Rule(value)
+        return _SHORTHAND[value]
     raise InvalidError(f"expected a Rule, got {_short(value)}", path=path)
 
 
@@ -136,7 +137,7 @@ class Policy(Model, frozen=True):
         for cause, rule in self.rules.items():
             if not isinstance(cause, Cause) or not isinstance(rule, Rule | Action):
                 raise InvalidError(f"expected Cause -> Rule, got {cause!r} -> {rule!r}", path="rules")
-            rules[cause] = _rule(rule, key_path("rules", cause.value))
+            rules[cause] = _rule(rule, "rules")  # a Rule or an Action: checked just above
         force_setattr(self, "rules", frozen_map(dict(sorted(rules.items()))))  # keys: str-valued Causes
         force_setattr(self, "default", _rule(self.default, "default"))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import ClassVar
 
-from dispatch.model._base import Model
+from dispatch.model._base import Int64, Model
 from dispatch.model.identity import Epoch, Handle, check_job_id
 from dispatch.model.outcome import Cause, Outcome, State
 from dispatch.model.policy import Plan, Policy
@@ -68,7 +68,7 @@ class JobRecord(Model, frozen=True):
     cancel_requested: bool = False
     hold_requested: bool = False
     unknown_write: str | None = None
-    revision: int = 0
+    revision: Int64 = 0
     lease: Lease | None = None
 
     def __post_init__(self) -> None:
