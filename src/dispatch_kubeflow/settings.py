@@ -69,7 +69,6 @@ ABSOLUTE_PATH = r"^/.*$"
 QUEUE_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 
 _RE = {p: re.compile(p) for p in (DNS_LABEL, DNS_SUBDOMAIN, LABEL_VALUE, QUALIFIED_NAME, DURATION, QUANTITY)}
-_RE_QUEUE = re.compile(QUEUE_NAME)
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _TOLERATION_OPERATORS = ("Exists", "Equal")
