@@ -11,7 +11,6 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.errors import ConflictError, NotFoundError, UnavailableError
@@ -36,11 +35,6 @@ __all__ = ["MemoryStore"]
 _WHERE = "the memory store"
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    record: JobRecord
-
-
 class MemoryStore:
     """Job records in process memory: fast, and gone when the process ends.
 
@@ -52,7 +46,7 @@ class MemoryStore:
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._lock = threading.Lock()
-        self._records: dict[str, _Entry] = {}  # insertion order is creation order: oldest first
+        self._records: dict[str, JobRecord] = {}  # insertion order is creation order: oldest first
         self._history: dict[str, builtins.list[Transition]] = {}
         self._values: dict[str, str] = {}
         self._closed = False
@@ -65,16 +59,17 @@ class MemoryStore:
         if self._closed:
             raise UnavailableError("the memory store is closed")
 
-    def _entry(self, job_id: str) -> _Entry:
-        entry = self._records.get(job_id)
-        if entry is None:
+    def _current(self, job_id: str) -> JobRecord:
+        record = self._records.get(job_id)
+        if record is None:
             raise NotFoundError(f"no record for job {job_id!r}")
-        return entry
+        return record
 
     def _put(self, record: JobRecord) -> JobRecord:
-        self._records[record.job_id] = _Entry(record)
+        # Records are immutable, unknown extensions' values included: handed out as kept, never copied.
+        self._records[record.job_id] = record
         self._notify(record.job_id)
-        return self._read(self._records[record.job_id])
+        return record
 
     def _notify(self, job_id: str | None) -> None:
         for feed in builtins.list(self._subscribers):
@@ -84,10 +79,6 @@ class MemoryStore:
         """Subscribe to this store's writes (see :class:`~dispatch.records.Changes`): in-process only,
         as the records are."""
         return QueueChanges(self._subscribers, _WHERE, lambda: self._closed)
-
-    @staticmethod
-    def _read(entry: _Entry) -> JobRecord:
-        return entry.record
 
     async def create(self, record: JobRecord, transition: Transition) -> JobRecord:
         """Insert a new record (stored with revision 1) and its first transition.
@@ -108,18 +99,14 @@ class MemoryStore:
         check_job_id(job_id)
         with self._lock:
             self._check_open()
-            return self._read(self._entry(job_id))
+            return self._current(job_id)
 
     async def list(self, *, states: Iterable[State] | None = None) -> builtins.list[JobRecord]:
         """Every record (optionally only those in ``states``), oldest first."""
         wanted = check_states(states)
         with self._lock:
             self._check_open()
-            return [
-                self._read(e)
-                for e in self._records.values()
-                if wanted is None or e.record.outcome.state in wanted
-            ]
+            return [r for r in self._records.values() if wanted is None or r.outcome.state in wanted]
 
     async def update(
         self, record: JobRecord, *, expected_revision: int, transitions: Sequence[Transition] = ()
@@ -134,7 +121,7 @@ class MemoryStore:
         check_revision(expected_revision)
         with self._lock:
             self._check_open()
-            current = self._entry(checked.job_id).record
+            current = self._current(checked.job_id)
             if current.revision != expected_revision:
                 raise ConflictError(
                     f"job {checked.job_id!r} is at revision {current.revision}, not {expected_revision}: "
@@ -156,7 +143,7 @@ class MemoryStore:
         check_job_id(job_id)
         with self._lock:
             self._check_open()
-            self._entry(job_id)
+            self._current(job_id)
             return builtins.list(self._history[job_id])
 
     async def acquire_lease(self, job_id: str, holder: str, ttl: float) -> JobRecord:
@@ -167,7 +154,7 @@ class MemoryStore:
         seconds = check_ttl(ttl)
         with self._lock:
             self._check_open()
-            current = self._entry(job_id).record
+            current = self._current(job_id)
             now = self._clock.now()
             lease = lease_after_acquire(job_id, current.lease, holder, seconds, now)
             return self._put(current.replace(lease=lease, revision=current.revision + 1, updated_at=now))
@@ -179,12 +166,11 @@ class MemoryStore:
         check_holder(holder)
         with self._lock:
             self._check_open()
-            entry = self._entry(job_id)
-            current = entry.record
+            current = self._current(job_id)
             now = self._clock.now()
             changed, lease = lease_after_release(job_id, current.lease, holder, now)
             if not changed:
-                return self._read(entry)
+                return current
             return self._put(current.replace(lease=lease, revision=current.revision + 1, updated_at=now))
 
     async def purge(self, older_than: float) -> int:
@@ -197,10 +183,10 @@ class MemoryStore:
             now = self._clock.now()
             doomed = [
                 job_id
-                for job_id, e in self._records.items()
-                if e.record.outcome.state.terminal
-                and e.record.updated_at < cutoff
-                and (e.record.lease is None or not e.record.lease.live(now))
+                for job_id, r in self._records.items()
+                if r.outcome.state.terminal
+                and r.updated_at < cutoff
+                and (r.lease is None or not r.lease.live(now))
             ]
             for job_id in doomed:
                 del self._records[job_id]
