@@ -116,10 +116,6 @@ def redact_loggers(names: tuple[str, ...]) -> None:
             logger.addFilter(_REDACT)
 
 
-def _redact(text: str) -> str:
-    return SECRETS.scrub(text)
-
-
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time (UTC, RFC 3339), level, logger, message, the context fields."""
 
@@ -128,7 +124,7 @@ class JsonFormatter(logging.Formatter):
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": _redact(record.getMessage()),
+            "message": SECRETS.scrub(record.getMessage()),
         }
         for key in FIELDS:
             value = getattr(record, key, None)
@@ -136,7 +132,7 @@ class JsonFormatter(logging.Formatter):
                 out[key] = str(value)
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
-            out["error"] = _redact(f"{type(exc).__name__}: {exc}")
+            out["error"] = SECRETS.scrub(f"{type(exc).__name__}: {exc}")
         return json.dumps(out, ensure_ascii=False)
 
 
@@ -146,7 +142,7 @@ class _TextFormatter(logging.Formatter):
             f"{k}={getattr(record, k)}" for k in FIELDS if getattr(record, k, None) is not None
         )
         line = super().format(record)
-        return _redact(f"{line} {context}" if context else line)
+        return SECRETS.scrub(f"{line} {context}" if context else line)
 
 
 def configure(

@@ -23,7 +23,6 @@ __all__ = [
     "as_enum",
     "as_int",
     "as_list",
-    "as_mapping",
     "as_number",
     "as_object",
     "as_str",
@@ -366,12 +365,6 @@ def as_list(value: Any, path: str, item: Callable[[Any, str], T]) -> list[T]:
     if not isinstance(value, list | tuple):
         raise InvalidError(f"expected a list, got {_type_name(value)}", path=_where(path))
     return [item(v, join(path, i)) for i, v in enumerate(value)]
-
-
-def as_mapping(value: Any, path: str, item: Callable[[Any, str], T]) -> dict[str, T]:
-    """A map with data keys (``env``, ``labels``): every value decoded by ``item``."""
-    obj = as_object(value, path)
-    return {k: item(v, key_path(path, k)) for k, v in obj.items()}
 
 
 def as_object(value: Any, path: str) -> Mapping[str, Any]:

@@ -7,10 +7,9 @@ the same lease decisions; only where the bytes live differs.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 
@@ -34,20 +33,10 @@ __all__ = [
     "checked_transitions",
     "decode_record",
     "decode_transition",
-    "dumps",
     "lease_after_acquire",
     "lease_after_release",
     "record_text",
 ]
-
-
-def dumps(value: Any, what: str) -> str:
-    """The canonical text of a JSON value (sorted keys, no NaN/Infinity); ``InvalidError`` naming
-    ``what`` when ``value`` is not JSON."""
-    try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidError(f"cannot be stored: its JSON form is not JSON ({exc})", path=what) from None
 
 
 def record_text(record: JobRecord) -> str:
