@@ -33,6 +33,7 @@ from dispatch.errors import InvalidError
 __all__ = [
     "EMPTY_MAP",
     "Frozen",
+    "FrozenList",
     "FrozenMap",
     "Int64",
     "Model",
@@ -42,6 +43,7 @@ __all__ = [
     "decode_text",
     "encode",
     "encode_text",
+    "frozen_json",
     "frozen_map",
     "json_schema",
 ]
@@ -76,6 +78,33 @@ class FrozenMap(dict[str, Any]):
 EMPTY_MAP: FrozenMap = FrozenMap()
 """The default of every map field: encoding omits a field equal to its default, so empty maps are
 normalised to this one instance."""
+
+
+class FrozenList(list[Any]):
+    """A ``list`` that refuses changes (inside an unknown extension's value), as :class:`FrozenMap`."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("this list is immutable; build a new value instead")
+
+    __setitem__ = __delitem__ = append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+    __iadd__ = __imul__ = _refuse
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(self))
+
+    def __reduce__(self) -> Any:
+        return (FrozenList, (list(self),))
+
+
+def frozen_json(value: Any) -> Any:
+    """A deep copy of a JSON value that cannot be changed: maps and lists become their frozen kinds."""
+    if isinstance(value, Mapping):
+        return FrozenMap({k: frozen_json(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return FrozenList(frozen_json(v) for v in value)
+    return value
 
 
 def frozen_map(value: Mapping[str, Any]) -> FrozenMap:

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
 
 from dispatch.errors import InvalidError
-from dispatch.model._base import FrozenMap, Model, custom_type, encode
+from dispatch.model._base import Model, custom_type, encode, frozen_json
 from dispatch.model._decode import Fields, check_plain, key_path
 
 __all__ = [
@@ -70,33 +70,6 @@ def extension_types() -> Mapping[str, type[Extension]]:
     return dict(_REGISTRY)
 
 
-class FrozenList(list[Any]):
-    """A ``list`` that refuses changes (inside an :class:`OpaqueExtension`'s value)."""
-
-    __slots__ = ()
-
-    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError("this list is immutable; build a new value instead")
-
-    __setitem__ = __delitem__ = append = extend = insert = pop = remove = clear = sort = reverse = _refuse
-    __iadd__ = __imul__ = _refuse
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return hash(tuple(self))
-
-    def __reduce__(self) -> Any:
-        return (FrozenList, (list(self),))
-
-
-def _frozen(value: Any) -> Any:
-    """A deep copy of ``value`` that cannot be changed: maps and lists become their frozen kinds."""
-    if isinstance(value, Mapping):
-        return FrozenMap({k: _frozen(v) for k, v in value.items()})
-    if isinstance(value, list | tuple):
-        return FrozenList(_frozen(v) for v in value)
-    return value
-
-
 class OpaqueExtension(Extension):
     """An extension whose type is not registered in this process: kept verbatim (and immutable),
     refused by backends."""
@@ -107,7 +80,7 @@ class OpaqueExtension(Extension):
 
     def __init__(self, name: str, value: Any) -> None:
         object.__setattr__(self, "name", name)
-        object.__setattr__(self, "value", _frozen(value))
+        object.__setattr__(self, "value", frozen_json(value))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"OpaqueExtension is immutable: cannot set {name!r}")
