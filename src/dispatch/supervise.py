@@ -50,6 +50,7 @@ from dispatch.errors import (
     InvalidError,
     NotFoundError,
     OutcomeUnknownError,
+    UnsupportedError,
 )
 from dispatch.fold import fold, matches
 from dispatch.model import (
@@ -295,7 +296,8 @@ class Supervisor:
         lists every kind again, so a daemon must keep one open; ``step`` alone reads a fresh one, which an
         in-process backend answers at once. Needs a running event loop; :meth:`close` ends it."""
         if self._feed is None:
-            assert isinstance(self.backend, Watcher)
+            if not isinstance(self.backend, Watcher):
+                raise UnsupportedError(f"backend {self.backend.name!r} has no watch to keep open")
             self._feed = WatchFeed(self.backend, self.cursor, self.clock)
 
     async def close(self) -> None:

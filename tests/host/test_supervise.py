@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dispatch import InvalidError, ManualClock, OutcomeUnknownError
+from dispatch import DEFAULT_POLICY, InvalidError, ManualClock, OutcomeUnknownError, UnsupportedError
 from dispatch.backend import Prepared, place
 from dispatch.cluster import Cluster
 from dispatch.memory import MemoryBackend
@@ -402,3 +402,12 @@ async def test_run_until_finishes_and_releases(pcluster: Cluster) -> None:
         ticker.cancel()
     rec = await pcluster.store.get("job-a")
     assert rec.state is State.SUCCEEDED and rec.lease is None
+
+
+def test_keep_watching_without_a_watch_is_unsupported(store: MemoryStore, clock: ManualClock) -> None:
+    class NoWatch:  # the least a backend is: no Watcher
+        name = "no-watch"
+
+    sup = Supervisor(NoWatch(), store, policy=DEFAULT_POLICY, clock=clock)  # type: ignore[arg-type]
+    with pytest.raises(UnsupportedError, match="no watch"):
+        sup.keep_watching()
