@@ -71,7 +71,7 @@ from dispatch.model import (
     State,
     Transition,
 )
-from dispatch.records import Store
+from dispatch.records import Store, Unreadable
 from dispatch.writer import LeaseLostError, RecordWriter
 
 __all__ = ["LeaseLostError", "StepReport", "Supervisor", "UnmatchedPolicy"]
@@ -537,6 +537,9 @@ class Supervisor:
         except NotFoundError:
             await self._unmatched(obs, report)
             return False
+        except InvalidError as exc:  # an unreadable record: reported once, left alone
+            self._report_unreadable(Unreadable(jid, exc.detail), report)
+            return False
         if not self._writer.owns(rec):
             return False
         if rec.outcome.terminal and decide.final(rec, self.policy, self.clock.now()):
@@ -599,11 +602,8 @@ class Supervisor:
         except DispatchError as exc:
             report.errors.append(f"store: {exc}")
             return
-        for bad in records.unreadable:  # reported once each; the others are worked on regardless
-            if bad.job_id not in self._unreadable:
-                self._unreadable.add(bad.job_id)
-                report.errors.append(str(bad))
-                log.warning("%s", bad)
+        for bad in records.unreadable:  # the others are worked on regardless
+            self._report_unreadable(bad, report)
         now = self.clock.now()
         recorder = metrics.current()
         if recorder.enabled:
@@ -619,6 +619,13 @@ class Supervisor:
                     await self._let_go(rec.job_id)
                 continue
             await self._work(rec.job_id, report, rec=rec, poll=poll)
+
+    def _report_unreadable(self, bad: Unreadable, report: StepReport) -> None:
+        """Name an unreadable record once (not at every step); it is left alone."""
+        if bad.job_id not in self._unreadable:
+            self._unreadable.add(bad.job_id)
+            report.errors.append(str(bad))
+            log.warning("%s", bad)
 
     async def _work(
         self, jid: str, report: StepReport, *, rec: JobRecord | None = None, poll: bool = False
