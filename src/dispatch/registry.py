@@ -178,5 +178,15 @@ async def new_backend(name: str, cfg: AdapterConfig) -> Backend:
     return backend
 
 
-_BACKEND_MEMBERS = ("name", "cluster_id", "capabilities", "prepare", "start", "observe", "stop", "list", "close")
+_BACKEND_MEMBERS = (
+    "name",
+    "cluster_id",
+    "capabilities",
+    "prepare",
+    "start",
+    "observe",
+    "stop",
+    "list",
+    "close",
+)
 """What :class:`~dispatch.backend.Backend` requires, to name what a returned object lacks."""

@@ -725,9 +725,7 @@ class _Run:
                 self._violate(jid, f"{jid}: requeue from {prev_epoch} to {t.epoch} skips an epoch")
             start = next((s for s in history[i:] if s.what == "started" and s.epoch == t.epoch), None)
             if start is not None and start.at + 1e-9 < t.at + rule.delay(k):
-                self._violate(
-                    jid, f"{jid}: {t.epoch} started before its backoff of {rule.delay(k):g} s"
-                )
+                self._violate(jid, f"{jid}: {t.epoch} started before its backoff of {rule.delay(k):g} s")
         created = self.cluster.created(jid)
         for ident in created:
             if ident.epoch.n > rec.epoch.n:

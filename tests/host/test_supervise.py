@@ -124,7 +124,10 @@ async def test_the_policys_max_requeues_hold(pcluster: Cluster, clock: ManualClo
     assert (rec.state, rec.outcome.cause, rec.epoch) == (State.FAILED, Cause.PREEMPTED, Epoch(3, 2))
     history = await pcluster.history("job-a")
     assert [t.epoch for t in history if t.what == "requeued"] == [Epoch(2, 1), Epoch(3, 2)]
-    assert history[-1].what == "gave up" and "the 2 requeue(s) allowed under rule preempted are spent" in history[-1].why
+    assert (
+        history[-1].what == "gave up"
+        and "the 2 requeue(s) allowed under rule preempted are spent" in history[-1].why
+    )
 
 
 async def test_a_hold_rule_stops_for_a_person(pcluster: Cluster, clock: ManualClock) -> None:
