@@ -27,7 +27,6 @@ from dispatch.errors import (
 )
 from dispatch.model import (
     Capabilities,
-    Cause,
     Change,
     Handle,
     Identity,
@@ -39,7 +38,7 @@ from dispatch.model import (
 )
 from dispatch.probecache import ProbeCache
 from dispatch_kubeflow import cessation, naming, output, probecache
-from dispatch_kubeflow.causes import Snapshot, carry, classify
+from dispatch_kubeflow.causes import Snapshot, classify
 from dispatch_kubeflow.errors import AlreadyExistsError, StaleHoldError
 from dispatch_kubeflow.holds import held_by_us, new_token, pointer
 from dispatch_kubeflow.incarnation import (
@@ -50,12 +49,10 @@ from dispatch_kubeflow.incarnation import (
     terminated_node,
     with_stuck_deletion,
 )
+from dispatch_kubeflow.informer import Informer
 from dispatch_kubeflow.kube import KubeClient, Retry
 from dispatch_kubeflow.names import (
     ANNOTATION_HOLD,
-    LABEL_JOB_HASH,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
     MAX_COMMAND,
     MAX_ENV,
     NAME,
@@ -71,7 +68,7 @@ from dispatch_kubeflow.preflight import (
     runtime_path,
     trainjob_path,
 )
-from dispatch_kubeflow.reading import Parts, confirm_gone, read_all, read_one
+from dispatch_kubeflow.reading import confirm_gone
 from dispatch_kubeflow.resources import NODES
 from dispatch_kubeflow.runtime import check_runtime, inspect_runtime
 from dispatch_kubeflow.settings import Settings, parse_settings
@@ -81,14 +78,19 @@ from dispatch_kubeflow.trainjob import (
     job_extensions,
     unsupported_extensions,
 )
-from dispatch_kubeflow.watching import Parts as Cached
-from dispatch_kubeflow.watching import Watch, kinds
+from dispatch_kubeflow.watching import (
+    Kind,
+    Parts,
+    Watch,
+    decode_cursor,
+    kinds,
+    runtime_kind_key,
+    runtime_kinds,
+)
 
 __all__ = ["Backend", "factory", "open_backend"]
 
 _log = logging.getLogger(__name__)
-_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_JOB_HASH}"
-_SEEN_LIMIT = 10_000
 
 
 async def factory(cfg: AdapterConfig) -> Backend:
@@ -208,14 +210,25 @@ class Backend:
         # Refs this backend deleted: a TrainJob gone after our own stop was cancelled, not lost. (Across
         # restarts the host's record decides: "record says we cancelled" comes first in SPEC §9.7.)
         self._stopped: set[str] = set()
-        # The last non-terminal outcome with a cause, per ref: what the Job controller deletes when a job
-        # fails (its pods) cannot be read afterwards, so what was seen before is carried (causes.carry).
-        self._seen: dict[str, Outcome] = {}
         # Output tails of failed nodes, read while their pods were there: TrainJob name -> pod -> tail, and
         # which container runs were read (pod uid, container id), so each failure is read once.
         self._tails: dict[str, dict[str, Tail]] = {}
         self._tails_read: dict[str, set[tuple[str, str]]] = {}
         self._deletions = DeletionClock()
+        # The one reading path (SPEC §9.6): every reader of this process shares this cache.
+        self.informer = Informer(
+            client,
+            settings.namespace,
+            [*self._incarnation_kinds(), *runtime_kinds(settings.namespace)],
+            fold=self._fold,
+            tails=self._watch_tails,
+            clock=clock,
+        )
+
+    def _incarnation_kinds(self) -> list[Kind]:
+        return kinds(
+            self.settings.namespace, kueue=self.facts.kueue, pods=self.facts.pods_visible is not False
+        )
 
     def __repr__(self) -> str:
         return f"<dispatch_kubeflow.Backend {self._client.server} namespace={self.settings.namespace!r} {self.mode}>"
@@ -316,7 +329,7 @@ class Backend:
         reasons = unsupported_extensions(spec, self.settings)
         ns = self.settings.runtime_namespace(ref.kind)
         where = f'{ref.kind} "{ref.runtime}"'
-        runtime = await self._client.get_or_none(runtime_path(ref.kind, ref.runtime, ns), what=f"get {where}")
+        runtime = await self._runtime(ref.kind, ref.runtime, ns, what=f"get {where}")
         if runtime is None:
             place = f" in namespace {ns!r}" if ns else ""
             reasons.append(f"{where} was not found{place}")
@@ -325,6 +338,18 @@ class Backend:
         if reasons:
             raise UnsupportedError(reasons)
         return runtime
+
+    async def _runtime(
+        self, kind: str, name: str, namespace: str | None, *, what: str
+    ) -> dict[str, Any] | None:
+        """The runtime from the shared cache (the runtimes are watched, not read per submit); read from
+        the cluster when the cache does not follow runtimes (not listable with these credentials) or does
+        not have it yet (created a moment ago)."""
+        await self.informer.sync()
+        cached = self.informer.objects(runtime_kind_key(kind), name)
+        if cached:
+            return cached[0]
+        return await self._client.get_or_none(runtime_path(kind, name, namespace), what=what)
 
     # --- prepare / start ---------------------------------------------------------------------------
 
@@ -378,7 +403,9 @@ class Backend:
         what = f'create TrainJob "{name}" in namespace {self.settings.namespace!r}'
         path = trainjob_path(self.settings.namespace)
         try:
-            await self._client.create(path, obj, what=what)
+            created = await self._client.create(path, obj, what=what)
+            if created.get("metadata"):
+                self.informer.remember("trainjobs", created)  # read back at once by this process
             _log.info("created TrainJob %s/%s for %s", self.settings.namespace, name, identity)
             return self._handle(identity, name)
         except AlreadyExistsError:
@@ -569,25 +596,29 @@ class Backend:
                 f'TrainJob "{handle.ref}" carries {found or "no dispatch identity"}, not {handle.identity}'
             )
 
-    def _classify(
-        self, name: str, trainjob: Mapping[str, Any] | None, parts: Parts | None, *, stopped: bool, now: float
-    ) -> Outcome:
-        """The one fold of an incarnation, for ``observe``, ``list`` and the watch: the cause table, a cause
-        seen earlier carried into the failure it caused, a deletion that does not complete, and the output
-        tails of failed nodes read while their pods were there."""
-        ref = f"{self.settings.namespace}/{name}"
-        outcome = carry(self._seen.get(ref), self._read(name, trainjob, parts, stopped=stopped, now=now))
-        if not outcome.terminal and outcome.cause not in (Cause.NONE, Cause.UNKNOWN):
-            self._seen.pop(ref, None)
-            self._seen[ref] = outcome
-            while len(self._seen) > _SEEN_LIMIT:
-                del self._seen[next(iter(self._seen))]
-        if trainjob is None:  # gone: its tails are no evidence any more (bounded memory)
+    def _fold(self, name: str, parts: Parts) -> Outcome:
+        """The one fold of an incarnation, for ``observe``, ``list`` and every watch: the cause table, a
+        deletion that does not complete, and the output tails of failed nodes read while their pods were
+        there. (What was seen earlier — a cause seen while a pod restarted, a stop — is kept in the host's
+        record and applied by the host's fold, so a fresh process reads what a long-running one does.)"""
+        now = self._clock.now()
+        stopped = f"{self.settings.namespace}/{name}" in self._stopped
+        snapshot = Snapshot.of(
+            name,
+            parts.trainjob,
+            jobset=parts.jobset,
+            jobs=parts.jobs,
+            pods=parts.pods,
+            workload=parts.workload,
+            stopped=stopped,
+            now=now,
+        )
+        outcome = classify(snapshot)
+        if parts.trainjob is None:  # gone: its tails are no evidence any more (bounded memory)
             self._tails.pop(name, None)
             self._tails_read.pop(name, None)
             return outcome
-        cached = _cached(trainjob, parts)
-        outcome = with_stuck_deletion(outcome, name, cached, now=now, deletions=self._deletions)
+        outcome = with_stuck_deletion(outcome, name, parts, now=now, deletions=self._deletions)
         return attach_output(outcome, list(self._tails.get(name, {}).values()))
 
     async def _read_tails(self, name: str, trainjob: Mapping[str, Any], pods: list[dict[str, Any]]) -> None:
@@ -624,39 +655,28 @@ class Backend:
                 continue
             tail = Tail.of(pod, lines)
             self._tails.setdefault(name, {})[tail.pod] = tail
-
-    def _read(
-        self, name: str, trainjob: Mapping[str, Any] | None, parts: Parts | None, *, stopped: bool, now: float
-    ) -> Outcome:
-        snapshot = Snapshot.of(
-            name,
-            trainjob,
-            jobset=parts.jobset if parts is not None else None,
-            jobs=parts.jobs if parts is not None else (),
-            pods=parts.pods if parts is not None else (),
-            workload=parts.workload if parts is not None else None,
-            stopped=stopped,
-            now=now,
-        )
-        return classify(snapshot)
+            self.informer.invalidate(name)
 
     async def observe(self, handle: Handle) -> Observation:
-        """The outcome of the incarnation as its TrainJob, JobSet, Jobs, pods and (with Kueue) Workload show
-        it now, classified by the cause table (:mod:`dispatch_kubeflow.causes`). A TrainJob that answers 404
-        is read again before it is reported gone: ``cancelled`` if this backend stopped it, else ``lost``."""
+        """The outcome of the incarnation, classified by the cause table (:mod:`dispatch_kubeflow.causes`)
+        from the shared cache. The TrainJob itself is read from the cluster (one request: what this
+        process just wrote shows at once, and a TrainJob the cache does not have is told gone only after a
+        second, differently routed read): ``cancelled`` if this backend stopped it, else ``lost``."""
         name = self._name_of(handle)
-        stopped = handle.ref in self._stopped
+        await self.informer.sync()
         obj = await self._get(name, what=f'get TrainJob "{handle.ref}"')
         if obj is None:
             obj = await confirm_gone(self._client, self.settings.namespace, name)
-        if obj is None:
-            now = self._clock.now()
-            return Observation(handle, self._classify(name, None, None, stopped=stopped, now=now), now)
-        self._check_owner(obj, handle)
-        parts = await read_one(self._client, self.settings.namespace, obj, kueue=self.facts.kueue)
-        await self._read_tails(name, obj, parts.pods)
-        now = self._clock.now()
-        return Observation(handle, self._classify(name, obj, parts, stopped=stopped, now=now), now)
+        if obj is not None:
+            self._check_owner(obj, handle)
+            self.informer.remember("trainjobs", obj)
+        elif self.informer.parts(name).trainjob is not None:
+            self.informer.forget_trainjob(name)
+        parts = self.informer.parts(name)
+        if obj is not None:
+            parts = Parts(obj, parts.jobset, parts.jobs, parts.pods, parts.workload)
+            await self._watch_tails(name, parts)
+        return Observation(handle, self._fold(name, parts), self._clock.now())
 
     async def stop(self, handle: Handle) -> None:
         """Delete the incarnation's TrainJob with foreground propagation (its JobSet and pods go with it).
@@ -668,6 +688,7 @@ class Backend:
             return
         self._check_owner(obj, handle)
         self._stopped.add(handle.ref)
+        self.informer.invalidate(name)
         what = f'delete TrainJob "{handle.ref}"'
         try:
             await self._client.delete(
@@ -680,75 +701,54 @@ class Backend:
             return
 
     async def list(self) -> list[Observation]:
-        """An observation of every TrainJob in the namespace that carries dispatch's identity, read with
-        one list request per kind (TrainJobs, JobSets, Jobs, pods, Workloads), never one per job. Objects
-        whose marks are inconsistent are skipped with a warning."""
-        what = f"list TrainJobs in namespace {self.settings.namespace!r}"
-        items = await self._client.list(
-            trainjob_path(self.settings.namespace), what=what, label_selector=_SELECTOR
-        )
-        mine: list[tuple[Identity, dict[str, Any]]] = []
-        for obj in items:
-            try:
-                identity = naming.identity_of(obj)
-            except ConflictError as exc:
-                _log.warning("skipping a TrainJob with inconsistent dispatch marks: %s", exc)
-                continue
-            if identity is not None:
-                mine.append((identity, obj))
-        parts = await read_all(
-            self._client,
-            self.settings.namespace,
-            [obj for _, obj in mine],
-            kueue=self.facts.kueue,
-            pod_selector=_SELECTOR,
-        )
-        now = self._clock.now()
+        """An observation of every TrainJob in the namespace that carries dispatch's identity, from the
+        shared cache (one list+watch per kind for the whole process, never a request per job). Objects whose
+        marks are inconsistent are skipped with a warning."""
+        await self.informer.sync()
         out: list[Observation] = []
-        for identity, obj in mine:
-            name = str(obj["metadata"]["name"])
-            handle = self._handle(identity, name)
-            outcome = self._classify(name, obj, parts.get(name), stopped=handle.ref in self._stopped, now=now)
-            out.append(Observation(handle, outcome, now))
+        now = self._clock.now()
+        for name, identity in sorted(self.informer.identities().items()):
+            parts = self.informer.parts(name)
+            if parts.trainjob is not None:
+                out.append(Observation(self._handle(identity, name), self._fold(name, parts), now))
         return out
 
     async def close(self) -> None:
         """Close the connection. Idempotent."""
         if not self._closed:
             self._closed = True
+            await self.informer.close()
             await self._client.close()
 
     # --- Watcher ---------------------------------------------------------------------------------------
 
     def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
-        """Changes of every incarnation in the namespace: one list+watch per kind (TrainJobs, JobSets, Jobs,
-        pods, and Workloads with Kueue) for all jobs at once. A change is emitted only when an incarnation's
-        observation changes; resumable from any change's cursor, also in another process."""
+        """Changes of every incarnation in the namespace, from the shared informer (one list+watch per kind
+        for the whole process, however many watches are open). A change is emitted only when an
+        incarnation's observation changes; resumable from any change's cursor, also in another process
+        (a cursor older than this process's informer is replayed on its own list+watch, once)."""
+        if cursor is not None:
+            since = decode_cursor(cursor, self.settings.namespace)
+            if not self.informer.covers(since):
+                return self._replay(cursor)
+            return self.informer.follow(self._handle, since)
+        return self.informer.follow(self._handle)
+
+    def _replay(self, cursor: str) -> AsyncIterator[Change]:
         watch = Watch(
             self._client,
             self.settings.namespace,
-            kinds(self.settings.namespace, kueue=self.facts.kueue, pods=self.facts.pods_visible is not False),
-            fold=self._fold,
+            self._incarnation_kinds(),
+            fold=lambda name, parts, _previous: self._fold(name, parts or Parts()),
             handle_of=self._handle,
             tails=self._watch_tails,
             clock=self._clock,
         )
         return watch.run(cursor)
 
-    def _fold(self, name: str, cached: Cached | None, previous: Outcome | None) -> Outcome:
-        # ``previous`` is not needed: _classify carries causes through the backend's own memory.
-        trainjob = cached.trainjob if cached is not None else None
-        parts = (
-            Parts(jobset=cached.jobset, jobs=cached.jobs, pods=cached.pods, workload=cached.workload)
-            if cached is not None
-            else None
-        )
-        ref = f"{self.settings.namespace}/{name}"
-        return self._classify(name, trainjob, parts, stopped=ref in self._stopped, now=self._clock.now())
-
-    async def _watch_tails(self, name: str, cached: Cached) -> None:
-        if cached.trainjob is not None and failed_node_pods(cached.pods):
-            await self._read_tails(name, cached.trainjob, cached.pods)
+    async def _watch_tails(self, name: str, parts: Parts) -> None:
+        if parts.trainjob is not None and failed_node_pods(parts.pods):
+            await self._read_tails(name, parts.trainjob, parts.pods)
 
     # --- CessationSignal -------------------------------------------------------------------------------
 
@@ -813,14 +813,3 @@ class Backend:
     def identity_of(self, obj: Mapping[str, Any]) -> Identity | None:
         """The identity a TrainJob carries, ``None`` if none; ``ConflictError`` if inconsistent."""
         return naming.identity_of(obj)
-
-
-def _cached(trainjob: Mapping[str, Any], parts: Parts | None) -> Cached:
-    """An incarnation's objects in the watch's shape (for the checks that read the TrainJob with them)."""
-    return Cached(
-        trainjob=dict(trainjob),
-        jobset=parts.jobset if parts is not None else None,
-        jobs=list(parts.jobs) if parts is not None else [],
-        pods=list(parts.pods) if parts is not None else [],
-        workload=parts.workload if parts is not None else None,
-    )

@@ -41,7 +41,15 @@ from dispatch_kubeflow import naming
 from dispatch_kubeflow.errors import ExpiredError, map_status
 from dispatch_kubeflow.kube import KubeClient
 from dispatch_kubeflow.names import LABEL_JOB_HASH, LABEL_JOBSET_NAME, LABEL_MANAGED_BY, MANAGED_BY
-from dispatch_kubeflow.resources import JOBS, JOBSETS, PODS, TRAINJOBS, WORKLOADS
+from dispatch_kubeflow.resources import (
+    CLUSTER_TRAINING_RUNTIMES,
+    JOBS,
+    JOBSETS,
+    PODS,
+    TRAINING_RUNTIMES,
+    TRAINJOBS,
+    WORKLOADS,
+)
 
 __all__ = [
     "DISPATCH_SELECTOR",
@@ -57,6 +65,8 @@ __all__ = [
     "kinds",
     "list_kind",
     "newer",
+    "runtime_kind_key",
+    "runtime_kinds",
 ]
 
 _log = logging.getLogger(__name__)
@@ -126,6 +136,26 @@ def kinds(namespace: str, *, kueue: bool, pods: bool = True) -> list[Kind]:
     if kueue:
         out.append(Kind("workloads", WORKLOADS.path(namespace), "kueue.x-k8s.io/job-uid", _owner_key))
     return out
+
+
+RUNTIME_KINDS = {
+    "ClusterTrainingRuntime": "clustertrainingruntimes",
+    "TrainingRuntime": "trainingruntimes",
+}
+"""The cache key of each runtime kind."""
+
+
+def runtime_kinds(namespace: str) -> list[Kind]:
+    """The Trainer runtimes, cached so that ``prepare`` reads no runtime per submit (keyed by name)."""
+    return [
+        Kind(RUNTIME_KINDS["ClusterTrainingRuntime"], CLUSTER_TRAINING_RUNTIMES.path(), None, _name_key),
+        Kind(RUNTIME_KINDS["TrainingRuntime"], TRAINING_RUNTIMES.path(namespace), None, _name_key),
+    ]
+
+
+def runtime_kind_key(kind: str) -> str:
+    """The cache key of runtime kind ``kind`` (``ClusterTrainingRuntime`` or ``TrainingRuntime``)."""
+    return RUNTIME_KINDS.get(kind, "")
 
 
 # --- cursors ---------------------------------------------------------------------------------------
