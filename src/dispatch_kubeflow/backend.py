@@ -659,22 +659,22 @@ class Backend:
 
     async def observe(self, handle: Handle) -> Observation:
         """The outcome of the incarnation, classified by the cause table (:mod:`dispatch_kubeflow.causes`)
-        from the shared cache. The TrainJob itself is read from the cluster (one request: what this
-        process just wrote shows at once, and a TrainJob the cache does not have is told gone only after a
-        second, differently routed read): ``cancelled`` if this backend stopped it, else ``lost``."""
+        from the shared cache, as of the last event it received (what this process wrote itself shows at
+        once). A TrainJob the cache does not hold is read from the cluster, and told gone only after a
+        second, differently routed read: ``cancelled`` if this backend stopped it, else ``lost``."""
         name = self._name_of(handle)
         await self.informer.sync()
-        obj = await self._get(name, what=f'get TrainJob "{handle.ref}"')
+        parts = self.informer.parts(name)
+        obj = parts.trainjob
         if obj is None:
-            obj = await confirm_gone(self._client, self.settings.namespace, name)
+            obj = await self._get(name, what=f'get TrainJob "{handle.ref}"')
+            if obj is None:
+                obj = await confirm_gone(self._client, self.settings.namespace, name)
+            if obj is not None:
+                self.informer.remember("trainjobs", obj)  # created a moment ago: the watch brings it soon
+                parts = Parts(obj, parts.jobset, parts.jobs, parts.pods, parts.workload)
         if obj is not None:
             self._check_owner(obj, handle)
-            self.informer.remember("trainjobs", obj)
-        elif self.informer.parts(name).trainjob is not None:
-            self.informer.forget_trainjob(name)
-        parts = self.informer.parts(name)
-        if obj is not None:
-            parts = Parts(obj, parts.jobset, parts.jobs, parts.pods, parts.workload)
             await self._watch_tails(name, parts)
         return Observation(handle, self._fold(name, parts), self._clock.now())
 

@@ -145,6 +145,10 @@ class Informer:
             return None
         return self.view.objects(kind, key)
 
+    def versions(self, kind: str) -> dict[str, str]:
+        """uid -> resourceVersion of every cached object of ``kind`` (to tell how far the cache is)."""
+        return {uid: _rv(obj) for uid, obj in self.view.all(kind).items()}
+
     def parts(self, key: str) -> Parts:
         return self.view.parts(key)
 

@@ -324,6 +324,10 @@ class View:
         """Every incarnation known by a TrainJob, now or before."""
         return set(self.identities)
 
+    def all(self, kind: str) -> Mapping[str, dict[str, Any]]:
+        """Every object of ``kind`` by uid."""
+        return self._objects.get(kind, {})
+
     def objects(self, kind: str, key: str) -> list[dict[str, Any]]:
         return [self._objects[kind][u] for u in sorted(self._index[kind].get(key, ()))]
 
