@@ -403,9 +403,7 @@ class Backend:
         what = f'create TrainJob "{name}" in namespace {self.settings.namespace!r}'
         path = trainjob_path(self.settings.namespace)
         try:
-            created = await self._client.create(path, obj, what=what)
-            if created.get("metadata"):
-                self.informer.remember("trainjobs", created)  # read back at once by this process
+            self._remember(await self._client.create(path, obj, what=what))
             _log.info("created TrainJob %s/%s for %s", self.settings.namespace, name, identity)
             return self._handle(identity, name)
         except AlreadyExistsError:
@@ -454,6 +452,11 @@ class Backend:
             )
         _log.info("adopted existing TrainJob %s/%s for %s", self.settings.namespace, name, identity)
         return self._handle(identity, name)
+
+    def _remember(self, written: dict[str, Any]) -> None:
+        """What this process wrote is what it reads back at once (the watch brings the same soon)."""
+        if isinstance(written.get("metadata"), Mapping):
+            self.informer.remember("trainjobs", written)
 
     async def _withdraw(self, name: str, what: str) -> None:
         """Delete a TrainJob this backend just created and must not leave running; a failure is logged
@@ -521,9 +524,12 @@ class Backend:
             if suspend:
                 body["spec"] = {"suspend": True}
             try:
-                await self._client.patch(trainjob_path(self.settings.namespace, name), body, what=what)
+                patched = await self._client.patch(
+                    trainjob_path(self.settings.namespace, name), body, what=what
+                )
             except ConflictError:
                 continue  # the resourceVersion precondition (409): read again (someone's hold is then returned)
+            self._remember(patched)
             _log.info("held TrainJob %s for %s", handle.ref, handle.identity)
             return HoldToken(token)
         raise ConflictError(f"{what}: the TrainJob kept changing; observe it and hold again")
@@ -546,11 +552,13 @@ class Backend:
         if not self.queueing:
             ops.append({"op": "add", "path": "/spec/suspend", "value": False})
         try:
-            await self._client.patch(
-                trainjob_path(self.settings.namespace, name),
-                ops,
-                what=what,
-                content_type="application/json-patch+json",
+            self._remember(
+                await self._client.patch(
+                    trainjob_path(self.settings.namespace, name),
+                    ops,
+                    what=what,
+                    content_type="application/json-patch+json",
+                )
             )
         except (InvalidError, ConflictError, NotFoundError):
             # The test op failed (422, InvalidError), or the object changed or went: a stale hold is told
