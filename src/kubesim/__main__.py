@@ -52,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--bookmark-interval", type=float, default=10.0, help="seconds between watch bookmarks")
     s.add_argument(
+        "--event-ttl",
+        type=float,
+        default=3600.0,
+        help="seconds an Event lives after its last write (default 1 h)",
+    )
+    s.add_argument(
         "--readonly-kubeconfig",
         default=None,
         metavar="PATH",
@@ -94,6 +100,7 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
         host=args.host,
         port=args.port,
         bookmark_interval=args.bookmark_interval,
+        event_ttl=getattr(args, "event_ttl", 3600.0),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

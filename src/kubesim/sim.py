@@ -29,6 +29,7 @@ from kubesim import admission
 from kubesim.auth import ADMIN, Authenticator, Permissions
 from kubesim.behaviour import Behaviours
 from kubesim.clock import Clock, ManualClock
+from kubesim.events import DEFAULT_EVENT_TTL, EventRecorder, EventTTL
 from kubesim.faults import Faults
 from kubesim.kubeconfig import write_kubeconfig as _write_kubeconfig
 from kubesim.logs import PodLogs
@@ -86,6 +87,7 @@ class Simulator:
         request_log_size: int = 100_000,
         disabled_groups: Iterable[str] = (),
         anonymous_auth: bool = True,
+        event_ttl: float = DEFAULT_EVENT_TTL,
     ) -> None:
         self.clock: Clock = clock if clock is not None else ManualClock()
         self.store = ObjectStore(self.clock, history_limit=history_limit)
@@ -93,6 +95,10 @@ class Simulator:
         # any controllers (or none); webhooks come with the controllers that install them.
         admission.install_crds(self.store, self.clock)
         self.logs = PodLogs(self.clock)
+        # The API server forgets Events event_ttl seconds after their last write (--event-ttl); the
+        # components' Events go through client-go's correlator.
+        self.event_ttl = EventTTL(self.store, self.clock, event_ttl)
+        self.recorder = EventRecorder(self.store, self.clock)
         self.faults = Faults()
         self.faults.on_compact(self.store.compact)
         self.requests = RequestLog(request_log_size)
@@ -168,6 +174,7 @@ class Simulator:
         # A real API server's watch cache starts from a list at its start: a watch from any earlier
         # resourceVersion (here: the fixtures' writes, made before serving) is answered 410 Expired.
         self.store.expire_before(self.store.resource_version)
+        self.event_ttl.arm_pending()
         self._wake = asyncio.Event()
         if not isinstance(self.clock, ManualClock):
             self._background = asyncio.create_task(self._run_background(), name="kubesim-controllers")
