@@ -88,6 +88,7 @@ class Simulator:
         disabled_groups: Iterable[str] = (),
         anonymous_auth: bool = True,
         event_ttl: float = DEFAULT_EVENT_TTL,
+        recreate_jobset_while_deleting: bool = False,
     ) -> None:
         self.clock: Clock = clock if clock is not None else ManualClock()
         self.store = ObjectStore(self.clock, history_limit=history_limit)
@@ -109,6 +110,9 @@ class Simulator:
         # system:anonymous and gets 403 from authorization; off, it is 401.
         self.anonymous_auth = anonymous_auth
         self.kueue = kueue
+        # Trainer v2.3.0's behaviour: while a TrainJob is deleted in the foreground its JobSet comes back
+        # after each garbage collection, so the deletion never finishes (read by the Trainer controller).
+        self.recreate_jobset_while_deleting = recreate_jobset_while_deleting
         # API groups this cluster does not serve (as if their CRDs were not installed); without Kueue
         # the kueue.x-k8s.io group is absent from discovery, like on a cluster without Kueue.
         self.disabled_groups: set[str] = set(disabled_groups)

@@ -156,9 +156,9 @@ class BaseController:
             except ApiError as e:
                 if e.code == 409:
                     self._queue[(ns, name)] = None  # stale read: try again
-                elif e.message.startswith("admission webhook"):
-                    # A webhook refused a write made from a stale view: retry shortly, as controller-runtime
-                    # requeues with back-off.
+                elif e.message.startswith("admission webhook") or "failed calling webhook" in e.message:
+                    # A webhook refused a write made from a stale view, or could not be called: retry
+                    # shortly, as controller-runtime requeues with back-off.
                     log.debug("kubesim %s: %s/%s refused, retrying: %s", self.name, ns, name, e.message)
                     self.requeue_at(self.clock.now() + 1.0, ns, name)
                 elif e.code != 404:
