@@ -38,7 +38,7 @@ from dispatch.model import (
 )
 from dispatch.probecache import ProbeCache
 from dispatch_kubeflow import cessation, naming, output, probecache
-from dispatch_kubeflow.causes import Snapshot, classify
+from dispatch_kubeflow.causes import Snapshot, TrainJob, classify
 from dispatch_kubeflow.errors import AlreadyExistsError, StaleHoldError
 from dispatch_kubeflow.holds import held_by_us, new_token, pointer
 from dispatch_kubeflow.incarnation import (
@@ -53,6 +53,7 @@ from dispatch_kubeflow.informer import Informer
 from dispatch_kubeflow.kube import KubeClient, Retry
 from dispatch_kubeflow.names import (
     ANNOTATION_HOLD,
+    LABEL_STORE,
     MAX_COMMAND,
     MAX_ENV,
     NAME,
@@ -60,6 +61,7 @@ from dispatch_kubeflow.names import (
 from dispatch_kubeflow.preflight import (
     ClusterFacts,
     admission_check,
+    cluster_identity,
     discover,
     kueue_objects,
     probe,
@@ -136,10 +138,19 @@ async def open_backend(
                 client.read_only = True
                 facts.notes += await kueue_objects(client, settings, facts)
         await admission_check(client, settings, facts)
+        cluster = await cluster_identity(client)  # on every open, read-only ones included
     except BaseException:
         await client.close()
         raise
-    return Backend(client, settings, facts, read_only=cfg.read_only, clock=clock)
+    return Backend(
+        client,
+        settings,
+        facts,
+        read_only=cfg.read_only,
+        clock=clock,
+        cluster_id=cluster,
+        store_id=cfg.store_id,
+    )
 
 
 async def _probe_or_reuse(
@@ -193,9 +204,21 @@ class Backend:
     """
 
     def __init__(
-        self, client: KubeClient, settings: Settings, facts: ClusterFacts, *, read_only: bool, clock: Clock
+        self,
+        client: KubeClient,
+        settings: Settings,
+        facts: ClusterFacts,
+        *,
+        read_only: bool,
+        clock: Clock,
+        cluster_id: str = "",
+        store_id: str = "",
     ) -> None:
         self._client = client
+        self._cluster_id = cluster_id or f"kubernetes:{client.server}"
+        self.store_id = store_id
+        """The host's store identity: labels every object this backend creates; objects labelled with
+        another store's are not read, adopted or changed ("": no label, every object is ours)."""
         self.settings = settings
         self.facts = facts
         self.mode = (
@@ -227,7 +250,10 @@ class Backend:
 
     def _incarnation_kinds(self) -> list[Kind]:
         return kinds(
-            self.settings.namespace, kueue=self.facts.kueue, pods=self.facts.pods_visible is not False
+            self.settings.namespace,
+            kueue=self.facts.kueue,
+            pods=self.facts.pods_visible is not False,
+            store=self.store_id,
         )
 
     def __repr__(self) -> str:
@@ -239,9 +265,8 @@ class Backend:
 
     @property
     def cluster_id(self) -> str:
-        # The API server's address until the cluster's own identity (the kube-system namespace's UID)
-        # is read on open.
-        return f"kubernetes:{self._client.server}"
+        """The cluster's identity, read on open (:func:`~dispatch_kubeflow.preflight.cluster_identity`)."""
+        return self._cluster_id
 
     # --- capabilities ------------------------------------------------------------------------------
 
@@ -370,7 +395,13 @@ class Backend:
             raise UnsupportedError(self._hold_refusals())
         runtime = await self._checked_runtime(spec)
         obj = build_trainjob(
-            spec, identity, self.settings, inspect_runtime(runtime), held=held, kueue=self.queueing
+            spec,
+            identity,
+            self.settings,
+            inspect_runtime(runtime),
+            held=held,
+            kueue=self.queueing,
+            store=self.store_id,
         )
         return Prepared(NAME, spec, identity, held, obj)
 
@@ -384,7 +415,7 @@ class Backend:
             raise ReadOnlyError(f"{what}: the kubeflow backend is {mode}")
 
     def _handle(self, identity: Identity, name: str) -> Handle:
-        return Handle(NAME, identity, f"{self.settings.namespace}/{name}")
+        return Handle(NAME, identity, f"{self.settings.namespace}/{name}", cluster=self._cluster_id)
 
     async def start(self, prepared: Prepared) -> Handle:
         """Create the TrainJob :meth:`prepare` built (suspended if held; not under Kueue), exactly as built.
@@ -456,6 +487,7 @@ class Backend:
             raise ConflictError(
                 f'TrainJob "{name}" in namespace {self.settings.namespace!r} belongs to {found}, not {identity}'
             )
+        self._check_store(existing, f'TrainJob "{name}" in namespace {self.settings.namespace!r}')
         _log.info("adopted existing TrainJob %s/%s for %s", self.settings.namespace, name, identity)
         return self._handle(identity, name)
 
@@ -609,6 +641,17 @@ class Backend:
             raise ConflictError(
                 f'TrainJob "{handle.ref}" carries {found or "no dispatch identity"}, not {handle.identity}'
             )
+        self._check_store(obj, f'TrainJob "{handle.ref}"')
+
+    def _check_store(self, obj: Mapping[str, Any], what: str) -> None:
+        """Refuse an object another store's host created (SPEC §6.1): never adopted, folded or changed."""
+        if not self.store_id:
+            return
+        labels = TrainJob.labels_of(obj)
+        theirs = labels.get(LABEL_STORE, "")
+        if theirs != self.store_id:
+            whose = f"store {theirs!r}" if theirs else "no store"
+            raise ConflictError(f"{what} belongs to {whose}, not to this one ({self.store_id!r})")
 
     def _fold(self, name: str, parts: Parts) -> Outcome:
         """The one fold of an incarnation, for ``observe``, ``list`` and every watch: the cause table, a

@@ -144,6 +144,12 @@ class _Object:
     def true(self, type_: str) -> Condition | None:
         return _true(self.conditions, type_)
 
+    @staticmethod
+    def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
+        """An object's labels that are strings (anything else reads as absent)."""
+        raw = _map(_meta(obj).get("labels"))
+        return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
+
     def evidence(self, c: Condition | None = None, *, reason: str = "", message: str = "") -> Evidence:
         if c is not None:
             reason, message = c.reason, c.message

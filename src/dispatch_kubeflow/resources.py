@@ -27,6 +27,7 @@ __all__ = [
     "JOBSETS",
     "LEASES",
     "LOCAL_QUEUES",
+    "NAMESPACES",
     "NODES",
     "PODS",
     "SELF_SUBJECT_ACCESS_REVIEWS",
@@ -94,6 +95,7 @@ JOBSETS: Final = Resource(JOBSET_GROUP, JOBSET_VERSION, "jobsets", "JobSet", Tru
 JOBS: Final = Resource("batch", "v1", "jobs", "Job", True)
 PODS: Final = Resource("", "v1", "pods", "Pod", True)
 NODES: Final = Resource("", "v1", "nodes", "Node", False)
+NAMESPACES: Final = Resource("", "v1", "namespaces", "Namespace", False)
 WORKLOADS: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload", True)
 LOCAL_QUEUES: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "localqueues", "LocalQueue", True)
 WORKLOAD_PRIORITY_CLASSES: Final = Resource(

@@ -40,7 +40,13 @@ from dispatch.model import Change, Handle, Identity, Observation, Outcome
 from dispatch_kubeflow import naming
 from dispatch_kubeflow.errors import ExpiredError, map_status
 from dispatch_kubeflow.kube import KubeClient
-from dispatch_kubeflow.names import LABEL_JOB_HASH, LABEL_JOBSET_NAME, LABEL_MANAGED_BY, MANAGED_BY
+from dispatch_kubeflow.names import (
+    LABEL_JOB_HASH,
+    LABEL_JOBSET_NAME,
+    LABEL_MANAGED_BY,
+    LABEL_STORE,
+    MANAGED_BY,
+)
 from dispatch_kubeflow.resources import (
     CLUSTER_TRAINING_RUNTIMES,
     JOBS,
@@ -67,6 +73,7 @@ __all__ = [
     "newer",
     "runtime_kind_key",
     "runtime_kinds",
+    "selector",
 ]
 
 _log = logging.getLogger(__name__)
@@ -122,17 +129,23 @@ class Kind:
     key_of: Callable[[Mapping[str, Any]], str | None]
 
 
-def kinds(namespace: str, *, kueue: bool, pods: bool = True) -> list[Kind]:
+def selector(store: str = "") -> str:
+    """What dispatch created for a job; with a store identity, only what that store's host created."""
+    return f"{DISPATCH_SELECTOR},{LABEL_STORE}={store}" if store else DISPATCH_SELECTOR
+
+
+def kinds(namespace: str, *, kueue: bool, pods: bool = True, store: str = "") -> list[Kind]:
     """The kinds the watch follows in ``namespace``. JobSets, Jobs and pods carry dispatch's identity labels
     (the adapter's runtime patch puts them on the JobSet, Job and pod templates); a Kueue Workload carries
     only Kueue's ``job-uid`` label, so every Workload of the namespace is followed and matched by its owner."""
+    mine = selector(store)
     out = [
-        Kind("trainjobs", TRAINJOBS.path(namespace), DISPATCH_SELECTOR, _name_key),
-        Kind("jobsets", JOBSETS.path(namespace), DISPATCH_SELECTOR, _name_key),
-        Kind("jobs", JOBS.path(namespace), DISPATCH_SELECTOR, _jobset_key),
+        Kind("trainjobs", TRAINJOBS.path(namespace), mine, _name_key),
+        Kind("jobsets", JOBSETS.path(namespace), mine, _name_key),
+        Kind("jobs", JOBS.path(namespace), mine, _jobset_key),
     ]
     if pods:
-        out.append(Kind("pods", PODS.path(namespace), DISPATCH_SELECTOR, _jobset_key))
+        out.append(Kind("pods", PODS.path(namespace), mine, _jobset_key))
     if kueue:
         out.append(Kind("workloads", WORKLOADS.path(namespace), "kueue.x-k8s.io/job-uid", _owner_key))
     return out

@@ -120,8 +120,12 @@ def ident(job_id: str = "train-1", n: int = 1, r: int = 0) -> Identity:
     return Identity(job_id, Epoch(n, r))
 
 
-def config(settings: dict[str, Any], *, token: str | None = None, read_only: bool = False) -> AdapterConfig:
-    return AdapterConfig("kubeflow", json.dumps(settings).encode(), read_only=read_only, token=token)
+def config(
+    settings: dict[str, Any], *, token: str | None = None, read_only: bool = False, store_id: str = ""
+) -> AdapterConfig:
+    return AdapterConfig(
+        "kubeflow", json.dumps(settings).encode(), read_only=read_only, token=token, store_id=store_id
+    )
 
 
 def install(sim: Simulator, *runtimes: dict[str, Any], namespace: str = "default") -> None:

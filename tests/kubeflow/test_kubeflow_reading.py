@@ -8,12 +8,17 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 import pytest_asyncio
+from kubeflow_fixtures import caught_up, config, ident, kubeconfig
 from kubeflow_live import Live, job, live
 
 import dispatch
 from dispatch import Cause, JobRecord, State
+from dispatch.backend import place
+from dispatch_kubeflow.backend import open_backend
 from kubesim.resources import TRAINJOBS
+from kubesim.sim import Simulator
 
 
 @pytest_asyncio.fixture
@@ -65,10 +70,53 @@ async def test_many_watches_of_single_jobs_cost_one_list_and_watch_per_kind(lv: 
     finally:
         for f in followers:
             f.cancel()
-    sent = list(lv.sim.requests)[before - lv.sim.requests.total :]
+    n = lv.sim.requests.total - before
+    sent = list(lv.sim.requests)[-n:] if n else []
     streams = [r for r in sent if r.verb in ("list", "watch")]
     assert not streams, (
         f"a watch of one job opened its own list/watch: {[(r.verb, r.resource) for r in streams]}"
     )
-    # each watch(job_id) reads its job once (get: the TrainJob), nothing per kind
-    assert len(sent) <= len(recs), [(r.verb, r.path) for r in sent]
+    # each watch(job_id) reads its job from the shared cache: no request at all
+    assert sent == [], [(r.verb, r.path) for r in sent]
+
+
+async def test_cluster_identity_is_read_from_the_cluster_and_fills_every_handle(lv: Live) -> None:
+    from kubesim.resources import NAMESPACES
+
+    writable = await lv.open()
+    read_only = await lv.open(read_only=True)
+    uid = lv.sim.store.get(NAMESPACES, None, "kube-system")["metadata"]["uid"]
+    assert writable.cluster_id == read_only.cluster_id == f"kubernetes:{uid}"
+    handle = await place(writable, job(), ident("with-cluster"))
+    assert handle.cluster == writable.cluster_id
+    await caught_up(read_only, lv.sim)
+    assert (await read_only.observe(handle)).handle.cluster == writable.cluster_id
+    assert [o.handle.cluster for o in await read_only.list()] == [writable.cluster_id]
+    async with Simulator() as other:
+        elsewhere = await open_backend(
+            config(
+                {"kubeconfig": kubeconfig(Path(lv.kc).with_name("other"), other.url, other.token("admin"))}
+            ),
+            probe_window=0.1,
+        )
+        try:
+            assert elsewhere.cluster_id != writable.cluster_id
+        finally:
+            await elsewhere.close()
+
+
+async def test_two_stores_on_one_cluster_never_see_each_others_objects(lv: Live) -> None:
+    from dispatch import ConflictError
+    from dispatch_kubeflow.names import LABEL_STORE
+
+    mine = await lv.open(store_id="store-a")
+    theirs = await lv.open(store_id="store-b")
+    handle = await place(mine, job(), ident("store-a-job"))
+    await lv.until(lambda: bool(lv.pods(handle)), "its pod")
+    assert lv.pods(handle)[0]["metadata"]["labels"][LABEL_STORE] == "store-a"
+    await caught_up(mine, lv.sim)
+    await caught_up(theirs, lv.sim)
+    assert [o.handle for o in await mine.list()] == [handle]
+    assert await theirs.list() == []
+    with pytest.raises(ConflictError, match="store 'store-a'"):
+        await place(theirs, job(), ident("store-a-job"))  # the identity lookup refuses to adopt it
