@@ -27,6 +27,7 @@ from dispatch_kubeflow.holds import held_by_us
 from dispatch_kubeflow.names import ANNOTATION_HOLD, LABEL_QUEUE, NODE_CONTAINER
 
 __all__ = [
+    "CONFIG_ERROR_GRACE",
     "IMAGE_PULL_GRACE",
     "RULES",
     "Condition",
@@ -39,7 +40,6 @@ __all__ = [
     "Termination",
     "TrainJob",
     "Workload",
-    "carry",
     "classify",
     "table_markdown",
 ]
@@ -51,9 +51,17 @@ minutes covers five attempts — enough for a registry hiccup or a pull secret t
 short enough that a typo'd tag does not hold a slot for long. ``InvalidImageName`` can never succeed and
 fails at once."""
 
+CONFIG_ERROR_GRACE: Final = 300.0
+"""Seconds a container may fail to be created (``CreateContainerConfigError``/``CreateContainerError``: a
+Secret, ConfigMap or claim missing) before the job is called ``failed``/``config_error``: long enough for
+a Secret that is being rolled out (the kubelet retries on its pod sync back-off), short enough that a job
+waiting on a typo does not hold its slot. A pod still ``ContainerCreating`` after this long (a volume that
+never mounts) reads ``starting``/``config_error``, and fails after twice as long."""
+
 _KUEUE_PREEMPTION = ("Preempted", "InClusterQueue")
 _NODE_LOSS = ("DeletionByTaintManager", "DeletionByPodGC", "TerminationByKubelet")
 _PULL_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+_CONFIG_WAITING = ("CreateContainerConfigError", "CreateContainerError")
 
 
 # --- tolerant readers ----------------------------------------------------------------------------
@@ -374,6 +382,7 @@ class Snapshot:
     stopped: bool = False
     now: float | None = None
     image_pull_grace: float = IMAGE_PULL_GRACE
+    config_error_grace: float = CONFIG_ERROR_GRACE
 
     @classmethod
     def of(
@@ -688,6 +697,8 @@ def _scheduled_at(pod: Pod) -> float | None:
 
 
 def _unschedulable(s: Snapshot) -> Outcome | None:
+    if s.failing is not None:
+        return None  # a pod-level signal never keeps a failing job live: the rules below name the failure
     for pod in s.pods:
         c = _find(pod.conditions, "PodScheduled")
         if c is not None and c.status == "False" and c.reason == "Unschedulable" and not pod.deleting:
@@ -719,10 +730,50 @@ def _failed_container(s: Snapshot) -> Evidence | None:
 
 
 def _complete(s: Snapshot) -> Outcome | None:
+    """The TrainJob says ``Complete``: succeeded, whatever a pod shows (an ``OOMKilled`` with exit code 0
+    under memory pressure, kubernetes/kubernetes#116042); containers restarted in place on the way go into
+    the evidence, so a success that needed retries says so."""
     c = s.trainjob.true("Complete") if s.trainjob is not None else None
     if c is None or s.trainjob is None:
         return None
-    return Outcome(State.SUCCEEDED, Cause.NONE, (s.trainjob.evidence(c),))
+    return Outcome(State.SUCCEEDED, Cause.NONE, (s.trainjob.evidence(c), *_container_history(s)))
+
+
+def _container_history(s: Snapshot) -> tuple[Evidence, ...]:
+    """What containers went through before now: each restart in place (its last termination) and each
+    termination that says more than ``Completed`` (an ``OOMKilled`` with exit code 0)."""
+    out: list[Evidence] = []
+    for pod in s.pods:
+        for c in pod.containers:
+            if c.restarts and c.last is not None:
+                out.append(_with_restarts(pod.container_evidence(c, c.last), c))
+            elif c.terminated is not None and c.terminated.reason not in ("", "Completed"):
+                out.append(pod.container_evidence(c, c.terminated))
+    return tuple(out)
+
+
+def _config_error(s: Snapshot) -> Outcome | None:
+    for pod in s.pods:
+        if pod.deleting:
+            continue
+        for c in pod.containers:
+            stuck = c.waiting == "ContainerCreating"
+            if c.waiting not in _CONFIG_WAITING and not stuck:
+                continue
+            since = _scheduled_at(pod)
+            waited = s.now - since if s.now is not None and since is not None else None
+            grace = s.config_error_grace * (2 if stuck else 1)
+            if stuck and (waited is None or waited < s.config_error_grace):
+                continue  # creating containers takes a while: not a problem yet
+            ev = pod.container_evidence(c, reason=c.waiting, message=c.waiting_message)
+            if s.failing is not None or (waited is not None and waited >= grace):
+                if waited is not None and s.failing is None:
+                    note = f"containers not created after {waited:.0f}s (grace {grace:.0f}s)"
+                    message = f"{ev.message} ({note})" if ev.message else note
+                    ev = Evidence(ev.kind, ev.name, ev.reason, message, node=ev.node)
+                return Outcome(State.FAILED, Cause.CONFIG_ERROR, (ev, *s.supporting()))
+            return Outcome(State.STARTING, Cause.CONFIG_ERROR, (ev,))
+    return None
 
 
 def _gone(s: Snapshot) -> Outcome | None:
@@ -821,6 +872,13 @@ RULES: Final[tuple[Rule, ...]] = (
         _held,
     ),
     Rule(
+        "complete",
+        "TrainJob `Complete` — before any pod-level signal: a pod `OOMKilled` with exit code 0 or a container restarted in place does not keep a finished job live (the restarts go into the evidence)",
+        "TrainJob, Pod",
+        "succeeded / none",
+        _complete,
+    ),
+    Rule(
         "kueue_preempted",
         "Workload `Evicted` reason `Preempted`, or `Preempted` reasons `InClusterQueue`, `InCohort…`",
         "Workload",
@@ -898,6 +956,13 @@ RULES: Final[tuple[Rule, ...]] = (
         _image_pull,
     ),
     Rule(
+        "config_error",
+        f"container waiting `CreateContainerConfigError`/`CreateContainerError` (a missing Secret, ConfigMap or claim; fails after {CONFIG_ERROR_GRACE:.0f} s), or `ContainerCreating` for {CONFIG_ERROR_GRACE:.0f} s (fails after {2 * CONFIG_ERROR_GRACE:.0f} s); the kubelet's message is the evidence",
+        "Pod",
+        "starting / config_error (then failed)",
+        _config_error,
+    ),
+    Rule(
         "unschedulable",
         "pod `PodScheduled=False` reason `Unschedulable`",
         "Pod",
@@ -911,7 +976,6 @@ RULES: Final[tuple[Rule, ...]] = (
         "failed / exit_code",
         _exit_code,
     ),
-    Rule("complete", "TrainJob `Complete`", "TrainJob", "succeeded / none", _complete),
     Rule(
         "gone",
         "TrainJob gone (confirmed by a second read) or being deleted, not by us",
@@ -941,24 +1005,6 @@ RULES: Final[tuple[Rule, ...]] = (
         _live,
     ),
 )
-
-
-def carry(previous: Outcome | None, current: Outcome) -> Outcome:
-    """``current``, unless it is ``failed``/``unknown`` and ``previous`` — an earlier observation of the same
-    incarnation, not terminal — had a cause: then the job failed of that cause, with both evidences.
-
-    The Job controller deletes a failed job's pods (a container in crash-loop back-off goes at once), so the
-    OOM or exit code that made it fail is often gone by the time the TrainJob says ``Failed``; what was
-    seen while it restarted is the best evidence left. ``observe``, ``list`` and the watch fold their
-    observations through this."""
-    if (
-        previous is None
-        or previous.terminal
-        or previous.cause in (Cause.NONE, Cause.UNKNOWN)
-        or (current.state, current.cause) != (State.FAILED, Cause.UNKNOWN)
-    ):
-        return current
-    return Outcome(State.FAILED, previous.cause, (*previous.evidence, *current.evidence))
 
 
 def classify(snapshot: Snapshot) -> Outcome:

@@ -22,7 +22,7 @@ from kubeflow_fixtures import caught_up, config, ident, install, spec, torch_run
 from dispatch import Cause, Handle, Identity, Image, JobSpec, Observation, State
 from dispatch_kubeflow import Backend, RuntimeRef
 from dispatch_kubeflow.backend import open_backend
-from dispatch_kubeflow.causes import IMAGE_PULL_GRACE
+from dispatch_kubeflow.causes import CONFIG_ERROR_GRACE, IMAGE_PULL_GRACE
 from dispatch_kubeflow.naming import identity_labels
 from dispatch_kubeflow.watching import TICK_SECONDS
 from kubesim.clock import ManualClock
@@ -328,6 +328,32 @@ async def test_image_pull_failure_fails_after_the_grace_period(scenario: Scenari
     ev = obs.outcome.evidence[0]
     assert ev.kind == "Pod" and ev.reason in ("ErrImagePull", "ImagePullBackOff")
     assert obs.at - pulling[0].at >= IMAGE_PULL_GRACE - 60
+
+
+async def test_a_missing_secret_is_a_config_error_then_fails_after_the_grace_period(
+    scenario: Scenario,
+) -> None:
+    b = await scenario.open()
+    handle = await scenario.start(b, _job(NEVER, "config-error db-password; print never"), ident("no-secret"))
+    seen = await scenario.until(b, handle, _terminal, step=30)
+    waiting = [o for o in seen if o.cause is Cause.CONFIG_ERROR and not o.outcome.terminal]
+    assert waiting and waiting[0].state is State.STARTING, [str(o.outcome) for o in seen]
+    obs = seen[-1]
+    assert (obs.state, obs.cause) == (State.FAILED, Cause.CONFIG_ERROR), obs.outcome
+    ev = obs.outcome.evidence[0]
+    assert (ev.kind, ev.reason) == ("Pod", "CreateContainerConfigError")
+    assert 'secret "db-password" not found' in ev.message  # the kubelet's message
+    assert obs.at - waiting[0].at >= CONFIG_ERROR_GRACE - 60
+
+
+async def test_complete_with_a_pod_oom_killed_at_exit_code_0_is_succeeded(scenario: Scenario) -> None:
+    """kubernetes/kubernetes#116042: the pod reads OOMKilled with exit code 0; the TrainJob is Complete, and
+    that decides — before this, the reading stayed running/out_of_memory and `dispatch run` never returned."""
+    b = await scenario.open()
+    handle = await scenario.start(b, _job(NEVER, "print working; sleep 5; oom-but-exit-0"), ident("oom-zero"))
+    obs = (await scenario.until(b, handle, _terminal))[-1]
+    assert (obs.state, obs.cause) == (State.SUCCEEDED, Cause.NONE), obs.outcome
+    assert _evidence(obs, "Pod", "OOMKilled").exit_code == 0
 
 
 async def test_unschedulable_is_queued_without_capacity(scenario: Scenario) -> None:
