@@ -27,6 +27,7 @@ from dispatch.errors import (
 )
 from dispatch.model import (
     Capabilities,
+    Cause,
     Change,
     Handle,
     Identity,
@@ -35,6 +36,7 @@ from dispatch.model import (
     Mode,
     Observation,
     Outcome,
+    State,
 )
 from dispatch.probecache import ProbeCache
 from dispatch_kubeflow import cessation, naming, output, probecache
@@ -70,7 +72,7 @@ from dispatch_kubeflow.preflight import (
     runtime_path,
     trainjob_path,
 )
-from dispatch_kubeflow.reading import confirm_gone
+from dispatch_kubeflow.reading import confirm_gone, events_of
 from dispatch_kubeflow.resources import NODES
 from dispatch_kubeflow.runtime import check_runtime, inspect_runtime
 from dispatch_kubeflow.settings import Settings, parse_settings
@@ -238,6 +240,8 @@ class Backend:
         self._tails: dict[str, dict[str, Tail]] = {}
         self._tails_read: dict[str, set[tuple[str, str]]] = {}
         self._deletions = DeletionClock()
+        # Events read for a failure nothing cached explains (pods gone), per TrainJob name: read once.
+        self._events: dict[str, list[dict[str, Any]]] = {}
         # The one reading path (SPEC §9.6): every reader of this process shares this cache.
         self.informer = Informer(
             client,
@@ -669,11 +673,13 @@ class Backend:
             workload=parts.workload,
             stopped=stopped,
             now=now,
+            events=self._events.get(name, ()),
         )
         outcome = classify(snapshot)
-        if parts.trainjob is None:  # gone: its tails are no evidence any more (bounded memory)
+        if parts.trainjob is None:  # gone: its tails and events are no evidence any more (bounded memory)
             self._tails.pop(name, None)
             self._tails_read.pop(name, None)
+            self._events.pop(name, None)
             return outcome
         outcome = with_stuck_deletion(outcome, name, parts, now=now, deletions=self._deletions)
         return attach_output(outcome, list(self._tails.get(name, {}).values()))
@@ -804,8 +810,15 @@ class Backend:
         return watch.run(cursor)
 
     async def _watch_tails(self, name: str, parts: Parts) -> None:
+        """What must be read before an incarnation is folded: the output tails of failed nodes while their
+        pods are there, and — for a failure nothing cached explains — the Events that outlive the pods."""
         if parts.trainjob is not None and failed_node_pods(parts.pods):
             await self._read_tails(name, parts.trainjob, parts.pods)
+        if parts.trainjob is not None and name not in self._events:
+            outcome = self._fold(name, parts)
+            if (outcome.state, outcome.cause) == (State.FAILED, Cause.UNKNOWN):
+                self._events[name] = await events_of(self._client, self.settings.namespace, name)
+                self.informer.invalidate(name)
 
     # --- CessationSignal -------------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ __all__ = [
     "Container",
     "Job",
     "JobSet",
+    "KubeEvent",
     "Pod",
     "Rule",
     "Snapshot",
@@ -366,6 +367,32 @@ class Workload(_Object):
 
 
 @dataclass(frozen=True, slots=True)
+class KubeEvent:
+    """A Kubernetes Event about one of the incarnation's objects (kept by the API server about an hour,
+    after its pods are gone): what it is about, its reason and message."""
+
+    kind: str
+    name: str
+    reason: str
+    message: str = ""
+    at: float | None = None
+
+    @classmethod
+    def parse(cls, obj: Mapping[str, Any]) -> KubeEvent:
+        about = _map(obj.get("involvedObject") or obj.get("regarding"))
+        return cls(
+            kind=_str(about.get("kind")),
+            name=_str(about.get("name")),
+            reason=_str(obj.get("reason")),
+            message=_str(obj.get("message") or obj.get("note")),
+            at=_time(obj.get("lastTimestamp") or obj.get("eventTime") or obj.get("firstTimestamp")),
+        )
+
+    def evidence(self) -> Evidence:
+        return Evidence(kind=self.kind, name=self.name, reason=self.reason, message=self.message, at=self.at)
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """One incarnation as its objects show it at ``now`` (epoch seconds).
 
@@ -383,6 +410,8 @@ class Snapshot:
     now: float | None = None
     image_pull_grace: float = IMAGE_PULL_GRACE
     config_error_grace: float = CONFIG_ERROR_GRACE
+    events: tuple[KubeEvent, ...] = ()
+    """Events of the incarnation's objects, read only for a failure nothing else explains."""
 
     @classmethod
     def of(
@@ -397,6 +426,7 @@ class Snapshot:
         stopped: bool = False,
         now: float | None = None,
         image_pull_grace: float = IMAGE_PULL_GRACE,
+        events: Sequence[Any] = (),
     ) -> Snapshot:
         """Parse raw API objects (dicts) into a snapshot; anything that is not an object is skipped."""
         return cls(
@@ -409,6 +439,7 @@ class Snapshot:
             stopped=stopped,
             now=now,
             image_pull_grace=image_pull_grace,
+            events=tuple(KubeEvent.parse(e) for e in _seq(events) if isinstance(e, Mapping)),
         )
 
     # --- derived readings -------------------------------------------------------------------------
@@ -793,6 +824,42 @@ def _gone(s: Snapshot) -> Outcome | None:
     return None
 
 
+_EVENT_CAUSES = {
+    "Preempted": Cause.PREEMPTED,  # the scheduler's (pod) or Kueue's (Workload) preemption
+    "TaintManagerEviction": Cause.NODE_LOST,
+    "NodeNotReady": Cause.NODE_LOST,
+    "Evicted": Cause.EVICTED,  # the kubelet's node-pressure eviction
+    "OOMKilling": Cause.OUT_OF_MEMORY,
+}
+_WORKLOAD_CAUSES = {
+    "Preempted": Cause.PREEMPTED,
+    "InClusterQueue": Cause.PREEMPTED,
+    "NodeFailures": Cause.NODE_LOST,
+}
+
+
+def _outlived(s: Snapshot) -> Outcome | None:
+    """A failure whose pods are gone: what outlives them names the cause — the Kueue Workload's eviction
+    history, a condition message naming an OOM kill, the Events of the incarnation's objects."""
+    if s.failing is None:
+        return None
+    wl = s.workload
+    if wl is not None:
+        for type_ in ("Evicted", "Preempted", "Requeued"):
+            c = wl.true(type_)
+            if c is not None and c.reason in _WORKLOAD_CAUSES:
+                return Outcome(State.FAILED, _WORKLOAD_CAUSES[c.reason], (wl.evidence(c), *s.supporting()))
+    for obj in (o for o in (s.trainjob, s.jobset, *s.jobs) if o is not None):
+        for c in obj.conditions:
+            if "OOMKilled" in c.message:
+                return Outcome(State.FAILED, Cause.OUT_OF_MEMORY, (obj.evidence(c), *s.supporting()))
+    for event in s.events:
+        cause = _EVENT_CAUSES.get(event.reason)
+        if cause is not None:
+            return Outcome(State.FAILED, cause, (event.evidence(), *s.supporting()))
+    return None
+
+
 def _failed_otherwise(s: Snapshot) -> Outcome | None:
     if s.failing is None:
         return None
@@ -982,6 +1049,13 @@ RULES: Final[tuple[Rule, ...]] = (
         "TrainJob",
         "lost / unknown",
         _gone,
+    ),
+    Rule(
+        "outlived",
+        "failing with its pods gone: the Workload's `Evicted`/`Preempted`/`Requeued` reason, a condition message naming `OOMKilled`, or an Event of the incarnation's objects (`Preempted`, `TaintManagerEviction`, `NodeNotReady`, `Evicted`, `OOMKilling`)",
+        "Workload, TrainJob, JobSet, Job, Event",
+        "failed / preempted, node_lost, evicted, out_of_memory",
+        _outlived,
     ),
     Rule(
         "failed_otherwise",

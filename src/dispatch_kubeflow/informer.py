@@ -49,7 +49,8 @@ TOMBSTONES = 10_000
 Fold = Callable[[str, Parts], Outcome]
 """The observation of incarnation ``name`` from its cached parts (``parts.trainjob`` ``None``: it is gone)."""
 Tails = Callable[[str, Parts], Awaitable[None]]
-"""Read (and keep) the output tails of an incarnation's failed nodes while their pods are there."""
+"""Read (and keep) what must be read before an incarnation is folded: the output tails of its failed nodes
+while their pods are there, the Events of a failure nothing cached explains."""
 HandleOf = Callable[[Identity, str], Handle]
 
 _Notice = frozenset[str] | DispatchError
@@ -119,6 +120,10 @@ class Informer:
                 self._replace(kind.key, items, rv)
             self.start_rvs = dict(self.rvs)
             self._memo.clear()
+            for key in sorted(self.view.identities):  # what must be read before the first fold of each
+                parts = self.view.parts(key)
+                if parts.trainjob is not None:
+                    await self.tails(key, parts)
             streams = Streams()
             for kind in self.kinds:
                 streams.start(self.client, kind, self.rvs[kind.key], clock=self.clock)

@@ -1,17 +1,21 @@
 """Reads beside the shared cache (:mod:`dispatch_kubeflow.informer`): a TrainJob that answers 404 is
-confirmed gone by a second, differently routed read before it is reported lost (:func:`confirm_gone`).
+confirmed gone by a second, differently routed read before it is reported lost (:func:`confirm_gone`);
+the Events of an incarnation whose failure nothing cached explains (:func:`events_of`).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from dispatch.errors import NotFoundError, UnavailableError
+from dispatch.errors import DispatchError, NotFoundError, UnavailableError
 from dispatch_kubeflow.causes import TrainJob
 from dispatch_kubeflow.kube import KubeClient
-from dispatch_kubeflow.resources import TRAINJOBS
+from dispatch_kubeflow.resources import EVENTS, TRAINJOBS
 
-__all__ = ["confirm_gone"]
+__all__ = ["confirm_gone", "events_of"]
+
+_log = logging.getLogger(__name__)
 
 
 async def confirm_gone(client: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
@@ -38,3 +42,21 @@ async def confirm_gone(client: KubeClient, namespace: str, name: str) -> dict[st
         if isinstance(item, dict) and TrainJob.parse(item).name == name:
             return item
     return None
+
+
+async def events_of(client: KubeClient, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The Kubernetes Events about incarnation ``name``'s objects — its TrainJob, JobSet, Jobs and pods, all
+    named after it — which the API server keeps about an hour, after the pods are gone (SPEC §7). One list
+    of the namespace's Events; none when they are not readable (the failure then stays unexplained)."""
+    try:
+        events = await client.list(EVENTS.path(namespace), what=f'list the Events of TrainJob "{name}"')
+    except DispatchError as exc:
+        _log.info("could not read the Events of TrainJob %s: %s", name, exc)
+        return []
+    mine = []
+    for event in events:
+        about = event.get("involvedObject")
+        who = about.get("name") if isinstance(about, dict) else None
+        if isinstance(who, str) and (who == name or who.startswith(f"{name}-")):
+            mine.append(event)
+    return mine

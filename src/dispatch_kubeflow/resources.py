@@ -23,6 +23,7 @@ __all__ = [
     "CLUSTER_QUEUES",
     "CLUSTER_TRAINING_RUNTIMES",
     "CRDS",
+    "EVENTS",
     "JOBS",
     "JOBSETS",
     "LEASES",
@@ -96,6 +97,7 @@ JOBS: Final = Resource("batch", "v1", "jobs", "Job", True)
 PODS: Final = Resource("", "v1", "pods", "Pod", True)
 NODES: Final = Resource("", "v1", "nodes", "Node", False)
 NAMESPACES: Final = Resource("", "v1", "namespaces", "Namespace", False)
+EVENTS: Final = Resource("", "v1", "events", "Event", True)
 WORKLOADS: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload", True)
 LOCAL_QUEUES: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "localqueues", "LocalQueue", True)
 WORKLOAD_PRIORITY_CLASSES: Final = Resource(

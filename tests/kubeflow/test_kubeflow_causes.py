@@ -423,6 +423,32 @@ CASES: list[tuple[str, Snapshot, str, State, Cause, tuple[str, str, str]]] = [
         ("Pod", "p0", "ErrImagePull"),
     ),
     (
+        "failed, pods gone: the Event of a preemption",
+        snap(
+            FAILED_TJ,
+            events=[
+                {
+                    "involvedObject": {"kind": "Pod", "name": "tj-node-0-0-abcde"},
+                    "reason": "Preempted",
+                    "message": "Preempted by pod on node node-1",
+                    "lastTimestamp": T0,
+                }
+            ],
+        ),
+        "outlived",
+        State.FAILED,
+        Cause.PREEMPTED,
+        ("Pod", "tj-node-0-0-abcde", "Preempted"),
+    ),
+    (
+        "failed, pods gone: the Workload's eviction",
+        snap(FAILED_TJ, workload=workload(cond("Finished", "Failed"), cond("Evicted", "NodeFailures"))),
+        "outlived",
+        State.FAILED,
+        Cause.NODE_LOST,
+        ("Workload", "trainjob-tj-abcde", "NodeFailures"),
+    ),
+    (
         "a missing Secret",
         snap(
             pods=[

@@ -120,3 +120,74 @@ async def test_two_stores_on_one_cluster_never_see_each_others_objects(lv: Live)
     assert await theirs.list() == []
     with pytest.raises(ConflictError, match="store 'store-a'"):
         await place(theirs, job(), ident("store-a-job"))  # the identity lookup refuses to adopt it
+
+
+# --- what outlives the pods (SPEC §7): a fresh process reads a failure whose pods are gone -------------
+
+
+async def _fails_and_its_pods_go(lv: Live, script: str, job_id: str) -> dispatch.Handle:
+    first = await lv.open()
+    handle = await place(first, job(script), ident(job_id))
+    await lv.until(lambda: bool(lv.pods(handle)), "its pod")
+    await lv.until(
+        lambda: _failed(lv, handle) and not lv.pods(handle, live=False),
+        "the TrainJob failed and its pods are gone",
+    )
+    await first.close()
+    return handle
+
+
+def _failed(lv: Live, handle: dispatch.Handle) -> bool:
+    tj = lv.sim.store.get(TRAINJOBS, "default", handle.ref.partition("/")[2])
+    return any(
+        c.get("type") == "Failed" and c.get("status") == "True" for c in tj["status"].get("conditions", [])
+    )
+
+
+async def test_a_fresh_process_reads_a_preemption_whose_pods_are_gone_from_the_events(lv: Live) -> None:
+    handle = await _fails_and_its_pods_go(lv, "sleep 2; preempt", "preempted-gone")
+    fresh = await lv.open()
+    obs = await fresh.observe(handle)
+    assert (obs.state, obs.cause) == (State.FAILED, Cause.PREEMPTED), obs.outcome
+    assert (obs.outcome.evidence[0].kind, obs.outcome.evidence[0].reason) == ("Pod", "Preempted")
+
+
+async def test_a_fresh_process_reads_a_node_loss_whose_pods_are_gone_from_the_events(lv: Live) -> None:
+    handle = await _fails_and_its_pods_go(lv, "sleep 2; lose-node", "node-lost-gone")
+    fresh = await lv.open()
+    obs = await fresh.observe(handle)
+    assert (obs.state, obs.cause) == (State.FAILED, Cause.NODE_LOST), obs.outcome
+    assert obs.outcome.evidence[0].reason in ("TaintManagerEviction", "NodeNotReady")
+
+
+async def test_a_supervisor_started_after_a_preemption_whose_pods_are_gone_requeues_it(lv: Live) -> None:
+    """The repro of issue 19: submit examples/preempted.yaml, wait, `dispatch supervise --once` — it said
+    failed/unknown and never requeued. A supervisor started late, in a fresh process, requeues it."""
+    from dispatch import Epoch, ManualClock
+    from dispatch.cluster import Cluster
+    from dispatch.records import MemoryStore
+
+    clock = ManualClock()
+    store = MemoryStore(clock)
+    submitting = Cluster(await lv.open(), store, clock=clock)
+    script = "env:DISPATCH_EPOCH=1.0: sleep 2; env:DISPATCH_EPOCH=1.0: preempt; sleep 2; exit 0"
+    rec = await submitting.submit(job(script), job_id="preempted-late")
+    assert rec.handle is not None
+    handle = rec.handle
+    await lv.until(lambda: bool(lv.pods(handle)), "its pod")
+    await lv.until(lambda: _failed(lv, handle) and not lv.pods(handle, live=False), "failed, pods gone")
+    late = Cluster(await lv.open(), store, clock=clock)  # a fresh process: nothing of the first one's memory
+    sup = late.supervisor(poll=1.0, lease=30.0)
+    for _ in range(120):
+        await sup.step()
+        rec = await store.get("preempted-late")
+        if rec.epoch.n == 2:
+            break
+        await lv.settle()
+        lv.sim.advance(1)
+        clock.advance(1)
+    history = await late.history("preempted-late")
+    assert rec.epoch == Epoch(2, 1), [(t.what, str(t.state), t.why) for t in history]
+    assert any(t.state is State.FAILED and t.cause is Cause.PREEMPTED for t in history), [
+        (t.what, str(t.state)) for t in history
+    ]
