@@ -53,7 +53,10 @@ Tails = Callable[[str, Parts], Awaitable[None]]
 while their pods are there, the Events of a failure nothing cached explains."""
 HandleOf = Callable[[Identity, str], Handle]
 
-_Notice = frozenset[str] | DispatchError
+_Notice = tuple[tuple[str, Outcome], ...] | DispatchError
+"""What a subscriber is told: each incarnation an event touched with its observation *then* (folded once,
+in the pump, so a subscriber that lags still sees every transition, not only the latest), or the error
+that ended the feed."""
 
 
 class Informer:
@@ -83,7 +86,8 @@ class Informer:
         self.tombstones: OrderedDict[str, str] = OrderedDict()
         """Incarnations whose TrainJob was deleted while followed, with the TrainJobs' resourceVersion then."""
         self._memo: dict[str, Outcome] = {}
-        self._subs: set[asyncio.Queue[_Notice]] = set()
+        self._subs: dict[str | None, set[asyncio.Queue[_Notice]]] = {}
+        """Subscribers by the job they follow (``None``: every job)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock: asyncio.Lock | None = None
         self._task: asyncio.Task[None] | None = None
@@ -218,20 +222,28 @@ class Informer:
             while True:
                 event = await streams.queue.get()
                 affected = self._apply(event)
+                routed: dict[str | None, list[tuple[str, Outcome]]] = {}
                 for key in sorted(affected):
                     parts = self.view.parts(key)
                     if parts.trainjob is not None:
                         await self.tails(key, parts)
                     self._memo.pop(key, None)
-                if affected:
-                    notice = frozenset(affected)
-                    for q in self._subs:
+                    identity = self.view.identities.get(key)
+                    if identity is None:
+                        continue
+                    now = (key, self.outcome(key))
+                    routed.setdefault(None, []).append(now)
+                    routed.setdefault(identity.job_id, []).append(now)
+                for job, items in routed.items():
+                    notice = tuple(items)
+                    for q in self._subs.get(job, ()):
                         q.put_nowait(notice)
         except DispatchError as exc:
             # The TrainJobs cannot be followed any more: every subscriber ends with the error, and the
             # next read lists again.
-            for q in self._subs:
-                q.put_nowait(exc)
+            for queues in self._subs.values():
+                for q in queues:
+                    q.put_nowait(exc)
         finally:
             await streams.close()
 
@@ -273,17 +285,20 @@ class Informer:
         return True
 
     async def follow(
-        self, handle_of: HandleOf, since: Mapping[str, str] | None = None
+        self, handle_of: HandleOf, since: Mapping[str, str] | None = None, *, job_id: str | None = None
     ) -> AsyncIterator[Change]:
-        """Changes of every incarnation: first each one's current observation (resuming from cursor
-        ``since`` — which :meth:`covers` — only those changed or deleted after it), then every change of
-        its observation. Ends with the error when the TrainJobs cannot be followed."""
+        """Changes of every incarnation (of job ``job_id`` alone, when given): first each one's current
+        observation (resuming from cursor ``since`` — which :meth:`covers` — only those changed or deleted
+        after it), then every change of its observation. Ends with the error when the TrainJobs cannot be
+        followed."""
         await self.sync()
         queue: asyncio.Queue[_Notice] = asyncio.Queue()
-        self._subs.add(queue)
+        self._subs.setdefault(job_id, set()).add(queue)
         emitted: dict[str, Outcome] = {}
         try:
-            keys = set(self.view.identities)
+            keys = {
+                k for k, ident in self.view.identities.items() if job_id is None or ident.job_id == job_id
+            }
             if since is not None:
                 touched = self.view.touched_since(since) or set(keys)
                 touched |= {
@@ -293,25 +308,30 @@ class Informer:
                     emitted[key] = self.outcome(key)  # the host saw it before the cursor
                 keys &= touched
             for key in sorted(keys):
-                change = self._change(key, emitted, handle_of)
+                change = self._change(key, self.outcome(key), emitted, handle_of)
                 if change is not None:
                     yield change
             while True:
                 notice = await queue.get()
                 if isinstance(notice, DispatchError):
                     raise notice
-                for key in sorted(notice):
-                    change = self._change(key, emitted, handle_of)
+                for key, outcome in notice:
+                    change = self._change(key, outcome, emitted, handle_of)
                     if change is not None:
                         yield change
         finally:
-            self._subs.discard(queue)
+            subs = self._subs.get(job_id)
+            if subs is not None:
+                subs.discard(queue)
+                if not subs:
+                    del self._subs[job_id]
 
-    def _change(self, key: str, emitted: dict[str, Outcome], handle_of: HandleOf) -> Change | None:
+    def _change(
+        self, key: str, outcome: Outcome, emitted: dict[str, Outcome], handle_of: HandleOf
+    ) -> Change | None:
         identity = self.view.identities.get(key)
         if identity is None:
             return None
-        outcome = self.outcome(key)
         last = emitted.get(key)
         if last is outcome or last == outcome:
             return None
