@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from kubeflow_fixtures import caught_up, config, ident, kubeconfig
+from kubeflow_fixtures import caught_up, config, ident, install, kubeconfig, spec, torch_runtime, variant
 from kubeflow_live import Live, job, live
 
 import dispatch
@@ -191,3 +191,39 @@ async def test_a_supervisor_started_after_a_preemption_whose_pods_are_gone_reque
     assert any(t.state is State.FAILED and t.cause is Cause.PREEMPTED for t in history), [
         (t.what, str(t.state)) for t in history
     ]
+
+
+async def test_a_fresh_process_reads_the_oom_seen_while_restarting_from_the_record(lv: Live) -> None:
+    """OOM-killed and restarted in place until the Job gives up; its controller deletes the pod. The cause a
+    first process saw while the container restarted is in the record, so a fresh process reads it."""
+    from dispatch import MemoryStore
+    from dispatch.cluster import Cluster
+
+    rt = variant(torch_runtime(), "on-failure")
+    template = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]
+    template["spec"]["backoffLimit"] = 2
+    template["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    install(lv.sim, rt)
+    store = MemoryStore()
+    first = Cluster(await lv.open(), store)
+    spec_ = spec("on-failure", env={"KUBESIM_SCRIPT": "print loading; sleep 5; oom"})
+    rec = await first.submit(spec_, job_id="oom-restarts")
+    assert rec.handle is not None
+    handle = rec.handle
+    seen: list[str] = []
+
+    def restarting() -> bool:
+        return any(
+            c.get("restartCount", 0) > 0
+            for p in lv.pods(handle)
+            for c in p.get("status", {}).get("containerStatuses", [])
+        )
+
+    await lv.until(restarting, "the container restarted in place")
+    await caught_up(first.backend, lv.sim)
+    seen.append(str((await first.get("oom-restarts")).outcome))
+    assert seen[-1] == "running (out_of_memory)", seen
+    await lv.until(lambda: _failed(lv, handle) and not lv.pods(handle, live=False), "failed, pods gone")
+    fresh = Cluster(await lv.open(), store)
+    got = await fresh.get("oom-restarts")
+    assert (got.state, got.outcome.cause) == (State.FAILED, Cause.OUT_OF_MEMORY), got.outcome
