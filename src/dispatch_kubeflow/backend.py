@@ -40,7 +40,7 @@ from dispatch.model import (
 )
 from dispatch.probecache import ProbeCache
 from dispatch_kubeflow import cessation, naming, output, probecache
-from dispatch_kubeflow.causes import Snapshot, TrainJob, classify
+from dispatch_kubeflow.causes import Snapshot, classify
 from dispatch_kubeflow.errors import AlreadyExistsError, StaleHoldError
 from dispatch_kubeflow.holds import held_by_us, new_token, pointer
 from dispatch_kubeflow.incarnation import (
@@ -60,6 +60,7 @@ from dispatch_kubeflow.names import (
     MAX_ENV,
     NAME,
 )
+from dispatch_kubeflow.objects import labels_of
 from dispatch_kubeflow.preflight import (
     ClusterFacts,
     admission_check,
@@ -651,7 +652,7 @@ class Backend:
         """Refuse an object another store's host created (SPEC §6.1): never adopted, folded or changed."""
         if not self.store_id:
             return
-        labels = TrainJob.labels_of(obj)
+        labels = labels_of(obj)
         theirs = labels.get(LABEL_STORE, "")
         if theirs != self.store_id:
             whose = f"store {theirs!r}" if theirs else "no store"

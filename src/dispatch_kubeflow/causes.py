@@ -25,6 +25,7 @@ from typing import Any, Final
 from dispatch.model import Cause, Evidence, Outcome, State
 from dispatch_kubeflow.holds import held_by_us
 from dispatch_kubeflow.names import ANNOTATION_HOLD, LABEL_QUEUE, NODE_CONTAINER
+from dispatch_kubeflow.objects import as_map, meta_of
 
 __all__ = [
     "CONFIG_ERROR_GRACE",
@@ -66,10 +67,6 @@ _CONFIG_WAITING = ("CreateContainerConfigError", "CreateContainerError")
 
 
 # --- tolerant readers ----------------------------------------------------------------------------
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _list(value: Any) -> list[Any]:
@@ -114,8 +111,8 @@ class Condition:
     @classmethod
     def parse_all(cls, obj: Mapping[str, Any]) -> tuple[Condition, ...]:
         out = []
-        for raw in _list(_map(obj.get("status")).get("conditions")):
-            c = _map(raw)
+        for raw in _list(as_map(obj.get("status")).get("conditions")):
+            c = as_map(raw)
             if _str(c.get("type")):
                 out.append(
                     cls(
@@ -153,22 +150,12 @@ class _Object:
     def true(self, type_: str) -> Condition | None:
         return _true(self.conditions, type_)
 
-    @staticmethod
-    def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
-        """An object's labels that are strings (anything else reads as absent)."""
-        raw = _map(_meta(obj).get("labels"))
-        return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
-
     def evidence(self, c: Condition | None = None, *, reason: str = "", message: str = "") -> Evidence:
         if c is not None:
             reason, message = c.reason, c.message
         return Evidence(
             kind=self.kind, name=self.name, reason=reason, message=message, at=c.at if c else None
         )
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _map(obj.get("metadata"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,9 +170,9 @@ class TrainJob(_Object):
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any], name: str = "") -> TrainJob:
-        meta = _meta(obj)
-        spec = _map(obj.get("spec"))
-        nodes = _int(_map(spec.get("trainer")).get("numNodes"))
+        meta = meta_of(obj)
+        spec = as_map(obj.get("spec"))
+        nodes = _int(as_map(spec.get("trainer")).get("numNodes"))
         return cls(
             kind="TrainJob",
             name=_str(meta.get("name")) or name,
@@ -193,7 +180,7 @@ class TrainJob(_Object):
             deleting=bool(meta.get("deletionTimestamp")),
             suspended=spec.get("suspend") is True,
             num_nodes=nodes if nodes is not None and nodes > 0 else 1,
-            queued_in_kueue=LABEL_QUEUE in _map(meta.get("labels")),
+            queued_in_kueue=LABEL_QUEUE in as_map(meta.get("labels")),
             held_by_dispatch=held_by_us(obj) is not None,
         )
 
@@ -206,13 +193,13 @@ class JobSet(_Object):
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any]) -> JobSet:
-        meta = _meta(obj)
+        meta = meta_of(obj)
         return cls(
             kind="JobSet",
             name=_str(meta.get("name")),
             conditions=Condition.parse_all(obj),
             deleting=bool(meta.get("deletionTimestamp")),
-            restarts=_int(_map(obj.get("status")).get("restarts")) or 0,
+            restarts=_int(as_map(obj.get("status")).get("restarts")) or 0,
         )
 
 
@@ -222,7 +209,7 @@ class Job(_Object):
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any]) -> Job:
-        meta = _meta(obj)
+        meta = meta_of(obj)
         return cls(
             kind="Job",
             name=_str(meta.get("name")),
@@ -242,7 +229,7 @@ class Termination:
 
     @classmethod
     def parse(cls, state: Any) -> Termination | None:
-        term = _map(state).get("terminated")
+        term = as_map(state).get("terminated")
         if not isinstance(term, Mapping):
             return None
         return cls(
@@ -268,9 +255,9 @@ class Container:
 
     @classmethod
     def parse(cls, raw: Any, *, init: bool = False) -> Container:
-        cs = _map(raw)
-        state = _map(cs.get("state"))
-        waiting = _map(state.get("waiting"))
+        cs = as_map(raw)
+        state = as_map(cs.get("state"))
+        waiting = as_map(state.get("waiting"))
         return cls(
             name=_str(cs.get("name")),
             waiting=_str(waiting.get("reason")),
@@ -296,8 +283,8 @@ class Pod(_Object):
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any]) -> Pod:
-        meta = _meta(obj)
-        status = _map(obj.get("status"))
+        meta = meta_of(obj)
+        status = as_map(obj.get("status"))
         containers = [Container.parse(c, init=True) for c in _list(status.get("initContainerStatuses"))]
         containers += [Container.parse(c) for c in _list(status.get("containerStatuses"))]
         return cls(
@@ -306,7 +293,7 @@ class Pod(_Object):
             conditions=Condition.parse_all(obj),
             deleting=bool(meta.get("deletionTimestamp")),
             phase=_str(status.get("phase")),
-            node=_str(_map(obj.get("spec")).get("nodeName")) or None,
+            node=_str(as_map(obj.get("spec")).get("nodeName")) or None,
             reason=_str(status.get("reason")),
             message=_str(status.get("message")),
             created=_time(meta.get("creationTimestamp")),
@@ -345,19 +332,19 @@ class Workload(_Object):
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any]) -> Workload:
-        meta = _meta(obj)
-        status = _map(obj.get("status"))
+        meta = meta_of(obj)
+        status = as_map(obj.get("status"))
         causes = tuple(
-            _str(_map(e).get("underlyingCause"))
-            for e in _list(_map(status.get("schedulingStats")).get("evictions"))
-            if _str(_map(e).get("underlyingCause"))
+            _str(as_map(e).get("underlyingCause"))
+            for e in _list(as_map(status.get("schedulingStats")).get("evictions"))
+            if _str(as_map(e).get("underlyingCause"))
         )
         return cls(
             kind="Workload",
             name=_str(meta.get("name")),
             conditions=Condition.parse_all(obj),
             deleting=bool(meta.get("deletionTimestamp")),
-            active=_map(obj.get("spec")).get("active") is not False,
+            active=as_map(obj.get("spec")).get("active") is not False,
             eviction_causes=causes,
         )
 
@@ -379,7 +366,7 @@ class KubeEvent:
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any]) -> KubeEvent:
-        about = _map(obj.get("involvedObject") or obj.get("regarding"))
+        about = as_map(obj.get("involvedObject") or obj.get("regarding"))
         return cls(
             kind=_str(about.get("kind")),
             name=_str(about.get("name")),

@@ -27,6 +27,7 @@ from dispatch.clock import Clock
 from dispatch.errors import DispatchError, NotFoundError, PermissionDeniedError
 from dispatch.model import Change, Handle, Identity, Observation, Outcome
 from dispatch_kubeflow.kube import KubeClient
+from dispatch_kubeflow.objects import meta_of
 from dispatch_kubeflow.watching import (
     TICK_SECONDS,
     Event,
@@ -340,11 +341,9 @@ class Informer:
 
 
 def _rv(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata")
-    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    rv = meta_of(obj).get("resourceVersion")
     return rv if isinstance(rv, str) else ""
 
 
 def _deleting(obj: Mapping[str, Any] | None) -> bool:
-    meta = obj.get("metadata") if obj is not None else None
-    return isinstance(meta, Mapping) and bool(meta.get("deletionTimestamp"))
+    return bool(meta_of(obj).get("deletionTimestamp"))

@@ -47,6 +47,7 @@ from dispatch_kubeflow.names import (
     LABEL_STORE,
     MANAGED_BY,
 )
+from dispatch_kubeflow.objects import as_map, labels_of, meta_of
 from dispatch_kubeflow.resources import (
     CLUSTER_TRAINING_RUNTIMES,
     JOBS,
@@ -87,32 +88,20 @@ WATCH_SECONDS = 290
 """``timeoutSeconds`` of one watch request: the server ends it, and it is resumed from its resourceVersion."""
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _map(obj.get("metadata"))
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _map(_meta(obj).get("labels"))
-
-
 def _name_key(obj: Mapping[str, Any]) -> str | None:
-    name = _meta(obj).get("name")
+    name = meta_of(obj).get("name")
     return name if isinstance(name, str) and name else None
 
 
 def _jobset_key(obj: Mapping[str, Any]) -> str | None:
-    name = _labels(obj).get(LABEL_JOBSET_NAME)
+    name = labels_of(obj).get(LABEL_JOBSET_NAME)
     return name if isinstance(name, str) and name else None
 
 
 def _owner_key(obj: Mapping[str, Any]) -> str | None:
-    refs = _meta(obj).get("ownerReferences")
+    refs = meta_of(obj).get("ownerReferences")
     for ref in refs if isinstance(refs, list) else []:
-        ref = _map(ref)
+        ref = as_map(ref)
         if ref.get("kind") == "TrainJob" and isinstance(ref.get("name"), str):
             return str(ref["name"])
     return None
@@ -261,7 +250,7 @@ class View:
 
     @staticmethod
     def uid(obj: Mapping[str, Any]) -> str | None:
-        meta = _meta(obj)
+        meta = meta_of(obj)
         uid = meta.get("uid") or (
             f"{meta.get('namespace', '')}/{meta.get('name', '')}" if meta.get("name") else None
         )
@@ -349,7 +338,7 @@ class View:
         TrainJob now cached (a leftover of an earlier TrainJob of the same name is not its)."""
         tjs = self.objects("trainjobs", key) if "trainjobs" in self.kinds else []
         tj = tjs[0] if tjs else None
-        uid = str(_meta(tj).get("uid", "")) if tj is not None else ""
+        uid = str(meta_of(tj).get("uid", "")) if tj is not None else ""
         out = Parts(trainjob=tj)
         for js in self.objects("jobsets", key) if "jobsets" in self.kinds else []:
             if _owned_by(js, uid):
@@ -375,7 +364,7 @@ class View:
             if since is None:
                 return None
             for uid, obj in objects.items():
-                later = newer(_meta(obj).get("resourceVersion"), since)
+                later = newer(meta_of(obj).get("resourceVersion"), since)
                 if later is None:
                     return None
                 if later:
@@ -384,13 +373,13 @@ class View:
 
 
 def _deleting(obj: Mapping[str, Any] | None) -> bool:
-    return obj is not None and bool(_meta(obj).get("deletionTimestamp"))
+    return obj is not None and bool(meta_of(obj).get("deletionTimestamp"))
 
 
 def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
-    refs = _meta(obj).get("ownerReferences")
+    refs = meta_of(obj).get("ownerReferences")
     owners = (
-        {str(_map(r).get("uid")) for r in refs if _map(r).get("uid")} if isinstance(refs, list) else set()
+        {str(as_map(r).get("uid")) for r in refs if as_map(r).get("uid")} if isinstance(refs, list) else set()
     )
     return not owners or not uid or uid in owners
 
@@ -424,7 +413,7 @@ async def list_kind(client: KubeClient, kind: Kind) -> tuple[list[dict[str, Any]
     out = await client.request("GET", kind.path, what=f"list {kind.key}", params=params)
     out = out if isinstance(out, dict) else {}
     items = out.get("items")
-    rv = _meta(out).get("resourceVersion")
+    rv = meta_of(out).get("resourceVersion")
     return (
         [i for i in items if isinstance(i, dict)] if isinstance(items, list) else [],
         rv if isinstance(rv, str) else "",
