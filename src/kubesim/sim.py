@@ -89,6 +89,8 @@ class Simulator:
         anonymous_auth: bool = True,
         event_ttl: float = DEFAULT_EVENT_TTL,
         recreate_jobset_while_deleting: bool = False,
+        node_recovery: str | None = None,
+        node_recovery_after: float = 60.0,
     ) -> None:
         self.clock: Clock = clock if clock is not None else ManualClock()
         self.store = ObjectStore(self.clock, history_limit=history_limit)
@@ -113,6 +115,13 @@ class Simulator:
         # Trainer v2.3.0's behaviour: while a TrainJob is deleted in the foreground its JobSet comes back
         # after each garbage collection, so the deletion never finishes (read by the Trainer controller).
         self.recreate_jobset_while_deleting = recreate_jobset_while_deleting
+        # What a lost node's machine does later: None (stays lost), "reboot" or "replace" (an autoscaler).
+        if node_recovery not in (None, "reboot", "replace"):
+            raise ValueError(f"node_recovery must be None, 'reboot' or 'replace', got {node_recovery!r}")
+        if node_recovery_after < 0:
+            raise ValueError(f"node_recovery_after must be >= 0 seconds, got {node_recovery_after}")
+        self.node_recovery = node_recovery
+        self.node_recovery_after = node_recovery_after
         # API groups this cluster does not serve (as if their CRDs were not installed); without Kueue
         # the kueue.x-k8s.io group is absent from discovery, like on a cluster without Kueue.
         self.disabled_groups: set[str] = set(disabled_groups)

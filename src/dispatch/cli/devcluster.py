@@ -47,6 +47,10 @@ __all__ = [
 DEFAULT_SPEED = 5.0
 """Simulated seconds per real second: the scripted jobs of the examples finish in about a second."""
 
+NODE_RECOVERY = ("replace", 60.0)
+"""What a lost node's machine does on the dev cluster, and after how many simulated seconds: an
+autoscaler replaces it (``kubesim serve --node-recovery``), so ``node-lost`` runs never use the cluster up."""
+
 TRAINER_RECREATES_JOBSET = False
 """Whether the dev cluster's Trainer re-applies a JobSet while its TrainJob is deleted in the foreground,
 as Trainer v2.3.0 does (``kubesim serve --recreate-jobset-while-deleting``). Off until ``stop`` converges
@@ -197,6 +201,7 @@ def _spawn(d: Path, speed: float, request_log: str | None) -> DevCluster:
     ]
     if request_log:
         argv += ["--request-log", str(Path(request_log).resolve())]
+    argv += ["--node-recovery", NODE_RECOVERY[0], "--node-recovery-after", f"{NODE_RECOVERY[1]:g}"]
     if TRAINER_RECREATES_JOBSET:
         argv.append("--recreate-jobset-while-deleting")
     log_path = d / "kubesim.log"

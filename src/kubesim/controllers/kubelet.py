@@ -163,6 +163,15 @@ class KubeletController(BaseController):
     def keys_for(self, ev: WatchEvent) -> Iterable[Key]:
         if ev.rt == PODS and (ev.obj.get("spec") or {}).get("nodeName"):
             yield (ev.obj["metadata"].get("namespace", ""), ev.obj["metadata"]["name"])
+        elif ev.rt == NODES and ev.obj["metadata"]["name"] in self.dead_nodes:
+            node = ev.obj["metadata"]["name"]
+            if ev.type == "DELETED":
+                self.dead_nodes.discard(node)  # the machine is gone for good (PodGC took its pods)
+            elif cond.is_true(ev.obj, "Ready"):
+                # Ready again, however it was written (a reboot, or by hand): this kubelet is back.
+                self.dead_nodes.discard(node)
+                for pod in self.store.list(PODS, field_selector=f"spec.nodeName={node}")[0]:
+                    yield (pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
 
     @property
     def logs(self) -> Any:
