@@ -14,6 +14,7 @@ __all__ = [
     "CONFIGMAPS",
     "CUSTOMRESOURCEDEFINITIONS",
     "EVENTS",
+    "EVENTS_V1",
     "JOBS",
     "JOBSETS",
     "LEASES",
@@ -122,6 +123,8 @@ PODS = register(
     )
 )
 EVENTS = register(ResourceType("", "v1", "Event", "events", True, _NOSTATUS, ("ev",)))
+# The same Events seen through events.k8s.io/v1 (one storage: kubesim.eventsv1 converts).
+EVENTS_V1 = register(ResourceType("events.k8s.io", "v1", "Event", "events", True, _NOSTATUS, ("ev",)))
 SERVICES = register(
     ResourceType("", "v1", "Service", "services", True, _STATUS, ("svc",), categories=("all",))
 )

@@ -30,11 +30,12 @@ from kubesim.auth import ADMIN, Authenticator, Permissions
 from kubesim.behaviour import Behaviours
 from kubesim.clock import Clock, ManualClock
 from kubesim.events import DEFAULT_EVENT_TTL, EventRecorder, EventTTL
+from kubesim.eventsv1 import legacy_event_admission
 from kubesim.faults import Faults
 from kubesim.kubeconfig import write_kubeconfig as _write_kubeconfig
 from kubesim.logs import PodLogs
 from kubesim.requestlog import RequestLog
-from kubesim.resources import PODS
+from kubesim.resources import EVENTS, PODS
 from kubesim.server import ApiServer
 from kubesim.store import ObjectStore, WatchEvent
 from kubesim.tls import SelfSignedCert, make_self_signed
@@ -97,6 +98,8 @@ class Simulator:
         # The installed CRDs' defaults, schema and CEL rules belong to the API server, so they hold with
         # any controllers (or none); webhooks come with the controllers that install them.
         admission.install_crds(self.store, self.clock)
+        # The Event registry's validation (pkg/apis/core/validation/events.go), for every Event write.
+        self.store.add_admission(EVENTS, legacy_event_admission)
         self.logs = PodLogs(self.clock)
         # The API server forgets Events event_ttl seconds after their last write (--event-ttl); the
         # components' Events go through client-go's correlator.
