@@ -21,6 +21,8 @@ __all__ = [
     "LOCALQUEUES",
     "NAMESPACES",
     "NODES",
+    "PERSISTENTVOLUMECLAIMS",
+    "PERSISTENTVOLUMES",
     "PODS",
     "REGISTRY",
     "RESOURCEFLAVORS",
@@ -29,6 +31,7 @@ __all__ = [
     "SELFSUBJECTREVIEWS",
     "SELFSUBJECTRULESREVIEWS",
     "SERVICES",
+    "STORAGECLASSES",
     "TRAININGRUNTIMES",
     "TRAINJOBS",
     "WORKLOADPRIORITYCLASSES",
@@ -184,6 +187,15 @@ WORKLOADPRIORITYCLASSES = register(
     ResourceType(
         "kueue.x-k8s.io", "v1beta2", "WorkloadPriorityClass", "workloadpriorityclasses", False, _NOSTATUS
     )
+)
+PERSISTENTVOLUMECLAIMS = register(
+    ResourceType("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", True, _STATUS, ("pvc",))
+)
+PERSISTENTVOLUMES = register(
+    ResourceType("", "v1", "PersistentVolume", "persistentvolumes", False, _STATUS, ("pv",))
+)
+STORAGECLASSES = register(
+    ResourceType("storage.k8s.io", "v1", "StorageClass", "storageclasses", False, _NOSTATUS, ("sc",))
 )
 LEASES = register(ResourceType("coordination.k8s.io", "v1", "Lease", "leases", True, _NOSTATUS))
 SELFSUBJECTACCESSREVIEWS = register(

@@ -16,6 +16,7 @@ from kubesim.controllers.nodelifecycle import NodeLifecycleController
 from kubesim.controllers.noderecovery import NodeRecoveryController
 from kubesim.controllers.scheduler import SchedulerController
 from kubesim.controllers.trainer import TrainerController
+from kubesim.controllers.volumes import PersistentVolumeController
 
 __all__ = [
     "Actions",
@@ -26,6 +27,7 @@ __all__ = [
     "KueueController",
     "NodeLifecycleController",
     "NodeRecoveryController",
+    "PersistentVolumeController",
     "SchedulerController",
     "TrainerController",
     "default_controllers",
@@ -39,6 +41,7 @@ def default_controllers() -> list[BaseController]:
         KueueController(),
         JobSetController(),
         JobController(),
+        PersistentVolumeController(),
         SchedulerController(),
         KubeletController(),
         NodeLifecycleController(),
