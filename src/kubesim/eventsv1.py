@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from kubesim.errors import Cause, invalid
@@ -38,28 +39,27 @@ _QUALIFIED_NAME = re.compile(
 )
 
 
+def _convert(src: dict[str, Any], api_version: str, renamed: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": "Event", "apiVersion": api_version}
+    for name in _SAME:
+        if src.get(name) is not None:
+            out[name] = copy.deepcopy(src[name])
+    for src_name, out_name in renamed:
+        if src.get(src_name) not in (None, "", {}):
+            out[out_name] = copy.deepcopy(src[src_name])
+    return out
+
+
 def to_v1(core: dict[str, Any]) -> dict[str, Any]:
     """The ``events.k8s.io/v1`` view of a stored core/v1 Event."""
-    out: dict[str, Any] = {"kind": "Event", "apiVersion": "events.k8s.io/v1"}
-    for name in _SAME:
-        if core.get(name) is not None:
-            out[name] = copy.deepcopy(core[name])
-    for v1_name, core_name in _RENAMED:
-        if core.get(core_name) not in (None, "", {}):
-            out[v1_name] = copy.deepcopy(core[core_name])
+    out = _convert(core, "events.k8s.io/v1", ((c, v) for v, c in _RENAMED))
     out.setdefault("eventTime", None)  # a MicroTime that is never omitted
     return out
 
 
 def from_v1(event: dict[str, Any]) -> dict[str, Any]:
     """The core/v1 Event stored for an ``events.k8s.io/v1`` one."""
-    out: dict[str, Any] = {"kind": "Event", "apiVersion": "v1"}
-    for name in _SAME:
-        if event.get(name) is not None:
-            out[name] = copy.deepcopy(event[name])
-    for v1_name, core_name in _RENAMED:
-        if event.get(v1_name) not in (None, ""):
-            out[core_name] = copy.deepcopy(event[v1_name])
+    out = _convert(event, "v1", _RENAMED)
     out.setdefault("involvedObject", {})
     return out
 

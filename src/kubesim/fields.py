@@ -168,10 +168,12 @@ def _core(rt: ResourceType, gen: Callable[[str], Node] = _generated) -> Node | N
             trafficDistribution=_S,
         )
         return _root(spec=spec, status=_PRESERVE)
-    if rt is EVENTS:
+    if rt in (EVENTS, EVENTS_V1):
+        # one storage, two versions: the same object reference, fields named per version
         ref = _n(
             "object", kind=_S, namespace=_S, name=_S, uid=_S, apiVersion=_S, resourceVersion=_S, fieldPath=_S
         )
+    if rt is EVENTS:
         return _root(
             involvedObject=ref,
             reason=_S,
@@ -189,9 +191,6 @@ def _core(rt: ResourceType, gen: Callable[[str], Node] = _generated) -> Node | N
             reportingInstance=_S,
         )
     if rt is EVENTS_V1:
-        ref = _n(
-            "object", kind=_S, namespace=_S, name=_S, uid=_S, apiVersion=_S, resourceVersion=_S, fieldPath=_S
-        )
         return _root(
             eventTime=_S,
             series=_n("object", count=_I, lastObservedTime=_S),

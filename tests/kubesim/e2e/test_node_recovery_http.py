@@ -4,35 +4,17 @@ registers), and a node patched Ready by hand runs its pods again."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
 
 from kubesim import Simulator
 from kubesim.controllers.noderecovery import replacement_name
 
+from .conftest import call
+
 NS = "default"
-
-
-async def call(
-    sim: Simulator,
-    method: str,
-    path: str,
-    body: Any = None,
-    *,
-    ctype: str = "application/json",
-    **params: str,
-) -> tuple[int, Any]:
-    headers = {"Authorization": f"Bearer {sim.token('admin')}", "Content-Type": ctype}
-    data = None if body is None else json.dumps(body)
-    async with (
-        aiohttp.ClientSession() as session,
-        session.request(method, sim.url + path, data=data, headers=headers, params=params) as resp,
-    ):
-        return resp.status, await resp.json()
 
 
 def ready(node: dict[str, Any]) -> str:

@@ -1,46 +1,28 @@
-"""PersistentVolumeClaims over real HTTP and with kubectl: the default StorageClass binds a claim at
+"""PersistentVolumeClaims over real HTTP (kubectl: core/test_kubectl_storage.py): the default StorageClass binds a claim at
 once, ``WaitForFirstConsumer`` waits for a pod, the scheduler refuses a pod whose claim is missing or
 unbound, a pod on a node whose claim is missing waits ``ContainerCreating`` with ``FailedMount``, and a
 deleted claim takes its volume with it."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from kubesim import Simulator
 
+from .conftest import call
+
 NS = "default"
 PVCS = f"/api/v1/namespaces/{NS}/persistentvolumeclaims"
 PODS = f"/api/v1/namespaces/{NS}/pods"
-KUBECTL = Path(sys.executable).parent / "kubectl"
 
 
 @pytest.fixture
 async def sim() -> AsyncIterator[Simulator]:
-    async with Simulator(tls=True) as s:
+    async with Simulator() as s:
         yield s
-
-
-async def call(sim: Simulator, method: str, path: str, body: Any = None, **params: str) -> tuple[int, Any]:
-    assert sim.cert is not None
-    import ssl
-
-    ctx = ssl.create_default_context(cadata=sim.cert.cert_pem.decode())
-    headers = {"Authorization": f"Bearer {sim.token('admin')}", "Content-Type": "application/json"}
-    data = None if body is None else json.dumps(body)
-    async with (
-        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session,
-        session.request(method, sim.url + path, data=data, headers=headers, params=params) as resp,
-    ):
-        return resp.status, await resp.json()
 
 
 def claim(name: str, storage_class: str | None = None) -> dict[str, Any]:
@@ -181,34 +163,3 @@ async def test_a_missing_or_unbound_claim_keeps_the_pod_from_running(sim: Simula
     sim.advance(10)
     code, p = await call(sim, "GET", f"{PODS}/placed")
     assert p["status"]["phase"] == "Running"
-
-
-@pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl is not installed")
-async def test_kubectl_apply_of_a_claim(sim: Simulator, tmp_path: Path) -> None:
-    kc = sim.write_kubeconfig(tmp_path / "kc")
-    manifest = tmp_path / "pvc.yaml"
-    manifest.write_text(
-        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: checkpoints}\n"
-        "spec:\n  accessModes: [ReadWriteOnce]\n  resources: {requests: {storage: 10Gi}}\n"
-    )
-
-    async def kubectl(*args: str) -> tuple[int, str, str]:
-        proc = await asyncio.create_subprocess_exec(
-            str(KUBECTL),
-            "--kubeconfig",
-            str(kc),
-            *args,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await proc.communicate()
-        return proc.returncode or 0, out.decode(), err.decode()
-
-    code, out, err = await kubectl("apply", "-f", str(manifest))
-    assert code == 0, err
-    assert "persistentvolumeclaim/checkpoints created" in out
-    await sim.settle()
-    code, out, err = await kubectl("get", "pvc", "checkpoints", "-o", "jsonpath={.status.phase}")
-    assert (code, out) == (0, "Bound"), err
-    code, out, err = await kubectl("get", "storageclass", "-o", "name")
-    assert code == 0 and "storageclass.storage.k8s.io/standard" in out, err
