@@ -15,7 +15,7 @@ import pytest
 
 from kubesim import Simulator
 from kubesim.events import COMBINED_PREFIX
-from kubesim.resources import EVENTS, NODES, TRAINJOBS
+from kubesim.resources import EVENTS, NODES, PODS, TRAINJOBS
 
 from .conftest import Raw
 from .test_kubectl import KUBECTL, kubectl
@@ -322,3 +322,33 @@ async def test_kubectl_reads_events_k8s_io(sim: Simulator, raw: Raw, tmp_path: P
     code, out, err = await kubectl(kc, "get", "events.events.k8s.io", "req.2", "-o", "json")
     assert code == 0, err
     assert json.loads(out)["note"] == "incarnation 2 requeued"
+
+
+async def test_kueue_events_on_the_workload_and_the_trainjob(sim: Simulator, raw: Raw) -> None:
+    path = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"
+    queued = {"kueue.x-k8s.io/queue-name": "user-queue"}
+    big = trainjob("big", "hang")
+    big["metadata"]["labels"] = queued
+    big["spec"]["trainer"]["resourcesPerNode"] = {"requests": {"cpu": "100"}}
+    code, body, _ = await raw.request("POST", path, big)
+    assert code == 201, body
+    small = trainjob("small", "hang")
+    small["metadata"]["labels"] = queued
+    code, body, _ = await raw.request("POST", path, small)
+    assert code == 201, body
+    await sim.settle()
+    pending = await events(raw, "involvedObject.kind=Workload,reason=Pending,type=Warning")
+    assert [e["message"] for e in pending] == [
+        "couldn't assign flavors to pod set node: insufficient quota for cpu in flavor default, previously "
+        "considered podsets requests (0) + current podset request (100) > maximum capacity (64)"
+    ]
+    started = await events(raw, "involvedObject.kind=TrainJob,involvedObject.name=small")
+    assert [e["reason"] for e in started] == ["CreatedWorkload", "Started"]
+    # A node failure under the admitted job evicts it: Kueue stops the TrainJob and says why on it.
+    pod = sim.store.list(PODS, NS, label_selector="jobset.sigs.k8s.io/jobset-name=small")[0][0]
+    sim.actions.lose_node(pod["spec"]["nodeName"])
+    await sim.settle()
+    (stopped,) = await events(raw, "involvedObject.name=small,reason=Stopped")
+    assert stopped["message"].startswith(
+        "Workload eviction triggered due to multiple TAS assigned node failures"
+    )
