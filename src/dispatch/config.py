@@ -70,7 +70,7 @@ class AdapterConfig:
         if not isinstance(self.backend, str) or not self.backend:
             raise InvalidError("expected the adapter's name", path="backend")
         if isinstance(self.settings, str):
-            object.__setattr__(self, "settings", self.settings.encode())
+            object.__setattr__(self, "settings", self.settings.encode("utf-8", "surrogatepass"))
         if not isinstance(self.settings, bytes):
             raise InvalidError("expected JSON bytes", path="settings")
         if not isinstance(self.read_only, bool):
