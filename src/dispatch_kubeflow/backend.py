@@ -435,7 +435,7 @@ class Backend:
             await self._client.delete(
                 trainjob_path(self.settings.namespace, name),
                 what=f"withdraw after {what}",
-                propagation="Foreground",
+                propagation="Background",  # never foreground: Trainer v2.3.0 would re-apply its JobSet
             )
         except DispatchError as exc:
             _log.warning("%s: could not delete it again: %s", what, exc)
@@ -651,7 +651,10 @@ class Backend:
             obj = await confirm_gone(self._client, self.settings.namespace, name)
         if obj is None:
             now = self._clock.now()
-            return Observation(handle, self._classify(name, None, None, stopped=stopped, now=now), now)
+            outcome = self._classify(name, None, None, stopped=stopped, now=now)
+            if stopped:
+                outcome = await cessation.cancelled_once_ceased(self._client, handle, name, outcome)
+            return Observation(handle, outcome, now)
         self._check_owner(obj, handle)
         parts = await read_one(self._client, self.settings.namespace, obj, kueue=self.facts.kueue)
         await self._read_tails(name, obj, parts.pods)
@@ -659,8 +662,10 @@ class Backend:
         return Observation(handle, self._classify(name, obj, parts, stopped=stopped, now=now), now)
 
     async def stop(self, handle: Handle) -> None:
-        """Delete the incarnation's TrainJob with foreground propagation (its JobSet and pods go with it).
-        Idempotent: a TrainJob already gone is fine. Returns before the pods are gone."""
+        """Suspend the incarnation (under Kueue: deactivate its Workload), then delete its TrainJob in the
+        background (its JobSet and pods go after it); see :func:`cessation.stop`, which converges on
+        Trainer v2.3.0. Idempotent: a TrainJob already gone, or already being deleted, is fine. Returns
+        before the pods are gone."""
         self._refuse_writes(f"stop {handle}")
         name = self._name_of(handle)
         obj = await self._get(name, what=f'get TrainJob "{handle.ref}"')
@@ -668,16 +673,9 @@ class Backend:
             return
         self._check_owner(obj, handle)
         self._stopped.add(handle.ref)
-        what = f'delete TrainJob "{handle.ref}"'
-        try:
-            await self._client.delete(
-                trainjob_path(self.settings.namespace, name),
-                what=what,
-                propagation="Foreground",
-                uid=obj["metadata"].get("uid"),
-            )
-        except NotFoundError:
-            return
+        await cessation.stop(
+            self._client, obj, ref=handle.ref, kueue=self.facts.kueue, queueing=self.queueing
+        )
 
     async def list(self) -> list[Observation]:
         """An observation of every TrainJob in the namespace that carries dispatch's identity, read with

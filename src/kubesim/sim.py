@@ -88,7 +88,7 @@ class Simulator:
         disabled_groups: Iterable[str] = (),
         anonymous_auth: bool = True,
         event_ttl: float = DEFAULT_EVENT_TTL,
-        recreate_jobset_while_deleting: bool = False,
+        recreate_jobset_while_deleting: bool = True,
     ) -> None:
         self.clock: Clock = clock if clock is not None else ManualClock()
         self.store = ObjectStore(self.clock, history_limit=history_limit)

@@ -47,10 +47,10 @@ __all__ = [
 DEFAULT_SPEED = 5.0
 """Simulated seconds per real second: the scripted jobs of the examples finish in about a second."""
 
-TRAINER_RECREATES_JOBSET = False
+TRAINER_RECREATES_JOBSET = True
 """Whether the dev cluster's Trainer re-applies a JobSet while its TrainJob is deleted in the foreground,
-as Trainer v2.3.0 does (``kubesim serve --recreate-jobset-while-deleting``). Off until ``stop`` converges
-on it."""
+as Trainer v2.3.0 does (``kubesim serve --recreate-jobset-while-deleting``). On: ``stop`` converges on it
+(it suspends, then deletes in the background)."""
 
 START_TIMEOUT = 30.0
 """How long ``start`` waits for kubesim to serve and write its kubeconfig."""
