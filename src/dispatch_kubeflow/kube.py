@@ -35,7 +35,7 @@ from dispatch import logs, metrics
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import check_token
 from dispatch.errors import InvalidError, ReadOnlyError, UnsupportedError
-from dispatch_kubeflow.errors import is_retryable, map_status, map_transport
+from dispatch_kubeflow.errors import is_retryable, map_status, map_transport, unavailable_webhook
 from dispatch_kubeflow.resources import SELF_SUBJECT_ACCESS_REVIEWS, group_version_path
 
 __all__ = ["USER_AGENT", "KubeClient", "Retry", "user_agent"]
@@ -253,6 +253,9 @@ class KubeClient:
         ambiguous = False
         detail = ""
         server_wait: float | None = None  # the last answer's Retry-After
+        last_refusal: tuple[int, dict[str, Any] | None] | None = (
+            None  # the last answer, if a webhook's refusal
+        )
         for attempt in range(self.retry.attempts):
             if attempt:
                 await self._clock.sleep(self._backoff(attempt - 1, server_wait))
@@ -274,11 +277,16 @@ class KubeClient:
                 return _answer(resp, self.server, method, accept_text, what)
             status = _status_body(resp)
             if is_retryable(resp.status_code):
-                ambiguous = ambiguous or (method != "GET" and resp.status_code != 429)
+                refused = unavailable_webhook(_message_of(status)) is not None
+                # A webhook the server could not call refused the write before it was stored: no effect.
+                ambiguous = ambiguous or (method != "GET" and resp.status_code != 429 and not refused)
                 detail = f"HTTP {resp.status_code} {status.get('reason', '') if status else ''}".strip()
                 server_wait = _retry_after(resp)
+                last_refusal = (resp.status_code, status) if refused else None
                 continue
             raise map_status(resp.status_code, status, what=what)
+        if last_refusal is not None and not ambiguous:
+            raise map_status(*last_refusal, what=what)
         raise map_transport(
             what, f"{detail} (after {self.retry.attempts} attempts)", ambiguous_write=ambiguous
         )
@@ -567,6 +575,11 @@ def _status_body(resp: Any) -> dict[str, Any] | None:
     except ValueError:
         return {"message": resp.text[:500]} if resp.text else None
     return body if isinstance(body, dict) else None
+
+
+def _message_of(status: Mapping[str, Any] | None) -> str:
+    message = status.get("message") if status else None
+    return message if isinstance(message, str) else ""
 
 
 def _retry_after(resp: Any) -> float | None:

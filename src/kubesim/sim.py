@@ -89,7 +89,7 @@ class Simulator:
         disabled_groups: Iterable[str] = (),
         anonymous_auth: bool = True,
         event_ttl: float = DEFAULT_EVENT_TTL,
-        recreate_jobset_while_deleting: bool = False,
+        recreate_jobset_while_deleting: bool = True,
         node_recovery: str | None = None,
         node_recovery_after: float = 60.0,
     ) -> None:

@@ -415,7 +415,10 @@ async def _supervise(
             else:
                 out.line(note)
 
+        failed: list[str] = []  # what went wrong in a --once step: the exit code says so
+
         async def report(r: StepReport) -> None:
+            failed.extend(r.errors)
             for a in r.actions:
                 if say is not None:
                     say({"supervisor": sup.holder, "action": a})
@@ -436,9 +439,13 @@ async def _supervise(
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
         if say is not None:
-            say({"supervisor": sup.holder, "event": "stopped"})
+            say({"supervisor": sup.holder, "event": "stopped"} | ({"failed": len(failed)} if once else {}))
         else:
             out.line(f"supervisor {sup.holder}: stopped, leases released")
+        if once and failed:
+            # A one-shot run (cron, CI) must not read as success when its actions failed.
+            out.line(f"error: {len(failed)} action(s) of this step failed (see above)", style="red")
+            return EXIT_FAILED
         return EXIT_OK
 
 
@@ -749,6 +756,10 @@ async def _check(opts: Options, *, read_only: bool = False, refresh: bool = Fals
     cluster, cf = await opts.open(read_only=read_only, refresh=refresh)
     async with cluster:
         caps = await cluster.capabilities()
+        try:  # the store is opened lazily: read from it, so a store down or refusing us fails here
+            await cluster.store.list(states=[State.PENDING])
+        except DispatchError as exc:
+            raise type(exc)(f"the store {cf.store} cannot be read: {exc}") from None
         opts.out.capabilities(cf.adapter, cf.source, str(cf.store), caps)
     return EXIT_OK
 

@@ -57,10 +57,10 @@ autoscaler replaces it (``kubesim serve --node-recovery``), so ``node-lost`` run
 Six minutes: after the taint manager evicted its pods (300 s ``tolerationSeconds``), as on a cluster
 (a real autoscaler waits longer still), so a job sees its pods evicted before they vanish."""
 
-TRAINER_RECREATES_JOBSET = False
+TRAINER_RECREATES_JOBSET = True
 """Whether the dev cluster's Trainer re-applies a JobSet while its TrainJob is deleted in the foreground,
-as Trainer v2.3.0 does (``kubesim serve --recreate-jobset-while-deleting``). Off until ``stop`` converges
-on it."""
+as Trainer v2.3.0 does (``kubesim serve --recreate-jobset-while-deleting``). On: ``stop`` converges on it
+(it suspends, then deletes in the background)."""
 
 START_TIMEOUT = 30.0
 """How long ``start`` waits for kubesim to serve and write its kubeconfig."""

@@ -88,8 +88,11 @@ async def test_background_deletion_finishes_even_with_the_recreating_trainer(sim
     assert jobset_uid(sim, "bg") is None and sim.store.list(PODS, NS)[0] == []
 
 
-async def test_the_switch_is_off_by_default() -> None:
+async def test_the_switch_is_on_by_default_and_turns_off() -> None:
+    """On by default (Trainer v2.3.0, which dispatch's stop converges on); off, a foreground delete ends."""
     async with Simulator() as sim:
+        assert sim.recreate_jobset_while_deleting
+    async with Simulator(recreate_jobset_while_deleting=False) as sim:
         code, body = await call(sim, "POST", TRAINJOBS_PATH, trainjob("once"))
         assert code == 201, body
         await sim.settle()
