@@ -798,6 +798,9 @@ def adapters_(opts: Options) -> None:
 
 
 cli.add_command(devcluster.command)
+from dispatch.cli.ui import command as ui_command  # noqa: E402 - it builds on common and execute above
+
+cli.add_command(ui_command)
 
 
 def main(argv: list[str] | None = None) -> None:
