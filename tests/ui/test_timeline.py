@@ -94,7 +94,7 @@ def test_a_preempted_and_requeued_job_is_two_bars_split_by_state() -> None:
     assert (second.start, second.end) == (1042, 1050)
     assert [g.state for g in second.segments] == [State.PENDING, State.RUNNING]
     assert (second.state, second.label) == (State.SUCCEEDED, "succeeded")
-    assert (tl.start, tl.end) == (1000, 1050)
+    assert (tl.start, tl.end) == (1001, 1050)  # from the first placement (the submission is not drawn)
 
 
 def test_the_requeue_is_labelled_with_the_rule_and_the_backoff_the_supervisor_recorded() -> None:
@@ -162,7 +162,7 @@ def test_layout_places_bars_in_time_and_labels_their_ends() -> None:
     first, second = geo.rows
 
     def x(at: float) -> float:
-        return round(LEFT + (at - 1000) / 50 * inner, 2)
+        return round(LEFT + (at - 1001) / 49 * inner, 2)
 
     track = next(b for b in first.boxes if b.kind == "track")
     assert (track.x, round(track.x + track.w, 2)) == (x(1001), x(1010))
@@ -177,8 +177,9 @@ def test_layout_places_bars_in_time_and_labels_their_ends() -> None:
     assert next(b for b in second.boxes if b.kind == "track").y > track.y
     end_label = next(t for t in second.texts if t.kind.startswith("label"))
     assert (end_label.text, end_label.anchor, end_label.x) == ("succeeded", "end", x(1050))
-    # A dashed line joins the first end to the second start.
-    assert [(ln[0], ln[2], ln[4]) for ln in first.lines] == [(x(1010), x(1042), "gap")]
+    # A dashed line leads into the second bar from the requeue that made it (the wait).
+    assert first.lines == ()
+    assert [(ln[0], ln[2], ln[4]) for ln in second.lines] == [(x(1011), x(1042), "wait")]
     assert all(LEFT <= b.x <= 1000 - RIGHT for row in geo.rows for b in row.boxes)
 
 
@@ -187,6 +188,7 @@ def test_ticks_are_round_and_within_the_span() -> None:
     assert ticks(3, 9) == [3, 4, 5, 6, 7, 8, 9]
     assert ticks(0, 86400 * 40)[:2] == [0, 86400 * 10]
     assert ticks(5, 5) == [5]
+    assert ticks(10.05, 10.6) == [10.1, 10.2, 10.3, 10.4, 10.5, 10.6]
 
 
 def test_an_empty_history_draws_nothing() -> None:

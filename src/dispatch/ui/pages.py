@@ -128,8 +128,10 @@ def clock(at: float) -> str:
 
 
 def age(seconds: float) -> str:
-    """A duration as people read it: ``45 s``, ``3 min 12 s``, ``2 h 5 min``, ``3 d 4 h``."""
-    s = max(int(seconds), 0)
+    """A duration as people read it: ``0.4 s``, ``45 s``, ``3 min 12 s``, ``2 h 5 min``, ``3 d 4 h``."""
+    if seconds < 10:
+        return f"{max(seconds, 0.0):.1f} s"
+    s = int(seconds)
     if s < 60:
         return f"{s} s"
     if s < 3600:

@@ -197,8 +197,9 @@ def _bar(group: _Group, following: _Group | None, now: float) -> Bar:
             continue
         if end is not None:
             continue  # a terminal incarnation does not change any more
-        if t.why and t.cause is not None and t.cause is not Cause.NONE and t.why not in evidence:
-            evidence.append(t.why)
+        if t.why and t.cause is not None and t.cause is not Cause.NONE:
+            # A later reading that repeats an earlier one whole (and adds to it) replaces it.
+            evidence = [e for e in evidence if e not in t.why] + [t.why]
         at = max(t.at, placed_at)
         if t.state is not state:
             if at > seg_start:
@@ -241,7 +242,8 @@ def timeline(history: Sequence[Transition], now: float) -> Timeline:
     if not bars:
         at = history[0].at if history else now
         return Timeline(at, at, ())
-    start = min(history[0].at, *(b.start for b in bars))
+    # From the first placement: what came before it (the submission) is not drawn.
+    start = min(b.start for b in bars)
     end = max(b.end for b in bars)
     return Timeline(start, end, bars)
 
@@ -273,7 +275,7 @@ class Text:
 
 
 Line = tuple[float, float, float, float, str]
-"""A line from ``(x1, y1)`` to ``(x2, y2)`` with its CSS class (``tick``, ``gap``)."""
+"""A line from ``(x1, y1)`` to ``(x2, y2)`` with its CSS class (``tick``, ``wait``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,22 +311,46 @@ END_CAP = 6.0
 
 
 def ticks(start: float, end: float, most: int = 6) -> list[float]:
-    """Round times between ``start`` and ``end`` for the axis: at most ``most``, on a step of 1, 2 or 5
-    times a power of ten seconds (or 15/30 s, minutes, hours)."""
+    """Round times between ``start`` and ``end`` for the axis: at most ``most``, on a step of 0.1 s to
+    a day (1, 2, 5 times a power of ten seconds, 15/30 s, minutes, hours)."""
     span = end - start
     if span <= 0:
         return [start]
-    steps = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
-    step = next((s for s in steps if span / s <= most), None)
+    steps = (
+        0.1,
+        0.2,
+        0.5,
+        1,
+        2,
+        5,
+        10,
+        15,
+        30,
+        60,
+        120,
+        300,
+        600,
+        900,
+        1800,
+        3600,
+        7200,
+        21600,
+        43200,
+        86400,
+    )
+    step: float | None = next((s for s in steps if span / s <= most), None)
     if step is None:
         step = 86400 * 10 ** math.ceil(math.log10(span / 86400 / most))
-    first = math.ceil(start / step) * step
-    count = int((end - first) // step) + 1
-    return [first + i * step for i in range(max(count, 0))]
+    # Whole multiples of the step (counted in steps, so 0.1 s steps add up without drift).
+    first = math.ceil(start / step - 1e-9)
+    last = math.floor(end / step + 1e-9)
+    return [round(i * step, 3) for i in range(first, last + 1)]
 
 
-def _clock(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%H:%M:%S")
+def _clock(at: float, fine: bool = False) -> str:
+    """``HH:MM:SS`` (UTC); ``fine`` adds tenths, for an axis whose steps are under a second."""
+    moment = datetime.fromtimestamp(at, UTC)
+    return moment.strftime("%H:%M:%S") + (f".{moment.microsecond // 100_000}" if fine else "")
 
 
 def _seconds(value: float) -> str:
@@ -335,7 +361,7 @@ def layout(tl: Timeline, width: float = 960.0) -> Geometry:
     """The picture of ``tl`` on a canvas ``width`` pixels wide: per incarnation a row with its epoch, a
     bar from placement to end split into coloured state segments, a cap in the colour of its terminal
     state, ticks for marks, its end label (the cause) and, when one followed, how the next incarnation
-    did (rule and backoff), with a dashed line from this end to the next start."""
+    did (rule and backoff); a dashed line leads into a bar from the requeue that made it."""
     span = max(tl.end - tl.start, 1e-9)
     inner = max(width - LEFT - RIGHT, 1.0)
 
@@ -345,10 +371,12 @@ def layout(tl: Timeline, width: float = 960.0) -> Geometry:
     height = TOP + ROW * max(len(tl.bars), 1) + 8
     axis: list[Text] = []
     grid: list[Line] = []
-    for at in ticks(tl.start, tl.end):
+    marks = ticks(tl.start, tl.end)
+    fine = len(marks) > 1 and marks[1] - marks[0] < 1
+    for at in marks:
         tx = x(at)
         grid.append((tx, TOP - 6, tx, height - 8, "tick"))
-        axis.append(Text(tx, TOP - 10, _clock(at), "axis", "middle"))
+        axis.append(Text(tx, TOP - 10, _clock(at, fine), "axis", "middle"))
     rows: list[Row] = []
     for i, bar in enumerate(tl.bars):
         boxes: list[Box] = []
@@ -377,7 +405,10 @@ def layout(tl: Timeline, width: float = 960.0) -> Geometry:
         texts.append(Text(x1, y + BAR + 14, label, f"label {bar.state.value}", anchor))
         if bar.follow is not None:
             texts.append(Text(x1, y + BAR + 28, bar.follow.label, "follow", anchor))
-            if i + 1 < len(tl.bars):
-                lines.append((x1, y + BAR, x(tl.bars[i + 1].start), y + ROW, "gap"))
+        before = tl.bars[i - 1].follow if i > 0 else None
+        if before is not None and before.at < bar.start:
+            # The wait between the requeue (or resubmit) and this placement: the backoff, then the
+            # previous incarnation's compute going away; dashed, leading into the bar.
+            lines.append((x(before.at), y + BAR / 2, x0, y + BAR / 2, "wait"))
         rows.append(Row(bar, tuple(boxes), tuple(texts), tuple(lines)))
     return Geometry(width, height, tuple(axis), tuple(grid), tuple(rows))
