@@ -180,6 +180,7 @@ def test_layout_places_bars_in_time_and_labels_their_ends() -> None:
     # A dashed line leads into the second bar from the requeue that made it (the wait).
     assert first.lines == ()
     assert [(ln[0], ln[2], ln[4]) for ln in second.lines] == [(x(1011), x(1042), "wait")]
+    assert "waited 31 s" in [t.text for t in second.texts]
     assert all(LEFT <= b.x <= 1000 - RIGHT for row in geo.rows for b in row.boxes)
 
 

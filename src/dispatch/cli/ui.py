@@ -7,7 +7,9 @@ records come from the store. The page lives in :mod:`dispatch.ui`, imported only
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import contextlib
+import signal
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import click
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     from dispatch.cluster import Cluster
     from dispatch.ui.app import UiServer
 
-__all__ = ["command", "no_authentication", "serve_page"]
+__all__ = ["command", "no_authentication", "serve_page", "serving"]
 
 
 def no_authentication(host: str) -> str | None:
@@ -51,6 +53,18 @@ async def serve_page(opts: Options, cluster: Cluster, address: str, *, option: s
     return await serve(cluster, address, store_label=str(opts.cluster_file().store), notes=notes, path=option)
 
 
+@contextlib.asynccontextmanager
+async def serving(
+    opts: Options, cluster: Cluster, address: str | None, *, option: str
+) -> AsyncIterator[str | None]:
+    """While the ``with`` lasts, serve the page at ``address`` (nothing when ``None``); yields its URL."""
+    if address is None:
+        yield None
+        return
+    async with await serve_page(opts, cluster, address, option=option) as server:
+        yield server.url
+
+
 @click.command("ui")
 @click.option(
     "--address",
@@ -69,22 +83,18 @@ def command(opts: Options, address: str) -> None:
 
 async def _ui(opts: Options, address: str) -> int:
     cluster, _ = await opts.open(read_only=True)
-    async with cluster:
-        server = await serve_page(opts, cluster, address, option="--address")
-        async with server:
-            if opts.as_json:
-                opts.out.json({"url": server.url, "event": "serving"})
-            else:
-                opts.out.line(f"serving the page at {server.url} (read-only; Ctrl-C stops it)")
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            import signal
-
+    async with cluster, serving(opts, cluster, address, option="--address") as url:
+        if opts.as_json:
+            opts.out.json({"url": url, "event": "serving"})
+        else:
+            opts.out.line(f"serving the page at {url} (read-only; Ctrl-C stops it)")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
-            try:
-                await stop.wait()
-            finally:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
+                loop.remove_signal_handler(sig)
     return EXIT_OK

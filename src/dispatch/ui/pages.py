@@ -439,7 +439,9 @@ def job_page(row: JobRow, history: Sequence[Transition], tail: Tail, *, now: flo
         ("created", f"{esc(when(rec.created_at))} UTC ({esc(age(now - rec.created_at))} ago)"),
         ("updated", f"{esc(when(rec.updated_at))} UTC"),
     ]
-    if rec.plan is not None:
+    # A plan left on a finished record (the requeue's START) is history, not a next step; a given-up
+    # plan (fail, hold) is the last word.
+    if rec.plan is not None and (not rec.outcome.terminal or rec.plan.action.value in ("fail", "hold")):
         nb = f" not before {when(rec.plan.not_before)} UTC" if rec.plan.not_before is not None else ""
         facts.append(("plan", esc(f"{rec.plan.action.value}: {rec.plan.reason}{nb}")))
     for flag, text in (

@@ -410,5 +410,16 @@ def layout(tl: Timeline, width: float = 960.0) -> Geometry:
             # The wait between the requeue (or resubmit) and this placement: the backoff, then the
             # previous incarnation's compute going away; dashed, leading into the bar.
             lines.append((x(before.at), y + BAR / 2, x0, y + BAR / 2, "wait"))
+            if x0 - x(before.at) > 80:  # room for a word on it
+                mid = (x(before.at) + x0) / 2
+                texts.append(
+                    Text(
+                        mid,
+                        y + BAR / 2 - 4,
+                        f"waited {_seconds(round(bar.start - before.at, 1))}",
+                        "wait",
+                        "middle",
+                    )
+                )
         rows.append(Row(bar, tuple(boxes), tuple(texts), tuple(lines)))
     return Geometry(width, height, tuple(axis), tuple(grid), tuple(rows))
