@@ -108,9 +108,7 @@ def url(session: Session, preempted: str) -> Iterator[str]:
     assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
 
 
-@pytest.fixture(scope="module")
-def browser(artifacts: Path) -> Iterator[Any]:
-    _need_browser()
+def _chrome(*, javascript: bool = True) -> Any:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -124,7 +122,15 @@ def browser(artifacts: Path) -> Iterator[Any]:
         "--window-size=1280,900",
     ):
         options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
+    if not javascript:
+        options.add_experimental_option("prefs", {"profile.managed_default_content_settings.javascript": 2})
+    return webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
+
+
+@pytest.fixture(scope="module")
+def browser(artifacts: Path) -> Iterator[Any]:
+    _need_browser()
+    driver = _chrome()
     try:
         yield driver
     finally:
@@ -237,3 +243,24 @@ def test_a_job_id_and_an_output_line_holding_html_are_text(
     browser.get(f"{url}jobs/{HTML_ID}")
     assert HTML_ID in browser.find_element(By.CSS_SELECTOR, "p.error").text
     assert browser.find_elements(By.CSS_SELECTOR, "main img") == [] and browser.title != "owned"
+
+
+def test_with_javascript_off_the_page_is_complete_only_not_live(
+    url: str, preempted: str, artifacts: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = _chrome(javascript=False)
+    try:
+        driver.get(f"{url}jobs/{preempted}")
+        bars = driver.find_elements(By.CSS_SELECTOR, "svg.timeline g.bar")
+        assert [b.get_attribute("data-state") for b in bars] == ["failed", "succeeded"]
+        assert driver.find_element(By.ID, "tail").text.splitlines()[-1] == "node 0: done"
+        assert driver.find_element(By.CSS_SELECTOR, "header .live.off").text == "not live: reload to refresh"
+        assert not driver.find_element(By.ID, "live-status").is_displayed()
+        driver.get(f"{url}?cause=preempted")  # a filter is a query: no script needed
+        assert driver.find_elements(By.CSS_SELECTOR, "tr.job-row") == []
+        assert "no job matches these filters" in driver.find_element(By.CSS_SELECTOR, "tr.empty").text
+        _screenshot(driver, artifacts, "jobs-without-javascript")
+    finally:
+        driver.quit()

@@ -16,7 +16,7 @@ from html import escape
 
 from dispatch.errors import InvalidError
 from dispatch.model import Cause, Evidence, JobRecord, State, Transition
-from dispatch.ui.timeline import Geometry, Timeline, layout, timeline
+from dispatch.ui.timeline import Box, Geometry, Line, Text, Timeline, layout, timeline
 
 __all__ = [
     "Filters",
@@ -287,44 +287,44 @@ def _num(v: float) -> str:
     return f"{v:.2f}".rstrip("0").rstrip(".")
 
 
+def _line(line: Line) -> str:
+    x1, y1, x2, y2, kind = line
+    return f'<line class="{esc(kind)}" x1="{_num(x1)}" y1="{_num(y1)}" x2="{_num(x2)}" y2="{_num(y2)}"/>'
+
+
+def _text(t: Text) -> str:
+    return (
+        f'<text class="{esc(t.kind)}" x="{_num(t.x)}" y="{_num(t.y)}" '
+        f'text-anchor="{esc(t.anchor)}">{esc(t.text)}</text>'
+    )
+
+
+def _box(b: Box) -> str:
+    title = f"<title>{esc(b.title)}</title>" if b.title else ""
+    return (
+        f'<rect class="{esc(b.kind)}" x="{_num(b.x)}" y="{_num(b.y)}" width="{_num(b.w)}" '
+        f'height="{_num(b.h)}" rx="2">{title}</rect>'
+    )
+
+
 def svg(geo: Geometry) -> str:
-    """The timeline as inline SVG: a ``g.bar`` per incarnation (its epoch, state and cause as data
-    attributes), each box with a ``<title>`` (hovering shows what it is)."""
+    """The timeline as inline SVG: a ``g.bar`` per incarnation (its epoch, state, cause and the rule
+    of the requeue that followed as data attributes), each box with a ``<title>`` (a tooltip)."""
     out = [
         f'<svg class="timeline" viewBox="0 0 {_num(geo.width)} {_num(geo.height)}" '
         f'width="{_num(geo.width)}" height="{_num(geo.height)}" role="img" '
-        f'aria-label="{len(geo.rows)} incarnation(s) on a timeline" xmlns="http://www.w3.org/2000/svg">'
+        f'aria-label="{len(geo.rows)} incarnation(s) on a timeline" xmlns="http://www.w3.org/2000/svg">',
+        *map(_line, geo.grid),
+        *map(_text, geo.axis),
     ]
-    for x1, y1, x2, y2, kind in geo.grid:
-        out.append(
-            f'<line class="{esc(kind)}" x1="{_num(x1)}" y1="{_num(y1)}" x2="{_num(x2)}" y2="{_num(y2)}"/>'
-        )
-    for t in geo.axis:
-        out.append(
-            f'<text class="{esc(t.kind)}" x="{_num(t.x)}" y="{_num(t.y)}" text-anchor="{esc(t.anchor)}">{esc(t.text)}</text>'
-        )
     for row in geo.rows:
         bar = row.bar
-        follow = bar.follow
+        rule = bar.follow.rule if bar.follow else ""
         out.append(
             f'<g class="bar" data-epoch="{esc(bar.epoch)}" data-state="{esc(bar.state.value)}" '
-            f'data-cause="{esc(bar.cause.value)}" data-rule="{esc(follow.rule if follow else "")}">'
+            f'data-cause="{esc(bar.cause.value)}" data-rule="{esc(rule)}">'
         )
-        for x1, y1, x2, y2, kind in row.lines:
-            out.append(
-                f'<line class="{esc(kind)}" x1="{_num(x1)}" y1="{_num(y1)}" x2="{_num(x2)}" y2="{_num(y2)}"/>'
-            )
-        for b in row.boxes:
-            title = f"<title>{esc(b.title)}</title>" if b.title else ""
-            out.append(
-                f'<rect class="{esc(b.kind)}" x="{_num(b.x)}" y="{_num(b.y)}" width="{_num(b.w)}" '
-                f'height="{_num(b.h)}" rx="2">{title}</rect>'
-            )
-        for t in row.texts:
-            out.append(
-                f'<text class="{esc(t.kind)}" x="{_num(t.x)}" y="{_num(t.y)}" text-anchor="{esc(t.anchor)}">{esc(t.text)}</text>'
-            )
-        out.append("</g>")
+        out += [*map(_line, row.lines), *map(_box, row.boxes), *map(_text, row.texts), "</g>"]
     out.append("</svg>")
     return "".join(out)
 
