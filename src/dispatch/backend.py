@@ -76,6 +76,15 @@ class Backend(Protocol):
         """The adapter's registered name (e.g. ``"kubeflow"``)."""
         ...
 
+    @property
+    def cluster_id(self) -> str:
+        """The identity of the opened cluster: a stable string read from the cluster itself when the
+        adapter opened (Kubernetes: the ``kube-system`` namespace's UID; Slurm: its ``ClusterName`` and
+        controller), the same for every process that opens it. A record belongs to the cluster of its
+        current incarnation, and only a process opened on that cluster changes it (SPEC §6.1).
+        Handles the backend returns carry it (``Handle.cluster``)."""
+        ...
+
     async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
         """What this cluster can do. With a ``spec``, also check that this cluster can run it and raise
         ``UnsupportedError`` listing *every* reason (``InvalidError`` for a malformed spec, e.g. a missing

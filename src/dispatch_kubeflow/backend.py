@@ -224,6 +224,12 @@ class Backend:
     def name(self) -> str:
         return NAME
 
+    @property
+    def cluster_id(self) -> str:
+        # The API server's address until the cluster's own identity (the kube-system namespace's UID)
+        # is read on open.
+        return f"kubernetes:{self._client.server}"
+
     # --- capabilities ------------------------------------------------------------------------------
 
     @property

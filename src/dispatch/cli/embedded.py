@@ -65,6 +65,10 @@ class OfflineBackend:
     def name(self) -> str:
         return self._adapter
 
+    @property
+    def cluster_id(self) -> str:
+        return ""  # no cluster: every record is shown as last known, none is this one's
+
     def _down(self, what: str) -> UnavailableError:
         return UnavailableError(
             f"{what}: the dev cluster is not running (`dispatch dev-cluster start` starts a new, empty one)"

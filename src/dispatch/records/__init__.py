@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dispatch.records.store import ChangeNotifier, Changes, KeyValues, Store
+from dispatch.records.store import (
+    ChangeNotifier,
+    Changes,
+    KeyValues,
+    Listing,
+    Store,
+    Unreadable,
+    store_identity,
+)
 
 if TYPE_CHECKING:
     from dispatch.records.memory import MemoryStore
@@ -23,11 +31,14 @@ __all__ = [
     "ChangeNotifier",
     "Changes",
     "KeyValues",
+    "Listing",
     "MemoryStore",
     "PostgresStore",
     "SqliteStore",
     "Store",
+    "Unreadable",
     "default_store_path",
+    "store_identity",
 ]
 
 _LAZY = {
