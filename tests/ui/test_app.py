@@ -4,6 +4,7 @@ stream. The records are written to the store by the host's own record changes; t
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -176,6 +177,7 @@ async def test_a_store_without_a_change_feed_is_polled() -> None:
 async def test_an_unreadable_record_is_reported_not_a_blank_page(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "jobs.db")
     await _submit(store, "bad")
+    await _submit(store, "good")
     raw = sqlite3.connect(tmp_path / "jobs.db")
     body = raw.execute("SELECT body FROM records WHERE job_id = 'bad'").fetchone()[0]
     raw.execute(
@@ -187,7 +189,9 @@ async def test_an_unreadable_record_is_reported_not_a_blank_page(tmp_path: Path)
     async with cluster, await serve(cluster, "127.0.0.1:0") as server:
         status, page_text, _ = await _get(server.url)
     assert status == 200
-    assert "cannot be read" in page_text and "bad" in page_text
+    row = re.search(r'<tr class="unreadable">.*?</tr>', page_text)
+    assert row is not None and "<code>bad</code>" in row.group(0) and "unreadable record" in row.group(0)
+    assert 'data-job="good"' in page_text  # the others are read and shown
 
 
 async def test_a_busy_address_is_a_clear_error() -> None:
@@ -200,3 +204,17 @@ async def test_a_busy_address_is_a_clear_error() -> None:
             await serve(cluster, f"127.0.0.1:{server.port}")
         with pytest.raises(InvalidError, match="expected HOST:PORT"):
             await serve(cluster, "8321")
+
+
+async def test_records_of_another_cluster_are_shown_as_such(page: tuple[UiServer, Store]) -> None:
+    server, store = page
+    rec = await _submit(store, "elsewhere")
+    await store.update(rec.replace(cluster="kubernetes:other-uid"), expected_revision=rec.revision)
+    status, body, _ = await _get(server.url)
+    row = re.search(r'<tr class="job-row" data-job="elsewhere".*?</tr>', body)
+    assert row is not None and "kubernetes:other-uid" in row.group(0) and "(not this one)" in row.group(0)
+    status, body, _ = await _get(server.url + "?cluster=kubernetes:other-uid")
+    assert 'data-job="elsewhere"' in body and '<option value="kubernetes:other-uid" selected>' in body
+    status, body, _ = await _get(server.url + "jobs/elsewhere")
+    assert status == 200 and "(not this one)" in body
+    assert "not read: the record&#x27;s cluster is not this one" in body

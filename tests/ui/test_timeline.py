@@ -107,7 +107,7 @@ def test_the_requeue_is_labelled_with_the_rule_and_the_backoff_the_supervisor_re
         "preempted",
         30.0,
     )
-    assert follow.attempt == "1 of 3"
+    assert follow.attempt == "1 of 3" and "requeue 1 of 3 under rule preempted" in follow.text
     assert follow.label == "requeued as 2.1 · 1 of 3 · rule preempted · backoff 30 s"
     assert tl.bars[1].follow is None
 
@@ -214,3 +214,17 @@ def test_epochs_of_the_bars_follow_the_record() -> None:
     s = preempted_then_succeeded()
     assert s.rec.epoch == Epoch(2, 1)
     assert timeline(s.history, now=0).bars[-1].epoch == s.rec.epoch
+
+
+def test_a_requeue_line_written_before_rules_had_budgets_still_names_its_rule() -> None:
+    s = preempted_then_succeeded()
+    older = {
+        "1.0 ended failed/preempted; policy rule preempted: requeue (max 3, backoff 30 s, cap 3600 s): "
+        "requeue 1 of 3, after 30 s": ("preempted", 30.0),
+        "1.0 ended failed/exit_code; policy default rule exit_code: requeue (max 2, backoff 5 s, cap 60 s): "
+        "requeue 2 of 2, after 10 s": ("default", 10.0),
+    }
+    for why, (rule, backoff) in older.items():
+        history = [t.replace(why=why) if t.what == "requeued" else t for t in s.history]
+        follow = timeline(history, now=2000).bars[0].follow
+        assert follow is not None and (follow.rule, follow.backoff) == (rule, backoff)

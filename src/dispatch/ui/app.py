@@ -26,7 +26,7 @@ from dispatch.logs import SECRETS
 from dispatch.model import JobRecord, check_job_id
 from dispatch.ui import DEFAULT_ADDRESS
 from dispatch.ui.feed import RESYNC, Broadcast
-from dispatch.ui.pages import Filters, JobRow, Tail, error_page, job_page, jobs_page
+from dispatch.ui.pages import Filters, JobRow, Tail, Unreadable, error_page, job_page, jobs_page
 
 __all__ = ["DEFAULT_ADDRESS", "Notes", "UiServer", "make_app", "parse_address", "serve"]
 
@@ -96,17 +96,11 @@ def _host_name(header: str) -> str:
 
 
 def cluster_of(record: JobRecord) -> str:
-    """The cluster of the record's current incarnation: the record's own ``cluster`` (SPEC §6.1), else
-    the one its handle names, else the handle's adapter (records written before clusters had
-    identities say no more than that)."""
-    own = str(getattr(record, "cluster", "") or "")
-    if own or record.handle is None:
-        return own
-    return str(getattr(record.handle, "cluster", "") or "") or record.handle.backend
-
-
-def _this_cluster(cluster: Cluster) -> str:
-    return str(getattr(cluster.backend, "cluster_id", "") or "")
+    """The cluster of the record's current incarnation (SPEC §6.1), else the one its handle names, else
+    the handle's adapter: records written before dispatch recorded clusters say no more than that."""
+    if record.cluster or record.handle is None:
+        return record.cluster
+    return record.handle.cluster or record.handle.backend
 
 
 def make_app(
@@ -182,29 +176,24 @@ async def _guard(
 
 
 async def _rows(context: _Context, records: Sequence[JobRecord]) -> list[JobRow]:
-    here = _this_cluster(context.cluster)
+    here = context.cluster.backend.cluster_id
     notes = await context.notes(records) if context.notes is not None else {}
     rows = []
     for rec in records:
-        where = cluster_of(rec)
         note = notes.get(rec.job_id, "")
-        own = str(getattr(rec, "cluster", "") or "")
-        if not note and here and own and own != here:
-            note = "not this one"
-        rows.append(JobRow(rec, where, note))
+        if not note and here and rec.cluster and rec.cluster != here:
+            note = "not this one"  # as every command shows a record of another cluster (SPEC §6.1)
+        rows.append(JobRow(rec, cluster_of(rec), note))
     return rows
 
 
 async def _jobs(request: web.Request) -> web.Response:
     context = request.app[_CONTEXT]
     filters = Filters.parse(request.query)
-    problem = ""
-    try:
-        records = await context.cluster.store.list()
-    except InvalidError as exc:  # a record that cannot be read: say so rather than show nothing
-        records, problem = [], f"the store holds a record that cannot be read: {exc}"
-    rows = await _rows(context, records)
-    return _html(jobs_page(rows, filters, now=time.time(), store=context.store_label, problem=problem))
+    listing = await context.cluster.store.list()
+    rows: list[JobRow | Unreadable] = [*await _rows(context, listing)]
+    rows += [Unreadable(u.job_id, u.reason) for u in listing.unreadable]
+    return _html(jobs_page(rows, filters, now=time.time(), store=context.store_label))
 
 
 def _node(query: Mapping[str, str], nodes: int) -> int:

@@ -212,10 +212,9 @@ def jobs_page(
     *,
     now: float,
     store: str = "",
-    problem: str = "",
 ) -> str:
     """Every job (those ``filters`` keep) with its state, cause, cluster, epoch and age; unreadable
-    records on their own rows. ``problem``: why the list may be incomplete (the store said so)."""
+    records on their own rows."""
     readable = [r for r in rows if isinstance(r, JobRow)]
     clusters = sorted(
         {r.cluster for r in readable if r.cluster} | ({filters.cluster} if filters.cluster else set())
@@ -264,10 +263,9 @@ def jobs_page(
     if not lines:
         empty = "no job matches these filters" if filters.active and rows else "no jobs yet"
         lines.append(f'<tr class="empty"><td colspan="7">{esc(empty)}</td></tr>')
-    warn = f'<p class="error">{esc(problem)}</p>' if problem else ""
     total = f"{len(shown)} of {len(rows)} jobs" if filters.active else f"{len(rows)} jobs"
     live = (
-        f'{warn}<p class="meta"><span id="total">{esc(total)}</span> {summary}</p>'
+        f'<p class="meta"><span id="total">{esc(total)}</span> {summary}</p>'
         '<table class="jobs"><thead><tr><th>job</th><th>state</th><th>cause</th><th>cluster</th>'
         '<th class="num">epoch</th><th class="num">age</th><th class="num">ran</th></tr></thead>'
         "<tbody>" + "".join(lines) + "</tbody></table>"

@@ -144,7 +144,8 @@ def _groups(history: Sequence[Transition]) -> list[_Group]:
     return groups
 
 
-_RULE = re.compile(r"\b(?:under |default )?rule ([a-z_]+)\b")
+_UNDER = re.compile(r"\bunder rule ([A-Za-z0-9_.-]+)")
+_RULE = re.compile(r"\b(default )?rule ([a-z_]+)\b")
 _AFTER = re.compile(r"\bafter (\d+(?:\.\d+)?(?:e[+-]?\d+)?) s\b")
 _BACKOFF = re.compile(r"\bbackoff (\d+(?:\.\d+)?(?:e[+-]?\d+)?) s\b")
 _ATTEMPT = re.compile(r"\brequeue (\d+) of (\d+)\b")
@@ -152,12 +153,16 @@ _ATTEMPT = re.compile(r"\brequeue (\d+) of (\d+)\b")
 
 def _follow(t: Transition) -> Follow:
     """Read the rule, the attempt and the backoff from a requeue line (``decide.requeued`` writes
-    "... policy rule preempted: requeue (max 3, backoff 1 s, ...): requeue 1 of 3, after 1 s"). The
-    wait actually applied ("after X s") wins over the rule's base backoff."""
+    "... policy rule preempted: requeue (max 3, backoff 1 s, ...): requeue 1 of 3 under rule preempted,
+    after 1 s"; before rules had their own budgets, the line ended "requeue 1 of 3, after 1 s", and the
+    rule was the one the policy text names, ``default`` for the default rule). The wait actually
+    applied ("after X s") wins over the rule's base backoff."""
     assert t.epoch is not None
     if t.what != "requeued":
         return Follow(kind=t.what, at=t.at, epoch=t.epoch, text=t.why)
-    rule = _RULE.search(t.why)
+    under = _UNDER.search(t.why)
+    named = _RULE.search(t.why)
+    rule = under.group(1) if under else ("default" if named.group(1) else named.group(2)) if named else ""
     wait = _AFTER.search(t.why) or _BACKOFF.search(t.why)
     attempt = _ATTEMPT.search(t.why)
     return Follow(
@@ -165,7 +170,7 @@ def _follow(t: Transition) -> Follow:
         at=t.at,
         epoch=t.epoch,
         text=t.why,
-        rule=rule.group(1) if rule else "",
+        rule=rule,
         backoff=float(wait.group(1)) if wait else None,
         attempt=f"{attempt.group(1)} of {attempt.group(2)}" if attempt else "",
     )
