@@ -32,6 +32,8 @@ __all__ = [
 ]
 
 TITLE = "dispatch"
+MAX_ROWS = 1000
+"""The jobs page shows at most this many jobs (the newest); the filters narrow the rest."""
 
 
 def esc(value: object) -> str:
@@ -213,8 +215,8 @@ def jobs_page(
     now: float,
     store: str = "",
 ) -> str:
-    """Every job (those ``filters`` keep) with its state, cause, cluster, epoch and age; unreadable
-    records on their own rows."""
+    """Every job (those ``filters`` keep; the newest first, at most :data:`MAX_ROWS`) with its state,
+    cause, cluster, epoch, age and last change; unreadable records on their own rows, first."""
     readable = [r for r in rows if isinstance(r, JobRow)]
     clusters = sorted(
         {r.cluster for r in readable if r.cluster} | ({filters.cluster} if filters.cluster else set())
@@ -228,7 +230,10 @@ def jobs_page(
         + ('<a class="clear" href="/">clear</a>' if filters.active else "")
         + "</form>"
     )
-    shown = [r for r in rows if isinstance(r, Unreadable) or filters.keep(r)]
+    # Unreadable records first (they want a person), then the newest jobs first, at most MAX_ROWS.
+    broken = [r for r in rows if isinstance(r, Unreadable)]
+    kept = sorted((r for r in readable if filters.keep(r)), key=lambda r: r.record.created_at, reverse=True)
+    shown: list[JobRow | Unreadable] = [*broken, *kept[:MAX_ROWS]]
     counts: dict[State, int] = {}
     for r in readable:
         counts[r.record.state] = counts.get(r.record.state, 0) + 1
@@ -248,7 +253,6 @@ def jobs_page(
         r = shown_row
         rec = r.record
         note = f' <span class="note">({esc(r.note)})</span>' if r.note else ""
-        end = rec.updated_at if rec.outcome.terminal else now
         lines.append(
             f'<tr class="job-row" data-job="{esc(rec.job_id)}" data-state="{esc(rec.state.value)}">'
             f'<td class="job"><a href="{esc(job_href(rec.job_id))}">{esc(rec.job_id)}</a></td>'
@@ -257,17 +261,19 @@ def jobs_page(
             f'<td class="cluster">{esc(r.cluster or "-")}{note}</td>'
             f'<td class="num">{esc(rec.epoch)}</td>'
             f'<td class="num" title="created {esc(when(rec.created_at))} UTC">{esc(age(now - rec.created_at))}</td>'
-            f'<td class="num" title="from creation to {"end" if rec.outcome.terminal else "now"}">{esc(age(end - rec.created_at))}</td>'
+            f'<td class="num" title="{esc(when(rec.updated_at))} UTC">{esc(age(now - rec.updated_at))} ago</td>'
             "</tr>"
         )
     if not lines:
         empty = "no job matches these filters" if filters.active and rows else "no jobs yet"
         lines.append(f'<tr class="empty"><td colspan="7">{esc(empty)}</td></tr>')
-    total = f"{len(shown)} of {len(rows)} jobs" if filters.active else f"{len(rows)} jobs"
+    total = f"{len(broken) + len(kept)} of {len(rows)} jobs" if filters.active else f"{len(rows)} jobs"
+    if len(kept) > MAX_ROWS:
+        total += f" (the newest {MAX_ROWS} shown: the filters narrow it)"
     live = (
         f'<p class="meta"><span id="total">{esc(total)}</span> {summary}</p>'
         '<table class="jobs"><thead><tr><th>job</th><th>state</th><th>cause</th><th>cluster</th>'
-        '<th class="num">epoch</th><th class="num">age</th><th class="num">ran</th></tr></thead>'
+        '<th class="num">epoch</th><th class="num">age</th><th class="num">updated</th></tr></thead>'
         "<tbody>" + "".join(lines) + "</tbody></table>"
     )
     head = (

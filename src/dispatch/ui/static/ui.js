@@ -38,9 +38,12 @@
       });
   }
 
+  // Coalesce bursts: at most one re-read every half second, however many changes arrive.
+  var last = 0;
   function soon() {
     if (timer !== null) return;
-    timer = window.setTimeout(function () { timer = null; refresh(); }, 150);
+    var wait = Math.max(100, last + 500 - Date.now());
+    timer = window.setTimeout(function () { timer = null; last = Date.now(); refresh(); }, wait);
   }
 
   var source = new EventSource("/events" + (job ? "?job=" + encodeURIComponent(job) : ""));
