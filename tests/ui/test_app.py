@@ -73,6 +73,11 @@ async def test_the_jobs_page_lists_every_job_and_filters_by_query(page: tuple[Ui
     status, body, _ = await _get(server.url + "?state=exploded")
     assert status == 400
     assert "unknown state &#x27;exploded&#x27;: use one of pending, queued" in body
+    # Read-only: after every page above (and the job pages), the records are as they were.
+    before = {r.job_id: (r.revision, r.updated_at) for r in await store.list()}
+    for path in ("jobs/a", "jobs/b", "jobs/b?node=1", ""):
+        assert (await _get(server.url + path))[0] == 200
+    assert {r.job_id: (r.revision, r.updated_at) for r in await store.list()} == before
 
 
 async def test_an_unknown_job_and_a_job_id_holding_html_are_shown_as_text(

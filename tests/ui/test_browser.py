@@ -11,6 +11,7 @@ says where (``conftest.py``). Without chromium the tests are skipped with the re
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -51,6 +52,15 @@ class Session:
         self.env["DISPATCH_STATE_DIR"] = str(home / "state")
         self.env["PATH"] = f"{BIN}{os.pathsep}{self.env.get('PATH', '')}"
 
+    @property
+    def requests(self) -> Path:
+        """The dev cluster's request log: one JSON line per API request, with its verb and identity."""
+        return self.home / "requests.log"
+
+    def writes(self) -> list[dict[str, Any]]:
+        lines = [json.loads(line) for line in self.requests.read_text().splitlines() if line.strip()]
+        return [r for r in lines if r["verb"] in ("create", "update", "patch", "delete", "deletecollection")]
+
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(BIN / "dispatch"), *args],
@@ -67,6 +77,9 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     _need_browser()
     s = Session(tmp_path_factory.mktemp("ui"))
     try:
+        # Started by hand only to keep its request log (`dispatch run` would start it alike).
+        started = s.run("dev-cluster", "start", "--request-log", str(s.requests))
+        assert started.returncode == 0, started.stderr
         yield s
     finally:
         s.run("dev-cluster", "stop", timeout=30)
@@ -264,3 +277,22 @@ def test_with_javascript_off_the_page_is_complete_only_not_live(
         _screenshot(driver, artifacts, "jobs-without-javascript")
     finally:
         driver.quit()
+
+
+def test_the_page_sends_no_write_to_the_cluster(
+    url: str, preempted: str, session: Session, browser: Any
+) -> None:
+    """Read-only: browsing every page, the output tails of both nodes included, sends not one write
+    request to the cluster (the dev cluster's request log says so), while it does read the logs."""
+    from selenium.webdriver.common.by import By
+
+    before = session.writes()
+    reads = len(session.requests.read_text().splitlines())
+    for page in ("", f"jobs/{preempted}", f"jobs/{preempted}?node=1", "jobs/live-1", "?state=succeeded"):
+        browser.get(url + page)
+        assert browser.find_elements(By.ID, "live")
+    assert session.writes() == before
+    log_reads = [
+        json.loads(line) for line in session.requests.read_text().splitlines()[reads:] if "/log" in line
+    ]
+    assert log_reads and all(r["verb"] == "get" for r in log_reads)
