@@ -60,9 +60,9 @@ def _state(
 async def _many_incarnations(store: Store, job: str, n: int) -> None:
     """A job preempted ``n - 1`` times and requeued each time, then running."""
     policy = Policy({Cause.PREEMPTED: Rule(Action.REQUEUE, max=n + 1, backoff=1.0)})
-    rec, first = decide.submitted(job, SPEC, policy=policy, held=False, now=0.0)
+    at = time.time() - 60.0 * n  # the last incarnation is running now
+    rec, first = decide.submitted(job, SPEC, policy=policy, held=False, now=at)
     rec = await store.create(rec, first)
-    at = 1.0
     for i in range(n):
         ident = Identity(job, rec.epoch)
         steps = [
@@ -77,7 +77,7 @@ async def _many_incarnations(store: Store, job: str, n: int) -> None:
             rec2, more = _state(rec2, at, state)
             ts += more
         if i < n - 1:
-            at += 30
+            at += 25
             rec2, more = _state(rec2, at, State.FAILED, Cause.PREEMPTED)
             ts += more
             plan = decide.next(rec2, policy, at)

@@ -8,7 +8,7 @@ import pytest
 
 from dispatch import decide
 from dispatch.errors import InvalidError
-from dispatch.model import Cause, JobSpec, Outcome, State
+from dispatch.model import Cause, JobRecord, JobSpec, Outcome, State
 from dispatch.ui.pages import MAX_ROWS, Filters, JobRow, Unreadable, age, jobs_page
 
 SPEC = JobSpec(command=("train",), nodes=1)
@@ -65,3 +65,24 @@ def test_durations_read_as_people_say_them() -> None:
         "2 h 5 min",
         "3 d 4 h",
     ]
+
+
+def test_the_plan_is_shown_while_it_is_the_next_step() -> None:
+    from dispatch.model import DEFAULT_POLICY, Actor, Handle, Identity
+    from dispatch.ui.pages import Tail, job_page
+
+    rec, _ = decide.submitted("p", SPEC, policy=None, held=False, now=100.0)
+    step = decide.started(rec, Handle("memory", Identity("p", rec.epoch), "p-1"), actor=Actor.USER, now=101.0)
+    assert step is not None
+    failed = step[0].replace(outcome=Outcome(State.FAILED, Cause.PREEMPTED))
+    plan = decide.next(failed, DEFAULT_POLICY, 110.0)
+    waiting, _ = decide.requeued(failed, plan, now=110.0)  # pending until the backoff has passed
+    running = waiting.replace(
+        handle=Handle("memory", Identity("p", waiting.epoch), "p-2"), outcome=Outcome(State.RUNNING)
+    )
+
+    def page(r: JobRecord) -> str:
+        return job_page(JobRow(r, "c1"), [], Tail(0, 1), now=200.0)
+
+    assert "<dt>plan</dt>" in page(waiting) and "requeue 1 of 3 under rule preempted" in page(waiting)
+    assert "<dt>plan</dt>" not in page(running)  # placed: the START plan was decided, it is not next

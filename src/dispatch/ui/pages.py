@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
 
+from dispatch.decide import FINAL_PLANS, current_handle
 from dispatch.errors import InvalidError
 from dispatch.model import Cause, Evidence, JobRecord, State, Transition
 from dispatch.ui.timeline import Box, Geometry, Line, Text, Timeline, layout, timeline
@@ -443,9 +444,10 @@ def job_page(row: JobRow, history: Sequence[Transition], tail: Tail, *, now: flo
         ("created", f"{esc(when(rec.created_at))} UTC ({esc(age(now - rec.created_at))} ago)"),
         ("updated", f"{esc(when(rec.updated_at))} UTC"),
     ]
-    # A plan left on a finished record (the requeue's START) is history, not a next step; a given-up
-    # plan (fail, hold) is the last word.
-    if rec.plan is not None and (not rec.outcome.terminal or rec.plan.action.value in ("fail", "hold")):
+    # The plan is the next step while the incarnation waits to be placed (a requeue's backoff), and the
+    # last word once given up (fail, hold); otherwise it is what was decided before, not what is next.
+    waiting = not rec.outcome.terminal and current_handle(rec) is None
+    if rec.plan is not None and (waiting or rec.plan.action in FINAL_PLANS):
         nb = f" not before {when(rec.plan.not_before)} UTC" if rec.plan.not_before is not None else ""
         facts.append(("plan", esc(f"{rec.plan.action.value}: {rec.plan.reason}{nb}")))
     for flag, text in (
