@@ -223,3 +223,24 @@ async def test_records_of_another_cluster_are_shown_as_such(page: tuple[UiServer
     status, body, _ = await _get(server.url + "jobs/elsewhere")
     assert status == 200 and "(not this one)" in body
     assert "not read: the record&#x27;s cluster is not this one" in body
+
+
+async def test_stopping_the_server_ends_open_event_streams() -> None:
+    store = MemoryStore()
+    cluster = Cluster(MemoryBackend(MemorySettings()), store)
+    async with cluster, aiohttp.ClientSession() as http:
+        server = await serve(cluster, "127.0.0.1:0")
+        async with http.get(server.url + "events") as stream:
+            assert (await stream.content.readline()).startswith(b"retry:")
+            await server.close()  # returns although a stream is open
+            rest = await stream.content.read()
+        assert b"event:" not in rest
+
+
+async def test_a_store_that_cannot_be_read_is_a_503_page_saying_why(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "jobs.db")
+    cluster = Cluster(MemoryBackend(MemorySettings()), store)
+    async with cluster, await serve(cluster, "127.0.0.1:0") as server:
+        await store.close()
+        status, body, _ = await _get(server.url)
+    assert status == 503 and "store unavailable" in body and "closed" in body
