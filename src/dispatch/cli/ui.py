@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dispatch.cli.commands import EXIT_OK, Options, _gone, common, execute
+from dispatch.cli import devcluster
+from dispatch.cli.commands import EXIT_OK, Options, common, execute
+from dispatch.cli.embedded import gone_jobs
 from dispatch.model import JobRecord
 from dispatch.ui import DEFAULT_ADDRESS
 
@@ -42,8 +44,13 @@ async def serve_page(opts: Options, cluster: Cluster, address: str, *, option: s
     where, and that it has no authentication when not on loopback."""
     from dispatch.ui.app import parse_address, serve
 
+    embedded = opts.cluster_file().embedded
+
     async def notes(records: Sequence[JobRecord]) -> Mapping[str, str]:
-        gone = await _gone(opts, cluster, list(records))
+        """Jobs of a dev cluster that is gone: shown as last known, saying why (as `status` does)."""
+        if not embedded:
+            return {}
+        gone = await gone_jobs(cluster.store, records, devcluster.running())
         return {job: f"gone: {why}" for job, why in gone.items()}
 
     host, _ = parse_address(address, option)

@@ -403,8 +403,10 @@ def _tail(rec: JobRecord, tail: Tail) -> str:
         if tail.lines
         else f'<p class="meta" id="tail">{esc(tail.note or "no output")}</p>'
     )
+    # The output is the handle's: during a requeue that is still the previous incarnation's.
+    epoch = rec.handle.identity.epoch if rec.handle is not None else rec.epoch
     return (
-        f'<section><h2>Output <span class="meta">incarnation {esc(rec.epoch)}, node {tail.node}, last '
+        f'<section><h2>Output <span class="meta">incarnation {esc(epoch)}, node {tail.node}, last '
         f'{len(tail.lines)} line(s)</span></h2><p class="nodes">{nodes}</p>{body}</section>'
     )
 
