@@ -98,6 +98,10 @@ class Broadcast:
                     await self._poll_list(first)
             except DispatchError as exc:  # the feed lost its source: subscribe again, re-read
                 _log.info("ui: the store's change feed stopped (%s); subscribing again", exc)
+            except Exception as exc:  # a defect below us must not end the pages' live updates for good
+                _log.warning(
+                    "ui: the store's change feed failed (%s: %s); subscribing again", type(exc).__name__, exc
+                )
             first = False
             await asyncio.sleep(RETRY)
 
