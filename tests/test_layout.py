@@ -146,6 +146,7 @@ PURE = (
     "dispatch_kubeflow/causes.py",
     "dispatch_kubeflow/names.py",
     "dispatch_kubeflow/naming.py",
+    "dispatch_kubeflow/objects.py",
     "dispatch_kubeflow/resources.py",
     "dispatch_kubeflow/runtime.py",
     "dispatch_kubeflow/settings.py",

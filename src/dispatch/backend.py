@@ -20,6 +20,7 @@ __all__ = [
     "HoldToken",
     "Holder",
     "IdentityWeakener",
+    "JobWatcher",
     "OutputReader",
     "Prepared",
     "Watcher",
@@ -152,6 +153,17 @@ class Watcher(Protocol):
         changes. Resumable from the cursor of any change; survives dropped connections and expired
         cursors by relisting, without losing a transition (a relist emits the current state of every
         incarnation whose observation differs from the last one emitted)."""
+        ...
+
+
+@runtime_checkable
+class JobWatcher(Protocol):
+    """A :class:`Watcher` that can follow one job alone, at the cost of that job (optional)."""
+
+    def watch_job(self, job_id: str) -> AsyncIterator[Change]:
+        """The changes of job ``job_id``'s incarnations only, as :meth:`Watcher.watch` would emit them:
+        first the current observation of each, then every change. ``Cluster.watch(job_id)`` uses it, so a
+        thousand jobs each followed on its own cost what following them together does."""
         ...
 
 

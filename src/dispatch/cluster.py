@@ -26,6 +26,7 @@ from dispatch.backend import (
     CessationSignal,
     Holder,
     HoldToken,
+    JobWatcher,
     OutputReader,
     Prepared,
     Watcher,
@@ -436,7 +437,12 @@ class Cluster:
             yield rec
 
     async def _watch_changes(self, watcher: Watcher, job_id: str | None) -> AsyncIterator[JobRecord]:
-        changes = watcher.watch(None)
+        # One job's watch costs that job's changes, not every job's, where the backend can say so.
+        changes = (
+            watcher.watch_job(job_id)
+            if job_id is not None and isinstance(watcher, JobWatcher)
+            else watcher.watch(None)
+        )
         try:
             last: dict[str, int] = {}
             for rec in await self._snapshot(job_id):

@@ -129,6 +129,25 @@ def _http_options(single: Any, timeout: float) -> dict[str, Any]:
     return options
 
 
+def _ca_fingerprint(single: Any) -> str:
+    import base64
+    import hashlib
+
+    cluster = getattr(single, "cluster", None)
+    data = getattr(cluster, "certificate_auth_data", None)
+    try:
+        if isinstance(data, str) and data:
+            raw = base64.b64decode(data)
+        elif isinstance(getattr(cluster, "certificate_auth", None), str):
+            with open(cluster.certificate_auth, "rb") as f:  # type: ignore[union-attr]
+                raw = f.read()
+        else:
+            return ""
+    except (OSError, ValueError):
+        return ""
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
 class _Bearer(httpx.Auth):
     """``Authorization: Bearer <token>`` on every request (the token is never shown)."""
 
@@ -155,6 +174,9 @@ class KubeClient:
         self._clock = clock or SystemClock()
         self.read_only = False
         self.requests = 0
+        self.ca_fingerprint = ""
+        """SHA-256 of the cluster's CA as the configuration names it ("" when it names none): with the
+        server's address, the cluster's identity where its kube-system namespace is not readable."""
         self.findings: list[str] = []
         """Warnings the API server attached to writes (the last fifty), for capabilities' notes."""
         self._tokens: list[str] = []
@@ -185,6 +207,7 @@ class KubeClient:
         headers["User-Agent"] = USER_AGENT
         http = httpx.AsyncClient(headers=headers, **options)
         client = cls(http, server=str(single.cluster.server), retry=retry, clock=clock)
+        client.ca_fingerprint = _ca_fingerprint(single)
         for secret in (token, static):
             if isinstance(secret, str):
                 logs.redact_loggers(LIBRARY_LOGGERS)

@@ -47,6 +47,7 @@ from dispatch_kubeflow.resources import (
     CRDS,
     JOBSETS,
     LOCAL_QUEUES,
+    NAMESPACES,
     PODS,
     TRAINING_RUNTIMES,
     TRAINJOBS,
@@ -73,6 +74,23 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 _TRAINER_RESOURCES = ("trainjobs", "trainingruntimes", "clustertrainingruntimes")
+
+
+async def cluster_identity(client: KubeClient) -> str:
+    """The cluster's stable identity (SPEC §6.1), read from the cluster itself: the UID of its
+    ``kube-system`` namespace, which every process opening the cluster reads alike and a new cluster never
+    shares (kubesim makes one per instance). Where the credentials may not read it: the API server's
+    address and the fingerprint of its CA."""
+    try:
+        ns = await client.get_or_none(NAMESPACES.path(None, "kube-system"), what="get namespace kube-system")
+    except PermissionDeniedError:
+        ns = None
+    meta = ns.get("metadata") if isinstance(ns, dict) else None
+    uid = meta.get("uid") if isinstance(meta, Mapping) else None
+    if isinstance(uid, str) and uid:
+        return f"kubernetes:{uid}"
+    ca = f"#ca:{client.ca_fingerprint}" if client.ca_fingerprint else ""
+    return f"kubernetes:{client.server}{ca}"
 
 
 @dataclass(slots=True)

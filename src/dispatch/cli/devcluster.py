@@ -47,6 +47,11 @@ __all__ = [
 DEFAULT_SPEED = 5.0
 """Simulated seconds per real second: the scripted jobs of the examples finish in about a second."""
 
+TRAINER_RECREATES_JOBSET = False
+"""Whether the dev cluster's Trainer re-applies a JobSet while its TrainJob is deleted in the foreground,
+as Trainer v2.3.0 does (``kubesim serve --recreate-jobset-while-deleting``). Off until ``stop`` converges
+on it."""
+
 START_TIMEOUT = 30.0
 """How long ``start`` waits for kubesim to serve and write its kubeconfig."""
 
@@ -192,6 +197,8 @@ def _spawn(d: Path, speed: float, request_log: str | None) -> DevCluster:
     ]
     if request_log:
         argv += ["--request-log", str(Path(request_log).resolve())]
+    if TRAINER_RECREATES_JOBSET:
+        argv.append("--recreate-jobset-while-deleting")
     log_path = d / "kubesim.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(

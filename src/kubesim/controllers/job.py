@@ -143,9 +143,17 @@ class JobController(BaseController):
         """The Job's pods (read-only, from the cache)."""
         return self.cached_owned(PODS, job["metadata"]["uid"])
 
-    def _delete_pod(self, pod: dict[str, Any]) -> None:
+    def _delete_pod(self, job: dict[str, Any], pod: dict[str, Any]) -> None:
         self._ignored.add(pod["metadata"]["uid"])
         self.store.delete(PODS, pod["metadata"].get("namespace"), pod["metadata"]["name"])
+        # The pod control's events (pkg/controller/controller_utils.go), then the Job controller's.
+        self._event(job, True, "Normal", "SuccessfulDelete", f"Deleted pod: {pod['metadata']['name']}")
+
+    def _event(self, job: dict[str, Any], changed: bool, etype: str, reason: str, message: str) -> None:
+        """The Job controller's Event for a condition it just changed (syncJob: Suspended, Resumed,
+        Completed, and the finished condition's reason and message when the Job fails)."""
+        if changed:
+            self.record_event(job, etype, reason, message, component="job-controller")
 
     def reconcile(self, namespace: str, name: str) -> None:
         job = self.get_or_none(JOBS, namespace, name)
@@ -186,47 +194,44 @@ class JobController(BaseController):
         failure_target = cond.find(job, "FailureTarget")
         if finished:
             for p in active:
-                self._delete_pod(p)
+                self._delete_pod(job, p)
         elif failure_target is not None and failure_target.get("status") == "True":
             for p in active:
-                self._delete_pod(p)
+                self._delete_pod(job, p)
             if not active and not terminating:
-                cond.set_condition(
-                    job,
-                    "Failed",
-                    "True",
-                    str(failure_target.get("reason")),
-                    str(failure_target.get("message")),
-                    now,
-                    probe_time=True,
-                )
+                r, msg = str(failure_target.get("reason")), str(failure_target.get("message"))
+                changed = cond.set_condition(job, "Failed", "True", r, msg, now, probe_time=True)
+                self._event(job, changed, "Warning", r, msg)
         elif spec.get("suspend"):
             for p in active:
-                self._delete_pod(p)
+                self._delete_pod(job, p)
             active = []
             if cond.set_condition(
                 job, "Suspended", "True", "JobSuspended", "Job suspended", now, probe_time=True
             ):
                 status.pop("startTime", None)
+                self._event(job, True, "Normal", "Suspended", "Job suspended")
         else:
             if cond.find(job, "Suspended") is not None and cond.is_true(job, "Suspended"):
                 cond.set_condition(
                     job, "Suspended", "False", "JobResumed", "Job resumed", now, probe_time=True
                 )
                 status["startTime"] = now
+                self._event(job, True, "Normal", "Resumed", "Job resumed")
             status.setdefault("startTime", now)
             reason = self._failure_reason(job, active, now_s)
             if reason is not None:
                 r, msg = reason
                 cond.set_condition(job, "FailureTarget", "True", r, msg, now, probe_time=True)
                 for p in active:
-                    self._delete_pod(p)
+                    self._delete_pod(job, p)
                 if not active and not terminating:
-                    cond.set_condition(job, "Failed", "True", r, msg, now, probe_time=True)
+                    changed = cond.set_condition(job, "Failed", "True", r, msg, now, probe_time=True)
+                    self._event(job, changed, "Warning", r, msg)
                 active = []
             elif len(succeeded_idx & set(range(completions))) >= completions:
                 for p in active:
-                    self._delete_pod(p)
+                    self._delete_pod(job, p)
                 cond.set_condition(
                     job,
                     "SuccessCriteriaMet",
@@ -237,7 +242,7 @@ class JobController(BaseController):
                     probe_time=True,
                 )
                 if not terminating:
-                    cond.set_condition(
+                    changed = cond.set_condition(
                         job,
                         "Complete",
                         "True",
@@ -247,6 +252,7 @@ class JobController(BaseController):
                         probe_time=True,
                     )
                     status["completionTime"] = now
+                    self._event(job, changed, "Normal", "Completed", "Job completed")
                 active = []
             else:
                 active_idx = {_index(p) for p in active}
@@ -258,6 +264,9 @@ class JobController(BaseController):
                 for i in missing:
                     created = self.store.create(PODS, self._pod_for(job, i))
                     active.append(created)
+                    self._event(
+                        job, True, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}"
+                    )
                 self._arm_deadline(job, now_s)
 
         status["active"] = len(active)

@@ -25,6 +25,10 @@ class NodeLifecycleController(BaseController):
 
     name = "node-lifecycle"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._registered: set[str] = set()  # node uids this controller has seen
+
     def keys_for(self, ev: WatchEvent) -> Iterable[Key]:
         if ev.rt == NODES:
             yield ("", ev.obj["metadata"]["name"])
@@ -35,6 +39,17 @@ class NodeLifecycleController(BaseController):
         node = self.get_or_none(NODES, None, name)
         if node is None:
             return
+        uid = str(node["metadata"].get("uid"))
+        if uid not in self._registered:
+            # As the node lifecycle controller's first sight of a node (nodeutil.RecordNodeEvent).
+            self._registered.add(uid)
+            self.record_event(
+                node,
+                "Normal",
+                "RegisteredNode",
+                f"Node {name} event: Registered Node {name} in Controller",
+                component="node-controller",
+            )
         if not cond.is_true(node, "Ready"):
             self._mark_pods_not_ready(name)
         taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") == "NoExecute"]
