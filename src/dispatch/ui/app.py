@@ -28,7 +28,16 @@ from dispatch.ui import DEFAULT_ADDRESS
 from dispatch.ui.feed import RESYNC, Broadcast
 from dispatch.ui.pages import Filters, JobRow, Tail, Unreadable, error_page, job_page, jobs_page
 
-__all__ = ["DEFAULT_ADDRESS", "Notes", "UiServer", "make_app", "parse_address", "serve"]
+__all__ = [
+    "DEFAULT_ADDRESS",
+    "Notes",
+    "UiServer",
+    "cluster_of",
+    "is_loopback",
+    "make_app",
+    "parse_address",
+    "serve",
+]
 
 TAIL_LINES = 100
 """How many of a node's last output lines the job page shows."""
