@@ -216,6 +216,7 @@ async def test_records_of_another_cluster_are_shown_as_such(page: tuple[UiServer
     rec = await _submit(store, "elsewhere")
     await store.update(rec.replace(cluster="kubernetes:other-uid"), expected_revision=rec.revision)
     status, body, _ = await _get(server.url)
+    assert "this cluster: <code>memory:" in body  # what "not this one" is measured against
     row = re.search(r'<tr class="job-row" data-job="elsewhere".*?</tr>', body)
     assert row is not None and "kubernetes:other-uid" in row.group(0) and "(not this one)" in row.group(0)
     status, body, _ = await _get(server.url + "?cluster=kubernetes:other-uid")

@@ -202,7 +202,8 @@ async def _jobs(request: web.Request) -> web.Response:
     listing = await context.cluster.store.list()
     rows: list[JobRow | Unreadable] = [*await _rows(context, listing)]
     rows += [Unreadable(u.job_id, u.reason) for u in listing.unreadable]
-    return _html(jobs_page(rows, filters, now=time.time(), store=context.store_label))
+    here = context.cluster.backend.cluster_id
+    return _html(jobs_page(rows, filters, now=time.time(), store=context.store_label, cluster=here))
 
 
 def _node(query: Mapping[str, str], nodes: int) -> int:

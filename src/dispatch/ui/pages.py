@@ -215,9 +215,11 @@ def jobs_page(
     *,
     now: float,
     store: str = "",
+    cluster: str = "",
 ) -> str:
     """Every job (those ``filters`` keep; the newest first, at most :data:`MAX_ROWS`) with its state,
-    cause, cluster, epoch, age and last change; unreadable records on their own rows, first."""
+    cause, cluster, epoch, age and last change; unreadable records on their own rows, first. ``store``
+    and ``cluster`` say what the page reads (records of another cluster are marked as such)."""
     readable = [r for r in rows if isinstance(r, JobRow)]
     clusters = sorted(
         {r.cluster for r in readable if r.cluster} | ({filters.cluster} if filters.cluster else set())
@@ -277,11 +279,9 @@ def jobs_page(
         '<th class="num">epoch</th><th class="num">age</th><th class="num">updated</th></tr></thead>'
         "<tbody>" + "".join(lines) + "</tbody></table>"
     )
-    head = (
-        f'<h1>Jobs</h1><p class="meta">store: <code>{esc(store)}</code></p>{form}'
-        if store
-        else f"<h1>Jobs</h1>{form}"
-    )
+    where = [f"store: <code>{esc(store)}</code>"] if store else []
+    where += [f"this cluster: <code>{esc(cluster)}</code>"] if cluster else []
+    head = "<h1>Jobs</h1>" + (f'<p class="meta">{" · ".join(where)}</p>' if where else "") + form
     return _page("jobs", head, live=live, now=now)
 
 
