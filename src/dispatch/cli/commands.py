@@ -339,6 +339,11 @@ RUN_LEASE = 15.0
     help="Serve Prometheus metrics at http://HOST:PORT/metrics (needs the metrics extra).",
 )
 @click.option(
+    "--ui-address",
+    metavar="HOST:PORT",
+    help="Also serve the read-only page of every job (as `dispatch ui`) at http://HOST:PORT/.",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
     default=None,
@@ -355,12 +360,18 @@ def supervise(
     once: bool,
     metrics_address: str | None,
     log_format: str | None,
+    ui_address: str | None,
 ) -> None:
     """Run the supervisor: apply the recovery policy to every job of the store until SIGTERM/SIGINT.
 
     On SIGTERM or SIGINT it finishes the step in hand, releases its leases and exits 0. Several
     supervisors may run over one store; they split the jobs by lease."""
-    execute(opts, _supervise(opts, lease, poll, resync, unmatched, holder, once, metrics_address, log_format))
+    execute(
+        opts,
+        _supervise(
+            opts, lease, poll, resync, unmatched, holder, once, metrics_address, log_format, ui_address
+        ),
+    )
 
 
 async def _supervise(
@@ -373,22 +384,27 @@ async def _supervise(
     once: bool,
     metrics_address: str | None = None,
     log_format: str | None = None,
+    ui_address: str | None = None,
 ) -> int:
     import signal
 
     from dispatch import logs, metrics
+    from dispatch.cli.ui import serving
+    from dispatch.ui.app import parse_address
 
     out = opts.out
     if log_format is not None:
         logs.configure(log_format)
     if metrics_address is not None:
         metrics.enable(metrics_address)
+    if ui_address is not None:
+        parse_address(ui_address, "--ui-address")  # refused before anything opens
     if lease <= 2 * poll:
         raise InvalidError(
             f"--lease ({lease:g} s) must be more than twice --poll ({poll:g} s)", path="--lease"
         )
     cluster, cf = await opts.open()
-    async with cluster:
+    async with cluster, serving(opts, cluster, ui_address, option="--ui-address") as page:
         # Records of a stopped dev cluster are not this cluster's to recover: left as last known.
         gone = await _gone(opts, cluster, await cluster.store.list())
         sup = cluster.supervisor(
@@ -404,9 +420,11 @@ async def _supervise(
             say(
                 {"supervisor": sup.holder, "adapter": cf.adapter, "store": str(cf.store), "event": "started"}
                 | ({"metricsPort": port} if port is not None else {})
+                | ({"page": page} if page is not None else {})
             )
         else:
             served = f"; metrics on port {port}" if port is not None else ""
+            served += f"; the page at {page}" if page is not None else ""
             out.line(f"supervisor {sup.holder} on {cf.adapter} ({cf.store}): started{served}")
         if gone:
             note = f"left alone: {len(gone)} job(s) of a dev cluster that is gone ({', '.join(sorted(gone)[:5])})"
@@ -809,6 +827,9 @@ def adapters_(opts: Options) -> None:
 
 
 cli.add_command(devcluster.command)
+from dispatch.cli.ui import command as ui_command  # noqa: E402 - it builds on common and execute above
+
+cli.add_command(ui_command)
 
 
 def main(argv: list[str] | None = None) -> None:
