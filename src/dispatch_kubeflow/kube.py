@@ -34,7 +34,7 @@ import httpx2 as httpx
 from dispatch import logs, metrics
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import check_token
-from dispatch.errors import InvalidError, ReadOnlyError, UnsupportedError
+from dispatch.errors import InvalidError, ReadOnlyError, UnavailableError, UnsupportedError
 from dispatch_kubeflow.errors import is_retryable, map_status, map_transport, unavailable_webhook
 from dispatch_kubeflow.resources import SELF_SUBJECT_ACCESS_REVIEWS, group_version_path
 
@@ -173,6 +173,7 @@ class KubeClient:
         self.retry = retry or Retry()
         self._clock = clock or SystemClock()
         self.read_only = False
+        self._closed = False
         self.requests = 0
         self.ca_fingerprint = ""
         """SHA-256 of the cluster's CA as the configuration names it ("" when it names none): with the
@@ -216,11 +217,18 @@ class KubeClient:
         return client
 
     async def close(self) -> None:
+        self._closed = True
         try:
             await self._http.aclose()
         finally:
             while self._tokens:
                 logs.SECRETS.remove(self._tokens.pop())
+
+    def _check_open(self, what: str) -> None:
+        # A task still running after close (a watch of another event loop) gets dispatch's error, not the
+        # HTTP client's RuntimeError.
+        if self._closed:
+            raise UnavailableError(f"{what}: the connection to {self.server} was closed")
 
     async def request(
         self,
@@ -241,6 +249,7 @@ class KubeClient:
         ``PermissionDeniedError`` (401/403), ``UnavailableError`` (no usable answer after the retries),
         ``OutcomeUnknownError`` (a write that may have reached the server), ``ReadOnlyError`` (a write in
         read-only mode, never sent)."""
+        self._check_open(what)
         if method != "GET" and self.read_only:
             raise ReadOnlyError(f"{what}: refused, the backend is read-only (no write request is sent)")
         query = dict(params or {})
@@ -404,6 +413,7 @@ class KubeClient:
         error answer (``ExpiredError`` for 410), and ``UnavailableError`` when no answer came or the
         connection broke mid-stream. ``read_timeout`` bounds the silence between two chunks (``None``: as
         long as the server keeps the stream open)."""
+        self._check_open(what)
         headers = {"Accept": "application/json"}
         timeout = httpx.Timeout(10.0, read=read_timeout)
         self.requests += 1
