@@ -53,7 +53,7 @@ from dispatch.model import (
     new_job_id,
 )
 from dispatch.model._decode import as_enum
-from dispatch.records import Store
+from dispatch.records import KeyValues, Store
 from dispatch.registry import new_backend
 
 if TYPE_CHECKING:
@@ -527,6 +527,25 @@ class Cluster:
     async def history(self, job_id: str) -> builtins.list[Transition]:
         """The job's transitions, oldest first."""
         return await self.store.history(job_id)
+
+    async def record(self, job_id: str) -> JobRecord:
+        """The job's record as last stored, not refreshed from the cluster (:meth:`get` refreshes it)."""
+        return await self.store.get(job_id)
+
+    async def records(self) -> builtins.list[JobRecord]:
+        """Every record as last stored, oldest first, not refreshed (:meth:`list` refreshes them)."""
+        return await self.store.list()
+
+    async def note(self, key: str) -> str | None:
+        """A value kept beside the records (the store's key-value table); ``None`` when unset or when
+        the store has no such table."""
+        return await self.store.get_value(key) if isinstance(self.store, KeyValues) else None
+
+    async def set_note(self, key: str, value: str | None) -> None:
+        """Keep ``value`` under ``key`` beside the records (``None`` deletes it); a store without a
+        key-value table keeps nothing."""
+        if isinstance(self.store, KeyValues):
+            await self.store.put_value(key, value)
 
     # ------------------------------------------------------------------ internals
 
