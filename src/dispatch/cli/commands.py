@@ -32,7 +32,15 @@ from dispatch.cli.config import (
 from dispatch.cli.embedded import OfflineBackend, gone_jobs, mark
 from dispatch.cli.render import Renderer, probe_progress, when
 from dispatch.cluster import Cluster
-from dispatch.errors import ConflictError, DispatchError, InvalidError, ReadOnlyError, UnsupportedError
+from dispatch.errors import (
+    BusyError,
+    ConflictError,
+    DispatchError,
+    InvalidError,
+    NotFoundError,
+    ReadOnlyError,
+    UnsupportedError,
+)
 from dispatch.logs import SECRETS
 from dispatch.model import JobRecord, JobSpec, State
 from dispatch.registry import describe as describe_adapter
@@ -950,24 +958,100 @@ async def describe_(opts: Options, cluster: Cluster, job: str) -> int:
 
 @cli.command()
 @click.argument("job", shell_complete=complete_job)
-@click.option("--follow", "-f", is_flag=True, help="Keep printing until the node's output ends.")
-@click.option("--node", default=0, show_default=True, type=click.IntRange(min=0), help="Node index.")
-@click.option("--tail", type=click.IntRange(min=0), help="Only the last N lines.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the nodes' output ends.")
+@click.option(
+    "--node",
+    type=click.IntRange(min=0),
+    help="Only this node (index); default: every node, each line prefixed.",
+)
+@click.option("--tail", type=click.IntRange(min=0), help="Only the last N lines (of each node).")
 @click.option(
     "--previous", "-p", is_flag=True, help="The node's last terminated run (a node that restarted in place)."
 )
+@click.option(
+    "--epoch", "epoch_n", type=click.IntRange(min=1), help="Incarnation N (default: the current one)."
+)
 @action(READ)
 async def logs(
-    opts: Options, cluster: Cluster, job: str, follow: bool, node: int, tail: int | None, previous: bool
+    opts: Options,
+    cluster: Cluster,
+    job: str,
+    follow: bool,
+    node: int | None,
+    tail: int | None,
+    previous: bool,
+    epoch_n: int | None,
 ) -> int:
-    """Print the output of one node of JOB."""
+    """Print the output of JOB's nodes: every node at once, each line prefixed with its node, or one."""
+    rec, gone = await _current(opts, cluster, job)
+    if gone:
+        raise ConflictError(f"cannot read the output of {job}: {gone}")
+    nodes = rec.spec.nodes
+    if node is not None and node >= nodes:
+        raise InvalidError(
+            f"node {node} does not exist: {job} has {nodes} node(s), 0 to {nodes - 1}", path="--node"
+        )
+    if epoch_n is not None and epoch_n != rec.epoch.n:
+        raise NotFoundError(earlier_output(rec, epoch_n))
+    why = nothing_yet(rec, follow=follow)
+    if why is not None:
+        opts.say(why)
+        if not follow or rec.state is State.HELD:
+            return EXIT_OK
     out = opts.out
-    async for line in cluster.output(job, node=node, follow=follow, tail=tail, previous=previous):
+    chosen = [node] if node is not None else list(range(nodes))
+    prefix = node is None and nodes > 1
+
+    def show(n: int, line: str) -> None:
         if out.as_json:
-            out.json({"jobId": job, "node": node, "line": line})
+            out.json({"jobId": job, "node": n, "line": line})
         else:
-            out.line(line)
+            out.line(f"[node {n}] {line}" if prefix else line)
+
+    async def read(n: int) -> None:
+        try:
+            async for line in cluster.output(job, node=n, follow=follow, tail=tail, previous=previous):
+                show(n, line)
+        except BusyError as exc:
+            if previous:  # not "retry later": there is no earlier run to wait for
+                raise NotFoundError(
+                    f"node {n} of {job}@{rec.epoch} has no earlier run: it has not restarted in place"
+                ) from None
+            raise exc
+
+    if follow and len(chosen) > 1:  # every node's lines as they come
+        try:
+            async with asyncio.TaskGroup() as group:
+                for n in chosen:
+                    group.create_task(read(n))
+        except BaseExceptionGroup as group_error:  # one node's error is the command's (one line)
+            raise group_error.exceptions[0] from None
+    else:
+        for n in chosen:
+            await read(n)
     return EXIT_OK
+
+
+def nothing_yet(rec: JobRecord, *, follow: bool) -> str | None:
+    """Why a job has no output to read yet, or ``None`` when it may have some."""
+    jid = f"{rec.job_id}@{rec.epoch}"
+    if rec.state is State.HELD:
+        return f"{jid} is held: its nodes do not run until `dispatch release {rec.job_id}`; nothing to read"
+    if rec.state is State.PENDING:
+        then = "waiting for them to start" if follow else "`--follow` waits for them to start"
+        return f"{jid} is pending (its nodes have not started): nothing to read yet; {then}"
+    return None
+
+
+def earlier_output(rec: JobRecord, n: int) -> str:
+    """Why the output of incarnation ``n`` (not the current one) cannot be read."""
+    if n > rec.epoch.n:
+        return f"{rec.job_id} has no incarnation {n}: the current one is {rec.epoch}"
+    return (
+        f"the output of {rec.job_id}'s incarnation {n} is gone from the cluster: an incarnation's objects are "
+        f"removed before the next one starts (the current one is {rec.epoch}); how it ended, with the last "
+        f"lines of a failed node, is in `dispatch describe {rec.job_id}` and `dispatch history {rec.job_id}`"
+    )
 
 
 # ---------------------------------------------------------------------- clusters and adapters

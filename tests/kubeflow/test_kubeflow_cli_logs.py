@@ -1,0 +1,54 @@
+"""`dispatch logs` on kubesim over real HTTP: every node at once with a node prefix, one node, and a
+reason (never silence, never "retry later") when there is nothing to read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from test_kubeflow_cli_everyday import JOB, _cli, _setup
+
+from kubesim.sim import Simulator
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def _submit(tmp_path: Path, cluster: str, script: str, job_id: str, *extra: str) -> None:
+    job = tmp_path / f"{job_id}.yaml"
+    job.write_text(yaml.safe_dump({**JOB, "env": {"KUBESIM_SCRIPT": script}}))
+    code, _out, err = await _cli("--config", cluster, "submit", str(job), "--job-id", job_id, *extra)
+    assert code == 0, err
+
+
+async def test_logs_reads_every_node_with_a_prefix_or_one_node(sim: Simulator, tmp_path: Path) -> None:
+    cluster, _ = await _setup(sim, tmp_path)
+    await _submit(tmp_path, cluster, "rank=0: print zero; rank=1: print one; exit 0", "two")
+    code, _out, err = await _cli("--config", cluster, "watch", "two")
+    assert code == 0, err
+    code, out, err = await _cli("--config", cluster, "logs", "two")
+    assert code == 0, err
+    assert sorted(out.splitlines()) == ["[node 0] zero", "[node 1] one"]
+    code, out, _err = await _cli("--config", cluster, "logs", "two", "--node", "1")
+    assert out.splitlines() == ["one"]
+    code, out, _err = await _cli("--config", cluster, "logs", "two", "-o", "json")
+    assert sorted((v["node"], v["line"]) for v in map(json.loads, out.splitlines())) == [
+        (0, "zero"),
+        (1, "one"),
+    ]
+    code, _out, err = await _cli("--config", cluster, "logs", "two", "--node", "5")
+    assert code == 2 and "node 5 does not exist: two has 2 node(s), 0 to 1" in err
+    code, _out, err = await _cli("--config", cluster, "logs", "two", "--node", "0", "--previous")
+    assert code == 1 and "has no earlier run" in err and "retry" not in err
+    code, _out, err = await _cli("--config", cluster, "logs", "two", "--epoch", "2")
+    assert code == 1 and "two has no incarnation 2: the current one is 1.0" in err
+
+
+async def test_logs_of_a_held_job_says_why_there_is_nothing(sim: Simulator, tmp_path: Path) -> None:
+    cluster, _ = await _setup(sim, tmp_path)
+    await _submit(tmp_path, cluster, "print never", "held", "--held")
+    for extra in ((), ("--follow",)):
+        code, out, err = await _cli("--config", cluster, "logs", "held", *extra)
+        assert code == 0 and out == ""
+        assert "held@1.0 is held: its nodes do not run until `dispatch release held`" in err
