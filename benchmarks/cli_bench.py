@@ -167,7 +167,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dispatch-cli-bench-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
+    # As installed: pip writes the bytecode of what it installs, and a source tree caches its own; a
+    # PYTHONDONTWRITEBYTECODE inherited from the shell would compile dispatch from source on every run.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("DISPATCH_") and k != "PYTHONDONTWRITEBYTECODE"
+    }
     env["DISPATCH_STATE_DIR"] = str(work / "state")
     cluster = dev_cluster(work, env) or in_process(work, env, 5.0)
     dispatch = [str(BIN / "dispatch"), *cluster.config_args]
@@ -179,9 +185,16 @@ def main() -> None:
         print(
             f"first submit: {first[1][0]:.2f} s, {len(first[2][0])} requests, probe runs: {probes(first[2][0])}"
         )
+        # A job that keeps running, so that `status` and `list` must ask the cluster, not only the store.
+        running = work / "running.yaml"
+        running.write_text(JOB.read_text().replace("exit 0", "sleep 3600"))
+        subprocess.run(
+            [*dispatch, "submit", str(running), "--job-id", "bench-run"], env=cluster.env, check=True
+        )
         rows = [
             measure(cluster, "submit (probed cluster)", [*dispatch, "submit", str(JOB)], args.runs),
-            measure(cluster, "status", [*dispatch, "status", "bench-0"], args.runs),
+            measure(cluster, "status (finished job)", [*dispatch, "status", "bench-0"], args.runs),
+            measure(cluster, "status (running job)", [*dispatch, "status", "bench-run"], args.runs),
             measure(cluster, "list", [*dispatch, "list"], args.runs),
             measure(cluster, "history", [*dispatch, "history", "bench-0"], args.runs),
             measure(cluster, "logs", [*dispatch, "logs", "bench-0"], args.runs),
@@ -209,7 +222,7 @@ def main() -> None:
             )
         submit = rows[0][2]
         ok_submit = all(trainjob_creates(r) == 1 and probes(r) == 0 for r in submit)
-        reads = rows[1:5]
+        reads = rows[1:6]
         ok_reads = all(not any(x["verb"] in WRITES for x in r) for row in reads for r in row[2])
         ok_cpu = all(statistics.median(row[4]) <= READ_CPU for row in reads)
         print(

@@ -72,7 +72,7 @@ from dispatch_kubeflow.preflight import (
     trainjob_path,
 )
 from dispatch_kubeflow.reading import Parts, confirm_gone, read_all, read_one
-from dispatch_kubeflow.resources import NODES
+from dispatch_kubeflow.resources import CLUSTER_TRAINING_RUNTIMES, NODES, TRAINING_RUNTIMES
 from dispatch_kubeflow.runtime import check_runtime, inspect_runtime
 from dispatch_kubeflow.settings import Settings, parse_settings
 from dispatch_kubeflow.trainjob import (
@@ -319,12 +319,25 @@ class Backend:
         runtime = await self._client.get_or_none(runtime_path(ref.kind, ref.runtime, ns), what=f"get {where}")
         if runtime is None:
             place = f" in namespace {ns!r}" if ns else ""
-            reasons.append(f"{where} was not found{place}")
+            reasons.append(
+                f'extensions["kubeflow/RuntimeRef"].name: {where} was not found{place}; '
+                + await self._runtimes_there(ref.kind, ns)
+            )
             raise UnsupportedError(reasons)
         reasons += check_runtime(runtime, spec, kind=ref.kind)
         if reasons:
             raise UnsupportedError(reasons)
         return runtime
+
+    async def _runtimes_there(self, kind: str, namespace: str | None) -> str:
+        """The runtimes of ``kind`` that exist where one was looked for: the alternatives to name."""
+        resource = CLUSTER_TRAINING_RUNTIMES if namespace is None else TRAINING_RUNTIMES
+        try:
+            found = await self._client.list(resource.path(namespace), what=f"list {kind}s")
+        except DispatchError:  # not readable here: the error still names what was missing
+            return f"the {kind}s that exist could not be listed"
+        names = sorted(str(o.get("metadata", {}).get("name")) for o in found)
+        return f"{kind}s that exist: {', '.join(names)}" if names else f"no {kind} exists there"
 
     # --- prepare / start ---------------------------------------------------------------------------
 

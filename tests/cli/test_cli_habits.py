@@ -288,3 +288,34 @@ def test_describe_shows_the_job_whole(config: Path, tmp_path: Path) -> None:
 def test_contradicting_options_found_by_a_command_are_usage_errors(config: Path) -> None:
     result = invoke(config, "check", "--refresh", "--read-only")
     assert result.exit_code == 2 and "give one of them" in result.stderr
+
+
+# ---------------------------------------------------------------------- errors that say why
+
+
+def test_hold_on_a_read_only_config_says_why(config: Path, tmp_path: Path) -> None:
+    submit(config, tmp_path, "hang", "ro1")
+    config.write_text(config.read_text() + "readOnly: true\n")
+    result = invoke(config, "hold", "ro1")
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: cannot hold ro1: {config} says readOnly: true"), result.stderr
+
+
+def test_validate_without_a_cluster_says_it_was_not_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DISPATCH_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("DISPATCH_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    jobfile = tmp_path / "j.yaml"
+    jobfile.write_text(SCRIPT_JOB % "exit 0")
+    result = CliRunner().invoke(cli, ["validate", str(jobfile)], catch_exceptions=False)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[-1] == (
+        "note: the cluster was not asked: no cluster config (--config, $DISPATCH_CONFIG) and the dev "
+        "cluster is not running (`dispatch dev-cluster start` starts it)"
+    )
+    from dispatch.cli import devcluster
+
+    assert devcluster.running(tmp_path / "state" / "dev-cluster") is None  # validate started nothing

@@ -52,3 +52,26 @@ async def test_logs_of_a_held_job_says_why_there_is_nothing(sim: Simulator, tmp_
         code, out, err = await _cli("--config", cluster, "logs", "held", *extra)
         assert code == 0 and out == ""
         assert "held@1.0 is held: its nodes do not run until `dispatch release held`" in err
+
+
+async def test_an_unknown_runtime_names_the_file_the_path_and_the_runtimes_that_exist(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    cluster, _ = await _setup(sim, tmp_path)
+    missing = tmp_path / "missing.yaml"
+    ref = {"kind": "ClusterTrainingRuntime", "name": "torch-distribted"}
+    missing.write_text(
+        yaml.safe_dump({**JOB, "extensions": {**JOB["extensions"], "kubeflow/RuntimeRef": ref}})
+    )  # type: ignore[dict-item]
+    for command in ("validate", "submit"):
+        code, _out, err = await _cli("--config", cluster, command, str(missing))
+        assert code == 1
+        assert (
+            err.strip()
+            .splitlines()[-1]
+            .startswith(
+                f'error: {missing}: extensions["kubeflow/RuntimeRef"].name: ClusterTrainingRuntime '
+                '"torch-distribted" was not found; ClusterTrainingRuntimes that exist: '
+            )
+        ), err
+        assert "torch-distributed" in err

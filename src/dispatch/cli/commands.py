@@ -11,8 +11,8 @@ import functools
 import json
 import sys
 import time
-from collections.abc import Callable, Coroutine, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -121,6 +121,8 @@ class Options:
                         f"started the dev cluster (kubesim, pid {dev.pid}) in the background at {dev.url}; "
                         "it keeps your jobs between commands. `dispatch dev-cluster stop` stops it."
                     )
+        if read_only and not refresh:  # no probe to show: the adapter opens when a call needs it
+            return await open_cluster(cf, token=token, lazy=True)
         with self.opening(cf):
             return await open_cluster(cf, token=token, refresh=refresh)
 
@@ -458,7 +460,8 @@ async def run(
 
     The cluster's recovery policy applies: a job preempted, evicted or whose node was lost comes back as
     its next incarnation (see `dispatch history JOB`). Exit code 0 only when it succeeded."""
-    rec = await cluster.submit(spec, job_id=job_id)
+    with refused_job(jobfile):
+        rec = await cluster.submit(spec, job_id=job_id)
     await _mark(opts, cluster, rec.job_id)
     try:
         return await _follow(opts, cluster, rec, supervise=not no_supervise)
@@ -519,6 +522,19 @@ async def _follow(opts: Options, cluster: Cluster, rec: JobRecord, *, supervise:
         for hint in next_steps(rec):
             opts.say(f"next: {hint}")
     return exit_code(rec)
+
+
+@contextmanager
+def refused_job(jobfile: str) -> Iterator[None]:
+    """A cluster's refusal of a job (``UnsupportedError``: a runtime that does not exist, a queue...)
+    names the job file, as the file's own errors do; the reasons name the path in it and the
+    alternatives."""
+    try:
+        yield
+    except ReadOnlyError:
+        raise
+    except UnsupportedError as exc:
+        raise UnsupportedError([f"{jobfile}: {r}" for r in exc.reasons]) from None
 
 
 def exit_code(rec: JobRecord) -> int:
@@ -705,7 +721,7 @@ async def validate(opts: Options, jobfile: str) -> int:
         raise UnsupportedError(
             [f"{jobfile}: extension {name!r} is not known to any installed adapter" for name in opaque]
         )
-    asked, why_not = await _ask_cluster(opts, spec)
+    asked, why_not = await _ask_cluster(opts, spec, jobfile)
     out = opts.out
     if out.as_json:
         out.json({"valid": True, "spec": spec.to_json(), "cluster": asked, "clusterNotAsked": why_not})
@@ -716,7 +732,7 @@ async def validate(opts: Options, jobfile: str) -> int:
     return EXIT_OK
 
 
-async def _ask_cluster(opts: Options, spec: JobSpec) -> tuple[str | None, str | None]:
+async def _ask_cluster(opts: Options, spec: JobSpec, jobfile: str) -> tuple[str | None, str | None]:
     """With a cluster config (or a running dev cluster), ask the cluster read-only whether it would
     accept the job: every check a submit makes (``prepare``), creating nothing. Else why it was not."""
     cf = opts.cluster_file()
@@ -727,7 +743,8 @@ async def _ask_cluster(opts: Options, spec: JobSpec) -> tuple[str | None, str | 
         )
     cluster = await opts.open(read_only=True)
     async with cluster:
-        await cluster.dry_run(spec)
+        with refused_job(jobfile):
+            await cluster.dry_run(spec)
         for note in (await cluster.capabilities(spec)).notes:
             if note.startswith("warning:"):
                 opts.say(note)
@@ -753,9 +770,11 @@ async def submit(
     """Submit JOBFILE and print its record (do not wait)."""
     out = opts.out
     if dry_run:
-        out.mapping(await cluster.dry_run(spec, job_id=job_id, held=held))
+        with refused_job(jobfile):
+            out.mapping(await cluster.dry_run(spec, job_id=job_id, held=held))
         return EXIT_OK
-    rec = await cluster.submit(spec, job_id=job_id, held=held)
+    with refused_job(jobfile):
+        rec = await cluster.submit(spec, job_id=job_id, held=held)
     await _mark(opts, cluster, rec.job_id)
     out.summary(rec, "submitted")
     return EXIT_OK

@@ -19,6 +19,7 @@ works, but is never shown (``str(StoreChoice)`` is the URL without it).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -472,10 +473,16 @@ def read_token(token_file: str | None = None, *, environ: Mapping[str, str] | No
 
 
 async def open_cluster(
-    cf: ClusterFile, *, token: str | None = None, clock: Clock | None = None, refresh: bool = False
+    cf: ClusterFile,
+    *,
+    token: str | None = None,
+    clock: Clock | None = None,
+    refresh: bool = False,
+    lazy: bool = False,
 ) -> Cluster:
     """Open the cluster a config file describes. The adapter gets a probe cache kept in the store (when
-    the store has a key-value table); ``refresh`` makes it probe again (``dispatch check --refresh``)."""
+    the store has a key-value table); ``refresh`` makes it probe again (``dispatch check --refresh``).
+    ``lazy`` (read-only configs only): the adapter is opened by the first call that needs the cluster."""
     from dispatch.probecache import StoreProbeCache
     from dispatch.records.store import KeyValues
 
@@ -489,6 +496,12 @@ async def open_cluster(
         token=token,
         probe_cache=cache,
     )
+    if lazy and cf.read_only:
+        from dispatch.cli.lazy import LazyBackend
+        from dispatch.registry import new_backend
+
+        opener = functools.partial(new_backend, cf.adapter, config.adapter_config(cf.adapter))
+        return Cluster(LazyBackend(cf.adapter, opener), store, policy=cf.policy, clock=clock)
     try:
         return await open_cluster_async(cf.adapter, config, clock=clock)
     except BaseException:
