@@ -319,3 +319,18 @@ def test_validate_without_a_cluster_says_it_was_not_asked(
     from dispatch.cli import devcluster
 
     assert devcluster.running(tmp_path / "state" / "dev-cluster") is None  # validate started nothing
+
+
+def test_list_selects_by_label_and_watches(config: Path, tmp_path: Path) -> None:
+    vision = SCRIPT_JOB.replace("env: {", "env: {TEAM: vision, ")
+    for job_id, text in (("v1", vision % "hang"), ("n1", SCRIPT_JOB % "hang")):
+        (tmp_path / f"{job_id}.yaml").write_text(text)
+        assert invoke(config, "submit", tmp_path / f"{job_id}.yaml", "--job-id", job_id).exit_code == 0
+    assert invoke(config, "list", "-l", "env.TEAM=vision", "-o", "name").stdout == "v1\n"
+    assert invoke(config, "list", "-l", "env.TEAM!=vision,state=running", "-o", "name").stdout == "n1\n"
+    bad = invoke(config, "list", "-l", "team=vision")
+    assert bad.exit_code == 2
+    assert (
+        "-l: 'team=vision': unknown key 'team'; the keys are state, cause, epoch, adapter, env.NAME"
+        in bad.stderr
+    )

@@ -834,10 +834,22 @@ async def _gone(opts: Options, cluster: Cluster, records: list[JobRecord]) -> Ma
     type=click.Choice([s.value for s in State]),
     help="Only jobs in this state (repeatable).",
 )
+@click.option(
+    "-l",
+    "--selector",
+    metavar="SELECTOR",
+    help="Only jobs matching it: key=value,key!=value over state, cause, epoch, adapter, env.NAME.",
+)
+@click.option("-w", "--watch", "keep_watching", is_flag=True, help="After the list, a line per change.")
 @action(READ)
-async def list_(opts: Options, cluster: Cluster, states: tuple[str, ...]) -> int:
+async def list_(
+    opts: Options, cluster: Cluster, states: tuple[str, ...], selector: str | None, keep_watching: bool
+) -> int:
     """List every job, refreshed from the cluster (read-only: no probe, no write)."""
+    from dispatch.cli.selectors import matches, parse_selector
+
     wanted = [State(s) for s in states] or None
+    requirements = parse_selector(selector) if selector else []
     stored = await cluster.records()
     gone = await _gone(opts, cluster, stored)
     if isinstance(cluster.backend, OfflineBackend):  # no cluster to ask: the records as last known
@@ -849,7 +861,19 @@ async def list_(opts: Options, cluster: Cluster, states: tuple[str, ...]) -> int
             r if r.job_id in gone or r.outcome.terminal else await cluster.get(r.job_id) for r in stored
         ]
         records = [r for r in records if wanted is None or r.state in wanted]
-    opts.out.records(records, gone=gone)
+    records = [r for r in records if matches(r, requirements)]
+    out = opts.out
+    out.records(records, gone=gone)
+    if not keep_watching:
+        return EXIT_OK
+    shown = {r.job_id: r.revision for r in records}
+    out.no_headers = True  # as kubectl's --watch: the rows that change, under the first table
+    async for rec in cluster.watch():
+        if shown.get(rec.job_id) == rec.revision:
+            continue  # the watch begins with what the list just showed
+        shown[rec.job_id] = rec.revision
+        if (wanted is None or rec.state in wanted) and matches(rec, requirements):
+            out.records([rec], gone=gone)
     return EXIT_OK
 
 

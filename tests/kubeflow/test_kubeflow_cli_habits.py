@@ -1,9 +1,13 @@
-"""`dispatch logs` on kubesim over real HTTP: every node at once with a node prefix, one node, and a
-reason (never silence, never "retry later") when there is nothing to read."""
+"""The command line's habits on kubesim over real HTTP, across processes: `logs` of every node at once with
+a node prefix, or of one, and a reason (never silence, never "retry later") when there is nothing to
+read; `list -w`; a refused job file naming the runtimes that exist."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +79,42 @@ async def test_an_unknown_runtime_names_the_file_the_path_and_the_runtimes_that_
             )
         ), err
         assert "torch-distributed" in err
+
+
+async def test_list_watch_prints_the_list_then_a_row_per_change(sim: Simulator, tmp_path: Path) -> None:
+    cluster, _ = await _setup(sim, tmp_path)
+    await _submit(tmp_path, cluster, "sleep 600", "w1")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
+    proc = await asyncio.create_subprocess_exec(
+        *(
+            sys.executable,
+            "-m",
+            "dispatch.cli",
+            "--config",
+            cluster,
+            "list",
+            "-w",
+            "-l",
+            "env.KUBESIM_SCRIPT=sleep 600",
+        ),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+
+        async def row() -> list[str]:
+            return (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().split()  # type: ignore[union-attr]
+
+        assert (await row())[0] == "JOB"
+        first = await row()
+        assert first[0] == "w1" and first[1] in ("pending", "running")
+        code, _out, err = await _cli("--config", cluster, "cancel", "w1")
+        assert code == 0, err
+        changed = await row()
+        while changed[1] != "cancelled":  # rows of the states on the way come first
+            assert changed[0] == "w1"
+            changed = await row()
+    finally:
+        proc.terminate()
+        await proc.wait()
