@@ -8,6 +8,7 @@ them through :mod:`dispatch_kubeflow.kube` (the one Kubernetes layer, which rais
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -118,6 +119,8 @@ async def open_backend(
         kubeconfig=settings.kubeconfig, context=settings.context, token=cfg.token, retry=retry, clock=clock
     )
     client.read_only = cfg.read_only  # from the first request on: not one write may leave the process
+    if "namespace" not in json.loads(cfg.settings or b"{}"):  # as kubectl: the context's namespace
+        settings = settings.replace(namespace=client.context_namespace)
     facts = ClusterFacts()
     try:
         await discover(client, settings, facts)

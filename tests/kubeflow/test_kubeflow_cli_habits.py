@@ -118,3 +118,23 @@ async def test_list_watch_prints_the_list_then_a_row_per_change(sim: Simulator, 
     finally:
         proc.terminate()
         await proc.wait()
+
+
+async def test_the_namespace_is_the_contexts_unless_given(sim: Simulator, tmp_path: Path) -> None:
+    """As kubectl's: the kubeconfig context's namespace by default; settings.namespace, then -n, win."""
+    cluster, job = await _setup(sim, tmp_path)
+    kc = tmp_path / "kc.yaml"
+    doc = yaml.safe_load(kc.read_text())
+    for context in doc["contexts"]:
+        context["context"]["namespace"] = "team-a"
+    kc.write_text(yaml.safe_dump(doc))
+
+    async def namespace(*extra: str) -> str:
+        code, out, err = await _cli("--config", cluster, *extra, "submit", job, "--dry-run", "-o", "json")
+        assert code == 0, err
+        return str(json.loads(out)["metadata"]["namespace"])
+
+    assert await namespace() == "team-a"
+    assert await namespace("-n", "team-b") == "team-b"
+    code, _out, err = await _cli("--config", cluster, "--context", "nope", "submit", job, "--dry-run")
+    assert code == 2 and "error: context: Context 'nope' not found" in err, err
