@@ -161,40 +161,41 @@ def with_overrides(cf: ClusterFile, given: Mapping[str, str | None]) -> ClusterF
     return cf
 
 
-def _merge_options(
-    config: str | None,
-    token_file: str | None,
-    as_json: bool,
-    output: str | None,
-    no_headers: bool,
-    quiet: bool,
-    epoch_times: bool,
-    cluster: str | None,
-    namespace: str | None,
-    context: str | None,
-) -> Options:
-    """The options after the command, with those before it (``dispatch --json list``) as defaults."""
-    outer = click.get_current_context().find_root().obj
-    if isinstance(outer, Options):
-        config = config or outer.config
-        token_file = token_file or outer.token_file
-        output = output or (None if outer.output == "text" else outer.output)
-        no_headers = no_headers or outer.no_headers
-        quiet = quiet or outer.quiet
-        epoch_times = epoch_times or outer.epoch_times
-        cluster = cluster or outer.cluster
-        namespace = namespace or outer.namespace
-        context = context or outer.context
+COMMON = (
+    "config",
+    "token_file",
+    "as_json",
+    "output",
+    "no_headers",
+    "quiet",
+    "epoch_times",
+    "cluster",
+    "namespace",
+    "context",
+)
+"""The common options' parameter names (see :func:`_common_options`)."""
+
+
+def _options(given: Mapping[str, Any], outer: Options | None = None) -> Options:
+    """The common options given (to the group or a command); those of the group (``dispatch --json
+    list``) are the defaults of a command's."""
+    v = dict(given)
+    if outer is not None:
+        for key in ("config", "token_file", "cluster", "namespace", "context"):
+            v[key] = v[key] or getattr(outer, key)
+        for key in ("no_headers", "quiet", "epoch_times"):
+            v[key] = v[key] or getattr(outer, key)
+        v["output"] = v["output"] or (None if outer.output == "text" else outer.output)
     return Options(
-        config,
-        token_file,
-        _output(as_json, output),
-        no_headers,
-        quiet,
-        epoch_times,
-        cluster,
-        namespace,
-        context,
+        v["config"],
+        v["token_file"],
+        _output(v["as_json"], v["output"]),
+        v["no_headers"],
+        v["quiet"],
+        v["epoch_times"],
+        v["cluster"],
+        v["namespace"],
+        v["context"],
     )
 
 
@@ -263,31 +264,9 @@ def action(opens: Opening = None, *, job: str | None = None, spec: str | None = 
     def decorate(body: Callable[..., Coroutine[Any, Any, int | None]]) -> Callable[..., None]:
         @_common_options
         @functools.wraps(body)
-        def command(
-            config: str | None,
-            token_file: str | None,
-            as_json: bool,
-            output: str | None,
-            no_headers: bool,
-            quiet: bool,
-            epoch_times: bool,
-            cluster: str | None,
-            namespace: str | None,
-            context: str | None,
-            **kwargs: Any,
-        ) -> None:
-            opts = _merge_options(
-                config,
-                token_file,
-                as_json,
-                output,
-                no_headers,
-                quiet,
-                epoch_times,
-                cluster,
-                namespace,
-                context,
-            )
+        def command(**kwargs: Any) -> None:
+            outer = click.get_current_context().find_root().obj
+            opts = _options({k: kwargs.pop(k) for k in COMMON}, outer if isinstance(outer, Options) else None)
             execute(opts, _act(opts, body, opens(kwargs) if callable(opens) else opens, job, spec, kwargs))
 
         return command
@@ -410,35 +389,13 @@ def load_adapter_extensions() -> None:
 @click.version_option(package_name=DISTRIBUTION)
 @_common_options
 @click.pass_context
-def cli(
-    ctx: click.Context,
-    config: str | None,
-    token_file: str | None,
-    as_json: bool,
-    output: str | None,
-    no_headers: bool,
-    quiet: bool,
-    epoch_times: bool,
-    cluster: str | None,
-    namespace: str | None,
-    context: str | None,
-) -> None:
+def cli(ctx: click.Context, /, **common: Any) -> None:
     """dispatch: submit and supervise training jobs, with typed outcomes.
 
-    The common options (--config, -o/--json, --no-headers, --quiet, --epoch-times, --token-file) may
-    be given before the command or after it.
+    The common options (--config, --cluster, -n/--namespace, --context, -o/--json, --no-headers,
+    --quiet, --epoch-times, --token-file) may be given before the command or after it.
     """
-    ctx.obj = Options(
-        config,
-        token_file,
-        _output(as_json, output),
-        no_headers,
-        quiet,
-        epoch_times,
-        cluster,
-        namespace,
-        context,
-    )
+    ctx.obj = _options(common)
 
 
 # ---------------------------------------------------------------------- jobs

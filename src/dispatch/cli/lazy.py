@@ -10,6 +10,7 @@ and its refusals come before anything is recorded.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from dispatch.backend import Backend, OutputReader, Prepared, Watcher
 from dispatch.errors import UnsupportedError
@@ -63,24 +64,12 @@ class LazyBackend:
         async for change in backend.watch(cursor):
             yield change
 
-    async def output(
-        self,
-        handle: Handle,
-        *,
-        node: int = 0,
-        follow: bool = False,
-        tail: int | None = None,
-        previous: bool = False,
-    ) -> AsyncIterator[str]:
+    async def output(self, handle: Handle, **options: Any) -> AsyncIterator[str]:
+        # The options as the cluster gives them (``previous`` only when asked): unchanged to the backend.
         backend = await self._real()
         if not isinstance(backend, OutputReader):
             raise UnsupportedError(f"cluster {backend.name!r} cannot read job output (capability 'output')")
-        stream = (
-            backend.output(handle, node=node, follow=follow, tail=tail, previous=True)
-            if previous
-            else backend.output(handle, node=node, follow=follow, tail=tail)
-        )
-        async for line in stream:
+        async for line in backend.output(handle, **options):
             yield line
 
     async def close(self) -> None:
