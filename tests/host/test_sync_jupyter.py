@@ -35,6 +35,27 @@ def test_the_readme_examples_are_clean_under_mypy_strict(index: int, tmp_path: P
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_the_readme_examples_are_clean_under_pyright(tmp_path: Path) -> None:
+    for index, block in enumerate(BLOCKS):
+        (tmp_path / f"example{index}.py").write_text(block)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyright",
+            "--pythonpath",
+            sys.executable,
+            *sorted(str(p) for p in tmp_path.glob("*.py")),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 errors" in done.stdout
+
+
 @pytest.mark.timeout(300)
 def test_the_sync_facade_works_in_a_jupyter_kernel(tmp_path: Path) -> None:
     probe = "import asyncio\ntry:\n    asyncio.get_running_loop()\n    print('a loop runs')\nexcept RuntimeError:\n    print('no loop')\n"
