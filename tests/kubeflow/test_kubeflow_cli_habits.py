@@ -138,3 +138,26 @@ async def test_the_namespace_is_the_contexts_unless_given(sim: Simulator, tmp_pa
     assert await namespace("-n", "team-b") == "team-b"
     code, _out, err = await _cli("--config", cluster, "--context", "nope", "submit", job, "--dry-run")
     assert code == 2 and "error: context: Context 'nope' not found" in err, err
+
+
+async def test_a_misspelt_queue_names_the_file_and_the_queues_that_exist(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    cluster, job = await _setup(sim, tmp_path)
+    conf = tmp_path / "cluster.yaml"  # _setup's, now naming a queue with a typo
+    assert cluster == str(conf)
+    conf.write_text(
+        yaml.safe_dump(
+            {
+                "adapter": "kubeflow",
+                "settings": {"kubeconfig": "kc.yaml", "queue": "user-qeue"},
+                "store": {"sqlite": "jobs.db"},
+            }
+        )
+    )
+    code, _out, err = await _cli("--config", cluster, "submit", job)
+    assert code == 1
+    assert err.strip().splitlines()[-1] == (
+        f'error: {conf}: settings.queue: the Kueue LocalQueue "user-qeue" named in the settings does not exist '
+        "in namespace 'default'; LocalQueues that exist: user-queue"
+    ), err

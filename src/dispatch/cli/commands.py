@@ -123,7 +123,7 @@ class Options:
                     )
         if read_only and not refresh:  # no probe to show: the adapter opens when a call needs it
             return await open_cluster(cf, token=token, lazy=True)
-        with self.opening(cf):
+        with self.opening(cf), settings_refused(cf):
             return await open_cluster(cf, token=token, refresh=refresh)
 
     def offline(self) -> Cluster:
@@ -479,6 +479,22 @@ async def _follow(opts: Options, cluster: Cluster, rec: JobRecord, *, supervise:
         for hint in next_steps(rec):
             opts.say(f"next: {hint}")
     return exit_code(rec)
+
+
+@contextmanager
+def settings_refused(cf: ClusterFile) -> Iterator[None]:
+    """A cluster's refusal of the config's settings (``settings.queue: ... does not exist; LocalQueues
+    that exist: ...``) names the config file, as the file's own errors do."""
+    try:
+        yield
+    except ReadOnlyError:
+        raise
+    except UnsupportedError as exc:
+        if cf.embedded or not any(r.startswith("settings.") for r in exc.reasons):
+            raise
+        raise UnsupportedError(
+            [f"{cf.source}: {r}" if r.startswith("settings.") else r for r in exc.reasons]
+        ) from None
 
 
 @contextmanager
