@@ -795,10 +795,13 @@ class Backend:
         follow: bool = False,
         tail: int | None = None,
         previous: bool = False,
+        since: float | None = None,
+        timestamps: bool = False,
     ) -> AsyncIterator[str]:
         """Lines of the ``node`` container of node ``node`` (its completion index); ``follow`` waits for a
         node that has not started and streams until it ends; ``previous``: the last terminated container of
-        a pod that restarted in place."""
+        a pod that restarted in place; ``since`` and ``timestamps``: the kubelet's ``sinceSeconds`` and
+        ``timestamps``."""
         name = self._name_of(handle)
         num_nodes: int | None = None
         if follow:
@@ -817,6 +820,8 @@ class Backend:
             tail=tail,
             previous=previous,
             num_nodes=num_nodes,
+            since=since,
+            timestamps=timestamps,
         ):
             yield line
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -41,6 +42,14 @@ async def test_logs_reads_every_node_with_a_prefix_or_one_node(sim: Simulator, t
         (0, "zero"),
         (1, "one"),
     ]
+    code, out, err = await _cli(
+        "--config", cluster, "logs", "two", "--node", "1", "--timestamps", "--since", "1h"
+    )
+    assert code == 0, err
+    (stamped,) = out.splitlines()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z one", stamped), stamped
+    code, _out, err = await _cli("--config", cluster, "logs", "two", "--since", "soon")
+    assert code == 2 and "--since: 'soon': expected a duration such as 30s, 5m or 1h30m" in err, err
     code, _out, err = await _cli("--config", cluster, "logs", "two", "--node", "5")
     assert code == 2 and "node 5 does not exist: two has 2 node(s), 0 to 1" in err
     code, _out, err = await _cli("--config", cluster, "logs", "two", "--node", "0", "--previous")

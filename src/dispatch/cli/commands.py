@@ -987,6 +987,10 @@ async def describe_(opts: Options, cluster: Cluster, job: str) -> int:
 @click.option(
     "--epoch", "epoch_n", type=click.IntRange(min=1), help="Incarnation N (default: the current one)."
 )
+@click.option(
+    "--since", metavar="DURATION", help="Only lines of the last DURATION (kubectl's: 30s, 5m, 1h30m)."
+)
+@click.option("--timestamps", is_flag=True, help="Each line starts with the RFC 3339 time it was written.")
 @action(READ)
 async def logs(
     opts: Options,
@@ -997,8 +1001,11 @@ async def logs(
     tail: int | None,
     previous: bool,
     epoch_n: int | None,
+    since: str | None,
+    timestamps: bool,
 ) -> int:
     """Print the output of JOB's nodes: every node at once, each line prefixed with its node, or one."""
+    seconds = parse_duration(since, "--since") if since is not None else None
     rec, gone = await _current(opts, cluster, job)
     if gone:
         raise ConflictError(f"cannot read the output of {job}: {gone}")
@@ -1026,7 +1033,10 @@ async def logs(
 
     async def read(n: int) -> None:
         try:
-            async for line in cluster.output(job, node=n, follow=follow, tail=tail, previous=previous):
+            lines = cluster.output(
+                job, node=n, follow=follow, tail=tail, previous=previous, since=seconds, timestamps=timestamps
+            )
+            async for line in lines:
                 show(n, line)
         except BusyError as exc:
             if previous:  # not "retry later": there is no earlier run to wait for
@@ -1046,6 +1056,22 @@ async def logs(
         for n in chosen:
             await read(n)
     return EXIT_OK
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str, option: str) -> float:
+    """kubectl's durations (Go's): numbers with units, ``30s``, ``5m``, ``1h30m``, ``500ms``."""
+    import re
+
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise InvalidError(f"{text!r}: expected a duration such as 30s, 5m or 1h30m", path=option)
+    seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise InvalidError(f"{text!r}: expected a duration above zero", path=option)
+    return seconds
 
 
 def nothing_yet(rec: JobRecord, *, follow: bool) -> str | None:
