@@ -137,6 +137,7 @@ def test_model_imports_nothing_of_dispatch_but_errors() -> None:
 # The modules that decide (SPEC's "pure functions for what decides"): no I/O, no clock, no event loop.
 # docs/architecture.md lists the same modules; test_architecture_page_lists_the_pure_modules keeps them equal.
 PURE = (
+    "dispatch/cli/selectors.py",
     "dispatch/fold.py",
     "dispatch/model",
     "dispatch/memory/naming.py",

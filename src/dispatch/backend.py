@@ -193,10 +193,15 @@ class OutputReader(Protocol):
         follow: bool = False,
         tail: int | None = None,
         previous: bool = False,
+        since: float | None = None,
+        timestamps: bool = False,
     ) -> AsyncIterator[str]:
         """Yield the output lines of node ``node``; with ``follow``, keep yielding until it ends (waiting
         for a pending node to start); ``tail`` limits to the last N lines already written; ``previous``
-        reads the node's last terminated run when it restarted in place (``NotFoundError`` if none)."""
+        reads the node's last terminated run when it restarted in place (``NotFoundError`` if none);
+        ``since``: only lines written in the last ``since`` seconds; ``timestamps``: each line starts with
+        the RFC 3339 time it was written and a space. The host passes ``previous``, ``since`` and
+        ``timestamps`` only when asked for, so a reader without them still serves plain reads."""
         ...
 
 

@@ -60,7 +60,7 @@ from dispatch.model import (
     new_job_id,
 )
 from dispatch.model._decode import as_enum
-from dispatch.records import Listing, Store, store_identity
+from dispatch.records import KeyValues, Listing, Store, store_identity
 from dispatch.registry import new_backend
 from dispatch.writer import CAS_ATTEMPTS, Change, RecordWriter
 
@@ -147,6 +147,11 @@ class Cluster:
     def owns(self, record: JobRecord) -> bool:
         """Whether ``record`` belongs to this cluster, so that this process may change it (SPEC §6.1)."""
         return self._writer.owns(record)
+
+    async def _owns(self, record: JobRecord) -> bool:
+        # A backend opened on first use (the CLI's read commands) knows its cluster once it is open.
+        await self.backend.capabilities()
+        return self.owns(record)
 
     async def __aenter__(self) -> Cluster:
         return self
@@ -385,7 +390,7 @@ class Cluster:
     async def get(self, job_id: str) -> JobRecord:
         """The job's record, refreshed from the cluster when it is not terminal."""
         rec = await self.store.get(job_id)
-        if rec.outcome.terminal or not self.owns(rec):
+        if rec.outcome.terminal or not await self._owns(rec):
             return rec  # final, or another cluster's: shown as last known
         obs = await self._observe(rec)
         if obs is None:
@@ -399,7 +404,7 @@ class Cluster:
         wanted = None if states is None else _states(states)
         listing = await self.store.list()
         records: builtins.list[JobRecord] = listing
-        live = [r for r in records if not r.outcome.terminal and self.owns(r)]
+        live = [r for r in records if not r.outcome.terminal and await self._owns(r)]
         if live:
             by_id: dict[str, JobRecord] = {r.job_id: r for r in records}
             seen: set[str] = set()
@@ -426,7 +431,7 @@ class Cluster:
         """
         if job_id is not None:
             rec = await self.store.get(job_id)  # NotFoundError early, before any waiting
-            if not self.owns(rec):  # another cluster's: nothing here will change it
+            if not rec.outcome.terminal and not await self._owns(rec):  # another cluster's: shown as is
                 yield rec
                 return
         if isinstance(self.backend, Watcher) and (await self.backend.capabilities()).watch:
@@ -490,7 +495,7 @@ class Cluster:
             return [await self.get(job_id)]
         out = []
         for rec in await self.store.list():
-            out.append(rec if rec.outcome.terminal or not self.owns(rec) else await self.get(rec.job_id))
+            out.append(await self.get(rec.job_id) if not rec.outcome.terminal else rec)
         return out
 
     async def output(
@@ -501,9 +506,13 @@ class Cluster:
         follow: bool = False,
         tail: int | None = None,
         previous: bool = False,
+        since: float | None = None,
+        timestamps: bool = False,
     ) -> AsyncIterator[str]:
         """Lines of output of node ``node`` of the job's current incarnation (``previous``: its last
-        terminated run, when it restarted in place). ``UnsupportedError`` when the adapter cannot read output."""
+        terminated run, when it restarted in place; ``since``: only the last ``since`` seconds';
+        ``timestamps``: each line prefixed with the RFC 3339 time it was written). ``UnsupportedError``
+        when the adapter cannot read output."""
         if not isinstance(self.backend, OutputReader) or not (await self.backend.capabilities()).output:
             raise UnsupportedError(
                 f"cluster {self.backend.name!r} cannot read job output (capability 'output')"
@@ -512,22 +521,45 @@ class Cluster:
             raise InvalidError(f"expected a node index >= 0, got {node!r}", path="node")
         if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or tail < 0):
             raise InvalidError(f"expected a line count >= 0, got {tail!r}", path="tail")
+        if since is not None and (
+            isinstance(since, bool) or not isinstance(since, int | float) or since <= 0
+        ):
+            raise InvalidError(f"expected a number of seconds > 0, got {since!r}", path="since")
         rec = await self.store.get(job_id)
         if rec.handle is None:
             raise BusyError(f"job {job_id!r} is not on the cluster yet; retry once it is")
-        if not isinstance(previous, bool):
-            raise InvalidError(f"expected True or False, got {previous!r}", path="previous")
-        stream = (
-            self.backend.output(rec.handle, node=node, follow=follow, tail=tail, previous=True)
-            if previous
-            else self.backend.output(rec.handle, node=node, follow=follow, tail=tail)
-        )
-        async for line in stream:
+        if not isinstance(previous, bool) or not isinstance(timestamps, bool):
+            raise InvalidError(
+                "expected True or False", path="previous" if not isinstance(previous, bool) else "timestamps"
+            )
+        # Only what was asked for: a reader that predates an option still serves the plain reads.
+        asked: dict[str, Any] = {"previous": previous, "since": since, "timestamps": timestamps}
+        options = {k: v for k, v in asked.items() if v not in (None, False)}
+        async for line in self.backend.output(rec.handle, node=node, follow=follow, tail=tail, **options):
             yield line
 
     async def history(self, job_id: str) -> builtins.list[Transition]:
         """The job's transitions, oldest first."""
         return await self.store.history(job_id)
+
+    async def record(self, job_id: str) -> JobRecord:
+        """The job's record as last stored, not refreshed from the cluster (:meth:`get` refreshes it)."""
+        return await self.store.get(job_id)
+
+    async def records(self) -> Listing:
+        """Every record as last stored, oldest first, not refreshed (:meth:`list` refreshes them)."""
+        return await self.store.list()
+
+    async def note(self, key: str) -> str | None:
+        """A value kept beside the records (the store's key-value table); ``None`` when unset or when
+        the store has no such table."""
+        return await self.store.get_value(key) if isinstance(self.store, KeyValues) else None
+
+    async def set_note(self, key: str, value: str | None) -> None:
+        """Keep ``value`` under ``key`` beside the records (``None`` deletes it); a store without a
+        key-value table keeps nothing."""
+        if isinstance(self.store, KeyValues):
+            await self.store.put_value(key, value)
 
     # ------------------------------------------------------------------ records whose cluster is gone
 

@@ -754,7 +754,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--metrics-address",
         metavar="HOST:PORT",
-        help="serve Prometheus metrics at http://HOST:PORT/metrics (needs dispatch[metrics])",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (needs dispatch-train[metrics])",
     )
     return p
 

@@ -8,6 +8,7 @@ them through :mod:`dispatch_kubeflow.kube` (the one Kubernetes layer, which rais
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -74,7 +75,7 @@ from dispatch_kubeflow.preflight import (
     trainjob_path,
 )
 from dispatch_kubeflow.reading import confirm_gone, events_of
-from dispatch_kubeflow.resources import NODES
+from dispatch_kubeflow.resources import CLUSTER_TRAINING_RUNTIMES, NODES, TRAINING_RUNTIMES
 from dispatch_kubeflow.runtime import check_runtime, inspect_runtime
 from dispatch_kubeflow.settings import Settings, parse_settings
 from dispatch_kubeflow.trainjob import (
@@ -125,6 +126,8 @@ async def open_backend(
         kubeconfig=settings.kubeconfig, context=settings.context, token=cfg.token, retry=retry, clock=clock
     )
     client.read_only = cfg.read_only  # from the first request on: not one write may leave the process
+    if "namespace" not in json.loads(cfg.settings or b"{}"):  # as kubectl: the context's namespace
+        settings = settings.replace(namespace=client.context_namespace)
     facts = ClusterFacts()
     try:
         await discover(client, settings, facts)
@@ -368,7 +371,10 @@ class Backend:
         runtime = await self._runtime(ref.kind, ref.runtime, ns, what=f"get {where}")
         if runtime is None:
             place = f" in namespace {ns!r}" if ns else ""
-            reasons.append(f"{where} was not found{place}")
+            reasons.append(
+                f'extensions["kubeflow/RuntimeRef"].name: {where} was not found{place}; '
+                + await self._runtimes_there(ref.kind, ns)
+            )
             raise UnsupportedError(reasons)
         reasons += check_runtime(runtime, spec, kind=ref.kind)
         if reasons:
@@ -386,6 +392,16 @@ class Backend:
         if cached:
             return cached[0]
         return await self._client.get_or_none(runtime_path(kind, name, namespace), what=what)
+
+    async def _runtimes_there(self, kind: str, namespace: str | None) -> str:
+        """The runtimes of ``kind`` that exist where one was looked for: the alternatives to name."""
+        resource = CLUSTER_TRAINING_RUNTIMES if namespace is None else TRAINING_RUNTIMES
+        try:
+            found = await self._client.list(resource.path(namespace), what=f"list {kind}s")
+        except DispatchError:  # not readable here: the error still names what was missing
+            return f"the {kind}s that exist could not be listed"
+        names = sorted(str(o.get("metadata", {}).get("name")) for o in found)
+        return f"{kind}s that exist: {', '.join(names)}" if names else f"no {kind} exists there"
 
     # --- prepare / start ---------------------------------------------------------------------------
 
@@ -856,10 +872,13 @@ class Backend:
         follow: bool = False,
         tail: int | None = None,
         previous: bool = False,
+        since: float | None = None,
+        timestamps: bool = False,
     ) -> AsyncIterator[str]:
         """Lines of the ``node`` container of node ``node`` (its completion index); ``follow`` waits for a
         node that has not started and streams until it ends; ``previous``: the last terminated container of
-        a pod that restarted in place."""
+        a pod that restarted in place; ``since`` and ``timestamps``: the kubelet's ``sinceSeconds`` and
+        ``timestamps``."""
         name = self._name_of(handle)
         num_nodes: int | None = None
         if follow:
@@ -878,6 +897,8 @@ class Backend:
             tail=tail,
             previous=previous,
             num_nodes=num_nodes,
+            since=since,
+            timestamps=timestamps,
         ):
             yield line
 

@@ -181,6 +181,8 @@ class KubeClient:
         self.findings: list[str] = []
         """Warnings the API server attached to writes (the last fifty), for capabilities' notes."""
         self._tokens: list[str] = []
+        self.context_namespace = "default"
+        """The namespace the kubeconfig's context names (``default`` when none), as kubectl uses it."""
 
     @classmethod
     def connect(
@@ -209,6 +211,8 @@ class KubeClient:
         http = httpx.AsyncClient(headers=headers, **options)
         client = cls(http, server=str(single.cluster.server), retry=retry, clock=clock)
         client.ca_fingerprint = _ca_fingerprint(single)
+        # The context's namespace (lightkube: "default" when it names none), kubectl's default namespace.
+        client.context_namespace = str(getattr(single, "namespace", None) or "default")
         for secret in (token, static):
             if isinstance(secret, str):
                 logs.redact_loggers(LIBRARY_LOGGERS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -80,12 +81,29 @@ def _log_path(namespace: str, pod: str) -> str:
     return PODS.path(namespace, pod, "log")
 
 
+def _time_params(since: float | None, timestamps: bool) -> dict[str, str]:
+    """The kubelet's ``sinceSeconds`` (whole seconds, at least 1) and ``timestamps``, when asked for."""
+    params = {}
+    if since is not None:
+        params["sinceSeconds"] = str(max(1, math.ceil(since)))
+    if timestamps:
+        params["timestamps"] = "true"
+    return params
+
+
 async def read_tail(
-    client: KubeClient, namespace: str, pod: str, *, lines: int | None, previous: bool = False
+    client: KubeClient,
+    namespace: str,
+    pod: str,
+    *,
+    lines: int | None,
+    previous: bool = False,
+    since: float | None = None,
+    timestamps: bool = False,
 ) -> tuple[str, ...]:
     """The last ``lines`` lines (all with ``None``) of the ``node`` container of ``pod``; raises dispatch's
     errors (the caller decides what a missing log means)."""
-    params = {"container": NODE_CONTAINER}
+    params = {"container": NODE_CONTAINER, **_time_params(since, timestamps)}
     if lines is not None:
         params["tailLines"] = str(lines)
     if previous:
@@ -168,6 +186,8 @@ async def stream_output(
     tail: int | None,
     previous: bool,
     num_nodes: int | None,
+    since: float | None = None,
+    timestamps: bool = False,
 ) -> AsyncIterator[str]:
     """The lines of node ``node`` (see the module docstring). ``num_nodes`` (when known) bounds ``node``."""
     if isinstance(node, bool) or not isinstance(node, int) or node < 0:
@@ -191,13 +211,15 @@ async def stream_output(
     what = f'read the output of node {node} of {identity} (pod "{name}")'
     if not follow or previous:
         try:
-            lines = await read_tail(client, namespace, name, lines=tail, previous=previous)
+            lines = await read_tail(
+                client, namespace, name, lines=tail, previous=previous, since=since, timestamps=timestamps
+            )
         except InvalidError as exc:  # 400: the container has not started (or has no earlier run)
             raise BusyError(f"{what}: {exc}; retry later") from None
         for line in lines:
             yield line
         return
-    params = {"container": NODE_CONTAINER, "follow": "true"}
+    params = {"container": NODE_CONTAINER, "follow": "true", **_time_params(since, timestamps)}
     if tail is not None:
         params["tailLines"] = str(tail)
     async for line in client.stream(_log_path(namespace, name), what=what, params=params):

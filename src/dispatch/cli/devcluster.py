@@ -21,7 +21,6 @@ import fcntl
 import json
 import os
 import re
-import secrets
 import signal
 import ssl
 import subprocess
@@ -253,6 +252,8 @@ def _spawn(d: Path, speed: float, request_log: str | None) -> DevCluster:
             f"the dev cluster did not start (python -m kubesim serve exited {proc.returncode}); "
             f"its output is in {log_path}:\n{text[-2000:]}"
         )
+    import secrets  # deferred: only starting a dev cluster needs it (read commands start fast)
+
     found = DevCluster(proc.pid, url, secrets.token_hex(8), time.time(), speed, d)
     (d / "cluster.yaml").write_text(cluster_config_text())
     state = d / "state.json"

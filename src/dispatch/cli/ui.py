@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from dispatch.cli import devcluster
-from dispatch.cli.commands import EXIT_OK, Options, common, execute
+from dispatch.cli.commands import EXIT_OK, READ, Options, action
 from dispatch.cli.embedded import gone_jobs
 from dispatch.model import JobRecord
 from dispatch.ui import DEFAULT_ADDRESS
@@ -50,7 +50,7 @@ async def serve_page(opts: Options, cluster: Cluster, address: str, *, option: s
         """Jobs of a dev cluster that is gone: shown as last known, saying why (as `status` does)."""
         if not embedded:
             return {}
-        gone = await gone_jobs(cluster.store, records, devcluster.running())
+        gone = await gone_jobs(cluster, records, devcluster.running())
         return {job: f"gone: {why}" for job, why in gone.items()}
 
     host, _ = parse_address(address, option)
@@ -80,17 +80,12 @@ async def serving(
     metavar="HOST:PORT",
     help="Where to serve the page (port 0 picks a free one). Beyond loopback it has no authentication.",
 )
-@common
-def command(opts: Options, address: str) -> None:
+@action(READ)
+async def command(opts: Options, cluster: Cluster, address: str) -> int:
     """Serve a read-only web page of every job and each job's incarnations on a timeline, live.
 
     It reads the store (and the cluster, read-only, for output tails) until interrupted."""
-    execute(opts, _ui(opts, address))
-
-
-async def _ui(opts: Options, address: str) -> int:
-    cluster, _ = await opts.open(read_only=True)
-    async with cluster, serving(opts, cluster, address, option="--address") as url:
+    async with serving(opts, cluster, address, option="--address") as url:
         if opts.as_json:
             opts.out.json({"url": url, "event": "serving"})
         else:

@@ -2,7 +2,7 @@
 
 Design, and why:
 
-- **psycopg 3, async, with its pool** (``pip install 'dispatch[postgres]'``). Reads run in autocommit
+- **psycopg 3, async, with its pool** (``pip install 'dispatch-train[postgres]'``). Reads run in autocommit
   (one round trip); every write is one transaction that first locks the record's row
   (``SELECT ... FOR UPDATE``), decides with the same functions as the other stores (``_common``), and
   writes the row and its history together. Under ``READ COMMITTED`` a second writer waits for the
