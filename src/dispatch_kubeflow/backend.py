@@ -822,7 +822,15 @@ class Backend:
         pods are there, and — for a failure nothing cached explains — the Events that outlive the pods."""
         if parts.trainjob is not None and failed_node_pods(parts.pods):
             await self._read_tails(name, parts.trainjob, parts.pods)
-        if parts.trainjob is not None and name not in self._events:
+        # Only once the pods are gone: while they are there they say more, and a failure read before its
+        # pods' last statuses arrive (another stream) must not cost a list of the namespace's Events.
+        if parts.trainjob is not None and not parts.pods and name not in self._events:
+            before = self.informer.last(name)
+            if before is not None and before.terminal and before.cause not in (Cause.NONE, Cause.UNKNOWN):
+                # This process read the failure's cause while the pods were there (and the host's record
+                # keeps it): the Events cannot add to it, and are not worth a list of the namespace's.
+                self._events[name] = []
+                return
             outcome = self._fold(name, parts)
             if (outcome.state, outcome.cause) == (State.FAILED, Cause.UNKNOWN):
                 self._events[name] = await events_of(self._client, self.settings.namespace, name)

@@ -169,6 +169,10 @@ class Informer:
             found = self._memo[key] = self.fold(key, self.view.parts(key))
         return found
 
+    def last(self, key: str) -> Outcome | None:
+        """The observation of ``key`` as last folded, before the event being applied (``None``: not yet)."""
+        return self._memo.get(key)
+
     def invalidate(self, key: str) -> None:
         """Fold ``key`` again on its next read (what the fold depends on besides the cache changed)."""
         self._memo.pop(key, None)
