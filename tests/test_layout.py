@@ -141,6 +141,8 @@ PURE = (
     "dispatch/model",
     "dispatch/memory/naming.py",
     "dispatch/memory/script.py",
+    "dispatch/ui/pages.py",
+    "dispatch/ui/timeline.py",
     "dispatch_kubeflow/causes.py",
     "dispatch_kubeflow/names.py",
     "dispatch_kubeflow/naming.py",

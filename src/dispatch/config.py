@@ -83,7 +83,7 @@ class AdapterConfig:
                 f"expected up to 63 characters from a-z 0-9 -, got {self.store_id!r}", path="store_id"
             )
         if isinstance(self.settings, str):
-            object.__setattr__(self, "settings", self.settings.encode())
+            object.__setattr__(self, "settings", self.settings.encode("utf-8", "surrogatepass"))
         if not isinstance(self.settings, bytes):
             raise InvalidError("expected JSON bytes", path="settings")
         if not isinstance(self.read_only, bool):

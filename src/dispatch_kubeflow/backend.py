@@ -508,7 +508,7 @@ class Backend:
             await self._client.delete(
                 trainjob_path(self.settings.namespace, name),
                 what=f"withdraw after {what}",
-                propagation="Foreground",
+                propagation="Background",  # never foreground: Trainer v2.3.0 would re-apply its JobSet
             )
         except DispatchError as exc:
             _log.warning("%s: could not delete it again: %s", what, exc)
@@ -740,11 +740,17 @@ class Backend:
         if obj is not None:
             self._check_owner(obj, handle)
             await self._watch_tails(name, parts)
-        return Observation(handle, self._fold(name, parts), self._clock.now())
+        outcome = self._fold(name, parts)
+        if obj is None and handle.ref in self._stopped:
+            # A background deletion removes the TrainJob first: cancelled only once its compute is gone.
+            outcome = await cessation.cancelled_once_ceased(self._client, handle, name, outcome)
+        return Observation(handle, outcome, self._clock.now())
 
     async def stop(self, handle: Handle) -> None:
-        """Delete the incarnation's TrainJob with foreground propagation (its JobSet and pods go with it).
-        Idempotent: a TrainJob already gone is fine. Returns before the pods are gone."""
+        """Suspend the incarnation (under Kueue: deactivate its Workload), then delete its TrainJob in the
+        background (its JobSet and pods go after it); see :func:`cessation.stop`, which converges on
+        Trainer v2.3.0. Idempotent: a TrainJob already gone, or already being deleted, is fine. Returns
+        before the pods are gone."""
         self._refuse_writes(f"stop {handle}")
         name = self._name_of(handle)
         obj = await self._get(name, what=f'get TrainJob "{handle.ref}"')
@@ -753,16 +759,9 @@ class Backend:
         self._check_owner(obj, handle)
         self._stopped.add(handle.ref)
         self.informer.invalidate(name)
-        what = f'delete TrainJob "{handle.ref}"'
-        try:
-            await self._client.delete(
-                trainjob_path(self.settings.namespace, name),
-                what=what,
-                propagation="Foreground",
-                uid=obj["metadata"].get("uid"),
-            )
-        except NotFoundError:
-            return
+        await cessation.stop(
+            self._client, obj, ref=handle.ref, kueue=self.facts.kueue, queueing=self.queueing
+        )
 
     async def list(self) -> list[Observation]:
         """An observation of every TrainJob in the namespace that carries dispatch's identity, from the

@@ -2,11 +2,13 @@
 
 The mapping (SPEC §9.7, last paragraph): 404 → NotFoundError, 409 → ConflictError, 422 or a webhook
 denial → InvalidError, 401/403 → PermissionDeniedError, 429/5xx/timeouts → UnavailableError once the
-bounded retries are spent; a create whose answer was lost → OutcomeUnknownError.
+bounded retries are spent; a create whose answer was lost → OutcomeUnknownError. A 500 "failed calling
+webhook" is a refusal, not a lost answer: nothing was stored, so it is UnavailableError naming the webhook.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +31,7 @@ __all__ = [
     "is_retryable",
     "map_status",
     "map_transport",
+    "unavailable_webhook",
 ]
 
 
@@ -71,6 +74,17 @@ def _webhook_denial(message: str) -> bool:
     return "admission webhook" in message and "denied the request" in message
 
 
+_WEBHOOK_CALL = re.compile(r'failed calling webhook "([^"]+)"')
+
+
+def unavailable_webhook(message: str) -> str | None:
+    """The webhook an API server could not call (HTTP 500 ``failed calling webhook "<name>": ...``), or
+    ``None``. The server refused the request before storing anything: a write it answers so had no
+    effect, unlike a lost answer."""
+    found = _WEBHOOK_CALL.search(message)
+    return found.group(1) if found else None
+
+
 def map_status(code: int, body: Mapping[str, Any] | None, *, what: str) -> DispatchError:
     """The dispatch error for an API answer ``code`` with ``metav1.Status`` ``body``, about ``what``
     (e.g. ``create TrainJob "x" in namespace "team-a"``). The message names the object and says what
@@ -95,6 +109,13 @@ def map_status(code: int, body: Mapping[str, Any] | None, *, what: str) -> Dispa
         )
     if code == 410:
         return ExpiredError(f"{what}: the resource version expired ({message}); list again")
+    webhook = unavailable_webhook(message) if code >= 500 else None
+    if webhook is not None:
+        return UnavailableError(
+            f"{what}: the cluster's admission webhook {webhook!r} could not be called, so the request was "
+            f"refused and nothing was created (HTTP {code}: {message}); bring the webhook's service back "
+            "(for Trainer's: the kubeflow-trainer controller)"
+        )
     if is_retryable(code):
         return UnavailableError(
             f"{what}: the cluster kept failing (HTTP {code} {reason}: {message}); try again later"

@@ -137,10 +137,15 @@ class Informer:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None and not task.done() and self._loop is asyncio.get_running_loop():
+        if task is None or task.done():
+            return
+        loop = task.get_loop()
+        if loop is asyncio.get_running_loop():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        elif not loop.is_closed():  # started on another event loop (a test's module-scoped fixture)
+            loop.call_soon_threadsafe(task.cancel)
 
     def _drop(self, kind: str) -> None:
         self.kinds = [k for k in self.kinds if k.key != kind]

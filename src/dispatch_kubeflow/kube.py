@@ -34,8 +34,8 @@ import httpx2 as httpx
 from dispatch import logs, metrics
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import check_token
-from dispatch.errors import InvalidError, ReadOnlyError, UnsupportedError
-from dispatch_kubeflow.errors import is_retryable, map_status, map_transport
+from dispatch.errors import InvalidError, ReadOnlyError, UnavailableError, UnsupportedError
+from dispatch_kubeflow.errors import is_retryable, map_status, map_transport, unavailable_webhook
 from dispatch_kubeflow.resources import SELF_SUBJECT_ACCESS_REVIEWS, group_version_path
 
 __all__ = ["USER_AGENT", "KubeClient", "Retry", "user_agent"]
@@ -173,6 +173,7 @@ class KubeClient:
         self.retry = retry or Retry()
         self._clock = clock or SystemClock()
         self.read_only = False
+        self._closed = False
         self.requests = 0
         self.ca_fingerprint = ""
         """SHA-256 of the cluster's CA as the configuration names it ("" when it names none): with the
@@ -216,11 +217,18 @@ class KubeClient:
         return client
 
     async def close(self) -> None:
+        self._closed = True
         try:
             await self._http.aclose()
         finally:
             while self._tokens:
                 logs.SECRETS.remove(self._tokens.pop())
+
+    def _check_open(self, what: str) -> None:
+        # A task still running after close (a watch of another event loop) gets dispatch's error, not the
+        # HTTP client's RuntimeError.
+        if self._closed:
+            raise UnavailableError(f"{what}: the connection to {self.server} was closed")
 
     async def request(
         self,
@@ -241,6 +249,7 @@ class KubeClient:
         ``PermissionDeniedError`` (401/403), ``UnavailableError`` (no usable answer after the retries),
         ``OutcomeUnknownError`` (a write that may have reached the server), ``ReadOnlyError`` (a write in
         read-only mode, never sent)."""
+        self._check_open(what)
         if method != "GET" and self.read_only:
             raise ReadOnlyError(f"{what}: refused, the backend is read-only (no write request is sent)")
         query = dict(params or {})
@@ -253,6 +262,9 @@ class KubeClient:
         ambiguous = False
         detail = ""
         server_wait: float | None = None  # the last answer's Retry-After
+        last_refusal: tuple[int, dict[str, Any] | None] | None = (
+            None  # the last answer, if a webhook's refusal
+        )
         for attempt in range(self.retry.attempts):
             if attempt:
                 await self._clock.sleep(self._backoff(attempt - 1, server_wait))
@@ -274,11 +286,16 @@ class KubeClient:
                 return _answer(resp, self.server, method, accept_text, what)
             status = _status_body(resp)
             if is_retryable(resp.status_code):
-                ambiguous = ambiguous or (method != "GET" and resp.status_code != 429)
+                refused = unavailable_webhook(_message_of(status)) is not None
+                # A webhook the server could not call refused the write before it was stored: no effect.
+                ambiguous = ambiguous or (method != "GET" and resp.status_code != 429 and not refused)
                 detail = f"HTTP {resp.status_code} {status.get('reason', '') if status else ''}".strip()
                 server_wait = _retry_after(resp)
+                last_refusal = (resp.status_code, status) if refused else None
                 continue
             raise map_status(resp.status_code, status, what=what)
+        if last_refusal is not None and not ambiguous:
+            raise map_status(*last_refusal, what=what)
         raise map_transport(
             what, f"{detail} (after {self.retry.attempts} attempts)", ambiguous_write=ambiguous
         )
@@ -396,6 +413,7 @@ class KubeClient:
         error answer (``ExpiredError`` for 410), and ``UnavailableError`` when no answer came or the
         connection broke mid-stream. ``read_timeout`` bounds the silence between two chunks (``None``: as
         long as the server keeps the stream open)."""
+        self._check_open(what)
         headers = {"Accept": "application/json"}
         timeout = httpx.Timeout(10.0, read=read_timeout)
         self.requests += 1
@@ -567,6 +585,11 @@ def _status_body(resp: Any) -> dict[str, Any] | None:
     except ValueError:
         return {"message": resp.text[:500]} if resp.text else None
     return body if isinstance(body, dict) else None
+
+
+def _message_of(status: Mapping[str, Any] | None) -> str:
+    message = status.get("message") if status else None
+    return message if isinstance(message, str) else ""
 
 
 def _retry_after(resp: Any) -> float | None:

@@ -509,13 +509,14 @@ async def _watch(
 async def _cleanup(
     client: KubeClient, settings: Settings, name: str, facts: ClusterFacts, *, window: float, clock: Clock
 ) -> None:
-    """Delete the probe (foreground: its JobSet and pods first) and wait, bounded, for all of it to go.
-    Whatever remains is described in ``facts.probe_left``."""
+    """Delete the probe (in the background: a foreground deletion never ends on Trainer v2.3.0, which
+    re-applies the JobSet meanwhile; see :mod:`dispatch_kubeflow.cessation`) and wait, bounded, for all of
+    it to go. Whatever remains is described in ``facts.probe_left``."""
     path = trainjob_path(settings.namespace, name)
     facts.probe_left = ""
     _log.info('probe: deleting TrainJob "%s" and waiting for its pods to go', name)
     try:
-        await client.delete(path, what=f'delete probe TrainJob "{name}"', propagation="Foreground")
+        await client.delete(path, what=f'delete probe TrainJob "{name}"', propagation="Background")
     except NotFoundError:
         pass
     except DispatchError as exc:

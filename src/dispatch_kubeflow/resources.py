@@ -99,6 +99,8 @@ NODES: Final = Resource("", "v1", "nodes", "Node", False)
 NAMESPACES: Final = Resource("", "v1", "namespaces", "Namespace", False)
 EVENTS: Final = Resource("", "v1", "events", "Event", True)
 WORKLOADS: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload", True)
+LABEL_JOB_UID: Final = "kueue.x-k8s.io/job-uid"
+"""The label Kueue sets on a Workload: the UID of the job (TrainJob) it admits."""
 LOCAL_QUEUES: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "localqueues", "LocalQueue", True)
 WORKLOAD_PRIORITY_CLASSES: Final = Resource(
     KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses", "WorkloadPriorityClass", False

@@ -316,7 +316,15 @@ class Toleration(Model, frozen=True):
     key: Annotated[str, Meta(extra_json_schema={"maxLength": 317})] = ""
     operator: Annotated[str, Meta(extra_json_schema={"enum": list(_TOLERATION_OPERATORS)})] = "Equal"
     value: Annotated[str, Meta(extra_json_schema={"maxLength": 63})] = ""
-    effect: Annotated[str, Meta(extra_json_schema={"enum": list(_TOLERATION_EFFECTS)})] = ""
+    # Absent means every effect; an explicit "" is refused, as the published schema's enum refuses it.
+    effect: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            extra={"expected": f"one of {', '.join(_TOLERATION_EFFECTS)} (omit it to tolerate every effect)"},
+            extra_json_schema={"enum": list(_TOLERATION_EFFECTS)},
+        ),
+    ] = ""
     toleration_seconds: Annotated[int, Meta(ge=_INT64_MIN, le=_INT64_MAX)] | None = None
 
     def __post_init__(self) -> None:
@@ -564,12 +572,11 @@ def parse_settings(raw: bytes) -> Settings:
     Raises :class:`~dispatch.errors.InvalidError` (naming the path) for an unknown key at any level, a
     duplicate key, trailing data, a ``null``, a value of the wrong type or shape, or a broken rule.
     """
-    if isinstance(raw, str):
-        raw = raw.encode()
-    if not isinstance(raw, bytes | bytearray):
+    if not isinstance(raw, str | bytes | bytearray):
         raise InvalidError(f"expected JSON bytes, got {type(raw).__name__}", path="settings")
     try:
-        return Settings.from_json(load_json(bytes(raw), what="settings"))
+        # Text goes to the decoder as it is: encoding it here would raise on a lone surrogate.
+        return Settings.from_json(load_json(raw, what="settings"))
     except RecursionError:
         raise InvalidError("nested too deeply", path="settings") from None
 

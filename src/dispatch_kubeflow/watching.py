@@ -52,6 +52,7 @@ from dispatch_kubeflow.resources import (
     CLUSTER_TRAINING_RUNTIMES,
     JOBS,
     JOBSETS,
+    LABEL_JOB_UID,
     PODS,
     TRAINING_RUNTIMES,
     TRAINJOBS,
@@ -136,7 +137,7 @@ def kinds(namespace: str, *, kueue: bool, pods: bool = True, store: str = "") ->
     if pods:
         out.append(Kind("pods", PODS.path(namespace), mine, _jobset_key))
     if kueue:
-        out.append(Kind("workloads", WORKLOADS.path(namespace), "kueue.x-k8s.io/job-uid", _owner_key))
+        out.append(Kind("workloads", WORKLOADS.path(namespace), LABEL_JOB_UID, _owner_key))
     return out
 
 

@@ -53,8 +53,22 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--bookmark-interval", type=float, default=10.0, help="seconds between watch bookmarks")
     s.add_argument(
         "--recreate-jobset-while-deleting",
-        action="store_true",
-        help="Trainer v2.3.0: re-apply a TrainJob's JobSet while it is deleted in the foreground (never finishes)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Trainer v2.3.0 (the default): re-apply a TrainJob's JobSet while it is deleted in the foreground "
+        "(never finishes)",
+    )
+    s.add_argument(
+        "--node-recovery",
+        choices=("reboot", "replace"),
+        default=None,
+        help="what a lost node's machine does later: reboot (comes back) or replace (an autoscaler's new node)",
+    )
+    s.add_argument(
+        "--node-recovery-after",
+        type=float,
+        default=60.0,
+        help="simulated seconds from losing a node to its recovery (default 60)",
     )
     s.add_argument(
         "--event-ttl",
@@ -106,7 +120,9 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
         port=args.port,
         bookmark_interval=args.bookmark_interval,
         event_ttl=getattr(args, "event_ttl", 3600.0),
-        recreate_jobset_while_deleting=getattr(args, "recreate_jobset_while_deleting", False),
+        recreate_jobset_while_deleting=getattr(args, "recreate_jobset_while_deleting", True),
+        node_recovery=getattr(args, "node_recovery", None),
+        node_recovery_after=getattr(args, "node_recovery_after", 60.0),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -339,6 +339,11 @@ RUN_LEASE = 15.0
     help="Serve Prometheus metrics at http://HOST:PORT/metrics (needs the metrics extra).",
 )
 @click.option(
+    "--ui-address",
+    metavar="HOST:PORT",
+    help="Also serve the read-only page of every job (as `dispatch ui`) at http://HOST:PORT/.",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
     default=None,
@@ -355,12 +360,18 @@ def supervise(
     once: bool,
     metrics_address: str | None,
     log_format: str | None,
+    ui_address: str | None,
 ) -> None:
     """Run the supervisor: apply the recovery policy to every job of the store until SIGTERM/SIGINT.
 
     On SIGTERM or SIGINT it finishes the step in hand, releases its leases and exits 0. Several
     supervisors may run over one store; they split the jobs by lease."""
-    execute(opts, _supervise(opts, lease, poll, resync, unmatched, holder, once, metrics_address, log_format))
+    execute(
+        opts,
+        _supervise(
+            opts, lease, poll, resync, unmatched, holder, once, metrics_address, log_format, ui_address
+        ),
+    )
 
 
 async def _supervise(
@@ -373,22 +384,27 @@ async def _supervise(
     once: bool,
     metrics_address: str | None = None,
     log_format: str | None = None,
+    ui_address: str | None = None,
 ) -> int:
     import signal
 
     from dispatch import logs, metrics
+    from dispatch.cli.ui import serving
+    from dispatch.ui.app import parse_address
 
     out = opts.out
     if log_format is not None:
         logs.configure(log_format)
     if metrics_address is not None:
         metrics.enable(metrics_address)
+    if ui_address is not None:
+        parse_address(ui_address, "--ui-address")  # refused before anything opens
     if lease <= 2 * poll:
         raise InvalidError(
             f"--lease ({lease:g} s) must be more than twice --poll ({poll:g} s)", path="--lease"
         )
     cluster, cf = await opts.open()
-    async with cluster:
+    async with cluster, serving(opts, cluster, ui_address, option="--ui-address") as page:
         # Records of a stopped dev cluster are not this cluster's to recover: left as last known.
         gone = await _gone(opts, cluster, await cluster.store.list())
         sup = cluster.supervisor(
@@ -404,9 +420,11 @@ async def _supervise(
             say(
                 {"supervisor": sup.holder, "adapter": cf.adapter, "store": str(cf.store), "event": "started"}
                 | ({"metricsPort": port} if port is not None else {})
+                | ({"page": page} if page is not None else {})
             )
         else:
             served = f"; metrics on port {port}" if port is not None else ""
+            served += f"; the page at {page}" if page is not None else ""
             out.line(f"supervisor {sup.holder} on {cf.adapter} ({cf.store}): started{served}")
         if gone:
             note = f"left alone: {len(gone)} job(s) of a dev cluster that is gone ({', '.join(sorted(gone)[:5])})"
@@ -415,7 +433,10 @@ async def _supervise(
             else:
                 out.line(note)
 
+        failed: list[str] = []  # what went wrong in a --once step: the exit code says so
+
         async def report(r: StepReport) -> None:
+            failed.extend(r.errors)
             for a in r.actions:
                 if say is not None:
                     say({"supervisor": sup.holder, "action": a})
@@ -436,9 +457,13 @@ async def _supervise(
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
         if say is not None:
-            say({"supervisor": sup.holder, "event": "stopped"})
+            say({"supervisor": sup.holder, "event": "stopped"} | ({"failed": len(failed)} if once else {}))
         else:
             out.line(f"supervisor {sup.holder}: stopped, leases released")
+        if once and failed:
+            # A one-shot run (cron, CI) must not read as success when its actions failed.
+            out.line(f"error: {len(failed)} action(s) of this step failed (see above)", style="red")
+            return EXIT_FAILED
         return EXIT_OK
 
 
@@ -749,6 +774,10 @@ async def _check(opts: Options, *, read_only: bool = False, refresh: bool = Fals
     cluster, cf = await opts.open(read_only=read_only, refresh=refresh)
     async with cluster:
         caps = await cluster.capabilities()
+        try:  # the store is opened lazily: read from it, so a store down or refusing us fails here
+            await cluster.store.list(states=[State.PENDING])
+        except DispatchError as exc:
+            raise type(exc)(f"the store {cf.store} cannot be read: {exc}") from None
         opts.out.capabilities(cf.adapter, cf.source, str(cf.store), caps)
     return EXIT_OK
 
@@ -798,6 +827,9 @@ def adapters_(opts: Options) -> None:
 
 
 cli.add_command(devcluster.command)
+from dispatch.cli.ui import command as ui_command  # noqa: E402 - it builds on common and execute above
+
+cli.add_command(ui_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -79,8 +79,11 @@ class OpaqueExtension(Extension):
     value: Any
 
     def __init__(self, name: str, value: Any) -> None:
+        # Checked here, not only when decoded: a value built in Python (a NaN, a tuple key) would
+        # otherwise be stored and then refused when the record is read back.
+        checked = check_plain(value, key_path("extensions", name))
         object.__setattr__(self, "name", name)
-        object.__setattr__(self, "value", frozen_json(value))
+        object.__setattr__(self, "value", frozen_json(checked))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"OpaqueExtension is immutable: cannot set {name!r}")

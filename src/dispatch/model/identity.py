@@ -27,6 +27,8 @@ ENV_PREFIX = "DISPATCH_"
 """Environment variables with this prefix are reserved to dispatch."""
 
 _JOB_ID = re.compile(r"[A-Za-z0-9._-]{1,253}\Z")
+# A job id is a command-line argument too (``dispatch cancel <id>``): one that starts with "-" reads as
+# an option there, so it could be submitted but never addressed again.
 
 
 def check_job_id(job_id: Any, path: str = "job_id") -> str:
@@ -35,6 +37,11 @@ def check_job_id(job_id: Any, path: str = "job_id") -> str:
     if not _JOB_ID.match(text):
         raise InvalidError(
             f"invalid job id {text[:60]!r}: use 1 to 253 characters from A-Z a-z 0-9 . _ -", path=path
+        )
+    if text.startswith("-"):
+        raise InvalidError(
+            f"invalid job id {text[:60]!r}: must not start with '-' (the CLI would read it as an option)",
+            path=path,
         )
     return text
 

@@ -41,6 +41,7 @@ class JobSpec(Model, frozen=True):
         for i, item in enumerate(command):
             if not isinstance(item, str):
                 raise InvalidError(f"expected a string, got {type(item).__name__}", path=f"command[{i}]")
+            _check_runnable(item, f"command[{i}]")
         force_setattr(self, "command", tuple(command))
         _check_count(self.nodes, "nodes")
         if self.procs_per_node is not None:
@@ -57,6 +58,7 @@ class JobSpec(Model, frozen=True):
                 raise InvalidError(f"names starting {ENV_PREFIX} are reserved to dispatch", path=where)
             if not isinstance(value, str):
                 raise InvalidError(f"expected a string, got {type(value).__name__}", path=where)
+            _check_runnable(value, where)
         force_setattr(self, "env", frozen_map(self.env))
         ext = self.extensions
         if not isinstance(ext, Extensions):
@@ -78,6 +80,22 @@ class JobSpec(Model, frozen=True):
         import json
 
         return json.dumps(self.to_json(), sort_keys=True)
+
+
+# No cluster can run these: NUL ends a C string (execve, environ), and a line break splits the line-based
+# forms that carry commands and environments to nodes (sbatch scripts, env files, `--export`).
+_UNRUNNABLE = re.compile(r"[\x00\n\r]")
+_UNRUNNABLE_NAMES = {"\x00": "NUL", "\n": "a newline", "\r": "a carriage return"}
+
+
+def _check_runnable(text: str, path: str) -> None:
+    found = _UNRUNNABLE.search(text)
+    if found:
+        raise InvalidError(
+            f"must not contain {_UNRUNNABLE_NAMES[found.group()]} (at character {found.start()}): "
+            "no cluster can pass it to a process; use a script file for multi-line commands",
+            path=path,
+        )
 
 
 def _check_count(value: Any, path: str) -> None:

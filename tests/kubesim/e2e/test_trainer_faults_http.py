@@ -3,15 +3,15 @@ its TrainJob is deleted in the foreground (the deletion never finishes), and an 
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
 
 from kubesim import Simulator
 from kubesim.resources import JOBSETS, PODS, TRAINJOBS
+
+from .conftest import call
 
 NS = "default"
 TRAINJOBS_PATH = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs"
@@ -21,24 +21,6 @@ TRAINJOBS_PATH = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs
 async def sim() -> AsyncIterator[Simulator]:
     async with Simulator(recreate_jobset_while_deleting=True) as s:
         yield s
-
-
-async def call(
-    sim: Simulator,
-    method: str,
-    path: str,
-    body: Any = None,
-    *,
-    ctype: str = "application/json",
-    **params: str,
-) -> tuple[int, Any]:
-    headers = {"Authorization": f"Bearer {sim.token('admin')}", "Content-Type": ctype}
-    data = None if body is None else json.dumps(body)
-    async with (
-        aiohttp.ClientSession() as session,
-        session.request(method, sim.url + path, data=data, headers=headers, params=params) as resp,
-    ):
-        return resp.status, await resp.json()
 
 
 def trainjob(name: str, nodes: int = 2) -> dict[str, Any]:
@@ -106,8 +88,11 @@ async def test_background_deletion_finishes_even_with_the_recreating_trainer(sim
     assert jobset_uid(sim, "bg") is None and sim.store.list(PODS, NS)[0] == []
 
 
-async def test_the_switch_is_off_by_default() -> None:
+async def test_the_switch_is_on_by_default_and_turns_off() -> None:
+    """On by default (Trainer v2.3.0, which dispatch's stop converges on); off, a foreground delete ends."""
     async with Simulator() as sim:
+        assert sim.recreate_jobset_while_deleting
+    async with Simulator(recreate_jobset_while_deleting=False) as sim:
         code, body = await call(sim, "POST", TRAINJOBS_PATH, trainjob("once"))
         assert code == 201, body
         await sim.settle()
