@@ -29,6 +29,7 @@ from dispatch.model import (
     Capabilities,
     Cause,
     Change,
+    Evidence,
     Handle,
     Identity,
     JobSpec,
@@ -48,6 +49,7 @@ from dispatch_kubeflow.incarnation import (
     Tail,
     attach_output,
     failed_node_pods,
+    remains,
     terminated_node,
     with_stuck_deletion,
 )
@@ -677,6 +679,17 @@ class Backend:
             events=self._events.get(name, ()),
         )
         outcome = classify(snapshot)
+        if outcome.state is State.CANCELLED and (parts.jobset is not None or parts.pods):
+            # Stopped by us, and its compute is not gone yet (the cache still holds its JobSet or pods): a
+            # record must not say cancelled while any of it runs.
+            left = remains(None, parts.jobset, parts.pods)
+            ev = Evidence(
+                kind="TrainJob",
+                name=name,
+                reason="Stopping",
+                message=f"deleted by dispatch (stop); its compute is not gone yet: {left.describe()}",
+            )
+            outcome = Outcome(State.RUNNING, Cause.NONE, (ev,))
         if parts.trainjob is None:  # gone: its tails and events are no evidence any more (bounded memory)
             self._tails.pop(name, None)
             self._tails_read.pop(name, None)
