@@ -30,6 +30,7 @@ from dispatch.model import (
     Capabilities,
     Cause,
     Change,
+    Evidence,
     Handle,
     Identity,
     JobSpec,
@@ -49,6 +50,7 @@ from dispatch_kubeflow.incarnation import (
     Tail,
     attach_output,
     failed_node_pods,
+    remains,
     terminated_node,
     with_stuck_deletion,
 )
@@ -693,6 +695,17 @@ class Backend:
             events=self._events.get(name, ()),
         )
         outcome = classify(snapshot)
+        if outcome.state is State.CANCELLED and (parts.jobset is not None or parts.pods):
+            # Stopped by us, and its compute is not gone yet (the cache still holds its JobSet or pods): a
+            # record must not say cancelled while any of it runs.
+            left = remains(None, parts.jobset, parts.pods)
+            ev = Evidence(
+                kind="TrainJob",
+                name=name,
+                reason="Stopping",
+                message=f"deleted by dispatch (stop); its compute is not gone yet: {left.describe()}",
+            )
+            outcome = Outcome(State.RUNNING, Cause.NONE, (ev,))
         if parts.trainjob is None:  # gone: its tails and events are no evidence any more (bounded memory)
             self._tails.pop(name, None)
             self._tails_read.pop(name, None)
@@ -837,7 +850,15 @@ class Backend:
         pods are there, and — for a failure nothing cached explains — the Events that outlive the pods."""
         if parts.trainjob is not None and failed_node_pods(parts.pods):
             await self._read_tails(name, parts.trainjob, parts.pods)
-        if parts.trainjob is not None and name not in self._events:
+        # Only once the pods are gone: while they are there they say more, and a failure read before its
+        # pods' last statuses arrive (another stream) must not cost a list of the namespace's Events.
+        if parts.trainjob is not None and not parts.pods and name not in self._events:
+            before = self.informer.last(name)
+            if before is not None and before.terminal and before.cause not in (Cause.NONE, Cause.UNKNOWN):
+                # This process read the failure's cause while the pods were there (and the host's record
+                # keeps it): the Events cannot add to it, and are not worth a list of the namespace's.
+                self._events[name] = []
+                return
             outcome = self._fold(name, parts)
             if (outcome.state, outcome.cause) == (State.FAILED, Cause.UNKNOWN):
                 self._events[name] = await events_of(self._client, self.settings.namespace, name)

@@ -174,6 +174,10 @@ class Informer:
             found = self._memo[key] = self.fold(key, self.view.parts(key))
         return found
 
+    def last(self, key: str) -> Outcome | None:
+        """The observation of ``key`` as last folded, before the event being applied (``None``: not yet)."""
+        return self._memo.get(key)
+
     def invalidate(self, key: str) -> None:
         """Fold ``key`` again on its next read (what the fold depends on besides the cache changed)."""
         self._memo.pop(key, None)
@@ -228,6 +232,12 @@ class Informer:
             while True:
                 event = await streams.queue.get()
                 affected = self._apply(event)
+                # The kinds arrive on separate streams: what the others already received (a pod's last
+                # status behind its TrainJob's Failed) is applied before anything is folded, so a reading
+                # never pairs a new TrainJob with pods older than what this process holds.
+                await asyncio.sleep(0)
+                while not streams.queue.empty():
+                    affected |= self._apply(streams.queue.get_nowait())
                 routed: dict[str | None, list[tuple[str, Outcome]]] = {}
                 for key in sorted(affected):
                     parts = self.view.parts(key)

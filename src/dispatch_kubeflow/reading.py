@@ -47,7 +47,9 @@ async def confirm_gone(client: KubeClient, namespace: str, name: str) -> dict[st
 async def events_of(client: KubeClient, namespace: str, name: str) -> list[dict[str, Any]]:
     """The Kubernetes Events about incarnation ``name``'s objects — its TrainJob, JobSet, Jobs and pods, all
     named after it — which the API server keeps about an hour, after the pods are gone (SPEC §7). One list
-    of the namespace's Events; none when they are not readable (the failure then stays unexplained)."""
+    of the namespace's Events (a field selector cannot select by name prefix, and the pods' names are not
+    known to a process that never saw them), read only for a failure whose pods are gone and that nothing
+    else explains; none when they are not readable (the failure then stays unexplained)."""
     try:
         events = await client.list(EVENTS.path(namespace), what=f'list the Events of TrainJob "{name}"')
     except DispatchError as exc:

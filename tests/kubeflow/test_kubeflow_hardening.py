@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from kubeflow_fixtures import STOCK, config, ident, install, kubeconfig, spec
+from kubeflow_fixtures import STOCK, caught_up, config, ident, install, kubeconfig, spec
 
 from dispatch import Cause, InvalidError, State, UnsupportedError
 from dispatch_kubeflow import Backend, parse_settings
@@ -104,6 +104,7 @@ async def test_the_largest_int64_quantity_is_accepted_by_the_server(kc: str, sim
         handle = await b.start(await b.prepare(spec(), ident("int64-quantity")))
         await sim.settle()
         # Accepted by the server; no node has that many widgets, so the pod waits for capacity.
+        await caught_up(b, sim)
         obs = await b.observe(handle)
         assert (obs.state, obs.cause) == (State.QUEUED, Cause.NO_CAPACITY)
         assert "example.com/widgets" in obs.outcome.evidence[0].message

@@ -320,6 +320,17 @@ async def test_a_clusterqueue_the_credentials_may_not_read_turns_holds_off_with_
                 await b.close()
 
 
+def _without_store_label(obj: Any) -> int:
+    """Remove every ``dispatch.io/store`` label from ``obj``; how many there were."""
+    n = 0
+    if isinstance(obj, dict):
+        n += obj.pop("dispatch.io/store", None) is not None
+        n += sum(_without_store_label(v) for v in obj.values())
+    elif isinstance(obj, list):
+        n += sum(_without_store_label(v) for v in obj)
+    return n
+
+
 async def test_cli_submit_held_dry_run_shows_what_submit_held_creates(world: World, tmp_path: Path) -> None:
     cluster_file = tmp_path / "cluster.yaml"
     settings = {"kubeconfig": world.kc, "queue": "user-queue", "admissionCheck": CHECK}
@@ -357,6 +368,9 @@ async def test_cli_submit_held_dry_run_shows_what_submit_held_creates(world: Wor
     rec = await Cluster(world.backend, MemoryStore()).submit(_spec(), job_id="kq-cli", held=True)
     assert rec.handle is not None and len(world.sim.requests.writes()) > writes
     stored = world.trainjob(rec.handle)
+    # The CLI's store marks what it creates (dispatch.io/store: the TrainJob and, through the runtime
+    # patch, its JobSet, Jobs and pods); this test's backend was opened without a store.
+    assert _without_store_label(shown) == 4
     for part in ("labels", "annotations", "name", "namespace"):
         assert stored["metadata"][part] == shown["metadata"][part], part
     # What the server added: Trainer's managedBy default, Kueue's suspend and its own runtime patch
