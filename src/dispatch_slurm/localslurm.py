@@ -1,0 +1,371 @@
+"""A real Slurm on this host, for the tests, the benchmark and the tutorial.
+
+Writes a ``slurm.conf`` into a directory, starts a private munge, ``slurmctld`` and several ``slurmd``
+(Debian builds Slurm with multiple-slurmd support: each node is ``slurmd -N nK``) on 127.0.0.1, each
+with a pid file, and stops them by those pids. Nothing of the host's own Slurm or munge is used.
+
+The settings are the ones ``docs/slurm-configuration.md`` explains (measured on Slurm 22.05): two
+partitions of different ``PriorityTier`` over the same nodes with ``PreemptMode=REQUEUE`` (so preemption
+can be caused), memory limits enforced without cgroups (``OverMemoryKill``), a lost node noticed in
+about 20 s, a completion log instead of a database.
+
+Command line (the tutorial's)::
+
+    python -m dispatch_slurm.localslurm start DIR [--nodes 3]   # prints: export SLURM_CONF=DIR/slurm.conf
+    python -m dispatch_slurm.localslurm status DIR
+    python -m dispatch_slurm.localslurm stop DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["CLUSTER_NAME", "DAEMONS", "LocalSlurm", "SlurmMissingError", "main", "missing_binaries"]
+
+CLUSTER_NAME = "dispatch-local"
+PARTITION_LOW = "batch"
+PARTITION_HIGH = "urgent"
+NODE_CPUS = 4
+NODE_MEMORY_MB = 2000
+
+DAEMONS = ("munged", "slurmctld", "slurmd")
+CLIENTS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "sacct")
+_SBIN = (Path("/usr/sbin"), Path("/usr/bin"), Path("/sbin"))
+
+
+class SlurmMissingError(RuntimeError):
+    """A binary the local Slurm needs is not installed."""
+
+
+def _which(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    for d in _SBIN:
+        if (d / name).exists():
+            return str(d / name)
+    return None
+
+
+def missing_binaries() -> list[str]:
+    """The binaries a local Slurm needs that are not installed (Debian: slurmctld slurmd slurm-client
+    munge)."""
+    return [name for name in (*DAEMONS, *CLIENTS) if _which(name) is None]
+
+
+def _free_ports(count: int) -> list[int]:
+    # Bound together so the kernel gives distinct ports; released just before the daemons bind them.
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours counts as gone.
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+@dataclass(frozen=True)
+class LocalSlurm:
+    """One local Slurm cluster living in ``root`` (its config, state, logs, pid files and job files)."""
+
+    root: Path
+    nodes: int = 3
+
+    @property
+    def conf(self) -> Path:
+        return self.root / "slurm.conf"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.root / "munge" / "munge.sock"
+
+    @property
+    def workdir(self) -> Path:
+        """A directory shared by the "login node" and every compute node (the same host)."""
+        return self.root / "work"
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"n{i}" for i in range(1, self.nodes + 1)]
+
+    def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment under which Slurm's commands talk to this cluster."""
+        env = dict(os.environ if base is None else base)
+        env["SLURM_CONF"] = str(self.conf)
+        return env
+
+    # --- configuration -------------------------------------------------------------------------
+
+    def write_config(self) -> None:
+        """Write munge's key and slurm.conf (fresh ports each time)."""
+        for sub in ("munge", "state", "spool", "log", "run", "work"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        (self.root / "munge").chmod(0o700)
+        key = self.root / "munge" / "munge.key"
+        if not key.exists():
+            key.write_bytes(secrets.token_bytes(1024))
+            key.chmod(0o400)
+        ctld_port, *node_ports = _free_ports(1 + self.nodes)
+        host = socket.gethostname().split(".")[0]
+        r = self.root
+        lines = [
+            f"ClusterName={CLUSTER_NAME}",
+            f"SlurmctldHost={host}(127.0.0.1)",
+            f"SlurmctldPort={ctld_port}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            f"AuthInfo=socket={self.munge_socket},cred_expire=10",
+            "CommunicationParameters=NoInAddrAny",
+            f"StateSaveLocation={r}/state",
+            f"SlurmdSpoolDir={r}/spool/%n",
+            f"SlurmctldPidFile={r}/run/slurmctld.pid",
+            f"SlurmdPidFile={r}/run/slurmd-%n.pid",
+            f"SlurmctldLogFile={r}/log/slurmctld.log",
+            f"SlurmdLogFile={r}/log/slurmd-%n.log",
+            "SlurmdParameters=config_overrides",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "MpiDefault=none",
+            "JobAcctGatherType=jobacct_gather/linux",
+            "JobAcctGatherParams=OverMemoryKill",
+            "JobAcctGatherFrequency=task=1",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core_Memory",
+            "DefMemPerCPU=100",
+            "SchedulerType=sched/backfill",
+            "SlurmdTimeout=10",
+            "SlurmctldTimeout=30",
+            "ReturnToService=2",
+            "KillWait=5",
+            "MinJobAge=600",
+            "InactiveLimit=0",
+            "PreemptType=preempt/partition_prio",
+            "PreemptMode=REQUEUE",
+            "AccountingStorageType=accounting_storage/none",
+            "JobCompType=jobcomp/filetxt",
+            f"JobCompLoc={r}/log/jobcomp.txt",
+            f"NodeName=n[1-{self.nodes}] NodeHostname={host} NodeAddr=127.0.0.1 "
+            f"Port=[{node_ports[0]}-{node_ports[0] + self.nodes - 1}] "
+            f"CPUs={NODE_CPUS} RealMemory={NODE_MEMORY_MB} State=UNKNOWN",
+            f"PartitionName={PARTITION_LOW} Nodes=n[1-{self.nodes}] Default=YES PriorityTier=1 "
+            "MaxTime=INFINITE State=UP",
+            f"PartitionName={PARTITION_HIGH} Nodes=n[1-{self.nodes}] PriorityTier=2 MaxTime=INFINITE State=UP",
+        ]
+        # Node ports must be consecutive for the Port=[a-b] range: take them from the first free one.
+        if any(_port_busy(node_ports[0] + i) for i in range(self.nodes)):
+            return self.write_config()
+        self.conf.write_text("\n".join(lines) + "\n")
+
+    # --- daemons -------------------------------------------------------------------------------
+
+    def _pidfiles(self) -> dict[str, Path]:
+        run = self.root / "run"
+        files = {"munged": run / "munged.pid", "slurmctld": run / "slurmctld.pid"}
+        for n in self.node_names:
+            files[f"slurmd-{n}"] = run / f"slurmd-{n}.pid"
+        return files
+
+    def pids(self) -> dict[str, int | None]:
+        """Each daemon's pid when it runs, else ``None``."""
+        out: dict[str, int | None] = {}
+        for name, path in self._pidfiles().items():
+            pid = _read_pid(path)
+            out[name] = pid if pid is not None and _alive(pid) else None
+        return out
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start munge, slurmctld and every slurmd; return once every node is idle."""
+        missing = missing_binaries()
+        if missing:
+            raise SlurmMissingError(
+                f"not installed: {', '.join(missing)} (Debian: apt-get install slurmctld slurmd slurm-client munge)"
+            )
+        self.write_config()
+        munged = _which("munged")
+        assert munged is not None
+        self._run(
+            [
+                munged,
+                f"--socket={self.munge_socket}",
+                f"--key-file={self.root / 'munge' / 'munge.key'}",
+                f"--pid-file={self.root / 'run' / 'munged.pid'}",
+                f"--log-file={self.root / 'log' / 'munged.log'}",
+                f"--seed-file={self.root / 'munge' / 'munged.seed'}",
+                "--force",
+            ]
+        )
+        self._wait(lambda: self.munge_socket.exists(), timeout, "munged to open its socket")
+        self._run([self._bin("slurmctld"), "-f", str(self.conf)])
+        for n in self.node_names:
+            self.start_node(n)
+        self._wait(self._all_idle, timeout, "every node to be idle")
+
+    def start_node(self, node: str) -> None:
+        """Start the slurmd of ``node`` (again)."""
+        self._run([self._bin("slurmd"), "-f", str(self.conf), "-N", node])
+
+    def kill_node(self, node: str) -> int:
+        """Kill the slurmd of ``node`` by its pid (SIGKILL, as a crashed host); its pid."""
+        pid = _read_pid(self._pidfiles()[f"slurmd-{node}"])
+        if pid is None:
+            raise RuntimeError(f"the slurmd of {node} has no pid file")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop every daemon by its pid (slurmds, slurmctld, munged): TERM, then KILL."""
+        order = [k for k in self._pidfiles() if k.startswith("slurmd-")] + ["slurmctld", "munged"]
+        files = self._pidfiles()
+        for name in order:
+            pid = _read_pid(files[name])
+            if pid is None or not _alive(pid):
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        self._reap_job_processes()
+
+    def _reap_job_processes(self) -> None:
+        # A killed slurmd leaves its slurmstepd (and job) behind; end those that belong to this cluster.
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if b"slurmstepd" in cmdline and str(self.root).encode() in self._environ(proc):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(proc.name), signal.SIGKILL)
+
+    @staticmethod
+    def _environ(proc: Path) -> bytes:
+        try:
+            return (proc / "environ").read_bytes()
+        except OSError:
+            return b""
+
+    def status(self) -> dict[str, int | None]:
+        return self.pids()
+
+    def _bin(self, name: str) -> str:
+        found = _which(name)
+        if found is None:
+            raise SlurmMissingError(f"{name} is not installed")
+        return found
+
+    def _run(self, argv: Sequence[str]) -> None:
+        # The daemons fork into the background and write their pid files; their own output goes to logs.
+        proc = subprocess.run(
+            list(argv), env=self.env(), capture_output=True, text=True, timeout=60, check=False
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"{Path(argv[0]).name} failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}"
+                f" (logs in {self.root / 'log'})"
+            )
+
+    def _all_idle(self) -> bool:
+        proc = subprocess.run(
+            [self._bin("sinfo"), "-h", "-N", "-o", "%N %t"],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if proc.returncode != 0:
+            return False
+        states = {}
+        for line in proc.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                states[parts[0]] = parts[1]
+        return set(states) == set(self.node_names) and all(s == "idle" for s in states.values())
+
+    def _wait(self, ready: object, timeout: float, what: str) -> None:
+        assert callable(ready)
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out waiting for {what} (logs in {self.root / 'log'})")
+            time.sleep(0.1)
+
+
+def _port_busy(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dispatch_slurm.localslurm", description=__doc__)
+    parser.add_argument("action", choices=("start", "stop", "status"))
+    parser.add_argument("dir", type=Path, help="the directory the cluster lives in")
+    parser.add_argument("--nodes", type=int, default=3)
+    args = parser.parse_args(argv)
+    cluster = LocalSlurm(args.dir.resolve(), nodes=args.nodes)
+    try:
+        if args.action == "start":
+            cluster.start()
+            print(f"export SLURM_CONF={cluster.conf}")
+        elif args.action == "stop":
+            cluster.stop()
+        else:
+            for name, pid in cluster.status().items():
+                print(f"{name}: {'running, pid ' + str(pid) if pid else 'stopped'}")
+    except (SlurmMissingError, RuntimeError) as exc:
+        print(f"localslurm: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
