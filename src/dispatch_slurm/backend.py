@@ -390,13 +390,21 @@ class SlurmBackend:
         if job.state != "PENDING":
             # Slurm cannot hold a running job in place: it is requeued (stopped), then held by start time.
             await self._requeue(job)
-        updated = await self._update(job.job_id, f"StartTime=now+{HOLD_BASE}")
-        if not updated.ok:
-            raise ConflictError(f"Slurm refused to hold job {job.job_id}: {updated.error()}")
-        again = await self._find(handle)
-        if again is None:
-            raise ConflictError(f"incarnation {handle.identity} vanished while being held")
-        return HoldToken(f"{job.job_id}@{again.eligible_time}")
+        before = job.eligible_time if job.state == "PENDING" else None
+        # Each hold writes a start time the job did not show before, so an older token goes stale even
+        # when two holds fall in the same second.
+        token = ""
+        for extra in range(5):
+            updated = await self._update(job.job_id, f"StartTime=now+{HOLD_BASE + extra}")
+            if not updated.ok:
+                raise ConflictError(f"Slurm refused to hold job {job.job_id}: {updated.error()}")
+            again = await self._find(handle)
+            if again is None:
+                raise ConflictError(f"incarnation {handle.identity} vanished while being held")
+            token = f"{job.job_id}@{again.eligible_time}"
+            if again.eligible_time != before:
+                break
+        return HoldToken(token)
 
     async def _requeue(self, job: SlurmJob) -> None:
         # Two steps (a job submitted --no-requeue must be made requeueable first); a crash between them
