@@ -15,11 +15,12 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 RULES = {
-    "dispatch": {"dispatch_kubeflow", "kubesim"},
-    "kubesim": {"dispatch", "dispatch_kubeflow"},
-    "dispatch_kubeflow": {"kubesim"},
+    "dispatch": {"dispatch_kubeflow", "dispatch_slurm", "kubesim"},
+    "kubesim": {"dispatch", "dispatch_kubeflow", "dispatch_slurm"},
+    "dispatch_kubeflow": {"dispatch_slurm", "kubesim"},
+    "dispatch_slurm": {"dispatch_kubeflow", "kubesim"},
     # The behaviour-script grammar both dispatch (memory adapter) and kubesim read: a leaf.
-    "kubescript": {"dispatch", "dispatch_kubeflow", "kubesim"},
+    "kubescript": {"dispatch", "dispatch_kubeflow", "dispatch_slurm", "kubesim"},
 }
 
 
@@ -149,6 +150,12 @@ PURE = (
     "dispatch_kubeflow/settings.py",
     "dispatch_kubeflow/trainer_schema.py",
     "dispatch_kubeflow/trainjob.py",
+    "dispatch_slurm/behaviour.py",
+    "dispatch_slurm/causes.py",
+    "dispatch_slurm/jobs.py",
+    "dispatch_slurm/naming.py",
+    "dispatch_slurm/script.py",
+    "dispatch_slurm/settings.py",
     "kubesim/controllers/trainjob_build.py",
     "kubesim/patch.py",
     "kubesim/selectors.py",
@@ -185,6 +192,9 @@ IO_MODULES = frozenset(
         "dispatch.cluster",
         "dispatch_kubeflow.kube",
         "dispatch_kubeflow.backend",
+        "dispatch_slurm.transport",
+        "dispatch_slurm.backend",
+        "dispatch_slurm.localslurm",
         "kubesim.store",
         "kubesim.server",
     }

@@ -39,7 +39,15 @@ from dispatch_slurm.causes import Facts, classify, is_final
 from dispatch_slurm.errors import StaleHoldError
 from dispatch_slurm.jobs import SACCT_FIELDS, SlurmJob, parse_sacct, parse_squeue
 from dispatch_slurm.preflight import ClusterInfo, read_cluster
-from dispatch_slurm.script import ACCEPTED_EXTENSIONS, build_request, node_output, refusals, request_of
+from dispatch_slurm.script import (
+    ACCEPTED_EXTENSIONS,
+    CANCEL_FILE,
+    build_request,
+    job_dir,
+    node_output,
+    refusals,
+    request_of,
+)
 from dispatch_slurm.settings import HOLD_BASE, Settings, parse_settings
 from dispatch_slurm.transport import LocalTransport, Result, SshTransport, open_transport
 
@@ -197,7 +205,13 @@ class SlurmBackend:
             raise InvalidError(f"expected an Identity, got {type(identity).__name__}", path="identity")
         await self.capabilities(spec)
         request = build_request(
-            spec, identity, self.settings, workdir=self.info.workdir, store_id=self.store_id, held=held
+            spec,
+            identity,
+            self.settings,
+            workdir=self.info.workdir,
+            store_id=self.store_id,
+            held=held,
+            preempt_partition=self.info.preemptor(self.settings.partition),
         )
         return Prepared(NAME, spec, identity, held, request)
 
@@ -251,10 +265,13 @@ class SlurmBackend:
         output: tuple[str, ...] = ()
         if job is not None and job.state in ("FAILED", "OUT_OF_MEMORY"):
             output = await self._failure_output(identity, job)
+        cancelled_by_us = marks is not None and marks.cancelled
+        if job is not None and job.source == "sacct" and job.state == "CANCELLED":
+            cancelled_by_us = (await self._run(["test", "-e", self._cancel_marker(identity)])).ok
         return Facts(
             job=job,
             job_ref=ref,
-            cancelled_by_us=marks is not None and marks.cancelled,
+            cancelled_by_us=cancelled_by_us,
             held_by_us=job is not None and job.state == "PENDING" and job.eligible_time - now > HOLD_BASE / 2,
             requeue_by_slurm=self.settings.requeue == "slurm",
             output=output,
@@ -369,12 +386,18 @@ class SlurmBackend:
         job = await self._find(handle)
         if job is None or is_final(job.state):
             return
+        # Marked twice: in the comment (what squeue shows) and by a file in the job's directory (what
+        # outlives squeue: the completion log keeps no comment).
+        await self._run(["touch", self._cancel_marker(handle.identity)])
         if naming.CANCEL_MARK not in job.comment.split():
             # Marked first, so whoever observes the end reads "cancelled by dispatch", not by someone else.
             await self._run(
                 ["scontrol", "update", f"jobid={job.job_id}", f"Comment={job.comment} {naming.CANCEL_MARK}"]
             )
         await self._run(["scancel", job.job_id])
+
+    def _cancel_marker(self, identity: Identity) -> str:
+        return f"{job_dir(self.info.workdir, identity)}/{CANCEL_FILE}"
 
     # --- holds ----------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ class Partition:
     nodes: int
     default: bool
     max_nodes: int | None
+    priority_tier: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,13 @@ class ClusterInfo:
     @property
     def cluster_id(self) -> str:
         return f"slurm:{self.cluster_name}@{self.controller}"
+
+    def preemptor(self, name: str | None) -> str | None:
+        """The partition of the highest PriorityTier above partition ``name``'s, if any (a job there
+        preempts one in ``name`` under preempt/partition_prio)."""
+        mine = self.partition(name)
+        above = [p for p in self.partitions if mine is not None and p.priority_tier > mine.priority_tier]
+        return max(above, key=lambda p: p.priority_tier).name if above and self.preemption else None
 
     def partition(self, name: str | None) -> Partition | None:
         for p in self.partitions:
@@ -77,6 +85,7 @@ def parse_partitions(text: str) -> tuple[Partition, ...]:
                 nodes=int(fields.get("TotalNodes", "0") or 0),
                 default=fields.get("Default") == "YES",
                 max_nodes=int(max_nodes) if max_nodes.isdigit() else None,
+                priority_tier=int(fields.get("PriorityTier", "1") or 1),
             )
         )
     return tuple(parts)

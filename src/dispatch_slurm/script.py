@@ -14,13 +14,24 @@ from typing import Any
 
 from dispatch.errors import InvalidError
 from dispatch.model import Identity, Image, JobSpec, SharedCheckpoint
+from dispatch_slurm.behaviour import SCRIPT_ENV, to_shell
 from dispatch_slurm.naming import comment_for, native_name
 from dispatch_slurm.settings import HOLD_BASE, Settings
 
-__all__ = ["ACCEPTED_EXTENSIONS", "Request", "build_request", "job_dir", "node_output", "refusals"]
+__all__ = [
+    "ACCEPTED_EXTENSIONS",
+    "CANCEL_FILE",
+    "Request",
+    "build_request",
+    "job_dir",
+    "node_output",
+    "refusals",
+]
 
 ACCEPTED_EXTENSIONS = frozenset({Image.NAME, SharedCheckpoint.NAME})
 MASTER_PORT_BASE = 29500
+CANCEL_FILE = "cancelled-by-dispatch"
+"""Written into the incarnation's directory when dispatch cancels it (the completion log has no comment)."""
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 Request = dict[str, Any]
@@ -36,10 +47,20 @@ def node_output(workdir: str, identity: Identity, node: int) -> str:
     return f"{job_dir(workdir, identity)}/node-{node}.out"
 
 
+STAND_IN_NAMESPACE = "kubeflow/"
+
+
+def scripted(spec: JobSpec, settings: Settings) -> bool:
+    """Whether ``spec`` runs its behaviour script instead of its command (``behaviourScripts``)."""
+    return settings.behaviour_scripts and SCRIPT_ENV in spec.env
+
+
 def refusals(spec: JobSpec, settings: Settings, *, container_plugin: bool, shared_workdir: bool) -> list[str]:
     """Every reason this cluster cannot run ``spec`` (empty: it can)."""
     reasons = []
     for name in spec.extensions:
+        if scripted(spec, settings) and (name == Image.NAME or name.startswith(STAND_IN_NAMESPACE)):
+            continue  # a stand-in of a scripted job (behaviourScripts): not used
         if name == Image.NAME:
             if settings.container == "none":
                 reasons.append(
@@ -62,7 +83,14 @@ def _time(seconds: int) -> str:
 
 
 def build_request(
-    spec: JobSpec, identity: Identity, settings: Settings, *, workdir: str, store_id: str, held: bool
+    spec: JobSpec,
+    identity: Identity,
+    settings: Settings,
+    *,
+    workdir: str,
+    store_id: str,
+    held: bool,
+    preempt_partition: str | None = None,
 ) -> Request:
     """The native request of one incarnation: its name and comment (``metadata``), where it lives, and
     the script ``sbatch`` reads on stdin."""
@@ -99,9 +127,12 @@ def build_request(
         lines.append(f"#SBATCH --gpus-per-node={res.gpus}")
     if held:
         lines.append(f"#SBATCH --begin=now+{HOLD_BASE}")
+    command = list(spec.command)
+    if scripted(spec, settings):
+        command = ["bash", "-c", to_shell(spec.env[SCRIPT_ENV], preempt_partition=preempt_partition)]
     image = spec.extensions.get(Image.NAME)
     srun_extra = ""
-    if isinstance(image, Image):
+    if isinstance(image, Image) and not scripted(spec, settings):
         srun_extra = f" --container-image={shlex.quote(image.ref)}"
     env: dict[str, str] = {**spec.env, **identity.env()}
     checkpoint = spec.extensions.get(SharedCheckpoint.NAME)
@@ -118,7 +149,7 @@ def build_request(
         "export MASTER_ADDR MASTER_PORT WORLD_SIZE",
         f"exec srun --export=ALL --kill-on-bad-exit=1 --output={directory}/node-%n.out{srun_extra} \\",
         "  bash -c 'export NODE_RANK=$SLURM_NODEID RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID; exec \"$@\"' "
-        f"dispatch-task {shlex.join(spec.command)}",
+        f"dispatch-task {shlex.join(command)}",
     ]
     return {
         "metadata": {"name": name, "comment": comment},

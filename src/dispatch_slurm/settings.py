@@ -128,6 +128,13 @@ class Settings(Model, frozen=True):
         Literal["none", "pyxis"],
         Meta(description="none: dispatch/Image is refused; pyxis: it becomes --container-image."),
     ] = "none"
+    behaviour_scripts: Annotated[
+        bool,
+        Meta(
+            description="For tutorials and tests: a job whose env carries KUBESIM_SCRIPT runs that script for "
+            "real instead of its command (its dispatch/Image and kubeflow/RuntimeRef are stand-ins, not used)."
+        ),
+    ] = False
     output_tail_lines: Annotated[
         int,
         Meta(ge=0, le=MAX_OUTPUT_TAIL_LINES, description="Output lines of a failed node kept as evidence."),
