@@ -62,7 +62,6 @@ async def main() -> None:
             await _until_state(backend, slurm, await submit("completed", "echo hello", nodes=2), final)
             await _until_state(backend, slurm, await submit("exit3_two_nodes", "exit 3", nodes=2), final)
             await _until_state(backend, slurm, await submit("over_memory", OOM), final)
-            await submit("timeout", "sleep 600", time_limit=5)
             await submit("held_by_dispatch", "sleep 600", held=True)
             preempted = await submit("preempted", "sleep 600")
             ours = await submit("cancelled_by_dispatch", "sleep 600")
@@ -101,7 +100,11 @@ async def main() -> None:
             slurm.kill_node(lost_node)
             await _until_state(backend, slurm, lost, {"NODE_FAIL"})
             slurm.start_node(lost_node)
-            await _until_state(backend, slurm, jobs["timeout"][1], {"TIMEOUT"})
+            await _until_state(backend, slurm, preempted, {"PREEMPTED"})
+            # After the preemption (whose job takes its whole node), so nothing preempts this one.
+            await _until_state(
+                backend, slurm, await submit("timeout", "sleep 600", time_limit=5), {"TIMEOUT"}
+            )
             await asyncio.sleep(2)
             queue = {str(j["job_id"]): j for j in json.loads(_cmd(slurm, "squeue", "--json"))["jobs"]}
             sacct_argv = ["sacct", "-c", "-X", "-P", "-n", "--duplicates", "-o", SACCT_FIELDS]
