@@ -19,7 +19,7 @@ from typing import Any
 
 from dispatch import JobSpec
 from dispatch.backend import place
-from dispatch.model import Identity
+from dispatch.model import Handle, Identity
 from dispatch_slurm import SlurmBackend, open_backend, parse_settings
 from dispatch_slurm.jobs import SACCT_FIELDS
 from dispatch_slurm.localslurm import PARTITION_HIGH, LocalSlurm
@@ -63,45 +63,42 @@ async def main() -> None:
             await _until_state(backend, slurm, await submit("exit3_two_nodes", "exit 3", nodes=2), final)
             await _until_state(backend, slurm, await submit("over_memory", OOM), final)
             await submit("held_by_dispatch", "sleep 600", held=True)
+
+            def node_of(ref: str) -> str:
+                queue = json.loads(_cmd(slurm, "squeue", "--json"))["jobs"]
+                return str(next(j["nodes"] for j in queue if str(j["job_id"]) == ref))
+
+            # One scenario at a time: a preemptor takes its whole node, a lost node takes every job on it.
             preempted = await submit("preempted", "sleep 600")
-            ours = await submit("cancelled_by_dispatch", "sleep 600")
-            theirs = await submit("cancelled_by_someone", "sleep 600")
-            lost = await submit("node_fail", "sleep 600")
-            for ref in (preempted, ours, theirs, lost):
-                await _until_state(backend, slurm, ref, {"RUNNING"})
-            await submit("running", "sleep 600")
-            node = next(
-                j["nodes"]
-                for j in json.loads(_cmd(slurm, "squeue", "--json"))["jobs"]
-                if str(j["job_id"]) == preempted
-            )
+            await _until_state(backend, slurm, preempted, {"RUNNING"})
+            high = [PARTITION_HIGH]
             _cmd(
                 slurm,
                 "sbatch",
                 "-p",
-                PARTITION_HIGH,
+                *high,
                 "-w",
-                node,
+                node_of(preempted),
                 "--exclusive",
                 "-o",
                 "/dev/null",
                 "--wrap",
                 "sleep 2",
             )
-            from dispatch.model import Handle
-
+            await _until_state(backend, slurm, preempted, {"PREEMPTED"})
+            ours = await submit("cancelled_by_dispatch", "sleep 600")
+            theirs = await submit("cancelled_by_someone", "sleep 600")
+            for ref in (ours, theirs):
+                await _until_state(backend, slurm, ref, {"RUNNING"})
             await backend.stop(Handle("slurm", jobs["cancelled_by_dispatch"][0], ours))
             _cmd(slurm, "scancel", theirs)
-            lost_node = next(
-                j["nodes"]
-                for j in json.loads(_cmd(slurm, "squeue", "--json"))["jobs"]
-                if str(j["job_id"]) == lost
-            )
+            lost = await submit("node_fail", "sleep 600")
+            await _until_state(backend, slurm, lost, {"RUNNING"})
+            lost_node = node_of(lost)
             slurm.kill_node(lost_node)
             await _until_state(backend, slurm, lost, {"NODE_FAIL"})
             slurm.start_node(lost_node)
-            await _until_state(backend, slurm, preempted, {"PREEMPTED"})
-            # After the preemption (whose job takes its whole node), so nothing preempts this one.
+            await _until_state(backend, slurm, await submit("running", "sleep 600"), {"RUNNING"})
             await _until_state(
                 backend, slurm, await submit("timeout", "sleep 600", time_limit=5), {"TIMEOUT"}
             )

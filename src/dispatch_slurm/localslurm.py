@@ -41,6 +41,7 @@ NODE_CPUS = 4
 NODE_MEMORY_MB = 2000
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
+ACCOUNTING = ("mariadbd", "mariadb-install-db", "slurmdbd", "sacctmgr")
 CLIENTS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "sacct")
 _SBIN = (Path("/usr/sbin"), Path("/usr/bin"), Path("/sbin"))
 
@@ -59,10 +60,11 @@ def _which(name: str) -> str | None:
     return None
 
 
-def missing_binaries() -> list[str]:
+def missing_binaries(*, accounting: bool = False) -> list[str]:
     """The binaries a local Slurm needs that are not installed (Debian: slurmctld slurmd slurm-client
-    munge)."""
-    return [name for name in (*DAEMONS, *CLIENTS) if _which(name) is None]
+    munge; with accounting also slurmdbd mariadb-server)."""
+    names = (*DAEMONS, *CLIENTS, *(ACCOUNTING if accounting else ()))
+    return [name for name in names if _which(name) is None]
 
 
 def _free_ports(count: int) -> list[int]:
@@ -108,6 +110,8 @@ class LocalSlurm:
 
     root: Path
     nodes: int = 3
+    accounting: bool = False
+    """With MariaDB and slurmdbd, so that ``sacct`` (and ``sacct --json``) read a real database."""
 
     @property
     def conf(self) -> Path:
@@ -143,7 +147,7 @@ class LocalSlurm:
         if not key.exists():
             key.write_bytes(secrets.token_bytes(1024))
             key.chmod(0o400)
-        ctld_port, *node_ports = _free_ports(1 + self.nodes)
+        ctld_port, dbd_port, db_port, *node_ports = _free_ports(3 + self.nodes)
         host = socket.gethostname().split(".")[0]
         r = self.root
         lines = [
@@ -179,7 +183,17 @@ class LocalSlurm:
             "InactiveLimit=0",
             "PreemptType=preempt/partition_prio",
             "PreemptMode=REQUEUE",
-            "AccountingStorageType=accounting_storage/none",
+            *(
+                [
+                    "AccountingStorageType=accounting_storage/slurmdbd",
+                    "AccountingStorageHost=127.0.0.1",
+                    f"AccountingStoragePort={dbd_port}",
+                    # Else the slurmctld→slurmdbd link uses munge's default socket.
+                    f"AccountingStoragePass={self.munge_socket}",
+                ]
+                if self.accounting
+                else ["AccountingStorageType=accounting_storage/none"]
+            ),
             "JobCompType=jobcomp/filetxt",
             f"JobCompLoc={r}/log/jobcomp.txt",
             f"NodeName=n[1-{self.nodes}] NodeHostname={host} NodeAddr=127.0.0.1 "
@@ -193,12 +207,44 @@ class LocalSlurm:
         if any(_port_busy(node_ports[0] + i) for i in range(self.nodes)):
             return self.write_config()
         self.conf.write_text("\n".join(lines) + "\n")
+        if self.accounting:
+            self._write_dbd_config(dbd_port, db_port)
+
+    def _write_dbd_config(self, dbd_port: int, db_port: int) -> None:
+        # slurmdbd has no -f: it reads slurmdbd.conf (mode 600) beside $SLURM_CONF.
+        r = self.root
+        dbd = r / "slurmdbd.conf"
+        dbd.write_text(
+            "\n".join(
+                [
+                    "AuthType=auth/munge",
+                    f"AuthInfo=socket={self.munge_socket}",
+                    "DbdHost=localhost",
+                    "DbdAddr=127.0.0.1",
+                    f"DbdPort={dbd_port}",
+                    "SlurmUser=root",
+                    f"PidFile={r}/run/slurmdbd.pid",
+                    f"LogFile={r}/log/slurmdbd.log",
+                    "StorageType=accounting_storage/mysql",
+                    "StorageHost=127.0.0.1",
+                    f"StoragePort={db_port}",
+                    "StorageUser=root",
+                    "StorageLoc=slurm_acct_db",
+                    "",
+                ]
+            )
+        )
+        dbd.chmod(0o600)
+        (r / "db-port").write_text(str(db_port))
 
     # --- daemons -------------------------------------------------------------------------------
 
     def _pidfiles(self) -> dict[str, Path]:
         run = self.root / "run"
         files = {"munged": run / "munged.pid", "slurmctld": run / "slurmctld.pid"}
+        if self.accounting:
+            files["slurmdbd"] = run / "slurmdbd.pid"
+            files["mariadbd"] = run / "mariadbd.pid"
         for n in self.node_names:
             files[f"slurmd-{n}"] = run / f"slurmd-{n}.pid"
         return files
@@ -213,7 +259,7 @@ class LocalSlurm:
 
     def start(self, timeout: float = 60.0) -> None:
         """Start munge, slurmctld and every slurmd; return once every node is idle."""
-        missing = missing_binaries()
+        missing = missing_binaries(accounting=self.accounting)
         if missing:
             raise SlurmMissingError(
                 f"not installed: {', '.join(missing)} (Debian: apt-get install slurmctld slurmd slurm-client munge)"
@@ -233,10 +279,62 @@ class LocalSlurm:
             ]
         )
         self._wait(lambda: self.munge_socket.exists(), timeout, "munged to open its socket")
+        if self.accounting:
+            self._start_accounting(timeout)
         self._run([self._bin("slurmctld"), "-f", str(self.conf)])
         for n in self.node_names:
             self.start_node(n)
         self._wait(self._all_idle, timeout, "every node to be idle")
+
+    def _start_accounting(self, timeout: float) -> None:
+        r = self.root
+        data = r / "db"
+        if not (data / "mysql").exists():
+            self._run(
+                [
+                    self._bin("mariadb-install-db"),
+                    f"--datadir={data}",
+                    "--user=root",
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                ]
+            )
+        port = (r / "db-port").read_text().strip()
+        log = (r / "log" / "mariadb.log").open("ab")
+        # mariadbd stays in the foreground: started in its own session, it writes its pid file.
+        subprocess.Popen(
+            [
+                self._bin("mariadbd"),
+                "--no-defaults",
+                f"--datadir={data}",
+                "--user=root",
+                "--bind-address=127.0.0.1",
+                f"--port={port}",
+                f"--socket={r / 'run' / 'mysql.sock'}",
+                f"--pid-file={r / 'run' / 'mariadbd.pid'}",
+                "--innodb-flush-log-at-trx-commit=0",
+                "--skip-log-bin",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        log.close()
+        self._wait(lambda: _port_busy(int(port)), timeout, "MariaDB to listen")
+        self._run([self._bin("slurmdbd")])
+        dbd_port = next(
+            int(line.split("=", 1)[1])
+            for line in (r / "slurmdbd.conf").read_text().splitlines()
+            if line.startswith("DbdPort=")
+        )
+        self._wait(lambda: _port_busy(dbd_port), timeout, "slurmdbd to listen")
+        cluster = next(
+            line.split("=", 1)[1]
+            for line in self.conf.read_text().splitlines()
+            if line.startswith("ClusterName=")
+        )
+        self._run([self._bin("sacctmgr"), "-i", "add", "cluster", cluster])
 
     def start_node(self, node: str) -> None:
         """Start the slurmd of ``node`` (again)."""
@@ -253,7 +351,9 @@ class LocalSlurm:
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop every daemon by its pid (slurmds, slurmctld, munged): TERM, then KILL."""
-        order = [k for k in self._pidfiles() if k.startswith("slurmd-")] + ["slurmctld", "munged"]
+        order = [k for k in self._pidfiles() if k.startswith("slurmd-")] + ["slurmctld"]
+        order += ["slurmdbd", "mariadbd"] if self.accounting else []
+        order += ["munged"]
         files = self._pidfiles()
         for name in order:
             pid = _read_pid(files[name])
@@ -350,8 +450,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("action", choices=("start", "stop", "status"))
     parser.add_argument("dir", type=Path, help="the directory the cluster lives in")
     parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--accounting", action="store_true", help="also MariaDB and slurmdbd (sacct)")
     args = parser.parse_args(argv)
-    cluster = LocalSlurm(args.dir.resolve(), nodes=args.nodes)
+    accounting = args.accounting or (args.dir / "slurmdbd.conf").exists()
+    cluster = LocalSlurm(args.dir.resolve(), nodes=args.nodes, accounting=accounting)
     try:
         if args.action == "start":
             cluster.start()
