@@ -73,6 +73,7 @@ class _Poller:
         self.backend = backend
         self.id = f"p{next(_ids)}"
         self.seq = 0
+        self.polls = 0
         self.last: dict[str, Observation] = {}
         self.history: list[tuple[int, Change]] = []
         self.cond = asyncio.Condition()
@@ -98,6 +99,7 @@ class _Poller:
             await asyncio.sleep(float(self.backend.settings.poll_interval))
 
     async def poll(self) -> None:
+        self.polls += 1
         observations = await self.backend._observe_all({k: o.handle for k, o in self.last.items()})
         async with self.cond:
             for obs in observations:
@@ -453,6 +455,12 @@ class SlurmBackend:
             raise ConflictError(f"Slurm refused to release job {job.job_id}: {updated.error()}")
 
     # --- watch ----------------------------------------------------------------------------------
+
+    @property
+    def polls(self) -> int:
+        """How many polls the shared watch poll has made (one ``squeue --json`` each, and one ``sacct``
+        for jobs that left the queue)."""
+        return self._poller.polls if self._poller is not None else 0
 
     def _the_poller(self) -> _Poller:
         if self._poller is None:

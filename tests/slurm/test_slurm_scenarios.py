@@ -162,3 +162,26 @@ async def test_hold_release_and_a_stale_release(backend: SlurmBackend) -> None:
     with pytest.raises(ConflictError):
         await backend.release(h, fresh)
     await backend.stop(h)
+
+
+async def test_one_poll_serves_every_watcher(backend: SlurmBackend) -> None:
+    """Two watches of one backend see the same changes (same cursors) from one squeue per poll."""
+    first, second = backend.watch(), backend.watch()
+    h = await place(backend, sh("sleep 1"), ident("watch"))
+    seen: dict[int, list[str]] = {0: [], 1: []}
+
+    async def follow(i: int, stream: object) -> None:
+        async for change in stream:  # type: ignore[attr-defined]
+            if change.handle.ref == h.ref:
+                seen[i].append(f"{change.cursor} {change.observation.state}")
+                if change.observation.outcome.terminal:
+                    return
+
+    before = backend.transport.counts.get("squeue", 0)
+    async with asyncio.timeout(120):
+        await asyncio.gather(follow(0, first), follow(1, second))
+    squeues = backend.transport.counts.get("squeue", 0) - before
+    await first.aclose()  # type: ignore[attr-defined]
+    await second.aclose()  # type: ignore[attr-defined]
+    assert seen[0] == seen[1] and seen[0][-1].endswith("succeeded"), seen
+    assert squeues == backend.polls, (squeues, backend.polls)
