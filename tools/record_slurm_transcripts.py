@@ -22,7 +22,7 @@ from dispatch.backend import place
 from dispatch.model import Handle, Identity
 from dispatch_slurm import SlurmBackend, open_backend, parse_settings
 from dispatch_slurm.jobs import SACCT_FIELDS
-from dispatch_slurm.localslurm import PARTITION_HIGH, LocalSlurm
+from dispatch_slurm.localslurm import LocalSlurm
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "slurm" / "transcripts"
 OOM = "python3 -c 'import time; b = bytearray(600 * 1024 * 1024); time.sleep(60)'"
@@ -71,20 +71,7 @@ async def main() -> None:
             # One scenario at a time: a preemptor takes its whole node, a lost node takes every job on it.
             preempted = await submit("preempted", "sleep 600")
             await _until_state(backend, slurm, preempted, {"RUNNING"})
-            high = [PARTITION_HIGH]
-            _cmd(
-                slurm,
-                "sbatch",
-                "-p",
-                *high,
-                "-w",
-                node_of(preempted),
-                "--exclusive",
-                "-o",
-                "/dev/null",
-                "--wrap",
-                "sleep 2",
-            )
+            slurm.preempt(node_of(preempted), seconds=2)
             await _until_state(backend, slurm, preempted, {"PREEMPTED"})
             ours = await submit("cancelled_by_dispatch", "sleep 600")
             theirs = await submit("cancelled_by_someone", "sleep 600")

@@ -82,18 +82,12 @@ def _free_ports(count: int) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (Linux: its /proc entry exists and it is not a zombie)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours counts as gone.
-    with contextlib.suppress(OSError):
         stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def _read_pid(path: Path) -> int | None:
@@ -348,6 +342,16 @@ class LocalSlurm:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         return pid
+
+    def preempt(self, node: str, seconds: int = 3) -> str:
+        """Submit a job of the higher-tier partition that takes all of ``node`` for ``seconds``: under
+        preempt/partition_prio it preempts whatever runs there. Its job id."""
+        done = subprocess.run(
+            [self._bin("sbatch"), "--parsable", "-p", PARTITION_HIGH, "-w", node, "--exclusive", "-o", "/dev/null",
+             "--wrap", f"sleep {seconds}"],
+            env=self.env(), capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        return done.stdout.strip().split(";")[0]
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop every daemon by its pid (slurmds, slurmctld, munged): TERM, then KILL."""

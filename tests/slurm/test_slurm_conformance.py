@@ -23,7 +23,7 @@ from dispatch import Backend, Handle, JobSpec
 from dispatch.conformance import *  # noqa: F403  (the checks: test_conformance_*)
 from dispatch.conformance import BaseHarness
 from dispatch_slurm import SlurmBackend, open_backend, parse_settings
-from dispatch_slurm.localslurm import PARTITION_HIGH, LocalSlurm
+from dispatch_slurm.localslurm import LocalSlurm
 
 pytestmark = pytest.mark.timeout(400)  # Slurm keeps time limits in minutes: the timeout check waits ~1-2 min
 
@@ -99,21 +99,7 @@ class SlurmHarness(BaseHarness):
         return node
 
     async def preempt(self, backend: Backend, handle: Handle) -> None:
-        node = await self._node(backend, handle)
-        self._slurm(
-            [
-                "sbatch",
-                "-p",
-                PARTITION_HIGH,
-                "-w",
-                node,
-                "--exclusive",
-                "-o",
-                "/dev/null",
-                "--wrap",
-                "sleep 3",
-            ]
-        )
+        self.slurm.preempt(await self._node(backend, handle))
 
     async def lose_node(self, backend: Backend, handle: Handle) -> None:
         node = await self._node(backend, handle)

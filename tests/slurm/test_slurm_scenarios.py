@@ -15,7 +15,7 @@ from dispatch import ConflictError, JobSpec
 from dispatch.backend import place
 from dispatch.model import Cause, Identity, Observation, State
 from dispatch_slurm import SlurmBackend, StaleHoldError, open_backend, parse_settings
-from dispatch_slurm.localslurm import PARTITION_HIGH, LocalSlurm
+from dispatch_slurm.localslurm import LocalSlurm
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -116,19 +116,7 @@ async def test_preemption(backend: SlurmBackend, slurm: LocalSlurm) -> None:
     h = await place(backend, sh("sleep 600"), ident("preempt"))
     node = (await until(backend, h, lambda o: o.state is State.RUNNING)).outcome.evidence[0].node
     assert node
-    slurm_cmd(
-        slurm,
-        "sbatch",
-        "-p",
-        PARTITION_HIGH,
-        "-w",
-        node,
-        "--exclusive",
-        "-o",
-        "/dev/null",
-        "--wrap",
-        "sleep 2",
-    )
+    slurm.preempt(node, seconds=2)
     obs = await final(backend, h)
     assert (obs.state, obs.cause) == (State.FAILED, Cause.PREEMPTED)
     assert evidence(obs, h)["reason"] == "PREEMPTED"
