@@ -57,6 +57,7 @@ NAME = "slurm"
 _ACTIVE = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING"})
 _HISTORY = 10_000
 _ids = itertools.count(1)
+_CHECK_IDENTITY = Identity("dispatch-capabilities-check")
 
 
 def _handle(identity: Identity, ref: str, cluster: str) -> Handle:
@@ -177,11 +178,8 @@ class SlurmBackend:
 
     async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
         if spec is not None:
-            if not isinstance(spec, JobSpec):
-                raise InvalidError(f"expected a JobSpec, got {type(spec).__name__}", path="spec")
-            reasons = self._refusals(spec)
-            if reasons:
-                raise UnsupportedError(reasons)
+            # Checking a spec is preparing it (sbatch --test-only included) for a throwaway identity.
+            await self.prepare(spec, _CHECK_IDENTITY)
         part = self.info.partition(self.settings.partition)
         extensions = {"dispatch/SharedCheckpoint"} if self.settings.shared_workdir else set()
         if self.settings.container == "pyxis" and self.info.container_plugin:
@@ -205,7 +203,11 @@ class SlurmBackend:
     async def prepare(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Prepared:
         if not isinstance(identity, Identity):
             raise InvalidError(f"expected an Identity, got {type(identity).__name__}", path="identity")
-        await self.capabilities(spec)
+        if not isinstance(spec, JobSpec):
+            raise InvalidError(f"expected a JobSpec, got {type(spec).__name__}", path="spec")
+        reasons = self._refusals(spec)
+        if reasons:
+            raise UnsupportedError(reasons)
         request = build_request(
             spec,
             identity,
@@ -215,6 +217,10 @@ class SlurmBackend:
             held=held,
             preempt_partition=self.info.preemptor(self.settings.partition),
         )
+        # Slurm's own verdict on exactly this script, creating nothing (e.g. more memory than a node has).
+        tested = await self._run(["sbatch", "--test-only"], stdin=request["script"])
+        if not tested.ok:
+            raise UnsupportedError([f"Slurm would not run it: {tested.error()}"])
         return Prepared(NAME, spec, identity, held, request)
 
     # --- reading --------------------------------------------------------------------------------

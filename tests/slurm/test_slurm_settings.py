@@ -125,3 +125,22 @@ async def test_the_cluster_identity_is_read_from_the_cluster(slurm: LocalSlurm) 
     assert caps.read_only and caps.holds and caps.watch and caps.cessation and caps.output
     assert "dispatch/Image" not in caps.extensions
     await backend.close()
+
+
+async def test_a_spec_the_cluster_cannot_run_is_refused_by_slurm_itself(slurm: LocalSlurm) -> None:
+    """capabilities(spec) and prepare ask ``sbatch --test-only`` about the exact script: more memory
+    per node than any node has is refused with Slurm's reason, and nothing is created."""
+    raw = {
+        "slurmConf": str(slurm.conf),
+        "workdir": str(slurm.workdir),
+        "resourcesPerNode": {"memory": "100G"},
+    }
+    backend = await open_backend(parse_settings(json.dumps(raw)))
+    before = [o.handle for o in await backend.list()]
+    with pytest.raises(UnsupportedError) as caught:
+        await backend.capabilities(JobSpec(command=("true",)))
+    assert "Slurm would not run it" in str(caught.value) and "not available" in str(caught.value)
+    assert [o.handle for o in await backend.list()] == before
+    with pytest.raises(UnsupportedError, match="partition 'batch' has at most 3"):
+        await backend.capabilities(JobSpec(command=("true",), nodes=4))
+    await backend.close()
