@@ -587,12 +587,17 @@ class SlurmBackend:
         if self._poller is not None and self._poller.task is not None:
             self._poller.task.cancel()
             self._poller.task = None
+        await self.transport.close()
 
 
 async def open_backend(settings: Settings, *, read_only: bool = False, store_id: str = "") -> SlurmBackend:
     """Open the cluster ``settings`` name: read it (read-only commands) and check the settings."""
     transport = open_transport(settings)
-    info = await read_cluster(settings, transport)
+    try:
+        info = await read_cluster(settings, transport)
+    except BaseException:
+        await transport.close()
+        raise
     return SlurmBackend(settings, transport, info, read_only=read_only, store_id=store_id)
 
 

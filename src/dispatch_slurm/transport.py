@@ -12,6 +12,7 @@ import asyncio
 import os
 import shlex
 import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -51,6 +52,10 @@ class Transport(Protocol):
 
     async def stream(self, argv: Sequence[str]) -> asyncio.subprocess.Process:
         """Start a long-running command (``tail -F``) whose stdout the caller reads."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the transport holds (ssh: its shared connection)."""
         ...
 
 
@@ -99,6 +104,9 @@ class LocalTransport:
             *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=self._env
         )
 
+    async def close(self) -> None:
+        return None
+
 
 class SshTransport:
     """Slurm's commands on a login node, through the OpenSSH client."""
@@ -111,8 +119,15 @@ class SshTransport:
             raise UnavailableError("transport: ssh needs the OpenSSH client (ssh) on this machine")
         if not os.path.isfile(ssh.known_hosts):
             raise InvalidError(f"no such known_hosts file: {ssh.known_hosts}", path="ssh.knownHosts")
+        # One ssh connection carries every command (ControlMaster): a command costs a channel, not a
+        # handshake. The control socket lives in a private directory removed on close.
+        self._control = tempfile.mkdtemp(prefix="dispatch-ssh-")
+        self._closed = False
         self._base = [
             client,
+            "-o", "ControlMaster=auto",
+            "-o", f"ControlPath={self._control}/%C",
+            "-o", "ControlPersist=60",
             "-o", "BatchMode=yes",
             "-o", "StrictHostKeyChecking=yes",
             "-o", f"UserKnownHostsFile={ssh.known_hosts}",
@@ -149,6 +164,18 @@ class SshTransport:
         return await asyncio.create_subprocess_exec(
             *self._argv(argv), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
         )
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        host = self._base[-1]
+        ended = await asyncio.create_subprocess_exec(
+            *self._base[:-2], "-O", "exit", "--", host,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        await ended.wait()
+        shutil.rmtree(self._control, ignore_errors=True)
 
 
 def open_transport(settings: Settings) -> LocalTransport | SshTransport:
