@@ -102,11 +102,17 @@ class _Poller:
     async def poll(self) -> None:
         self.polls += 1
         observations = await self.backend._observe_all({k: o.handle for k, o in self.last.items()})
+        await self.offer(observations)
+
+    async def offer(self, observations: list[Observation]) -> None:
+        """Emit each observation that changes its incarnation's outcome. ``observe`` offers its answers
+        too: a state it saw between two polls is a transition the watch must not miss. An observation
+        older than the last one kept for its incarnation is stale and dropped."""
         async with self.cond:
             for obs in observations:
                 key = obs.handle.ref
                 before = self.last.get(key)
-                if before is not None and before.outcome == obs.outcome:
+                if before is not None and (before.at > obs.at or before.outcome == obs.outcome):
                     continue
                 self.last[key] = obs
                 self.seq += 1
@@ -285,10 +291,12 @@ class SlurmBackend:
             output=output,
         )
 
-    async def _observation(self, identity: Identity, ref: str, job: SlurmJob | None) -> Observation:
-        now = time.time()
-        outcome = classify(await self._facts(identity, ref, job, now))
-        return Observation(_handle(identity, ref, self.cluster_id), outcome, now)
+    async def _observation(
+        self, identity: Identity, ref: str, job: SlurmJob | None, at: float
+    ) -> Observation:
+        """``at`` is when Slurm was asked (before the command ran), so observations order by what they saw."""
+        outcome = classify(await self._facts(identity, ref, job, at))
+        return Observation(_handle(identity, ref, self.cluster_id), outcome, at)
 
     async def _find(self, handle: Handle) -> SlurmJob | None:
         """The Slurm job of ``handle``: in squeue, else in sacct (checked to be that incarnation)."""
@@ -311,18 +319,23 @@ class SlurmBackend:
 
     async def observe(self, handle: Handle) -> Observation:
         self._check(handle)
-        return await self._observation(handle.identity, handle.ref, await self._find(handle))
+        asked = time.time()
+        obs = await self._observation(handle.identity, handle.ref, await self._find(handle), asked)
+        if self._poller is not None and self._poller.watchers:
+            await self._poller.offer([obs])
+        return obs
 
     async def _observe_all(self, previous: Mapping[str, Handle] | None = None) -> list[Observation]:
         """Every incarnation of this store that squeue lists, and those of ``previous`` it no longer
         lists (read from sacct: one call for all of them; unknown there too, ``lost``)."""
         out = []
         listed = set()
+        asked = time.time()
         for job in await self._squeue():
             marks = self._ours(job)
             if marks is not None:
                 listed.add(job.job_id)
-                out.append(await self._observation(marks.identity, job.job_id, job))
+                out.append(await self._observation(marks.identity, job.job_id, job, asked))
         left = {ref: h for ref, h in (previous or {}).items() if ref not in listed}
         if left:
             found = {j.job_id: j for j in await self._sacct(ids=sorted(left))}
@@ -330,7 +343,7 @@ class SlurmBackend:
                 gone = found.get(ref)
                 if gone is not None and gone.name != naming.native_name(h.identity):
                     gone = None
-                out.append(await self._observation(h.identity, ref, gone))
+                out.append(await self._observation(h.identity, ref, gone, asked))
         return out
 
     async def list(self) -> list[Observation]:

@@ -90,6 +90,21 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
+def _processes() -> list[tuple[int, bytes, bytes]]:
+    """(pid, command line, environment) of every process we may read."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        out.append((int(entry.name), cmdline, environ))
+    return out
+
+
 def _read_pid(path: Path) -> int | None:
     try:
         text = path.read_text().strip()
@@ -335,12 +350,26 @@ class LocalSlurm:
         self._run([self._bin("slurmd"), "-f", str(self.conf), "-N", node])
 
     def kill_node(self, node: str) -> int:
-        """Kill the slurmd of ``node`` by its pid (SIGKILL, as a crashed host); its pid."""
+        """Lose ``node`` as a crashed host would: SIGKILL its slurmd (by its pid) and everything that ran
+        there for Slurm (the slurmstepd and processes of the jobs on it). The slurmd's pid."""
+        listed = subprocess.run(
+            [self._bin("squeue"), "-h", "-w", node, "-o", "%i"],
+            env=self.env(), capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        jobs = set(listed.stdout.split())
         pid = _read_pid(self._pidfiles()[f"slurmd-{node}"])
         if pid is None:
             raise RuntimeError(f"the slurmd of {node} has no pid file")
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+        for proc, cmdline, environ in _processes():
+            stepd = any(cmdline.startswith(f"slurmstepd: [{job}.".encode()) for job in jobs)
+            task = f"SLURMD_NODENAME={node}".encode() in environ.split(b"\0") and any(
+                f"SLURM_JOB_ID={job}".encode() in environ.split(b"\0") for job in jobs
+            )
+            if stepd or task:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(proc, signal.SIGKILL)
         return pid
 
     def preempt(self, node: str, seconds: int = 3) -> str:
@@ -374,24 +403,17 @@ class LocalSlurm:
         self._reap_job_processes()
 
     def _reap_job_processes(self) -> None:
-        # A killed slurmd leaves its slurmstepd (and job) behind; end those that belong to this cluster.
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if b"slurmstepd" in cmdline and str(self.root).encode() in self._environ(proc):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(int(proc.name), signal.SIGKILL)
-
-    @staticmethod
-    def _environ(proc: Path) -> bytes:
-        try:
-            return (proc / "environ").read_bytes()
-        except OSError:
-            return b""
+        # A killed slurmd leaves its slurmstepd (and job) behind; end those of this cluster (their
+        # working directory is this cluster's log directory).
+        for proc, cmdline, _ in _processes():
+            if cmdline.startswith(b"slurmstepd:"):
+                try:
+                    cwd = os.readlink(f"/proc/{proc}/cwd")
+                except OSError:
+                    continue
+                if cwd.startswith(str(self.root)):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(proc, signal.SIGKILL)
 
     def status(self) -> dict[str, int | None]:
         return self.pids()
