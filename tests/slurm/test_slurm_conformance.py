@@ -127,6 +127,14 @@ class SlurmHarness(BaseHarness):
             await backend.close()
         for node in sorted(self.killed):
             self.slurm.start_node(node)
+        # The checks leave jobs waiting on their control files: cancel them, or the next checks' jobs
+        # find the cluster full.
+        listed = self._slurm(["squeue", "-h", "-t", "PENDING,RUNNING", "-o", "%i %j"]).split("\n")
+        left = [
+            line.split()[0] for line in listed if line.split()[1:2] and line.split()[1].startswith("d-conf-")
+        ]
+        if left:
+            self._slurm(["scancel", *left])
 
 
 @pytest_asyncio.fixture(params=["local", "ssh"])
