@@ -15,11 +15,12 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 RULES = {
-    "dispatch": {"dispatch_kubeflow", "kubesim"},
-    "kubesim": {"dispatch", "dispatch_kubeflow"},
-    "dispatch_kubeflow": {"kubesim"},
+    "dispatch": {"dispatch_kubeflow", "dispatch_slurm", "kubesim"},
+    "kubesim": {"dispatch", "dispatch_kubeflow", "dispatch_slurm"},
+    "dispatch_kubeflow": {"dispatch_slurm", "kubesim"},
+    "dispatch_slurm": {"dispatch_kubeflow", "kubesim"},
     # The behaviour-script grammar both dispatch (memory adapter) and kubesim read: a leaf.
-    "kubescript": {"dispatch", "dispatch_kubeflow", "kubesim"},
+    "kubescript": {"dispatch", "dispatch_kubeflow", "dispatch_slurm", "kubesim"},
 }
 
 
@@ -98,6 +99,22 @@ def test_every_top_level_package_has_a_rule() -> None:
     assert packages == set(RULES)
 
 
+def test_the_architecture_page_tables_the_same_rules() -> None:
+    """docs/architecture.md's package table says, for every package, what it may import: exactly the
+    packages :data:`RULES` does not forbid it."""
+    page = (SRC.parent / "docs" / "architecture.md").read_text()
+    table = page.split("<!-- packages -->", 1)[1].split("<!-- /packages -->", 1)[0]
+    rows = [line.split("|") for line in table.strip().splitlines()[2:]]
+    documented = {
+        cells[1].strip().strip("`"): {
+            name.strip().strip("`") for name in cells[3].split(",") if name.strip() != "nothing"
+        }
+        for cells in rows
+    }
+    derived = {pkg: set(RULES) - forbidden - {pkg} for pkg, forbidden in RULES.items()}
+    assert documented == derived
+
+
 @pytest.mark.parametrize(("package", "forbidden"), sorted(RULES.items()))
 def test_packages_import_only_what_the_layout_allows(package: str, forbidden: set[str]) -> None:
     offenders = [
@@ -153,6 +170,12 @@ PURE = (
     "dispatch_kubeflow/settings.py",
     "dispatch_kubeflow/trainer_schema.py",
     "dispatch_kubeflow/trainjob.py",
+    "dispatch_slurm/behaviour.py",
+    "dispatch_slurm/causes.py",
+    "dispatch_slurm/jobs.py",
+    "dispatch_slurm/naming.py",
+    "dispatch_slurm/script.py",
+    "dispatch_slurm/settings.py",
     "kubesim/controllers/trainjob_build.py",
     "kubesim/patch.py",
     "kubesim/selectors.py",
@@ -189,6 +212,9 @@ IO_MODULES = frozenset(
         "dispatch.cluster",
         "dispatch_kubeflow.kube",
         "dispatch_kubeflow.backend",
+        "dispatch_slurm.transport",
+        "dispatch_slurm.backend",
+        "dispatch_slurm.localslurm",
         "kubesim.store",
         "kubesim.server",
     }

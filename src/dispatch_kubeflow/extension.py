@@ -10,7 +10,7 @@ from msgspec import Meta
 
 from dispatch.errors import InvalidError
 from dispatch.model import Extension, register_extension
-from dispatch.model._base import Model
+from dispatch.model.declare import Model
 from dispatch_kubeflow.names import KIND_CLUSTER_TRAINING_RUNTIME, RUNTIME_KINDS
 
 __all__ = ["RuntimeRef", "check_runtime_name"]

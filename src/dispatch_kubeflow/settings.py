@@ -19,8 +19,18 @@ from msgspec import Meta
 from msgspec.structs import force_setattr
 
 from dispatch.errors import InvalidError
-from dispatch.model._base import EMPTY_MAP, Model, check_declared, custom_type, frozen_map, json_schema
-from dispatch.model._decode import as_str, key_path, load_json
+from dispatch.model.declare import (
+    EMPTY_MAP,
+    Duration,
+    Model,
+    as_str,
+    check_declared,
+    frozen_map,
+    json_schema,
+    key_path,
+    load_json,
+    parse_duration,
+)
 from dispatch_kubeflow.extension import RuntimeRef
 from dispatch_kubeflow.names import (
     DOMAIN,
@@ -63,12 +73,11 @@ QUALIFIED_NAME = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
-DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 QUANTITY = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 ABSOLUTE_PATH = r"^/.*$"
 QUEUE_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 
-_RE = {p: re.compile(p) for p in (DNS_LABEL, DNS_SUBDOMAIN, LABEL_VALUE, QUALIFIED_NAME, DURATION, QUANTITY)}
+_RE = {p: re.compile(p) for p in (DNS_LABEL, DNS_SUBDOMAIN, LABEL_VALUE, QUALIFIED_NAME, QUANTITY)}
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _TOLERATION_OPERATORS = ("Exists", "Equal")
@@ -82,20 +91,6 @@ def _match(pattern: str, value: str, path: str, what: str, max_len: int) -> str:
     if len(value) > max_len or not _RE[pattern].match(value):
         raise InvalidError(f"{value[:80]!r} is not {what} (at most {max_len} characters)", path=path)
     return value
-
-
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
-
-
-def parse_duration(text: str, path: str = "duration") -> float:
-    """Seconds in a duration string such as ``"10s"``, ``"1m"``, ``"1m30s"``, ``"1500ms"``."""
-    if len(text) > 64 or not _RE[DURATION].match(text):
-        raise InvalidError(
-            f'{text[:80]!r} is not a duration: write a number and a unit (ms, s, m, h), e.g. "10s", "1m30s"',
-            path=path,
-        )
-    return sum(float(n) * _UNITS[u] for n, u in _DURATION_PART.findall(text))
 
 
 def _reserved(key: str) -> bool:
@@ -251,28 +246,6 @@ QUANTITY_SCHEMA = {
 Quantity = Annotated[Any, Meta(extra_json_schema=QUANTITY_SCHEMA)]
 """A Kubernetes resource quantity: ``"500m"``, ``"4Gi"`` or a whole number (checked by :func:`parse_quantity`)."""
 ResourceMap = Annotated[dict[str, Quantity], Meta(extra_json_schema=_KEYS)]
-
-
-class Duration(float):
-    """Seconds, written as a duration string (``"10s"``, ``"1m30s"``); its JSON form is that string."""
-
-    text: str
-
-    def __new__(cls, text: str, path: str = "duration") -> Duration:
-        value = super().__new__(cls, parse_duration(text, path))
-        value.text = text
-        return value
-
-    def __reduce__(self) -> Any:
-        return (Duration, (self.text,))
-
-
-custom_type(
-    Duration,
-    decode=lambda value, path: Duration(as_str(value, path or "duration"), path or "duration"),
-    encode=lambda value: value.text,
-    schema=lambda: {"type": "string", "maxLength": 64, "pattern": DURATION},
-)
 
 
 class ProbeRuntime(RuntimeRef, frozen=True):

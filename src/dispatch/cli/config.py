@@ -10,7 +10,7 @@ readOnly: false
 ```
 
 Decoded strictly (unknown keys, nulls, duplicate keys, wrong types are refused naming the path). A
-relative SQLite path, and a relative ``settings.kubeconfig``, are relative to the config file's
+relative SQLite path, and a relative ``settings.kubeconfig`` (``slurmConf``, ``workdir``), are relative to the config file's
 directory. Files over 1 MiB are refused unread. The token is never in the file: it comes from
 ``DISPATCH_TOKEN`` or ``--token-file``. A PostgreSQL store's password should not be either: leave it
 out of the URL and libpq reads ``PGPASSFILE`` (``~/.pgpass``) or ``PGPASSWORD``; one in the URL
@@ -272,6 +272,10 @@ def check_settings(cf: ClusterFile) -> None:
         raise err from None
 
 
+_RELATIVE_PATHS = ("kubeconfig", "slurmConf", "workdir")
+"""Adapter settings that name a file or directory (kubeflow's kubeconfig, slurm's slurmConf and workdir)."""
+
+
 def _parse_config(text: str | bytes, source: str, base: Path | None, cluster: str | None) -> ClusterFile:
     what = source
     if source.endswith(".json"):
@@ -291,12 +295,13 @@ def _parse_config(text: str | bytes, source: str, base: Path | None, cluster: st
     else:
         doc = ConfigFile.from_json(raw)
     settings = dict(doc.settings)
-    kubeconfig = settings.get("kubeconfig")
-    if isinstance(kubeconfig, str) and kubeconfig and base is not None:
-        # Like store.sqlite: a relative kubeconfig is relative to the config file, not to where you are.
-        kc = expand_user(kubeconfig, what="settings.kubeconfig")
-        if not kc.is_absolute():
-            settings["kubeconfig"] = os.path.normpath(base / kc)
+    for key in _RELATIVE_PATHS:
+        value = settings.get(key)
+        if isinstance(value, str) and value and base is not None:
+            # Like store.sqlite: a relative path is relative to the config file, not to where you are.
+            path = expand_user(value, what=f"settings.{key}")
+            if not path.is_absolute():
+                settings[key] = os.path.normpath(base / path)
     store = doc.store
     if store.kind == "sqlite" and store.path and base is not None and not Path(store.path).is_absolute():
         store = StoreChoice("sqlite", str(base / store.path))

@@ -7,8 +7,7 @@ from typing import Annotated, Any, ClassVar
 from msgspec import Meta
 
 from dispatch.memory.script import DEFAULT_SCRIPT, parse_script
-from dispatch.model._base import Model, check_declared, json_schema
-from dispatch.model._decode import load_json
+from dispatch.model.declare import Model, check_declared, json_schema, load_json
 
 __all__ = ["MemorySettings", "parse_settings", "schema"]
 

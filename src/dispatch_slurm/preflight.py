@@ -1,0 +1,144 @@
+"""Opening a Slurm cluster: read it with read-only commands and check the settings against it.
+
+Reads the version (refusing below 22.05), ``ClusterName``, the controller, whether accounting or a
+completion log is configured, whether preemption is, and the partitions; with ``container: pyxis``,
+whether srun knows ``--container-image``. Submits nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dispatch.errors import InvalidError, UnavailableError, UnsupportedError
+from dispatch_slurm.settings import Settings
+from dispatch_slurm.transport import LocalTransport, SshTransport
+
+__all__ = ["MIN_VERSION", "ClusterInfo", "Partition", "parse_config", "parse_partitions", "read_cluster"]
+
+MIN_VERSION = (22, 5)
+_LINE = re.compile(r"^(\S+)\s*=\s*(.*)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    name: str
+    nodes: int
+    default: bool
+    max_nodes: int | None
+    priority_tier: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterInfo:
+    """What opening read from the cluster."""
+
+    version: str
+    cluster_name: str
+    controller: str
+    accounting: bool
+    jobcomp: bool
+    preemption: bool
+    partitions: tuple[Partition, ...]
+    container_plugin: bool
+    workdir: str
+
+    @property
+    def cluster_id(self) -> str:
+        return f"slurm:{self.cluster_name}@{self.controller}"
+
+    def preemptor(self, name: str | None) -> str | None:
+        """The partition of the highest PriorityTier above partition ``name``'s, if any (a job there
+        preempts one in ``name`` under preempt/partition_prio)."""
+        mine = self.partition(name)
+        above = [p for p in self.partitions if mine is not None and p.priority_tier > mine.priority_tier]
+        return max(above, key=lambda p: p.priority_tier).name if above and self.preemption else None
+
+    def partition(self, name: str | None) -> Partition | None:
+        for p in self.partitions:
+            if (name is None and p.default) or p.name == name:
+                return p
+        return None
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """``scontrol show config`` as a mapping (``SlurmctldHost[0]`` kept as written)."""
+    out = {}
+    for line in text.splitlines():
+        m = _LINE.match(line.strip())
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def parse_partitions(text: str) -> tuple[Partition, ...]:
+    """``scontrol show partition -o`` (one partition per line of ``Key=Value`` words)."""
+    parts = []
+    for line in text.splitlines():
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if "PartitionName" not in fields:
+            continue
+        max_nodes = fields.get("MaxNodes", "UNLIMITED")
+        parts.append(
+            Partition(
+                name=fields["PartitionName"],
+                nodes=int(fields.get("TotalNodes", "0") or 0),
+                default=fields.get("Default") == "YES",
+                max_nodes=int(max_nodes) if max_nodes.isdigit() else None,
+                priority_tier=int(fields.get("PriorityTier", "1") or 1),
+            )
+        )
+    return tuple(parts)
+
+
+def _version(text: str) -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", text)
+    if not m:
+        raise UnavailableError(f"cannot read Slurm's version from {text[:40]!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+async def read_cluster(settings: Settings, transport: LocalTransport | SshTransport) -> ClusterInfo:
+    """Read the cluster and check ``settings`` against it (``UnsupportedError``/``InvalidError``)."""
+    shown = await transport.run(["scontrol", "show", "config"])
+    if not shown.ok:
+        raise UnavailableError(f"cannot read the Slurm cluster's configuration: {shown.error()}")
+    config = parse_config(shown.stdout)
+    version = config.get("SLURM_VERSION", "")
+    if _version(version) < MIN_VERSION:
+        raise UnsupportedError(f"Slurm {version} is older than 22.05, the oldest the slurm adapter supports")
+    listed = await transport.run(["scontrol", "show", "partition", "-o"])
+    if not listed.ok:
+        raise UnavailableError(f"cannot list the Slurm partitions: {listed.error()}")
+    partitions = parse_partitions(listed.stdout)
+    names = [p.name for p in partitions]
+    if settings.partition is not None and settings.partition not in names:
+        raise InvalidError(
+            f"no partition {settings.partition!r} on this cluster; it has: {', '.join(names) or 'none'}",
+            path="partition",
+        )
+    container = False
+    if settings.container == "pyxis":
+        helped = await transport.run(["srun", "--help"])
+        container = "--container-image" in helped.stdout
+    workdir = settings.workdir
+    if workdir is None:
+        home = await transport.run(["printenv", "HOME"])
+        if not home.ok or not home.stdout.strip().startswith("/"):
+            raise InvalidError("no workdir set and $HOME is unknown on the login node", path="workdir")
+        workdir = home.stdout.strip().rstrip("/") + "/.dispatch/slurm"
+    controller = config.get("SlurmctldHost[0]", "")
+    controller = controller.split("(")[0] or "unknown"
+    port = config.get("SlurmctldPort", "")
+    return ClusterInfo(
+        version=version,
+        cluster_name=config.get("ClusterName", "") or "unnamed",
+        controller=f"{controller}:{port}" if port else controller,
+        accounting=config.get("AccountingStorageType", "accounting_storage/none")
+        != "accounting_storage/none",
+        jobcomp=config.get("JobCompType", "jobcomp/none") == "jobcomp/filetxt",
+        preemption=config.get("PreemptType", "preempt/none") != "preempt/none",
+        partitions=partitions,
+        container_plugin=container,
+        workdir=workdir,
+    )

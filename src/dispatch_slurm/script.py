@@ -1,0 +1,170 @@
+"""A job spec → the ``sbatch`` script of one incarnation (SPEC §13). Pure.
+
+The script is the whole request: ``#SBATCH`` lines for what Slurm allocates, then the job's environment,
+the rendezvous variables, and the command under ``srun`` on every node, each node writing its own
+output file under the incarnation's directory. Whatever cannot be expressed is refused, naming it.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from dispatch.errors import InvalidError
+from dispatch.model import Identity, Image, JobSpec, SharedCheckpoint
+from dispatch_slurm.behaviour import SCRIPT_ENV, to_shell
+from dispatch_slurm.naming import comment_for, native_name
+from dispatch_slurm.settings import HOLD_BASE, Settings
+
+__all__ = [
+    "ACCEPTED_EXTENSIONS",
+    "CANCEL_FILE",
+    "Request",
+    "build_request",
+    "job_dir",
+    "node_output",
+    "refusals",
+]
+
+ACCEPTED_EXTENSIONS = frozenset({Image.NAME, SharedCheckpoint.NAME})
+MASTER_PORT_BASE = 29500
+CANCEL_FILE = "cancelled-by-dispatch"
+"""Written into the incarnation's directory when dispatch cancels it (the completion log has no comment)."""
+_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+Request = dict[str, Any]
+
+
+def job_dir(workdir: str, identity: Identity) -> str:
+    """The directory of one incarnation's script and output (under the shared workdir)."""
+    return f"{workdir.rstrip('/')}/{native_name(identity)}"
+
+
+def node_output(workdir: str, identity: Identity, node: int) -> str:
+    """The output file of node ``node`` (srun's ``%n``: the node's index in the job)."""
+    return f"{job_dir(workdir, identity)}/node-{node}.out"
+
+
+STAND_IN_NAMESPACE = "kubeflow/"
+
+
+def scripted(spec: JobSpec, settings: Settings) -> bool:
+    """Whether ``spec`` runs its behaviour script instead of its command (``behaviourScripts``)."""
+    return settings.behaviour_scripts and SCRIPT_ENV in spec.env
+
+
+def refusals(spec: JobSpec, settings: Settings, *, container_plugin: bool, shared_workdir: bool) -> list[str]:
+    """Every reason this cluster cannot run ``spec`` (empty: it can)."""
+    reasons = []
+    for name in spec.extensions:
+        if scripted(spec, settings) and (name == Image.NAME or name.startswith(STAND_IN_NAMESPACE)):
+            continue  # a stand-in of a scripted job (behaviourScripts): not used
+        if name == Image.NAME:
+            if settings.container == "none":
+                reasons.append(
+                    f"{Image.NAME}: this cluster runs jobs without containers (settings container: none); "
+                    "remove the image or use a cluster with pyxis (container: pyxis)"
+                )
+            elif not container_plugin:
+                reasons.append(f"{Image.NAME}: container: pyxis is set but the cluster has no pyxis plugin")
+        elif name == SharedCheckpoint.NAME:
+            if not shared_workdir:
+                reasons.append(f"{SharedCheckpoint.NAME}: the workdir is not shared by every node")
+        else:
+            reasons.append(f"extension {name!r} is not supported by the slurm adapter")
+    return reasons
+
+
+def _time(seconds: int) -> str:
+    # Slurm keeps time limits in minutes: a limit is rounded up to the next whole minute.
+    return str(max(1, math.ceil(seconds / 60)))
+
+
+def build_request(
+    spec: JobSpec,
+    identity: Identity,
+    settings: Settings,
+    *,
+    workdir: str,
+    store_id: str,
+    held: bool,
+    preempt_partition: str | None = None,
+) -> Request:
+    """The native request of one incarnation: its name and comment (``metadata``), where it lives, and
+    the script ``sbatch`` reads on stdin."""
+    name = native_name(identity)
+    comment = comment_for(identity, store_id)
+    directory = job_dir(workdir, identity)
+    procs = spec.procs_per_node or 1
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={name}",
+        f'#SBATCH --comment="{comment}"',
+        f"#SBATCH --nodes={spec.nodes}",
+        f"#SBATCH --ntasks-per-node={procs}",
+        f"#SBATCH --output={directory}/batch.out",
+        f"#SBATCH --chdir={directory}",
+        "#SBATCH --export=NONE",
+        "#SBATCH --no-requeue" if settings.requeue == "dispatch" else "#SBATCH --requeue",
+    ]
+    if spec.time_limit is not None:
+        lines.append(f"#SBATCH --time={_time(spec.time_limit)}")
+    for flag, value in (
+        ("partition", settings.partition),
+        ("account", settings.account),
+        ("qos", settings.qos),
+    ):
+        if value:
+            lines.append(f"#SBATCH --{flag}={value}")
+    res = settings.resources_per_node
+    if res.cpus:
+        lines.append(f"#SBATCH --cpus-per-task={res.cpus}")
+    if res.memory:
+        lines.append(f"#SBATCH --mem={res.memory}")
+    if res.gpus:
+        lines.append(f"#SBATCH --gpus-per-node={res.gpus}")
+    if held:
+        lines.append(f"#SBATCH --begin=now+{HOLD_BASE}")
+    command = list(spec.command)
+    if scripted(spec, settings):
+        command = ["bash", "-c", to_shell(spec.env[SCRIPT_ENV], preempt_partition=preempt_partition)]
+    image = spec.extensions.get(Image.NAME)
+    srun_extra = ""
+    if isinstance(image, Image) and not scripted(spec, settings):
+        srun_extra = f" --container-image={shlex.quote(image.ref)}"
+    env: dict[str, str] = {**spec.env, **identity.env()}
+    checkpoint = spec.extensions.get(SharedCheckpoint.NAME)
+    if isinstance(checkpoint, SharedCheckpoint):
+        env["DISPATCH_CHECKPOINT_DIR"] = checkpoint.dir
+    lines += ["", "# --export=NONE: the job sees its own environment, not the submitter's."]
+    lines.append(f'export PATH="${{PATH:-{_DEFAULT_PATH}}}"')
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    lines += [
+        "# Rendezvous: the first node is the master; every task learns its ranks from srun.",
+        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        f"MASTER_PORT=$(( {MASTER_PORT_BASE} + SLURM_JOB_ID % 20000 ))",
+        f"WORLD_SIZE={spec.nodes * procs}",
+        "export MASTER_ADDR MASTER_PORT WORLD_SIZE",
+        f"exec srun --export=ALL --kill-on-bad-exit=1 --output={directory}/node-%n.out{srun_extra} \\",
+        "  bash -c 'export NODE_RANK=$SLURM_NODEID RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID; exec \"$@\"' "
+        f"dispatch-task {shlex.join(command)}",
+    ]
+    return {
+        "metadata": {"name": name, "comment": comment},
+        "directory": directory,
+        "script": "\n".join(lines) + "\n",
+    }
+
+
+def request_of(value: Mapping[str, Any]) -> tuple[str, str, str]:
+    """``(name, directory, script)`` of a prepared request, checked."""
+    meta = value.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    directory, script = value.get("directory"), value.get("script")
+    if not (isinstance(name, str) and isinstance(directory, str) and isinstance(script, str)):
+        raise InvalidError(
+            "not a Slurm request: expected metadata.name, directory and script", path="request"
+        )
+    return name, directory, script

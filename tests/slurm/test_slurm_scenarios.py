@@ -1,0 +1,175 @@
+"""Each scenario of SPEC §13 on the real local Slurm: the state and cause dispatch reports, with the
+Slurm job id, state, reason and exit code in the evidence."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from dispatch import ConflictError, JobSpec
+from dispatch.backend import place
+from dispatch.model import Cause, Identity, Observation, State
+from dispatch_slurm import SlurmBackend, StaleHoldError, open_backend, parse_settings
+from dispatch_slurm.localslurm import LocalSlurm
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest_asyncio.fixture
+async def backend(slurm: LocalSlurm) -> AsyncIterator[SlurmBackend]:
+    raw = {"slurmConf": str(slurm.conf), "workdir": str(slurm.workdir), "pollInterval": "500ms"}
+    b = await open_backend(parse_settings(json.dumps(raw)))
+    yield b
+    await b.close()
+
+
+def sh(script: str, nodes: int = 1, **kw: object) -> JobSpec:
+    return JobSpec(command=("sh", "-c", script), nodes=nodes, **kw)  # type: ignore[arg-type]
+
+
+_n = iter(range(1, 10_000))
+
+
+def ident(tag: str) -> Identity:
+    return Identity(f"scn-{tag}-{next(_n)}")
+
+
+async def until(backend: SlurmBackend, handle: object, done: object, seconds: float = 150) -> Observation:
+    assert callable(done)
+    async with asyncio.timeout(seconds):
+        while True:
+            obs = await backend.observe(handle)  # type: ignore[arg-type]
+            if done(obs):
+                return obs
+            await asyncio.sleep(0.5)
+
+
+async def final(backend: SlurmBackend, handle: object, seconds: float = 150) -> Observation:
+    return await until(backend, handle, lambda o: o.outcome.terminal, seconds)
+
+
+def evidence(obs: Observation, handle: object) -> dict[str, object]:
+    ev = obs.outcome.evidence[0]
+    assert ev.kind == "SlurmJob" and ev.name == handle.ref  # type: ignore[attr-defined]
+    return {"reason": ev.reason, "exit": ev.exit_code, "node": ev.node, "output": ev.output}
+
+
+def slurm_cmd(slurm: LocalSlurm, *argv: str) -> str:
+    return subprocess.run(list(argv), env=slurm.env(), capture_output=True, text=True, check=True).stdout
+
+
+async def test_success_on_two_nodes(backend: SlurmBackend) -> None:
+    h = await place(backend, sh("echo hello from $NODE_RANK of $WORLD_SIZE", nodes=2), ident("ok"))
+    obs = await final(backend, h)
+    assert (obs.state, obs.cause) == (State.SUCCEEDED, Cause.NONE)
+    ev = evidence(obs, h)
+    assert ev["reason"] == "COMPLETED" and ev["exit"] == 0 and ev["node"] == "n[1-2]"
+    assert [line async for line in backend.output(h, node=1)] == ["hello from 1 of 2"]
+
+
+async def test_exit_code_3_on_two_nodes(backend: SlurmBackend) -> None:
+    h = await place(backend, sh("exit 3", nodes=2), ident("exit3"))
+    obs = await final(backend, h)
+    assert (obs.state, obs.cause) == (State.FAILED, Cause.EXIT_CODE)
+    ev = evidence(obs, h)
+    assert ev["reason"] == "FAILED/NonZeroExitCode" and ev["exit"] == 3, ev
+
+
+async def test_over_the_memory_limit(backend: SlurmBackend) -> None:
+    script = "python3 -c 'import time; b = bytearray(600 * 1024 * 1024); time.sleep(60)'"
+    h = await place(backend, sh(script), ident("oom"))
+    obs = await final(backend, h)
+    assert (obs.state, obs.cause) == (State.FAILED, Cause.OUT_OF_MEMORY), obs.outcome
+    ev = evidence(obs, h)
+    assert str(ev["reason"]).startswith("FAILED")
+    assert any("exceeded memory limit" in line for line in ev["output"])  # type: ignore[attr-defined]
+
+
+async def test_time_limit(backend: SlurmBackend) -> None:
+    h = await place(backend, sh("sleep 600", time_limit=5), ident("time"))
+    obs = await final(backend, h, seconds=240)
+    assert (obs.state, obs.cause) == (State.FAILED, Cause.TIMEOUT)
+    assert evidence(obs, h)["reason"] == "TIMEOUT/TimeLimit"
+
+
+async def test_node_failure(backend: SlurmBackend, slurm: LocalSlurm) -> None:
+    h = await place(backend, sh("sleep 600"), ident("node"))
+    running = await until(backend, h, lambda o: o.state is State.RUNNING)
+    node = running.outcome.evidence[0].node
+    assert node
+    slurm.kill_node(node)
+    try:
+        obs = await final(backend, h, seconds=120)
+    finally:
+        slurm.start_node(node)
+    assert (obs.state, obs.cause) == (State.FAILED, Cause.NODE_LOST)
+    ev = evidence(obs, h)
+    assert str(ev["reason"]).startswith("NODE_FAIL") and ev["node"] == node
+
+
+async def test_preemption(backend: SlurmBackend, slurm: LocalSlurm) -> None:
+    h = await place(backend, sh("sleep 600"), ident("preempt"))
+    node = (await until(backend, h, lambda o: o.state is State.RUNNING)).outcome.evidence[0].node
+    assert node
+    slurm.preempt(node, seconds=2)
+    obs = await final(backend, h)
+    assert (obs.state, obs.cause) == (State.FAILED, Cause.PREEMPTED)
+    assert evidence(obs, h)["reason"] == "PREEMPTED"
+
+
+async def test_cancel_by_dispatch_and_by_someone_else(backend: SlurmBackend, slurm: LocalSlurm) -> None:
+    ours = await place(backend, sh("sleep 600"), ident("cancel-us"))
+    theirs = await place(backend, sh("sleep 600"), ident("cancel-them"))
+    await until(backend, ours, lambda o: o.state is State.RUNNING)
+    await until(backend, theirs, lambda o: o.state is State.RUNNING)
+    await backend.stop(ours)
+    slurm_cmd(slurm, "scancel", theirs.ref)
+    by_us, by_them = await final(backend, ours), await final(backend, theirs)
+    assert (by_us.state, by_us.cause) == (State.CANCELLED, Cause.CANCELLED)
+    assert (by_them.state, by_them.cause) == (State.FAILED, Cause.CANCELLED)
+    assert evidence(by_them, theirs)["reason"] == "CANCELLED"
+    assert "outside dispatch" in by_them.outcome.evidence[0].message
+
+
+async def test_hold_release_and_a_stale_release(backend: SlurmBackend) -> None:
+    h = await place(backend, sh("sleep 600"), ident("hold"), held=True)
+    assert (await backend.observe(h)).state is State.HELD
+    token = await backend.hold(h)
+    await backend.hold(h)  # a second hold moves the start time: the first token is stale now
+    with pytest.raises(StaleHoldError):
+        await backend.release(h, token)
+    assert (await backend.observe(h)).state is State.HELD
+    fresh = await backend.hold(h)
+    await backend.release(h, fresh)
+    await until(backend, h, lambda o: o.state is State.RUNNING)
+    with pytest.raises(ConflictError):
+        await backend.release(h, fresh)
+    await backend.stop(h)
+
+
+async def test_one_poll_serves_every_watcher(backend: SlurmBackend) -> None:
+    """Two watches of one backend see the same changes (same cursors) from one squeue per poll."""
+    first, second = backend.watch(), backend.watch()
+    h = await place(backend, sh("sleep 1"), ident("watch"))
+    seen: dict[int, list[str]] = {0: [], 1: []}
+
+    async def follow(i: int, stream: object) -> None:
+        async for change in stream:  # type: ignore[attr-defined]
+            if change.handle.ref == h.ref:
+                seen[i].append(f"{change.cursor} {change.observation.state}")
+                if change.observation.outcome.terminal:
+                    return
+
+    before = backend.transport.counts.get("squeue", 0)
+    async with asyncio.timeout(120):
+        await asyncio.gather(follow(0, first), follow(1, second))
+    squeues = backend.transport.counts.get("squeue", 0) - before
+    await first.aclose()  # type: ignore[attr-defined]
+    await second.aclose()  # type: ignore[attr-defined]
+    assert seen[0] == seen[1] and seen[0][-1].endswith("succeeded"), seen
+    assert squeues == backend.polls, (squeues, backend.polls)
