@@ -67,7 +67,7 @@ from dispatch.writer import CAS_ATTEMPTS, Change, RecordWriter
 if TYPE_CHECKING:
     from dispatch.supervise import Supervisor
 
-__all__ = ["CAS_ATTEMPTS", "Cluster", "open"]
+__all__ = ["CAS_ATTEMPTS", "Cluster", "backend_for", "open"]
 
 POLL_MIN = 0.5
 POLL_MAX = 5.0
@@ -96,14 +96,19 @@ async def open(name: str, config: Config | None = None, *, clock: Clock | None =
 
         store = SqliteStore(default_store_path())
     try:
-        # Objects carry the store's identity, so that two stores sharing a cluster leave each other's alone.
-        store_id = await store_identity(store)
-        backend = await new_backend(name, config.adapter_config(name, store_id=store_id))
+        backend = await backend_for(name, config, store)
     except BaseException:
         if config.store is None:
             await store.close()
         raise
     return Cluster(backend, store, policy=config.policy, clock=clock)
+
+
+async def backend_for(name: str, config: Config, store: Store) -> Backend:
+    """The backend of adapter ``name`` opened with ``config`` for the records of ``store``: the objects it
+    creates carry the store's identity, so two stores sharing a cluster leave each other's alone."""
+    store_id = await store_identity(store)
+    return await new_backend(name, config.adapter_config(name, store_id=store_id))
 
 
 def _states(states: Any) -> frozenset[State]:
@@ -148,8 +153,9 @@ class Cluster:
         """Whether ``record`` belongs to this cluster, so that this process may change it (SPEC §6.1)."""
         return self._writer.owns(record)
 
-    async def _owns(self, record: JobRecord) -> bool:
-        # A backend opened on first use (the CLI's read commands) knows its cluster once it is open.
+    async def belongs(self, record: JobRecord) -> bool:
+        """:meth:`owns`, for any backend: one opened on first use (the CLI's read commands) is opened
+        first, since it knows its cluster only then."""
         await self.backend.capabilities()
         return self.owns(record)
 
@@ -390,7 +396,7 @@ class Cluster:
     async def get(self, job_id: str) -> JobRecord:
         """The job's record, refreshed from the cluster when it is not terminal."""
         rec = await self.store.get(job_id)
-        if rec.outcome.terminal or not await self._owns(rec):
+        if rec.outcome.terminal or not await self.belongs(rec):
             return rec  # final, or another cluster's: shown as last known
         obs = await self._observe(rec)
         if obs is None:
@@ -404,7 +410,7 @@ class Cluster:
         wanted = None if states is None else _states(states)
         listing = await self.store.list()
         records: builtins.list[JobRecord] = listing
-        live = [r for r in records if not r.outcome.terminal and await self._owns(r)]
+        live = [r for r in records if not r.outcome.terminal and await self.belongs(r)]
         if live:
             by_id: dict[str, JobRecord] = {r.job_id: r for r in records}
             seen: set[str] = set()
@@ -431,7 +437,7 @@ class Cluster:
         """
         if job_id is not None:
             rec = await self.store.get(job_id)  # NotFoundError early, before any waiting
-            if not rec.outcome.terminal and not await self._owns(rec):  # another cluster's: shown as is
+            if not rec.outcome.terminal and not await self.belongs(rec):  # another cluster's: shown as is
                 yield rec
                 return
         if isinstance(self.backend, Watcher) and (await self.backend.capabilities()).watch:
@@ -573,7 +579,7 @@ class Cluster:
         rec = await self.store.get(job_id)
         if rec.outcome.terminal:
             return rec
-        if rec.cluster == self.cluster_id:
+        if rec.cluster and await self.belongs(rec):
             raise ConflictError(
                 f"job {job_id!r} belongs to this cluster, which can still answer for it: "
                 "cancel it instead (dispatch cancel)"

@@ -6,9 +6,9 @@ through this one function, so that every path agrees on what an observation mean
 
 from __future__ import annotations
 
-from dispatch.model import Actor, Cause, JobRecord, Observation, Outcome, State, Transition
+from dispatch.model import Actor, Cause, JobRecord, Observation, Outcome, PlanAction, State, Transition
 
-__all__ = ["fold", "matches", "remembered"]
+__all__ = ["fold", "matches", "refines", "remembered"]
 
 
 def matches(record: JobRecord, observation: Observation) -> bool:
@@ -29,7 +29,9 @@ def fold(
     Rules:
     - an observation of another job or another incarnation than the record's current epoch is ignored;
     - a terminal record stays as it is (its outcome is final; a later incarnation needs a resubmit or a
-      requeue);
+      requeue) — except that a ``failed``/``unknown`` record not yet given up takes the cause a later
+      reading of the same incarnation finds (:func:`refines`: the cluster's objects arrive on separate
+      streams, so a job's ``Failed`` may be read before the pod that says why);
     - when the user asked to cancel and the cluster reports the incarnation ended (any terminal state,
       including ``lost``: the object we deleted is gone), the outcome is ``cancelled``/``cancelled``,
       keeping the cluster's evidence;
@@ -50,9 +52,13 @@ def fold(
 
     Transitions are by actor ``cluster`` and carry the new state, cause and epoch.
     """
-    if not matches(record, observation) or record.outcome.terminal:
+    if not matches(record, observation):
         return record, []
     observed = observation.outcome
+    if record.outcome.terminal:
+        if not refines(record, observed):
+            return record, []
+        observed = Outcome(State.FAILED, observed.cause, (*record.outcome.evidence, *observed.evidence))
     if record.cancel_requested and observed.terminal:
         observed = Outcome(State.CANCELLED, Cause.CANCELLED, observed.evidence)
     elif observed.state is State.CANCELLED:
@@ -91,6 +97,18 @@ def fold(
             )
         )
     return new, transitions
+
+
+def refines(record: JobRecord, observed: Outcome) -> bool:
+    """Whether ``observed`` names the cause of the record's ``failed``/``unknown`` outcome: a failure of
+    a typed cause, read before the supervisor decided on the unknown one (its plan is not final)."""
+    return (
+        (record.outcome.state, record.outcome.cause) == (State.FAILED, Cause.UNKNOWN)
+        and observed.state is State.FAILED
+        and observed.cause not in (Cause.NONE, Cause.UNKNOWN, Cause.CANCELLED)
+        and (record.plan is None or record.plan.action not in (PlanAction.FAIL, PlanAction.HOLD))
+        and not record.cancel_requested
+    )
 
 
 def remembered(previous: Outcome, current: Outcome) -> Outcome:

@@ -102,6 +102,9 @@ class StepReport:
     actions: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     leased: int = 0
+    unreadable: list[str] = field(default_factory=list)
+    """Stored records it could not read (each named once per supervisor): left alone, never an error of
+    the step's actions."""
 
 
 @dataclass
@@ -624,7 +627,7 @@ class Supervisor:
         """Name an unreadable record once (not at every step); it is left alone."""
         if bad.job_id not in self._unreadable:
             self._unreadable.add(bad.job_id)
-            report.errors.append(str(bad))
+            report.unreadable.append(str(bad))
             log.warning("%s", bad)
 
     async def _work(

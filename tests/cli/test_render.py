@@ -114,14 +114,14 @@ def test_a_terminal_gets_a_live_line_per_job_and_a_pipe_gets_none() -> None:
 def test_records_and_status_mark_a_job_whose_cluster_is_gone() -> None:
     out = io.StringIO()
     r = Renderer(out=out)
-    r.record(REC.replace(outcome=Outcome(State.RUNNING)), gone="the dev cluster is not running")
+    r.record(REC.replace(outcome=Outcome(State.RUNNING)), gone="gone: the dev cluster is not running")
     r.records([REC.replace(outcome=Outcome(State.RUNNING))], gone={"j": "why"})
     text = out.getvalue()
     assert "cluster: gone: the dev cluster is not running; shown as last known" in text
-    assert "running (cluster gone)" in text
+    assert "running (last known)" in text
     out = io.StringIO()
     Renderer(out=out, as_json=True).record(REC, gone="why")
-    assert json.loads(out.getvalue())["cluster"] == {"gone": "why"}
+    assert json.loads(out.getvalue())["lastKnown"] == "why"
 
 
 def test_the_probe_says_what_it_waits_for_on_stderr_when_not_a_terminal(

@@ -24,6 +24,8 @@ from dispatch.model import (
     JobRecord,
     Observation,
     Outcome,
+    Plan,
+    PlanAction,
     Policy,
     Rule,
     State,
@@ -199,10 +201,41 @@ async def test_one_unreadable_record_never_stops_the_others(tmp_path: Path, cloc
     assert [u.job_id for u in listing.unreadable] == ["corrupt"]
     sup = cluster.supervisor(poll=1.0)
     report = await sup.step()
-    assert [e for e in report.errors if "corrupt" in e] == [
+    assert [e for e in report.unreadable if "corrupt" in e] == [
         "corrupt: unreadable record " + listing.unreadable[0].reason.join("()")
     ]
     clock.advance(5)
     await drive(clock, sup, seconds=5)
     assert (await store.get("healthy")).state is State.SUCCEEDED
     assert (await store.get("foreign")).handle == alien.handle  # another cluster's: untouched
+
+
+def test_a_later_reading_names_the_cause_of_a_failure_read_too_early() -> None:
+    """A job's ``Failed`` can be read before the pod that says why (separate watch streams): the record's
+    ``failed``/``unknown`` takes the cause a later reading of the same incarnation finds — unless the
+    supervisor already gave up on it."""
+    ident = Identity("early", Epoch())
+    handle = Handle("memory", ident, "early-1", cluster="memory:x")
+    first = Evidence(kind="TrainJob", name="early-1", reason="FailedJobs")
+    rec = JobRecord(
+        job_id="early",
+        spec=spec("sleep 1"),
+        created_at=0.0,
+        updated_at=0.0,
+        handle=handle,
+        outcome=Outcome(State.FAILED, Cause.UNKNOWN, (first,)),
+        cluster="memory:x",
+    )
+    why = Evidence(kind="Pod", name="early-1-node-0", reason="PreemptionByScheduler")
+    later = Observation(handle, Outcome(State.FAILED, Cause.PREEMPTED, (why,)), 2.0)
+    new, transitions = fold(rec, later, now=2.0)
+    assert (new.state, new.outcome.cause, new.outcome.evidence) == (
+        State.FAILED,
+        Cause.PREEMPTED,
+        (first, why),
+    )
+    assert [t.cause for t in transitions] == [Cause.PREEMPTED]
+    given_up = rec.replace(plan=Plan(PlanAction.FAIL, "policy default rule unknown: fail"))
+    assert fold(given_up, later, now=2.0) == (given_up, [])
+    succeeded = Observation(handle, Outcome(State.SUCCEEDED), 2.0)
+    assert fold(rec, succeeded, now=2.0) == (rec, [])

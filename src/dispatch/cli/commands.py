@@ -673,6 +673,11 @@ async def supervise(
                     say({"supervisor": sup.holder, "error": e})
                 else:
                     out.line(f"{when(cluster.clock.now())}  error: {e}", style="red")
+            for u in r.unreadable:  # named once; the others are supervised regardless
+                if say is not None:
+                    say({"supervisor": sup.holder, "skipped": u})
+                else:
+                    out.line(f"{when(cluster.clock.now())}  skipped: {u}", style="yellow")
 
         async def one_step() -> bool:
             return once
@@ -695,7 +700,11 @@ async def supervise(
 
 def left_alone(gone: Mapping[str, str]) -> str:
     """The supervisor's note on the jobs of a dev cluster that is gone: every one of them, by name."""
-    return f"left alone: {len(gone)} job(s) of a dev cluster that is gone ({', '.join(sorted(gone))})"
+    dead = sorted(j for j, why in gone.items() if why.startswith("gone: "))
+    other = sorted(j for j in gone if j not in dead)
+    parts = [f"{len(dead)} job(s) of a dev cluster that is gone ({', '.join(dead)})"] if dead else []
+    parts += [f"{len(other)} job(s) of another cluster ({', '.join(other)})"] if other else []
+    return "left alone: " + "; ".join(parts)
 
 
 @cli.command()
@@ -812,10 +821,21 @@ async def _refuse_gone_offline(opts: Options, job: str) -> None:
 
 
 async def _gone(opts: Options, cluster: Cluster, records: list[JobRecord]) -> Mapping[str, str]:
-    """Records of jobs whose (dev) cluster is gone: shown as last known, never refreshed to ``lost``."""
-    if not opts.cluster_file().embedded:
-        return {}
-    return await gone_jobs(cluster, records, devcluster.running())
+    """Records this process shows as last known, never refreshing them (so never to ``lost``), with why:
+    those of another cluster (only a process on a record's own cluster changes it, SPEC §6.1), and those
+    of a dev cluster that is gone (which says more)."""
+    out: dict[str, str] = {}
+    if opts.cluster_file().embedded:
+        out.update(
+            {
+                j: f"gone: {why}"
+                for j, why in (await gone_jobs(cluster, records, devcluster.running())).items()
+            }
+        )
+    for rec in records:
+        if rec.job_id not in out and not rec.outcome.terminal and not await cluster.belongs(rec):
+            out[rec.job_id] = f"{rec.cluster or 'another cluster'} (not this one)"
+    return out
 
 
 @cli.command("list")
@@ -856,6 +876,8 @@ async def list_(
     records = [r for r in records if matches(r, requirements)]
     out = opts.out
     out.records(records, gone=gone)
+    for bad in stored.unreadable:  # one line each, on stderr: the others are listed
+        click.echo(f"skipped: {bad}", err=True)
     if not keep_watching:
         return EXIT_OK
     shown = {r.job_id: r.revision for r in records}
@@ -902,6 +924,65 @@ async def cancel(opts: Options, cluster: Cluster, job: str) -> int:
     if before.outcome.terminal:
         return _already_ended(opts, before, "cancel")
     opts.out.summary(await cluster.cancel(job), "cancel")
+    return EXIT_OK
+
+
+@cli.command()
+@click.argument("jobs", nargs=-1, shell_complete=complete_job)
+@click.option(
+    "--cluster-gone",
+    is_flag=True,
+    help="Every unfinished job of a dev cluster that is gone (the embedded default's).",
+)
+@click.option("--reason", metavar="TEXT", help="Why, for the history (default: its cluster is gone).")
+@action(READ)
+async def forget(
+    opts: Options, cluster: Cluster, jobs: tuple[str, ...], cluster_gone: bool, reason: str | None
+) -> int:
+    """End JOBS, whose cluster is gone: each is recorded lost (the user as actor, the reason in its
+    history) and never requeued. Nothing is asked of any cluster; a job of this cluster is refused
+    (cancel it instead), a finished one is left as it is."""
+    if not jobs and not cluster_gone:
+        raise click.UsageError("name the jobs to forget, or --cluster-gone")
+    todo = list(jobs)
+    if cluster_gone:
+        if not opts.cluster_file().embedded:
+            raise InvalidError(
+                "only the embedded default's dev cluster is known to be gone when it stops; name the jobs "
+                "of a cluster that no longer exists instead",
+                path="--cluster-gone",
+            )
+        gone = await gone_jobs(cluster, await cluster.records(), devcluster.running())
+        todo += sorted(j for j in gone if j not in todo)
+    for job in todo:
+        rec = await cluster.record(job)
+        why = reason or f"its cluster {rec.cluster or '(unknown)'} is gone"
+        after = await cluster.forget(job, why)
+        if after.revision == rec.revision:
+            opts.out.line(f"{job}@{rec.epoch}: already ended {rec.outcome}; left as it is")
+        else:
+            opts.out.summary(after, "forget")
+    if not todo:
+        opts.out.line("no job of a dev cluster that is gone")
+    return EXIT_OK
+
+
+@cli.command()
+@click.option(
+    "--older-than",
+    required=True,
+    metavar="DURATION",
+    help="Finished jobs last changed longer ago than this (30m, 24h, 168h).",
+)
+@action(READ)
+async def purge(opts: Options, cluster: Cluster, older_than: str) -> int:
+    """Delete finished jobs' records (and their histories) last changed longer ago than --older-than.
+    Unfinished jobs are never deleted; nothing is asked of any cluster."""
+    import time
+
+    seconds = parse_duration(older_than, "--older-than")
+    count = await cluster.purge(time.time() - seconds)
+    opts.out.line(f"purged {count} finished job(s) last changed more than {older_than} ago")
     return EXIT_OK
 
 
@@ -1142,7 +1223,7 @@ async def _check(opts: Options, *, read_only: bool = False, refresh: bool = Fals
     async with await opts.open(read_only=read_only, refresh=refresh) as cluster:
         caps = await cluster.capabilities()
         try:  # the store is opened lazily: read from it, so a store down or refusing us fails here
-            await cluster.store.list(states=[State.PENDING])
+            await cluster.records()
         except DispatchError as exc:
             raise type(exc)(f"the store {cf.store} cannot be read: {exc}") from None
         opts.out.capabilities(cf.adapter, cf.source, str(cf.store), caps)

@@ -503,9 +503,9 @@ async def open_cluster(
     )
     if lazy and cf.read_only:
         from dispatch.cli.lazy import LazyBackend
-        from dispatch.registry import new_backend
+        from dispatch.cluster import backend_for
 
-        opener = functools.partial(new_backend, cf.adapter, config.adapter_config(cf.adapter))
+        opener = functools.partial(backend_for, cf.adapter, config, store)
         return Cluster(LazyBackend(cf.adapter, opener), store, policy=cf.policy, clock=clock)
     try:
         return await open_cluster_async(cf.adapter, config, clock=clock)

@@ -189,12 +189,13 @@ class Renderer:
     # ------------------------------------------------------------------ dispatch's values
 
     def record(self, rec: JobRecord, *, gone: str | None = None) -> None:
-        """A record; ``gone`` says why its cluster is gone (then it is shown as last known)."""
+        """A record; ``gone`` says why this process does not refresh it — its cluster is another one, or
+        is gone — so it is shown as last known."""
         if self.output == "name":
             self.line(rec.job_id)
             return
         if self.as_json:
-            self.json({**rec.to_json(), "cluster": {"gone": gone}} if gone else rec.to_json())
+            self.json({**rec.to_json(), "lastKnown": gone} if gone else rec.to_json())
             return
         pairs: list[tuple[str, str]] = [
             ("job", rec.job_id),
@@ -212,7 +213,9 @@ class Renderer:
         if rec.unknown_write:
             pairs.append(("unknown", rec.unknown_write))
         if gone:
-            pairs.append(("cluster", f"gone: {gone}; shown as last known"))
+            pairs.append(("cluster", f"{gone}; shown as last known"))
+        elif rec.cluster and self.output == "wide":
+            pairs.append(("cluster", rec.cluster))
         width = max(len(k) for k, _ in pairs) + 1
         for key, value in pairs:
             style = _COLOURS.get(rec.state) if key == "state" else None
@@ -226,7 +229,8 @@ class Renderer:
                 self.line(f"{indent}  | {out_line}")
 
     def records(self, recs: Sequence[JobRecord], *, gone: Mapping[str, str] | None = None) -> None:
-        """A table of records; those in ``gone`` (job id → why) are marked ``(cluster gone)``."""
+        """A table of records; those in ``gone`` (job id → why) are marked ``(last known)``: their
+        cluster is another one, or is gone."""
         gone = gone or {}
         if self.output == "name":
             self.names(r.job_id for r in recs)
@@ -234,7 +238,7 @@ class Renderer:
         if self.as_json:
             self.json(
                 [
-                    {**r.to_json(), "cluster": {"gone": gone[r.job_id]}} if r.job_id in gone else r.to_json()
+                    {**r.to_json(), "lastKnown": gone[r.job_id]} if r.job_id in gone else r.to_json()
                     for r in recs
                 ]
             )
@@ -247,7 +251,7 @@ class Renderer:
         for r in recs:
             row = [
                 r.job_id,
-                r.state.value + (" (cluster gone)" if r.job_id in gone else ""),
+                r.state.value + (" (last known)" if r.job_id in gone else ""),
                 r.outcome.cause.value,
                 str(r.epoch),
                 when(r.updated_at),

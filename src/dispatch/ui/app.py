@@ -184,8 +184,18 @@ async def _guard(
     return response
 
 
+async def _here(context: _Context) -> str:
+    """The identity of the cluster the page was opened on ("" while it cannot be reached): a backend
+    opened on first use knows it once open."""
+    try:
+        await context.cluster.backend.capabilities()
+        return context.cluster.backend.cluster_id
+    except DispatchError:
+        return ""
+
+
 async def _rows(context: _Context, records: Sequence[JobRecord]) -> list[JobRow]:
-    here = context.cluster.backend.cluster_id
+    here = await _here(context)
     notes = await context.notes(records) if context.notes is not None else {}
     rows = []
     for rec in records:
@@ -199,10 +209,10 @@ async def _rows(context: _Context, records: Sequence[JobRecord]) -> list[JobRow]
 async def _jobs(request: web.Request) -> web.Response:
     context = request.app[_CONTEXT]
     filters = Filters.parse(request.query)
-    listing = await context.cluster.store.list()
+    listing = await context.cluster.records()
     rows: list[JobRow | Unreadable] = [*await _rows(context, listing)]
     rows += [Unreadable(u.job_id, u.reason) for u in listing.unreadable]
-    here = context.cluster.backend.cluster_id
+    here = await _here(context)
     return _html(jobs_page(rows, filters, now=time.time(), store=context.store_label, cluster=here))
 
 
