@@ -139,6 +139,7 @@ def test_model_imports_nothing_of_dispatch_but_errors() -> None:
 PURE = (
     "dispatch/fold.py",
     "dispatch/model",
+    "dispatch/tally.py",
     "dispatch/memory/naming.py",
     "dispatch/memory/script.py",
     "dispatch_kubeflow/causes.py",

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from dispatch import decide, metrics
+from dispatch import decide, health, metrics
 from dispatch.backend import Backend, Watcher, compute_gone
 from dispatch.clock import Clock, SystemClock
 from dispatch.errors import (
@@ -72,6 +72,7 @@ from dispatch.model import (
     Transition,
 )
 from dispatch.records import Store
+from dispatch.tally import tally
 
 __all__ = ["LeaseLostError", "StepReport", "Supervisor", "UnmatchedPolicy"]
 
@@ -187,6 +188,7 @@ class Supervisor:
         self._listing: builtins.list[Observation] | None = None
         self._capabilities: Capabilities | None = None
         self._closed = False
+        self._starting: dict[tuple[str, int], float] = {}  # incarnation -> first seen starting
 
     def __repr__(self) -> str:
         return (
@@ -252,6 +254,12 @@ class Supervisor:
         the watch or the poll interval. A step in hand is always finished; the leases are released at
         the end (:meth:`close`)."""
         stop = stop if stop is not None else asyncio.Event()
+        # The probes (/healthz, /readyz): the loop turns at least every poll; the store answers every
+        # scan; the cluster at every resync (a quiet watch delivers nothing in between).
+        probes = health.current()
+        probes.expect(health.LIVENESS, max(60.0, 10 * self.poll))
+        probes.expect("store", max(60.0, 10 * self.poll))
+        probes.expect("cluster", max(120.0, 3 * self.resync))
         try:
             if await self._watching():
                 self.keep_watching()
@@ -265,6 +273,7 @@ class Supervisor:
                 recorder = metrics.current()
                 recorder.observe("dispatch_supervisor_step_duration_seconds", time.monotonic() - started)
                 recorder.set("dispatch_leases_held", len(self._leased))
+                health.current().mark(health.LIVENESS)
                 if on_step is not None:
                     await on_step(report)
                 if until is not None and await until():
@@ -349,6 +358,7 @@ class Supervisor:
     async def _list(self) -> builtins.list[Observation]:
         if self._listing is None:
             self._listing = await self.backend.list()
+            health.current().mark("cluster")
         return self._listing
 
     async def _reconcile(self, report: StepReport) -> None:
@@ -360,7 +370,12 @@ class Supervisor:
             report.errors.append(f"list: {exc}")
             self._next_resync = self.clock.now()  # try again next step
             return
-        known = {r.job_id: r for r in await self.store.list()}
+        try:
+            known = {r.job_id: r for r in await self.store.list()}
+        except DispatchError:
+            metrics.current().inc("dispatch_store_errors_total")
+            raise
+        health.current().mark("store")
         listed = {(o.handle.identity.job_id, o.handle.identity.epoch.n) for o in listing}
         for rec in known.values():
             # An incarnation of ours missing from the listing may be gone: observe it before trusting
@@ -601,18 +616,20 @@ class Supervisor:
 
     async def _scan(self, report: StepReport, *, poll: bool) -> None:
         """Lease every record that needs supervising and work on it (observing first when polling)."""
+        recorder = metrics.current()
         try:
             records = await self.store.list()
         except DispatchError as exc:
+            recorder.inc("dispatch_store_errors_total")
             report.errors.append(f"store: {exc}")
             return
+        health.current().mark("store")
         now = self.clock.now()
-        recorder = metrics.current()
         if recorder.enabled:
-            counts: dict[str, float] = {}
-            for rec in records:
-                counts[rec.state.value] = counts.get(rec.state.value, 0.0) + 1
-            recorder.set_all("dispatch_jobs", "state", counts, every=(s.value for s in State))
+            gauges = tally(records, self._starting, now)
+            self._starting = gauges.starting_since
+            recorder.set_all("dispatch_jobs", "state", gauges.counts, every=(s.value for s in State))
+            recorder.set("dispatch_jobs_starting_oldest_seconds", gauges.oldest_starting)
         for rec in records:
             if not self._mine(rec.job_id):
                 continue
@@ -871,6 +888,7 @@ class WatchFeed:
             delivered = failed = False
             try:
                 async for change in changes:
+                    health.current().mark("cluster")
                     self._buffer.append(change)
                     self.cursor = change.cursor
                     self._ready.set()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import sys
 import time
 from collections.abc import Callable, Coroutine, Mapping
@@ -27,6 +28,7 @@ from dispatch.cli.render import Renderer, probe_progress, when
 from dispatch.cluster import Cluster
 from dispatch.errors import ConflictError, DispatchError, InvalidError, UnsupportedError
 from dispatch.logs import SECRETS
+from dispatch.logs import structured as structured_logs
 from dispatch.model import JobRecord, JobSpec, State
 from dispatch.registry import describe, load_installed
 from dispatch.supervise import StepReport, UnmatchedPolicy
@@ -80,14 +82,18 @@ class Options:
             return await open_cluster(cf, token=token, refresh=refresh), cf
 
     def say(self, text: str) -> None:
-        """A note for people, on stderr (stdout stays the command's result)."""
-        click.echo(text, err=True)
+        """A note for people, on stderr (stdout stays the command's result); a log line with JSON logs."""
+        if structured_logs():
+            logging.getLogger("dispatch.cli").info("%s", text)
+        else:
+            click.echo(text, err=True)
 
     def opening(self, cf: ClusterFile) -> AbstractContextManager[Any]:
         """Nothing waits silently: while the adapter opens, what it waits for (its probe) is shown — a
         spinner on a terminal, lines on stderr otherwise (never with ``--json``)."""
         where = "the dev cluster" if cf.embedded else f"the {cf.adapter} cluster ({cf.source})"
-        return probe_progress(self.out, f"opening {where}", self.as_json)
+        # With JSON logs the probe's lines are already log lines: no plain copy on stderr.
+        return probe_progress(self.out, f"opening {where}", self.as_json or structured_logs())
 
 
 def common(fn: F) -> F:
@@ -134,7 +140,10 @@ def execute(opts: Options, coro: Coroutine[Any, Any, int | None]) -> None:
 
 
 def report_error(opts: Options, exc: DispatchError) -> None:
-    click.echo(f"error: {exc}", err=True)
+    if structured_logs():  # JSON logs are JSON lines only, the last one included
+        logging.getLogger("dispatch.cli").error("%s", exc)
+    else:
+        click.echo(f"error: {exc}", err=True)
     if opts.as_json:
         body: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
         if isinstance(exc, InvalidError) and exc.path:
@@ -156,10 +165,11 @@ def report_unexpected(opts: Options | None, exc: BaseException) -> None:
     message = SECRETS.scrub(" ".join(str(exc).split()) or "(no message)")
     if len(message) > 300:
         message = message[:297] + "..."
-    click.echo(
-        f"error: unexpected {type(exc).__name__}: {message} (this is a dispatch defect; please report it)",
-        err=True,
-    )
+    line = f"unexpected {type(exc).__name__}: {message} (this is a dispatch defect; please report it)"
+    if structured_logs():
+        logging.getLogger("dispatch.cli").error("%s", line)
+    else:
+        click.echo(f"error: {line}", err=True)
     if opts is not None and opts.as_json:
         body = {"type": type(exc).__name__, "message": message, "unexpected": True}
         click.echo(json.dumps({"error": body}, sort_keys=True))
@@ -376,13 +386,14 @@ async def _supervise(
 ) -> int:
     import signal
 
-    from dispatch import logs, metrics
+    from dispatch import metrics
+    from dispatch.logs import configure
 
     out = opts.out
     if log_format is not None:
-        logs.configure(log_format)
+        configure(log_format)
     if metrics_address is not None:
-        metrics.enable(metrics_address)
+        metrics.enable(metrics_address, daemon="supervisor")
     if lease <= 2 * poll:
         raise InvalidError(
             f"--lease ({lease:g} s) must be more than twice --poll ({poll:g} s)", path="--lease"
@@ -398,7 +409,8 @@ async def _supervise(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        say = out.json if out.as_json else None
+        # --log-format json: what the daemon says is JSON lines too, never a plain line.
+        say = out.json if out.as_json or log_format == "json" else None
         port = metrics.served_port()
         if say is not None:
             say(
