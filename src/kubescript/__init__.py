@@ -11,12 +11,20 @@ Grammar (steps separated by ``;``)::
     step   := guard* verb [args]
     guard  := "rank=" INT ":" | "env:" NAME "=" VALUE ":"
     verb   := "sleep" SECONDS | "print" TEXT | "exit" CODE | "oom" | "preempt" | "lose-node"
-            | "evict" | "hang" | "slow-stop" SECONDS
+            | "evict" | "hang" | "slow-stop" SECONDS | "oom-but-exit-0"
+            | "config-error" SECRET | "create-error" TEXT
 
 ``print`` text runs to the end of the step (write ``\\;`` for a literal semicolon); ``{rank}`` is the
 rank (the pod's completion index) and ``{env:NAME}`` the value of one of the environment variables
 (an unset one expands to nothing). A guarded step runs only when every guard holds. A script that
 runs out of steps exits 0 where it stops, like a shell script. Everything here is a pure function.
+
+``oom-but-exit-0`` ends the rank with exit code 0 although its container reads ``OOMKilled`` (a child
+process was OOM-killed, the main one exited 0: kubernetes/kubernetes#116042), so the job completes.
+``config-error`` and ``create-error`` are *start* steps: an applicable one keeps the container from
+ever starting (wherever it stands in the script), as the kubelet's ``CreateContainerConfigError``
+(``config-error NAME``: ``secret "NAME" not found``) or ``CreateContainerError`` (``create-error TEXT``:
+the runtime's message) does; the rank never runs (its plan never ends).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ __all__ = [
     "DEFAULT_SCRIPT",
     "FAULTS",
     "SCRIPT_ENV",
+    "START_ERRORS",
     "VERBS",
     "Guard",
     "RankPlan",
@@ -38,6 +47,7 @@ __all__ = [
     "parse_script",
     "plan_rank",
     "render_text",
+    "start_error",
 ]
 
 SCRIPT_ENV = "KUBESIM_SCRIPT"
@@ -47,11 +57,27 @@ DEFAULT_SCRIPT = "print started; sleep 5; print done; exit 0"
 """What a job (or pod) without a script does: say it started, run five seconds, say it is done, exit
 0. The same on kubesim and on the memory adapter, so that ``dispatch logs`` shows output on both."""
 
-VERBS = ("sleep", "print", "exit", "oom", "preempt", "lose-node", "evict", "hang", "slow-stop")
+VERBS = (
+    "sleep",
+    "print",
+    "exit",
+    "oom",
+    "preempt",
+    "lose-node",
+    "evict",
+    "hang",
+    "slow-stop",
+    "oom-but-exit-0",
+    "config-error",
+    "create-error",
+)
 FAULTS = frozenset({"oom", "preempt", "lose-node", "evict"})
 """The verbs that end a rank with a fault instead of an exit code."""
+START_ERRORS = frozenset({"config-error", "create-error"})
+"""The verbs that keep a container from starting (checked before it starts, wherever they stand)."""
 
-_NO_ARG = FAULTS | {"hang"}
+_NO_ARG = FAULTS | {"hang", "oom-but-exit-0"}
+_SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _RANK_GUARD = re.compile(r"rank=(\d+)\s*:")
 _ENV_GUARD = re.compile(r"env:([^=:\s]+)=([^:]*):")
@@ -152,6 +178,10 @@ def _parse_step(raw: str, where: str) -> Step:
         if not _EXIT_CODE.fullmatch(arg) or int(arg) > 255:
             raise bad(f"'exit' needs an exit code 0..255, got {arg!r}")
         return Step(verb, arg, tuple(guards), code=int(arg))
+    if verb == "config-error" and not (_SECRET_NAME.match(arg) and len(arg) <= 253):
+        raise bad(f"'config-error' needs the name of the missing Secret (a DNS-1123 subdomain), got {arg!r}")
+    if verb == "create-error" and not arg:
+        raise bad("'create-error' needs the container runtime's error message")
     return Step(verb, arg, tuple(guards))  # print: the rest of the step, verbatim (may be empty)
 
 
@@ -170,13 +200,17 @@ class RankPlan:
 
     ``end`` is None when the rank never ends by itself (``hang``); ``verb`` is ``"exit"`` or one of the
     fault verbs; ``lines`` are ``(offset, text)`` of ``print`` steps; ``slow_stops`` are
-    ``(offset, seconds)`` of ``slow-stop`` steps (from then on, stopping the rank takes that long)."""
+    ``(offset, seconds)`` of ``slow-stop`` steps (from then on, stopping the rank takes that long).
+    ``oom`` is True when the rank ends 0 reading ``OOMKilled`` (``oom-but-exit-0``); ``start_error`` is
+    the start step that keeps the rank from starting (then ``end`` is None)."""
 
     end: float | None
     verb: str = "exit"
     code: int = 0
     lines: tuple[tuple[float, str], ...] = ()
     slow_stops: tuple[tuple[float, float], ...] = ()
+    oom: bool = False
+    start_error: Step | None = None
 
     @property
     def failed(self) -> bool:
@@ -186,6 +220,9 @@ class RankPlan:
 def plan_rank(steps: Sequence[Step], rank: int, env: Mapping[str, str]) -> RankPlan:
     """Walk the steps that apply to ``rank`` and return its plan (a simulator that runs in logical time
     needs no more)."""
+    blocked = start_error(steps, rank, env)
+    if blocked is not None:
+        return RankPlan(None, blocked.verb, start_error=blocked)
     t = 0.0
     lines: list[tuple[float, str]] = []
     slow: list[tuple[float, float]] = []
@@ -202,6 +239,16 @@ def plan_rank(steps: Sequence[Step], rank: int, env: Mapping[str, str]) -> RankP
             return RankPlan(None, "hang", 0, tuple(lines), tuple(slow))
         elif step.verb == "exit":
             return RankPlan(t, "exit", step.code, tuple(lines), tuple(slow))
+        elif step.verb == "oom-but-exit-0":
+            return RankPlan(t, "exit", 0, tuple(lines), tuple(slow), oom=True)
+        elif step.verb in START_ERRORS:
+            continue  # decided before the rank started
         else:
             return RankPlan(t, step.verb, 0, tuple(lines), tuple(slow))
     return RankPlan(t, "exit", 0, tuple(lines), tuple(slow))
+
+
+def start_error(steps: Sequence[Step], rank: int, env: Mapping[str, str]) -> Step | None:
+    """The first ``config-error``/``create-error`` step that applies to ``rank``, if any: the container
+    never starts."""
+    return next((s for s in steps if s.verb in START_ERRORS and s.applies(rank, env)), None)

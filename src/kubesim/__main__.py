@@ -52,6 +52,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--bookmark-interval", type=float, default=10.0, help="seconds between watch bookmarks")
     s.add_argument(
+        "--recreate-jobset-while-deleting",
+        action="store_true",
+        help="Trainer v2.3.0: re-apply a TrainJob's JobSet while it is deleted in the foreground (never finishes)",
+    )
+    s.add_argument(
+        "--node-recovery",
+        choices=("reboot", "replace"),
+        default=None,
+        help="what a lost node's machine does later: reboot (comes back) or replace (an autoscaler's new node)",
+    )
+    s.add_argument(
+        "--node-recovery-after",
+        type=float,
+        default=60.0,
+        help="simulated seconds from losing a node to its recovery (default 60)",
+    )
+    s.add_argument(
+        "--event-ttl",
+        type=float,
+        default=3600.0,
+        help="seconds an Event lives after its last write (default 1 h)",
+    )
+    s.add_argument(
         "--readonly-kubeconfig",
         default=None,
         metavar="PATH",
@@ -94,6 +117,10 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
         host=args.host,
         port=args.port,
         bookmark_interval=args.bookmark_interval,
+        event_ttl=getattr(args, "event_ttl", 3600.0),
+        recreate_jobset_while_deleting=getattr(args, "recreate_jobset_while_deleting", False),
+        node_recovery=getattr(args, "node_recovery", None),
+        node_recovery_after=getattr(args, "node_recovery_after", 60.0),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

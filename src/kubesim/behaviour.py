@@ -12,11 +12,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubescript import DEFAULT_SCRIPT, SCRIPT_ENV, VERBS, Guard, ScriptError, Step, parse_script, render_text
+from kubescript import (
+    DEFAULT_SCRIPT,
+    SCRIPT_ENV,
+    START_ERRORS,
+    VERBS,
+    Guard,
+    ScriptError,
+    Step,
+    parse_script,
+    render_text,
+    start_error,
+)
 
 __all__ = [
     "DEFAULT_SCRIPT",
     "SCRIPT_ENV",
+    "START_ERRORS",
     "VERBS",
     "Behaviours",
     "Guard",
@@ -24,6 +36,7 @@ __all__ = [
     "Step",
     "parse_script",
     "render_text",
+    "start_error",
 ]
 
 

@@ -1,4 +1,5 @@
-"""Fault injection for the API server: latency, 429/500 answers, dropped watches, compacted history.
+"""Fault injection for the API server: latency, 429/500 answers, dropped watches, compacted history,
+unavailable admission webhooks.
 
 Reachable as ``sim.faults``. Faults apply to HTTP requests only (controllers talk to the store directly).
 """
@@ -45,6 +46,7 @@ class Faults:
         self._drop_listeners: list[Callable[[bool], None]] = []
         self._compact: Callable[[], None] | None = None
         self.injected = 0  # how many requests were failed on purpose
+        self._webhooks_down: dict[str, str] = {}  # component -> the error of calling its webhooks
 
     def __repr__(self) -> str:
         return f"Faults(latency={self.latency}, pending_failures={sum(f.remaining for f in self._failures)})"
@@ -166,8 +168,31 @@ class Faults:
         if self._compact is not None:
             self._compact()
 
+    def webhooks_unavailable(
+        self,
+        component: str = "trainer",
+        *,
+        error: str = "dial tcp 10.96.183.62:443: connect: connection refused",
+    ) -> None:
+        """Make ``component``'s admission webhooks unreachable (its controller is down): every write they
+        intercept — from clients and controllers alike — is answered 500 ``Internal error occurred: failed
+        calling webhook "<name>": failed to call webhook: Post "<url>": <error>``, as the API server
+        answers for a ``failurePolicy: Fail`` webhook it cannot call. Components: ``trainer``."""
+        if component != "trainer":
+            raise ValueError(f"no webhooks of {component!r} are simulated; components: trainer")
+        self._webhooks_down[component] = error
+
+    def webhooks_available(self, component: str = "trainer") -> None:
+        """``component``'s webhooks answer again."""
+        self._webhooks_down.pop(component, None)
+
+    def webhook_error(self, component: str) -> str | None:
+        """The error of calling ``component``'s webhooks now, or None when they answer."""
+        return self._webhooks_down.get(component)
+
     def clear(self) -> None:
-        """Remove latency and pending failures."""
+        """Remove latency, pending failures and unavailable webhooks."""
+        self._webhooks_down.clear()
         self.latency = 0.0
         self._failures.clear()
         self._losses.clear()

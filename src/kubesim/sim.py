@@ -29,6 +29,7 @@ from kubesim import admission
 from kubesim.auth import ADMIN, Authenticator, Permissions
 from kubesim.behaviour import Behaviours
 from kubesim.clock import Clock, ManualClock
+from kubesim.events import DEFAULT_EVENT_TTL, EventRecorder, EventTTL
 from kubesim.faults import Faults
 from kubesim.kubeconfig import write_kubeconfig as _write_kubeconfig
 from kubesim.logs import PodLogs
@@ -86,6 +87,10 @@ class Simulator:
         request_log_size: int = 100_000,
         disabled_groups: Iterable[str] = (),
         anonymous_auth: bool = True,
+        event_ttl: float = DEFAULT_EVENT_TTL,
+        recreate_jobset_while_deleting: bool = False,
+        node_recovery: str | None = None,
+        node_recovery_after: float = 60.0,
     ) -> None:
         self.clock: Clock = clock if clock is not None else ManualClock()
         self.store = ObjectStore(self.clock, history_limit=history_limit)
@@ -93,6 +98,10 @@ class Simulator:
         # any controllers (or none); webhooks come with the controllers that install them.
         admission.install_crds(self.store, self.clock)
         self.logs = PodLogs(self.clock)
+        # The API server forgets Events event_ttl seconds after their last write (--event-ttl); the
+        # components' Events go through client-go's correlator.
+        self.event_ttl = EventTTL(self.store, self.clock, event_ttl)
+        self.recorder = EventRecorder(self.store, self.clock)
         self.faults = Faults()
         self.faults.on_compact(self.store.compact)
         self.requests = RequestLog(request_log_size)
@@ -103,6 +112,16 @@ class Simulator:
         # system:anonymous and gets 403 from authorization; off, it is 401.
         self.anonymous_auth = anonymous_auth
         self.kueue = kueue
+        # Trainer v2.3.0's behaviour: while a TrainJob is deleted in the foreground its JobSet comes back
+        # after each garbage collection, so the deletion never finishes (read by the Trainer controller).
+        self.recreate_jobset_while_deleting = recreate_jobset_while_deleting
+        # What a lost node's machine does later: None (stays lost), "reboot" or "replace" (an autoscaler).
+        if node_recovery not in (None, "reboot", "replace"):
+            raise ValueError(f"node_recovery must be None, 'reboot' or 'replace', got {node_recovery!r}")
+        if node_recovery_after < 0:
+            raise ValueError(f"node_recovery_after must be >= 0 seconds, got {node_recovery_after}")
+        self.node_recovery = node_recovery
+        self.node_recovery_after = node_recovery_after
         # API groups this cluster does not serve (as if their CRDs were not installed); without Kueue
         # the kueue.x-k8s.io group is absent from discovery, like on a cluster without Kueue.
         self.disabled_groups: set[str] = set(disabled_groups)
@@ -168,6 +187,7 @@ class Simulator:
         # A real API server's watch cache starts from a list at its start: a watch from any earlier
         # resourceVersion (here: the fixtures' writes, made before serving) is answered 410 Expired.
         self.store.expire_before(self.store.resource_version)
+        self.event_ttl.arm_pending()
         self._wake = asyncio.Event()
         if not isinstance(self.clock, ManualClock):
             self._background = asyncio.create_task(self._run_background(), name="kubesim-controllers")

@@ -62,6 +62,8 @@ EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 AdmissionHook = Callable[[str, ResourceType, dict[str, Any], dict[str, Any] | None], dict[str, Any] | None]
 
 FOREGROUND = "foregroundDeletion"
+GC_LATENCY = 1.0
+"""Seconds the garbage collector takes to collect a new dependent of a held owner (add_foreground_hold)."""
 ORPHAN_FINALIZER = "orphan"
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -154,6 +156,8 @@ class ObjectStore:
         self._applied: dict[tuple[ResourceType, str, str], dict[tuple[str, str], Any]] = {}
         self._gc_queue: deque[tuple[str, Any]] = deque()
         self._depth = 0
+        self._holds: list[Callable[[dict[str, Any]], bool]] = []
+        self._late: set[tuple[ResourceType, str, str]] = set()
         self._rng = random.Random(0x5EED)
         for ns in _SYSTEM_NAMESPACES:
             self.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
@@ -192,6 +196,34 @@ class ObjectStore:
                 pass
 
         return unsubscribe
+
+    def add_foreground_hold(self, fn: Callable[[dict[str, Any]], bool]) -> None:
+        """Model a controller that re-creates the dependents of an owner being deleted in the foreground
+        faster than the garbage collector can remove the owner (Trainer v2.3.0 re-applying its JobSet):
+        while ``fn(owner)`` is True, the owner keeps its ``foregroundDeletion`` finalizer although no
+        blocking dependent is left, and a new dependent of it is collected ``GC_LATENCY`` seconds after
+        its creation (the collector's reaction time) rather than at once, so its own dependents appear
+        meanwhile. ``fn`` must not write."""
+        self._holds.append(fn)
+
+    def _held(self, owner: dict[str, Any]) -> bool:
+        return any(hold(owner) for hold in self._holds)
+
+    def _collect_later(self, rt: ResourceType, ns: str, name: str) -> None:
+        key = (rt, ns, name)
+        if key in self._late:
+            return
+
+        def collect() -> None:
+            self._late.discard(key)
+            with self._operation():
+                self._gc_dependent(rt, ns, name, ripe=True)
+
+        try:
+            self.clock.call_at(self.clock.now() + GC_LATENCY, collect)
+        except RuntimeError:
+            return  # no event loop (a real clock outside serving): collect at once, as before
+        self._late.add(key)
 
     @contextmanager
     def _operation(self) -> Iterator[None]:
@@ -998,6 +1030,10 @@ class ObjectStore:
             elif kind == "namespace":
                 self._gc_namespace(arg)
 
+    def _owner(self, ref: dict[str, Any]) -> dict[str, Any]:
+        rt, ns, name = self._by_uid[str(ref.get("uid"))]
+        return self._objs[rt][ns][name]
+
     def _owner_state(self, uid: str) -> str:
         """ "absent", "foreground" (being deleted, waiting for dependents) or "solid"."""
         loc = self._by_uid.get(uid)
@@ -1025,8 +1061,8 @@ class ObjectStore:
                 for ref in dep["metadata"].get("ownerReferences") or []:
                     if ref.get("uid") == uid and ref.get("blockOwnerDeletion"):
                         blocking = True
-            if not blocking:
-                rt, ns, name = self._by_uid[uid]
+            rt, ns, name = self._by_uid[uid]
+            if not blocking and not self._held(self._objs[rt][ns][name]):
                 cur = self._objs[rt][ns][name]
                 new = _copy(cur)
                 fins = [f for f in new["metadata"].get("finalizers") or [] if f != FOREGROUND]
@@ -1037,7 +1073,7 @@ class ObjectStore:
                 self._commit(rt, "MODIFIED", new, cur)
                 self._maybe_finish_deletion(rt, new)
 
-    def _gc_dependent(self, rt: ResourceType, ns: str, name: str) -> None:
+    def _gc_dependent(self, rt: ResourceType, ns: str, name: str, *, ripe: bool = False) -> None:
         dep = self._lookup(rt, ns, name)
         if dep is None:
             return
@@ -1059,6 +1095,12 @@ class ObjectStore:
             return
         if dep["metadata"].get("deletionTimestamp"):
             return  # already on its way out
+        if (rt, ns, name) in self._late:
+            return  # a held owner's new dependent: collected when its timer fires
+        if not ripe and waiting and not dangling and any(self._held(self._owner(r)) for r in waiting):
+            self._collect_later(rt, ns, name)
+            if (rt, ns, name) in self._late:
+                return
         uid = dep["metadata"]["uid"]
         policy = "Foreground" if waiting and self._dependents.get(uid) else "Background"
         if ORPHAN_FINALIZER in (dep["metadata"].get("finalizers") or []):

@@ -1,4 +1,5 @@
-"""kubesim's simulated controllers: Trainer, JobSet, Job, scheduler, kubelet, node lifecycle, Kueue.
+"""kubesim's simulated controllers: Trainer, JobSet, Job, scheduler, kubelet, node lifecycle, Kueue, and
+the machines' own recovery (a reboot or an autoscaler's replacement).
 
 ``default_controllers()`` returns a fresh instance of each, in the order a settle round runs them.
 """
@@ -12,6 +13,7 @@ from kubesim.controllers.jobset import JobSetController
 from kubesim.controllers.kubelet import KubeletController
 from kubesim.controllers.kueue import KueueController
 from kubesim.controllers.nodelifecycle import NodeLifecycleController
+from kubesim.controllers.noderecovery import NodeRecoveryController
 from kubesim.controllers.scheduler import SchedulerController
 from kubesim.controllers.trainer import TrainerController
 
@@ -23,6 +25,7 @@ __all__ = [
     "KubeletController",
     "KueueController",
     "NodeLifecycleController",
+    "NodeRecoveryController",
     "SchedulerController",
     "TrainerController",
     "default_controllers",
@@ -39,4 +42,5 @@ def default_controllers() -> list[BaseController]:
         SchedulerController(),
         KubeletController(),
         NodeLifecycleController(),
+        NodeRecoveryController(),
     ]

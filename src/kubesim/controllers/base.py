@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubesim.clock import Clock, TimerHandle, rfc3339
 from kubesim.errors import ApiError
-from kubesim.resources import EVENTS, ResourceType
+from kubesim.resources import ResourceType
 
 if TYPE_CHECKING:
     from kubesim.store import ObjectStore, WatchEvent
@@ -31,7 +31,6 @@ class BaseController:
     """A controller with a key queue; subclasses implement ``keys_for`` and ``reconcile``."""
 
     name = "base"
-    _event_seq = 0  # shared: event names stay unique across controllers
     #: kinds kept in a read-only local cache fed by store events (an informer, as real controllers use)
     cached_kinds: tuple[ResourceType, ...] = ()
 
@@ -157,9 +156,9 @@ class BaseController:
             except ApiError as e:
                 if e.code == 409:
                     self._queue[(ns, name)] = None  # stale read: try again
-                elif e.message.startswith("admission webhook"):
-                    # A webhook refused a write made from a stale view: retry shortly, as controller-runtime
-                    # requeues with back-off.
+                elif e.message.startswith("admission webhook") or "failed calling webhook" in e.message:
+                    # A webhook refused a write made from a stale view, or could not be called: retry
+                    # shortly, as controller-runtime requeues with back-off.
                     log.debug("kubesim %s: %s/%s refused, retrying: %s", self.name, ns, name, e.message)
                     self.requeue_at(self.clock.now() + 1.0, ns, name)
                 elif e.code != 404:
@@ -222,41 +221,9 @@ class BaseController:
     def record_event(
         self, obj: dict[str, Any], etype: str, reason: str, message: str, *, component: str | None = None
     ) -> None:
-        """Create a core/v1 Event about ``obj`` (in its namespace, or ``default`` for cluster objects)."""
-        meta = obj.get("metadata") or {}
-        ns = meta.get("namespace") or "default"
-        now = self.now()
-        BaseController._event_seq += 1
-        event: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{meta.get('name')}.{int(self.clock.now()):x}{BaseController._event_seq:06x}",
-                "namespace": ns,
-            },
-            "involvedObject": {
-                "apiVersion": obj.get("apiVersion"),
-                "kind": obj.get("kind"),
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "reason": reason,
-            "message": message,
-            "type": etype,
-            "source": {"component": component or self.name},
-            "reportingComponent": component or self.name,
-            "reportingInstance": "",
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            self.store.create(EVENTS, event)
-        except ApiError as e:
-            # Events are best effort, as in a real cluster (the namespace may be going away).
-            log.debug("kubesim %s: event %s not recorded: %s", self.name, reason, e.message)
+        """Record an Event about ``obj`` through the simulator's recorder (client-go's correlation:
+        repeats bump ``count``, similar ones are combined, spam is dropped)."""
+        self.sim.recorder.record(obj, etype, reason, message, component=component or self.name)
 
 
 def owner_ref(obj: dict[str, Any], *, controller: bool = True, block: bool = True) -> dict[str, Any]:

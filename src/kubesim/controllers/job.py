@@ -114,6 +114,9 @@ class JobController(BaseController):
         self._ignored: set[str] = set()  # pod uids deleted by us for suspension/finish (not failures)
         self._last_failure: dict[str, float] = {}  # job uid -> time of its last counted pod failure
         self._fail_job: dict[str, str] = {}  # job uid -> message of a matched FailJob rule
+        # job uid -> pods removed before this controller counted them (a force delete, PodGC): what the
+        # batch.kubernetes.io/job-tracking finalizer makes a real Job controller see and count.
+        self._vanished: dict[str, list[dict[str, Any]]] = {}
 
     def resync(self) -> None:
         for job in self.store.list(JOBS)[0]:
@@ -136,16 +139,35 @@ class JobController(BaseController):
             self._counted_failed.pop(uid, None)
             self._last_failure.pop(uid, None)
             self._fail_job.pop(uid, None)
+            self._vanished.pop(uid, None)
         elif ev.rt == PODS:
+            ref = controller_of(ev.obj)
+            done = (ev.obj.get("status") or {}).get("phase") == "Succeeded"
+            if (
+                ref is not None
+                and ref.get("kind") == "Job"
+                and uid not in self._ignored
+                and not done
+                and self.store.exists(JOBS, ev.obj["metadata"].get("namespace"), str(ref.get("name")))
+            ):
+                self._vanished.setdefault(str(ref.get("uid")), []).append(ev.obj)
             self._ignored.discard(uid)
 
     def _pods(self, job: dict[str, Any]) -> list[dict[str, Any]]:
         """The Job's pods (read-only, from the cache)."""
         return self.cached_owned(PODS, job["metadata"]["uid"])
 
-    def _delete_pod(self, pod: dict[str, Any]) -> None:
+    def _delete_pod(self, job: dict[str, Any], pod: dict[str, Any]) -> None:
         self._ignored.add(pod["metadata"]["uid"])
         self.store.delete(PODS, pod["metadata"].get("namespace"), pod["metadata"]["name"])
+        # The pod control's events (pkg/controller/controller_utils.go), then the Job controller's.
+        self._event(job, True, "Normal", "SuccessfulDelete", f"Deleted pod: {pod['metadata']['name']}")
+
+    def _event(self, job: dict[str, Any], changed: bool, etype: str, reason: str, message: str) -> None:
+        """The Job controller's Event for a condition it just changed (syncJob: Suspended, Resumed,
+        Completed, and the finished condition's reason and message when the Job fails)."""
+        if changed:
+            self.record_event(job, etype, reason, message, component="job-controller")
 
     def reconcile(self, namespace: str, name: str) -> None:
         job = self.get_or_none(JOBS, namespace, name)
@@ -164,10 +186,11 @@ class JobController(BaseController):
         now = self.now()
 
         succeeded_idx = {_index(p) for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"}
-        for p in pods:
+        vanished = self._vanished.pop(uid, [])
+        for p in [*pods, *vanished]:
             puid = p["metadata"]["uid"]
             phase = (p.get("status") or {}).get("phase")
-            deleting = bool(p["metadata"].get("deletionTimestamp"))
+            deleting = bool(p["metadata"].get("deletionTimestamp")) or any(v is p for v in vanished)
             if puid in counted or puid in self._ignored or phase == "Succeeded":
                 continue
             if phase == "Failed" or deleting:
@@ -186,47 +209,44 @@ class JobController(BaseController):
         failure_target = cond.find(job, "FailureTarget")
         if finished:
             for p in active:
-                self._delete_pod(p)
+                self._delete_pod(job, p)
         elif failure_target is not None and failure_target.get("status") == "True":
             for p in active:
-                self._delete_pod(p)
+                self._delete_pod(job, p)
             if not active and not terminating:
-                cond.set_condition(
-                    job,
-                    "Failed",
-                    "True",
-                    str(failure_target.get("reason")),
-                    str(failure_target.get("message")),
-                    now,
-                    probe_time=True,
-                )
+                r, msg = str(failure_target.get("reason")), str(failure_target.get("message"))
+                changed = cond.set_condition(job, "Failed", "True", r, msg, now, probe_time=True)
+                self._event(job, changed, "Warning", r, msg)
         elif spec.get("suspend"):
             for p in active:
-                self._delete_pod(p)
+                self._delete_pod(job, p)
             active = []
             if cond.set_condition(
                 job, "Suspended", "True", "JobSuspended", "Job suspended", now, probe_time=True
             ):
                 status.pop("startTime", None)
+                self._event(job, True, "Normal", "Suspended", "Job suspended")
         else:
             if cond.find(job, "Suspended") is not None and cond.is_true(job, "Suspended"):
                 cond.set_condition(
                     job, "Suspended", "False", "JobResumed", "Job resumed", now, probe_time=True
                 )
                 status["startTime"] = now
+                self._event(job, True, "Normal", "Resumed", "Job resumed")
             status.setdefault("startTime", now)
             reason = self._failure_reason(job, active, now_s)
             if reason is not None:
                 r, msg = reason
                 cond.set_condition(job, "FailureTarget", "True", r, msg, now, probe_time=True)
                 for p in active:
-                    self._delete_pod(p)
+                    self._delete_pod(job, p)
                 if not active and not terminating:
-                    cond.set_condition(job, "Failed", "True", r, msg, now, probe_time=True)
+                    changed = cond.set_condition(job, "Failed", "True", r, msg, now, probe_time=True)
+                    self._event(job, changed, "Warning", r, msg)
                 active = []
             elif len(succeeded_idx & set(range(completions))) >= completions:
                 for p in active:
-                    self._delete_pod(p)
+                    self._delete_pod(job, p)
                 cond.set_condition(
                     job,
                     "SuccessCriteriaMet",
@@ -237,7 +257,7 @@ class JobController(BaseController):
                     probe_time=True,
                 )
                 if not terminating:
-                    cond.set_condition(
+                    changed = cond.set_condition(
                         job,
                         "Complete",
                         "True",
@@ -247,6 +267,7 @@ class JobController(BaseController):
                         probe_time=True,
                     )
                     status["completionTime"] = now
+                    self._event(job, changed, "Normal", "Completed", "Job completed")
                 active = []
             else:
                 active_idx = {_index(p) for p in active}
@@ -258,6 +279,9 @@ class JobController(BaseController):
                 for i in missing:
                     created = self.store.create(PODS, self._pod_for(job, i))
                     active.append(created)
+                    self._event(
+                        job, True, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}"
+                    )
                 self._arm_deadline(job, now_s)
 
         status["active"] = len(active)

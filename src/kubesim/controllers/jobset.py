@@ -364,10 +364,14 @@ class JobSetController(BaseController):
                         pspec.pop(f, None)
             self.write(JOBS, job, after)
         now = self.now()
+        # JobSet records an Event with each condition it changes (its updateCondition options).
         if suspend:
-            cond.set_condition(js, "Suspended", "True", "SuspendedJobs", "jobset is suspended", now)
-        elif cond.find(js, "Suspended") is not None:
-            cond.set_condition(js, "Suspended", "False", "ResumeJobs", "jobset is resumed", now)
+            if cond.set_condition(js, "Suspended", "True", "SuspendedJobs", "jobset is suspended", now):
+                self.record_event(js, "Normal", "SuspendedJobs", "jobset is suspended")
+        elif cond.find(js, "Suspended") is not None and cond.set_condition(
+            js, "Suspended", "False", "ResumeJobs", "jobset is resumed", now
+        ):
+            self.record_event(js, "Normal", "ResumeJobs", "jobset is resumed")
 
     def _status(self, js: dict[str, Any], jobs: list[dict[str, Any]]) -> None:
         restarts = int(js["status"].get("restarts") or 0)

@@ -17,32 +17,36 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kubesim.behaviour import (
     DEFAULT_SCRIPT,
     SCRIPT_ENV,
+    START_ERRORS,
     Behaviours,
     ScriptError,
     Step,
     parse_script,
     render_text,
+    start_error,
 )
 from kubesim.clock import parse_rfc3339
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key
 from kubesim.errors import ApiError
-from kubesim.resources import NODES, PODS
+from kubesim.resources import CONFIGMAPS, NODES, PODS, SECRETS, ResourceType
 
 if TYPE_CHECKING:
     from kubesim.store import WatchEvent
 
-__all__ = ["KubeletController", "image_problem"]
+__all__ = ["KubeletController", "env_problem", "image_problem"]
 
 BACKOFF_START = 10.0
 BACKOFF_MAX = 300.0
+SYNC_RETRY = 10.0
+"""A pod sync that failed is retried after this long (the kubelet's ``backOffPeriod``, pkg/kubelet/kubelet.go)."""
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REFERENCE = re.compile(
     rf"^(?:(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?)/)?"
@@ -91,7 +95,7 @@ class _Run:
     others: list[tuple[str, str]] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     script_error: str | None = None
-    mode: str = "new"  # new | pulling | running | crash | done
+    mode: str = "new"  # new | pulling | blocked | running | crash | done
     pc: int = 0
     wake_at: float | None = None
     started_at: str | None = None
@@ -159,6 +163,15 @@ class KubeletController(BaseController):
     def keys_for(self, ev: WatchEvent) -> Iterable[Key]:
         if ev.rt == PODS and (ev.obj.get("spec") or {}).get("nodeName"):
             yield (ev.obj["metadata"].get("namespace", ""), ev.obj["metadata"]["name"])
+        elif ev.rt == NODES and ev.obj["metadata"]["name"] in self.dead_nodes:
+            node = ev.obj["metadata"]["name"]
+            if ev.type == "DELETED":
+                self.dead_nodes.discard(node)  # the machine is gone for good (PodGC took its pods)
+            elif cond.is_true(ev.obj, "Ready"):
+                # Ready again, however it was written (a reboot, or by hand): this kubelet is back.
+                self.dead_nodes.discard(node)
+                for pod in self.store.list(PODS, field_selector=f"spec.nodeName={node}")[0]:
+                    yield (pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
 
     @property
     def logs(self) -> Any:
@@ -248,14 +261,18 @@ class KubeletController(BaseController):
             if problem is not None:
                 self._pull_failed(pod, run, problem)
                 return
-            if run.mode == "new" or run.mode == "pulling":
-                self.record_event(
-                    pod,
-                    "Normal",
-                    "Pulled",
-                    f'Container image "{run.image}" already present on machine',
-                    component="kubelet",
-                )
+        if run.mode in ("new", "pulling", "blocked"):
+            self.record_event(
+                pod,
+                "Normal",
+                "Pulled",
+                f'Container image "{run.image}" already present on machine',
+                component="kubelet",
+            )
+            blocker = self._start_blocker(pod, run)
+            if blocker is not None:
+                self._blocked(pod, run, blocker)
+                return
             self._start_container(pod, run)
         elif run.mode == "crash":
             self._start_container(pod, run)
@@ -303,6 +320,35 @@ class KubeletController(BaseController):
             run.wake_at = now_s + 1.0
         self.requeue_at(run.wake_at, run.ns, run.name)
 
+    def _start_blocker(self, pod: dict[str, Any], run: _Run) -> tuple[str, str] | None:
+        """Why the main container cannot be created now, as ``(waiting reason, message)``: a Secret or
+        ConfigMap its env names is missing (``makeEnvironmentVariables`` in pkg/kubelet/kubelet_pods.go),
+        or its script says so (``config-error``/``create-error``)."""
+        containers: list[dict[str, Any]] = (pod.get("spec") or {}).get("containers") or []
+        container = next((c for c in containers if c.get("name") == run.main), {})
+        problem = env_problem(container, run.ns, lambda rt, name: self.get_or_none(rt, run.ns, name))
+        if problem is not None:
+            return ("CreateContainerConfigError", problem)
+        step = start_error(run.steps, run.rank, run.env)
+        if step is None:
+            return None
+        if step.verb == "create-error":
+            return ("CreateContainerError", step.arg)
+        if self.get_or_none(SECRETS, run.ns, step.arg) is not None:
+            return None  # the Secret exists now: the next sync creates the container
+        return ("CreateContainerConfigError", f'secret "{step.arg}" not found')
+
+    def _blocked(self, pod: dict[str, Any], run: _Run, blocker: tuple[str, str]) -> None:
+        """The container could not be created: wait, say why, and try again after the sync back-off."""
+        reason, message = blocker
+        run.mode = "blocked"
+        run.phase = "Pending"
+        run.ready = False
+        run.state = {"waiting": {"reason": reason, "message": message}}
+        self.record_event(pod, "Warning", "Failed", f"Error: {message}", component="kubelet")
+        run.wake_at = self.clock.now() + SYNC_RETRY
+        self.requeue_at(run.wake_at, run.ns, run.name)
+
     def _start_container(self, pod: dict[str, Any], run: _Run) -> None:
         run.mode = "running"
         run.phase = "Running"
@@ -343,8 +389,14 @@ class KubeletController(BaseController):
             elif verb == "oom":
                 self._exit(pod, run, 137, "OOMKilled")
                 return
+            elif verb == "oom-but-exit-0":
+                # containerd reports the cgroup's OOM kill even when the main process exits 0 (#116042).
+                self._exit(pod, run, 0, "OOMKilled")
+                return
             elif verb == "hang":
                 return
+            elif verb in START_ERRORS:
+                run.pc += 1  # decided before the container started
             else:  # preempt / lose-node / evict: disruptions decided elsewhere in the cluster
                 run.pc += 1
                 self._publish(run)
@@ -504,7 +556,7 @@ class KubeletController(BaseController):
             "name": run.main,
             "image": run.image,
             "imageID": ""
-            if run.mode == "pulling"
+            if run.mode in ("pulling", "blocked")
             else f"{run.image}@sha256:{hashlib.sha256(run.image.encode()).hexdigest()}",
             "ready": run.ready,
             "started": run.mode == "running",
@@ -565,6 +617,40 @@ class KubeletController(BaseController):
             except ApiError as e:
                 if e.code != 404:
                     raise
+
+
+def env_problem(
+    container: dict[str, Any], namespace: str, lookup: Callable[[ResourceType, str], dict[str, Any] | None]
+) -> str | None:
+    """The kubelet's message when ``container``'s env names a Secret or ConfigMap (or a key of one) that
+    does not exist and is not ``optional``; ``lookup(rt, name)`` reads an object of the namespace or
+    None. Wording as ``makeEnvironmentVariables`` and the kubelet's object managers
+    (``secret "x" not found``, ``couldn't find key k in Secret ns/x``)."""
+    refs: list[tuple[ResourceType, str, str | None, bool]] = []
+    for source in container.get("envFrom") or []:
+        for field_name, rt in (("configMapRef", CONFIGMAPS), ("secretRef", SECRETS)):
+            ref = source.get(field_name)
+            if isinstance(ref, dict):
+                refs.append((rt, str(ref.get("name") or ""), None, bool(ref.get("optional"))))
+    for e in container.get("env") or []:
+        value_from = e.get("valueFrom") or {}
+        for field_name, rt in (("configMapKeyRef", CONFIGMAPS), ("secretKeyRef", SECRETS)):
+            ref = value_from.get(field_name)
+            if isinstance(ref, dict):
+                refs.append(
+                    (rt, str(ref.get("name") or ""), str(ref.get("key") or ""), bool(ref.get("optional")))
+                )
+    for rt, name, key, optional in refs:
+        obj = lookup(rt, name)
+        kind = "configmap" if rt is CONFIGMAPS else "secret"
+        if obj is None:
+            if not optional:
+                return f'{kind} "{name}" not found'
+            continue
+        keys = {**(obj.get("data") or {}), **(obj.get("binaryData") or {})}
+        if key is not None and key not in keys and not optional:
+            return f"couldn't find key {key} in {rt.kind} {namespace}/{name}"
+    return None
 
 
 def _claim_scripted_loss(claimed: set[str], pod: dict[str, Any]) -> bool:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubesim import admission
 from kubesim.admission.jobset import default_jobset
+from kubesim.admission.webhook import TRAINER_DEFAULTER, call_failed
 from kubesim.clock import parse_rfc3339
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key, controller_of
@@ -33,7 +34,9 @@ from kubesim.resources import (
     SECRETS,
     TRAININGRUNTIMES,
     TRAINJOBS,
+    ResourceType,
 )
+from kubesim.store import FOREGROUND
 
 if TYPE_CHECKING:
     from kubesim.store import WatchEvent
@@ -44,6 +47,9 @@ SUSPENDED_MSG = "TrainJob is suspended"
 RESUMED_MSG = "TrainJob is resumed"
 DEADLINE_MSG = "TrainJob exceeded its active deadline"
 EXTERNAL_MANAGERS = ("kueue.x-k8s.io/multikueue",)
+REAPPLY_DELAY = 1.0
+"""Seconds between the garbage collector removing the JobSet of a TrainJob being deleted and Trainer
+v2.3.0 applying it again (about a second on a real cluster)."""
 
 
 def is_finished(tj: dict[str, Any]) -> bool:
@@ -81,12 +87,60 @@ class TrainerController(BaseController):
         super().__init__()
         # webhooks=False models a cluster whose admission webhooks are not installed (CRD rules only).
         self.webhooks = webhooks
+        self._reapply_at: dict[Key, float] = {}  # TrainJobs being deleted whose JobSet comes back then
 
     def setup(self) -> None:
+        if self.webhooks:
+            # Registered before the webhooks themselves: an unreachable Trainer fails the write first.
+            self.store.add_admission(TRAINJOBS, self._webhooks_reachable, mutating=True)
         # The CRDs' own defaults and validation are the API server's (the Simulator installs them).
         admission.install_webhooks(
             self.store, self.clock, kueue=bool(getattr(self.sim, "kueue", False)), trainer=self.webhooks
         )
+        self.store.add_foreground_hold(
+            lambda owner: owner.get("kind") == "TrainJob" and self._recreates(owner)
+        )
+
+    def _webhooks_reachable(
+        self, operation: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
+        """Fail a write Trainer's webhooks intercept (create and update of TrainJobs, not status) while
+        ``sim.faults.webhooks_unavailable("trainer")`` holds."""
+        faults = getattr(self.sim, "faults", None)
+        error = faults.webhook_error("trainer") if faults is not None else None
+        if error is not None and operation in ("CREATE", "UPDATE"):
+            raise call_failed(TRAINER_DEFAULTER, error)
+
+    def _recreates(self, tj: dict[str, Any]) -> bool:
+        """Whether this Trainer re-applies the JobSet of ``tj`` although ``tj`` is being deleted in the
+        foreground: Trainer v2.3.0 keeps reconciling a TrainJob with a deletionTimestamp, so each JobSet
+        the garbage collector removes comes back and the deletion never finishes (issue 24). Off unless
+        the simulator's ``recreate_jobset_while_deleting`` is set."""
+        meta = tj["metadata"]
+        return (
+            bool(getattr(self.sim, "recreate_jobset_while_deleting", False))
+            and bool(meta.get("deletionTimestamp"))
+            and FOREGROUND in (meta.get("finalizers") or [])
+            and not is_finished(tj)
+            and (tj.get("spec") or {}).get("managedBy") not in EXTERNAL_MANAGERS
+        )
+
+    def _reapply_while_deleting(self, tj: dict[str, Any]) -> None:
+        meta = tj["metadata"]
+        ns, name = meta.get("namespace"), meta["name"]
+        key = (ns or "", name)
+        if not self._recreates(tj) or self.get_or_none(JOBSETS, ns, name) is not None:
+            self._reapply_at.pop(key, None)
+            return
+        due = self._reapply_at.setdefault(key, self.clock.now() + REAPPLY_DELAY)
+        if self.clock.now() < due:
+            self.requeue_at(due, ns, name)
+            return
+        del self._reapply_at[key]
+        try:
+            self._reconcile_objects(tj)
+        except (BuildError, _RuntimeMissing):
+            return  # nothing to apply (the runtime is gone): the deletion can finish
 
     def resync(self) -> None:
         for tj in self.store.list(TRAINJOBS)[0]:
@@ -104,7 +158,11 @@ class TrainerController(BaseController):
 
     def reconcile(self, namespace: str, name: str) -> None:
         tj = self.get_or_none(TRAINJOBS, namespace, name)
-        if tj is None or tj["metadata"].get("deletionTimestamp"):
+        if tj is None:
+            self._reapply_at.pop((namespace, name), None)
+            return
+        if tj["metadata"].get("deletionTimestamp"):
+            self._reapply_while_deleting(tj)
             return
         spec = tj.get("spec") or {}
         if spec.get("managedBy") in EXTERNAL_MANAGERS:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kubescript import plan_rank
 from kubesim.behaviour import Behaviours, Guard, ScriptError, parse_script, render_text
 
 
@@ -52,6 +53,10 @@ def test_print_placeholders() -> None:
         ("env:1BAD=x: exit 1", "not an environment variable name"),
         ("env:X: exit 1", "an env guard is"),
         ("rank=0:", "must be followed by a verb"),
+        ("oom-but-exit-0 1", "'oom-but-exit-0' takes no argument"),
+        ("config-error", "name of the missing Secret"),
+        ("config-error Bad_Name", "name of the missing Secret"),
+        ("create-error", "container runtime's error message"),
     ],
 )
 def test_bad_scripts_name_the_step(script: str, fragment: str) -> None:
@@ -77,3 +82,17 @@ def test_behaviours_last_matching_rule_wins() -> None:
 def test_escaped_semicolon_in_print() -> None:
     steps = parse_script(r"print a\; b; exit 0")
     assert [(s.verb, s.arg) for s in steps] == [("print", "a; b"), ("exit", "0")]
+
+
+def test_start_errors_and_oom_but_exit_0_in_a_rank_plan() -> None:
+    steps = parse_script("sleep 2; oom-but-exit-0; exit 3")
+    plan = plan_rank(steps, 0, {})
+    assert (plan.end, plan.verb, plan.code, plan.oom, plan.failed) == (2.0, "exit", 0, True, False)
+    # A start error keeps the rank from starting wherever it stands; a guard can confine it.
+    steps = parse_script("print hi; rank=1: config-error creds; exit 0")
+    assert plan_rank(steps, 0, {}).end == 0.0
+    blocked = plan_rank(steps, 1, {})
+    assert (blocked.end, blocked.verb, blocked.failed) == (None, "config-error", False)
+    assert blocked.start_error is not None and blocked.start_error.arg == "creds"
+    (step,) = parse_script(r"create-error failed to reserve container name\; x")
+    assert step.arg == "failed to reserve container name; x"

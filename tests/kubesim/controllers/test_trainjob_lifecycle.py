@@ -161,8 +161,14 @@ def test_exit_code_with_restart_policy_never() -> None:
     submit(sim, trainjob(runtime="torch-never", script="exit 7"))
     failed = condition(tj(sim), "Failed")
     assert failed is not None and failed["reason"] == "FailedJobs"
-    (gone,) = [e for e in sim.store.list(EVENTS, NS)[0] if e["reason"] == "BackoffLimitExceeded"] or [None]
-    assert gone is None or gone["involvedObject"]["kind"] == "JobSet"
+    # The Job controller's evidence outlives the pods: a Warning Event on the Job, as on a cluster.
+    (ev,) = [e for e in sim.store.list(EVENTS, NS)[0] if e["reason"] == "BackoffLimitExceeded"]
+    assert (ev["type"], ev["involvedObject"]["kind"], ev["involvedObject"]["name"]) == (
+        "Warning",
+        "Job",
+        "tj-node-0",
+    )
+    assert ev["message"] == "Job has reached the specified backoff limit"
 
 
 def test_restart_rotates_the_log() -> None:
