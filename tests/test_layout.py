@@ -143,6 +143,7 @@ PURE = (
     "dispatch/memory/naming.py",
     "dispatch/memory/script.py",
     "dispatch_kubeflow/causes.py",
+    "dispatch_kubeflow/events.py",
     "dispatch_kubeflow/names.py",
     "dispatch_kubeflow/naming.py",
     "dispatch_kubeflow/resources.py",

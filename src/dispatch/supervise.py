@@ -42,7 +42,7 @@ from enum import StrEnum
 from typing import Any
 
 from dispatch import decide, health, metrics
-from dispatch.backend import Backend, Watcher, compute_gone
+from dispatch.backend import Backend, Watcher, compute_gone, record_decision
 from dispatch.clock import Clock, SystemClock
 from dispatch.errors import (
     ConflictError,
@@ -592,6 +592,14 @@ class Supervisor:
             return rec
         if new.revision != rec.revision:
             report.folded += 1
+            if new.outcome.terminal and not rec.outcome.terminal and new.outcome.cause is not Cause.NONE:
+                await record_decision(
+                    self.backend,
+                    obs.handle,
+                    "CauseRead",
+                    _cause_read(new),
+                    warning=new.state in (State.FAILED, State.LOST),
+                )
         return new
 
     async def _refresh(self, rec: JobRecord, report: StepReport) -> JobRecord:
@@ -710,13 +718,22 @@ class Supervisor:
         now = self.clock.now()
         action = plan.action
         if action is PlanAction.REQUEUE:
-            return await self._update(
+            after = await self._update(
                 jid, lambda r: decide.requeued(r, plan, now=now) if _same(rec, r) else None
             )
+            if after.revision != rec.revision:
+                why = f"job {jid} epoch {rec.epoch}: requeued as epoch {after.epoch}: {plan.reason}"
+                await record_decision(self.backend, decide.current_handle(rec), "Requeued", why)
+            return after
         if action in (PlanAction.FAIL, PlanAction.HOLD):
-            return await self._update(
+            after = await self._update(
                 jid, lambda r: decide.gave_up(r, plan, now=now) if _same(rec, r) else None
             )
+            if after.revision != rec.revision:
+                reason = "GaveUp" if action is PlanAction.FAIL else "HeldByPolicy"
+                why = f"job {jid} epoch {rec.epoch}: {plan.reason}"
+                await record_decision(self.backend, rec.handle, reason, why, warning=True)
+            return after
         if action is PlanAction.SETTLE:
             return await self._settle(rec, report)
         if action is PlanAction.CEASE:
@@ -802,6 +819,8 @@ class Supervisor:
         if rec.outcome.terminal:
             return rec
         await self._stop(handle, report, why="cancel requested")
+        why = f"job {rec.job_id} epoch {rec.epoch}: cancel requested; stopping {handle.ref}"
+        await record_decision(self.backend, handle, "Cancelled", why)
         obs = await self.backend.observe(handle)
         after = await self._fold(rec, obs, confirmed=True, report=report)
         return None if not after.outcome.terminal else after
@@ -836,10 +855,22 @@ class Supervisor:
         after = await self._update(
             rec.job_id, lambda r: decide.started(r, handle, actor=Actor.SUPERVISOR, now=now)
         )
+        if identity.epoch.r > 0 and after.handle == handle:
+            # The requeue told on the new incarnation too: the old TrainJob is usually deleted by now.
+            why = f"job {rec.job_id} epoch {identity.epoch}: placed as a requeue"
+            why += f": {rec.plan.reason}" if rec.plan is not None and rec.plan.reason else ""
+            await record_decision(self.backend, handle, "Requeued", why)
         if after.cancel_requested or after.outcome.terminal or after.epoch.n != identity.epoch.n:
             # Cancelled (or resubmitted) while it was being placed: the new incarnation is not wanted.
             await self._stop(handle, report, why="placed after its record moved on")
         return after
+
+
+def _cause_read(rec: JobRecord) -> str:
+    """The message of a ``CauseRead`` decision: the outcome, its cause and the first evidence."""
+    first = rec.outcome.evidence[0] if rec.outcome.evidence else None
+    seen = f" ({first.kind} {first.name}: {first.reason} {first.message})".rstrip() if first else ""
+    return f"job {rec.job_id} epoch {rec.epoch}: {rec.state.value}, cause {rec.outcome.cause.value}{seen}"
 
 
 def _same(before: JobRecord, now: JobRecord) -> bool:
