@@ -42,6 +42,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -314,7 +315,7 @@ async def fleet(pg: Any, n: int, jobs: int, run: float, lease: float, kill: bool
     db = f"fleet_{n}{'_kill' if kill else ''}"
     pg.admin(f"CREATE DATABASE {db} OWNER dispatch")
     dsn = pg.dsn(db)
-    port_file = ROOT / f".fleet-cluster-{os.getpid()}.port"
+    port_file = Path(tempfile.gettempdir()) / f"dispatch-fleet-cluster-{os.getpid()}.port"
     port_file.unlink(missing_ok=True)
     cluster = _spawn("cluster", "--port-file", str(port_file), "--jobs", str(jobs))
     sups: list[subprocess.Popen[str]] = []
