@@ -797,7 +797,11 @@ def main(argv: list[str] | None = None) -> int:
             metrics.enable(args.metrics_address, daemon="admission")
         asyncio.run(_serve(args))
     except DispatchError as exc:
-        print(f"dispatch-admission: {exc}", file=sys.stderr)
+        if logs.structured():  # JSON logs are JSON lines only, the last one included (named logger:
+            # run as ``python -m`` this module's __name__ is __main__, outside the configured loggers)
+            logging.getLogger("dispatch_kubeflow.admission").error("%s", exc)
+        else:
+            print(f"dispatch-admission: {exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -116,3 +116,14 @@ def test_the_supervisor_answers_health_probes_beside_its_metrics(tmp_path: Path,
     metrics_text = answers["/metrics"][1]
     assert "dispatch_leases_held" in metrics_text and "dispatch_admission_leader" not in metrics_text
     json_lines(err)
+
+
+def test_dispatch_admission_json_logs_end_with_a_json_error_line(tmp_path: Path, env: dict[str, str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dispatch_kubeflow.admission", "--log-format", "json",
+         "--kubeconfig", str(tmp_path / "missing")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    last = json_lines(done.stderr)[-1]
+    assert last["level"] == "error" and "missing" in str(last["message"]), done.stderr
