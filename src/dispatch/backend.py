@@ -7,16 +7,18 @@ Every method that touches a cluster is ``async`` and must honour cancellation an
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NewType, Protocol, runtime_checkable
 
-from dispatch.errors import InvalidError, NotFoundError
+from dispatch.errors import DispatchError, InvalidError, NotFoundError
 from dispatch.model import Capabilities, Change, Handle, Identity, JobSpec, Observation, State
 
 __all__ = [
     "Backend",
     "CessationSignal",
+    "DecisionRecorder",
     "HoldToken",
     "Holder",
     "IdentityWeakener",
@@ -26,7 +28,10 @@ __all__ = [
     "Watcher",
     "compute_gone",
     "place",
+    "record_decision",
 ]
+
+_log = logging.getLogger("dispatch.backend")
 
 HoldToken = NewType("HoldToken", str)
 """Proof of one hold, returned by :meth:`Holder.hold` and required by :meth:`Holder.release`."""
@@ -218,6 +223,33 @@ class IdentityWeakener(Protocol):
         Raises ``ConflictError`` when what it carries is inconsistent (its name is not the native name
         of the identity it claims)."""
         ...
+
+
+@runtime_checkable
+class DecisionRecorder(Protocol):
+    """Optional: shows the host's decisions about an incarnation where the cluster's operators look
+    (Kubeflow: an Event on its TrainJob, in ``kubectl describe trainjob``). ``reason`` is one CamelCase
+    word (``Requeued``, ``Held``, ``Cancelled``...), ``message`` names the job and the epoch; ``warning``
+    marks a failure or giving up. Best effort: the record stays the truth, a refusal is only logged."""
+
+    async def record_decision(
+        self, handle: Handle, reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        """Show one decision about incarnation ``handle`` on its cluster."""
+        ...
+
+
+async def record_decision(
+    backend: Backend, handle: Handle | None, reason: str, message: str, *, warning: bool = False
+) -> None:
+    """Tell ``backend`` (if it is a :class:`DecisionRecorder`) about a decision on ``handle``; a failure
+    is logged, never raised: a decision already recorded must not fail for want of its Event."""
+    if handle is None or not isinstance(backend, DecisionRecorder):
+        return
+    try:
+        await backend.record_decision(handle, reason, message, warning=warning)
+    except DispatchError as exc:
+        _log.info("decision %s on %s not shown on the cluster: %s", reason, handle, exc)
 
 
 async def place(backend: Backend, spec: JobSpec, identity: Identity, *, held: bool = False) -> Handle:

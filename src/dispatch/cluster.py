@@ -31,6 +31,7 @@ from dispatch.backend import (
     Prepared,
     Watcher,
     compute_gone,
+    record_decision,
 )
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import Config
@@ -283,6 +284,8 @@ class Cluster:
                 job_id, lambda r: decide.cancelled_off_cluster(r, actor=Actor.USER, now=self.clock.now())
             )
         await self.backend.stop(handle)
+        why = f"job {job_id} epoch {rec.epoch}: cancelled by the user; stopping {handle.ref}"
+        await record_decision(self.backend, handle, "Cancelled", why)
         return await self.get(job_id)
 
     async def hold(self, job_id: str) -> JobRecord:
@@ -296,6 +299,9 @@ class Cluster:
         token = await holder.hold(handle)
 
         await self._update(job_id, lambda r: decide.held(r, handle, token, now=self.clock.now()))
+        await record_decision(
+            self.backend, handle, "Held", f"job {job_id} epoch {rec.epoch}: held by the user"
+        )
         return await self.get(job_id)
 
     async def release(self, job_id: str) -> JobRecord:
@@ -309,6 +315,8 @@ class Cluster:
         await holder.release(handle, HoldToken(token))
 
         await self._update(job_id, lambda r: decide.released(r, now=self.clock.now()))
+        why = f"job {job_id} epoch {rec.epoch}: released by the user"
+        await record_decision(self.backend, handle, "Released", why)
         return await self.get(job_id)
 
     async def resubmit(

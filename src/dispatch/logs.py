@@ -30,6 +30,7 @@ __all__ = [
     "configure",
     "redact_loggers",
     "secret",
+    "structured",
 ]
 
 FIELDS = ("job_id", "epoch", "action", "cause")
@@ -168,3 +169,9 @@ def configure(
     for name in _WIRE_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     return handler
+
+
+def structured() -> bool:
+    """True while dispatch's logs go out as JSON lines (``--log-format json``): then a daemon writes
+    everything else it says on stderr — probe steps, its final error — as JSON lines too."""
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger("dispatch").handlers)

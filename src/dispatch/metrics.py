@@ -22,7 +22,7 @@ from dispatch.errors import InvalidError, UnsupportedError
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-__all__ = ["METRICS", "Metric", "Metrics", "current", "disable", "enable", "status_class"]
+__all__ = ["DAEMONS", "METRICS", "Metric", "Metrics", "current", "disable", "enable", "status_class"]
 
 # Seconds: from a millisecond to a few minutes (event→record lag, API latency, supervisor steps).
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -36,10 +36,21 @@ class Metric:
     kind: str  # "counter", "gauge" or "histogram"
     help: str
     labels: tuple[str, ...] = ()
+    daemons: tuple[str, ...] = ("supervisor",)  # which daemons export it (see DAEMONS)
 
+
+DAEMONS = ("supervisor", "admission")
+"""The daemons that export metrics; each exports only the metrics that name it."""
+_BOTH = DAEMONS
 
 METRICS: tuple[Metric, ...] = (
-    Metric("dispatch_jobs", "gauge", "Job records by coarse state.", ("state",)),
+    Metric("dispatch_jobs", "gauge", "Job records in the store by coarse state (store-wide).", ("state",)),
+    Metric(
+        "dispatch_jobs_starting_oldest_seconds",
+        "gauge",
+        "How long the job starting longest has been starting (store-wide; 0 when none is).",
+        (),
+    ),
     Metric(
         "dispatch_outcomes_total",
         "counter",
@@ -56,26 +67,30 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "dispatch_api_requests_total",
         "counter",
-        "Requests to the cluster API, by verb, resource and status class.",
+        "Requests to the cluster API, by verb, resource and status class (429 on its own).",
         ("verb", "resource", "status"),
+        _BOTH,
     ),
     Metric(
         "dispatch_api_request_duration_seconds",
         "histogram",
         "Latency of requests to the cluster API.",
         ("verb", "resource"),
+        _BOTH,
     ),
     Metric(
         "dispatch_watch_restarts_total",
         "counter",
         "Watch streams restarted, by kind and reason (dropped, expired, error).",
         ("kind", "reason"),
+        _BOTH,
     ),
     Metric(
         "dispatch_watch_relists_total",
         "counter",
         "Full relists after an expired resourceVersion, by kind.",
         ("kind",),
+        _BOTH,
     ),
     Metric(
         "dispatch_event_record_lag_seconds",
@@ -92,15 +107,21 @@ METRICS: tuple[Metric, ...] = (
         "Record writes refused as stale (compare-and-swap conflicts).",
         (),
     ),
+    Metric("dispatch_store_errors_total", "counter", "Store calls of the supervisor that failed.", ()),
     Metric("dispatch_supervisor_step_duration_seconds", "histogram", "Duration of one supervisor step.", ()),
     Metric(
         "dispatch_admission_checks_total",
         "counter",
         "Admission check states written by dispatch-admission.",
         ("state",),
+        ("admission",),
     ),
     Metric(
-        "dispatch_admission_leader", "gauge", "1 while this dispatch-admission replica is the leader.", ()
+        "dispatch_admission_leader",
+        "gauge",
+        "1 while this dispatch-admission replica is the leader.",
+        (),
+        ("admission",),
     ),
 )
 """Every metric dispatch exposes."""
@@ -109,7 +130,10 @@ _BY_NAME = {m.name: m for m in METRICS}
 
 
 def status_class(code: int) -> str:
-    """An HTTP status as its class (``2xx``…), or ``error`` when no answer came (``code`` 0)."""
+    """An HTTP status as its class (``2xx``…), ``429`` on its own (throttling is not the caller's
+    fault, unlike the rest of ``4xx``: the API alert counts it), or ``error`` when no answer came."""
+    if code == 429:
+        return "429"
     return f"{code // 100}xx" if 100 <= code < 600 else "error"
 
 
@@ -135,10 +159,26 @@ class Metrics:
         return b""
 
 
+class _Unexported:
+    """A declared metric this daemon does not export: recording it does nothing."""
+
+    def inc(self, amount: float = 1.0) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+    def observe(self, value: float) -> None:
+        pass
+
+
+_UNEXPORTED = _Unexported()
+
+
 class _Prometheus(Metrics):
     enabled = True
 
-    def __init__(self) -> None:
+    def __init__(self, daemon: str | None = None) -> None:
         try:
             from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
         except ImportError:  # pragma: no cover - depends on the installation
@@ -147,7 +187,8 @@ class _Prometheus(Metrics):
             ) from None
         self.registry: CollectorRegistry = CollectorRegistry(auto_describe=True)
         self._m: dict[str, Any] = {}
-        for m in METRICS:
+        # A daemon exports only its own metrics: no constant zeros for the other daemon's series.
+        for m in METRICS if daemon is None else [m for m in METRICS if daemon in m.daemons]:
             # prometheus-client appends _total to counters itself: declare them without it.
             if m.kind == "counter":
                 self._m[m.name] = Counter(
@@ -174,7 +215,9 @@ class _Prometheus(Metrics):
         decl = _BY_NAME.get(name)
         if decl is None:
             raise InvalidError(f"no metric named {name!r}", path="name")
-        metric = self._m[name]
+        metric = self._m.get(name)
+        if metric is None:  # shared code (the Kubernetes layer) records what only the other daemon exports
+            return _UNEXPORTED
         if not decl.labels:
             return metric
         given = dict(labels or {})
@@ -201,12 +244,12 @@ class _Prometheus(Metrics):
         return bytes(generate_latest(self.registry))
 
     def serve(self, host: str, port: int) -> int:
-        """Serve ``/metrics`` on ``host:port`` (a background thread); return the bound port."""
-        from prometheus_client import start_http_server
+        """Serve ``/metrics``, ``/healthz`` and ``/readyz`` (:mod:`dispatch.health`) on ``host:port``
+        (a background thread); return the bound port."""
+        from dispatch.health import serve
 
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        self._server = server
-        return int(server.server_address[1])
+        self._server = serve(host, port, self.exposition)
+        return int(self._server.server_address[1])
 
     def close(self) -> None:
         if self._server is not None:
@@ -224,13 +267,17 @@ def current() -> Metrics:
     return _current
 
 
-def enable(address: str | None = None) -> Metrics:
+def enable(address: str | None = None, *, daemon: str | None = None) -> Metrics:
     """Start recording metrics in this process and, with ``address`` (``host:port``; port 0 picks a free
-    one), serve them over HTTP at ``/metrics``. Returns the recorder; :func:`disable` undoes it."""
+    one), serve them over HTTP at ``/metrics`` (with the health probes). ``daemon`` (one of
+    :data:`DAEMONS`) exports only that daemon's metrics; ``None`` exports all. Returns the recorder;
+    :func:`disable` undoes it."""
     global _current
     if _current.enabled:
         return _current
-    recorder = _Prometheus()
+    if daemon is not None and daemon not in DAEMONS:
+        raise InvalidError(f"expected one of {', '.join(DAEMONS)}, got {daemon!r}", path="daemon")
+    recorder = _Prometheus(daemon)
     if address is not None:
         host, port = _address(address)
         recorder.serve(host, port)

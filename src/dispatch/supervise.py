@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from dispatch import decide, metrics
-from dispatch.backend import Backend, Watcher, compute_gone
+from dispatch import decide, health, metrics
+from dispatch.backend import Backend, Watcher, compute_gone, record_decision
 from dispatch.clock import Clock, SystemClock
 from dispatch.errors import (
     ConflictError,
@@ -72,6 +72,7 @@ from dispatch.model import (
     Transition,
 )
 from dispatch.records import Store, Unreadable
+from dispatch.tally import tally
 from dispatch.writer import LeaseLostError, RecordWriter
 
 __all__ = ["LeaseLostError", "StepReport", "Supervisor", "UnmatchedPolicy"]
@@ -189,6 +190,7 @@ class Supervisor:
         self._unreadable: set[str] = set()  # job ids of unreadable records already reported
         self._writer = RecordWriter(store, backend, self.clock, holder=self.holder, on_write=self._count)
         self._closed = False
+        self._starting: dict[tuple[str, int], float] = {}  # incarnation -> first seen starting
 
     def __repr__(self) -> str:
         return (
@@ -258,6 +260,12 @@ class Supervisor:
         the watch or the poll interval. A step in hand is always finished; the leases are released at
         the end (:meth:`close`)."""
         stop = stop if stop is not None else asyncio.Event()
+        # The probes (/healthz, /readyz): the loop turns at least every poll; the store answers every
+        # scan; the cluster at every resync (a quiet watch delivers nothing in between).
+        probes = health.current()
+        probes.expect(health.LIVENESS, max(60.0, 10 * self.poll))
+        probes.expect("store", max(60.0, 10 * self.poll))
+        probes.expect("cluster", max(120.0, 3 * self.resync))
         try:
             if await self._watching():
                 self.keep_watching()
@@ -271,6 +279,7 @@ class Supervisor:
                 recorder = metrics.current()
                 recorder.observe("dispatch_supervisor_step_duration_seconds", time.monotonic() - started)
                 recorder.set("dispatch_leases_held", len(self._leased))
+                health.current().mark(health.LIVENESS)
                 if on_step is not None:
                     await on_step(report)
                 if until is not None and await until():
@@ -355,6 +364,7 @@ class Supervisor:
     async def _list(self) -> builtins.list[Observation]:
         if self._listing is None:
             self._listing = await self.backend.list()
+            health.current().mark("cluster")
         return self._listing
 
     async def _reconcile(self, report: StepReport) -> None:
@@ -366,7 +376,12 @@ class Supervisor:
             report.errors.append(f"list: {exc}")
             self._next_resync = self.clock.now()  # try again next step
             return
-        known = {r.job_id: r for r in await self.store.list()}
+        try:
+            known = {r.job_id: r for r in await self.store.list()}
+        except DispatchError:
+            metrics.current().inc("dispatch_store_errors_total")
+            raise
+        health.current().mark("store")
         listed = {(o.handle.identity.job_id, o.handle.identity.epoch.n) for o in listing}
         for rec in known.values():
             # An incarnation of ours missing from the listing may be gone: observe it before trusting
@@ -576,6 +591,14 @@ class Supervisor:
             return rec
         if new.revision != rec.revision:
             report.folded += 1
+            if new.outcome.terminal and not rec.outcome.terminal and new.outcome.cause is not Cause.NONE:
+                await record_decision(
+                    self.backend,
+                    obs.handle,
+                    "CauseRead",
+                    _cause_read(new),
+                    warning=new.state in (State.FAILED, State.LOST),
+                )
         return new
 
     async def _refresh(self, rec: JobRecord, report: StepReport) -> JobRecord:
@@ -600,20 +623,22 @@ class Supervisor:
 
     async def _scan(self, report: StepReport, *, poll: bool) -> None:
         """Lease every record that needs supervising and work on it (observing first when polling)."""
+        recorder = metrics.current()
         try:
             records = await self.store.list()
         except DispatchError as exc:
+            recorder.inc("dispatch_store_errors_total")
             report.errors.append(f"store: {exc}")
             return
+        health.current().mark("store")
         for bad in records.unreadable:  # the others are worked on regardless
             self._report_unreadable(bad, report)
         now = self.clock.now()
-        recorder = metrics.current()
         if recorder.enabled:
-            counts: dict[str, float] = {}
-            for rec in records:
-                counts[rec.state.value] = counts.get(rec.state.value, 0.0) + 1
-            recorder.set_all("dispatch_jobs", "state", counts, every=(s.value for s in State))
+            gauges = tally(records, self._starting, now)
+            self._starting = gauges.starting_since
+            recorder.set_all("dispatch_jobs", "state", gauges.counts, every=(s.value for s in State))
+            recorder.set("dispatch_jobs_starting_oldest_seconds", gauges.oldest_starting)
         for rec in records:
             if not self._ours(rec):
                 continue
@@ -701,13 +726,22 @@ class Supervisor:
         now = self.clock.now()
         action = plan.action
         if action is PlanAction.REQUEUE:
-            return await self._update(
+            after = await self._update(
                 jid, lambda r: decide.requeued(r, plan, now=now) if _same(rec, r) else None
             )
+            if after.revision != rec.revision:
+                why = f"job {jid} epoch {rec.epoch}: requeued as epoch {after.epoch}: {plan.reason}"
+                await record_decision(self.backend, decide.current_handle(rec), "Requeued", why)
+            return after
         if action in (PlanAction.FAIL, PlanAction.HOLD):
-            return await self._update(
+            after = await self._update(
                 jid, lambda r: decide.gave_up(r, plan, now=now) if _same(rec, r) else None
             )
+            if after.revision != rec.revision:
+                reason = "GaveUp" if action is PlanAction.FAIL else "HeldByPolicy"
+                why = f"job {jid} epoch {rec.epoch}: {plan.reason}"
+                await record_decision(self.backend, rec.handle, reason, why, warning=True)
+            return after
         if action is PlanAction.SETTLE:
             return await self._settle(rec, report)
         if action is PlanAction.CEASE:
@@ -792,7 +826,13 @@ class Supervisor:
             )
         if rec.outcome.terminal:
             return rec
+        first = handle.ref not in self._stopped
         await self._stop(handle, report, why="cancel requested")
+        if first and handle.ref in self._stopped:  # one Event, not one per step until the stop is done
+            why = (
+                f"job {rec.job_id} epoch {rec.epoch}: carrying out the cancel request; stopping {handle.ref}"
+            )
+            await record_decision(self.backend, handle, "Cancelled", why)
         obs = await self.backend.observe(handle)
         after = await self._fold(rec, obs, confirmed=True, report=report)
         return None if not after.outcome.terminal else after
@@ -809,11 +849,23 @@ class Supervisor:
             )
         # A failed start is retried at a later step: nothing is written for it (record_failures).
         after, handle = await self._writer.start(prepared, actor=Actor.SUPERVISOR, record_failures=False)
+        if handle is not None and identity.epoch.r > 0 and after.handle == handle:
+            # The requeue told on the new incarnation too: the old TrainJob is usually deleted by now.
+            why = f"job {rec.job_id} epoch {identity.epoch}: placed as a requeue"
+            why += f": {rec.plan.reason}" if rec.plan is not None and rec.plan.reason else ""
+            await record_decision(self.backend, handle, "Requeued", why)
         moved = after.cancel_requested or after.outcome.terminal or after.epoch.n != identity.epoch.n
         if handle is not None and moved:
             # Cancelled (or resubmitted) while it was being placed: the new incarnation is not wanted.
             await self._stop(handle, report, why="placed after its record moved on")
         return after
+
+
+def _cause_read(rec: JobRecord) -> str:
+    """The message of a ``CauseRead`` decision: the outcome, its cause and the first evidence."""
+    first = rec.outcome.evidence[0] if rec.outcome.evidence else None
+    seen = f" ({first.kind} {first.name}: {first.reason} {first.message})".rstrip() if first else ""
+    return f"job {rec.job_id} epoch {rec.epoch}: {rec.state.value}, cause {rec.outcome.cause.value}{seen}"
 
 
 def _same(before: JobRecord, now: JobRecord) -> bool:
@@ -862,6 +914,7 @@ class WatchFeed:
             delivered = failed = False
             try:
                 async for change in changes:
+                    health.current().mark("cluster")
                     self._buffer.append(change)
                     self.cursor = change.cursor
                     self._ready.set()

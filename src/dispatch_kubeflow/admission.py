@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatch import logs, metrics
+from dispatch import health, logs, metrics
 from dispatch.clock import Clock, SystemClock
 from dispatch.errors import (
     ConflictError,
@@ -661,8 +661,13 @@ class AdmissionController:
         self._stop.clear()
         self._done.clear()
         last_renewal = self._clock.now()
+        # The probes (/healthz, /readyz): the loop turns every retry period; the API server answers.
+        probes = health.current()
+        probes.expect(health.LIVENESS, 3 * self.lease.retry_period + self.lease.renew_deadline + 10)
+        probes.expect("cluster", 2 * self.lease.duration + self.lease.renew_deadline)
         try:
             while not self._stop.is_set():
+                probes.mark(health.LIVENESS)
                 # An attempt may not outlast the renew deadline (the client retries slow answers): a
                 # leader must know it lost the lease before another replica may take it over.
                 started = self._clock.now()
@@ -671,6 +676,7 @@ class AdmissionController:
                     budget = max(0.001, budget - (started - last_renewal))
                 try:
                     ok = await asyncio.wait_for(self.elector.try_acquire_or_renew(), budget)
+                    probes.mark("cluster")  # answered, whoever holds the lease
                 except (DispatchError, TimeoutError) as exc:
                     why = str(exc) or f"{type(exc).__name__} (no answer within {budget:.1f}s)"
                     _log.warning("lease %s/%s: %s", self.lease.namespace, self.lease.name, why)
@@ -786,10 +792,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         logs.configure(args.log_format, level=args.log_level.upper())
         if args.metrics_address:
-            metrics.enable(args.metrics_address)
+            metrics.enable(args.metrics_address, daemon="admission")
         asyncio.run(_serve(args))
     except DispatchError as exc:
-        print(f"dispatch-admission: {exc}", file=sys.stderr)
+        if logs.structured():  # JSON logs are JSON lines only, the last one included (named logger:
+            # run as ``python -m`` this module's __name__ is __main__, outside the configured loggers)
+            logging.getLogger("dispatch_kubeflow.admission").error("%s", exc)
+        else:
+            print(f"dispatch-admission: {exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -44,6 +45,7 @@ from dispatch.probecache import ProbeCache
 from dispatch_kubeflow import cessation, naming, output, probecache
 from dispatch_kubeflow.causes import Snapshot, classify
 from dispatch_kubeflow.errors import AlreadyExistsError, StaleHoldError
+from dispatch_kubeflow.events import decision_event, events_path
 from dispatch_kubeflow.holds import held_by_us, new_token, pointer
 from dispatch_kubeflow.incarnation import (
     DeletionClock,
@@ -208,7 +210,8 @@ def _utc(at: float) -> str:
 class Backend:
     """One opened Kubeflow Trainer cluster (namespace ``settings.namespace``).
 
-    Implements the ``Backend``, ``Holder`` and ``IdentityWeakener`` protocols of :mod:`dispatch.backend`.
+    Implements the ``Backend``, ``Holder``, ``IdentityWeakener`` and ``DecisionRecorder`` protocols of
+    :mod:`dispatch.backend`.
     """
 
     def __init__(
@@ -791,6 +794,21 @@ class Backend:
         await cessation.stop(
             self._client, obj, ref=handle.ref, kueue=self.facts.kueue, queueing=self.queueing
         )
+
+    async def record_decision(
+        self, handle: Handle, reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        """An Event on the incarnation's TrainJob (``kubectl describe trainjob`` lists it); nothing when
+        the TrainJob is gone or the credentials may not write (observe-only, read-only)."""
+        if self.mode is not Mode.READ_WRITE:
+            return
+        name = self._name_of(handle)
+        obj = await self._get(name, what=f'get TrainJob "{handle.ref}"')
+        if obj is None:
+            return
+        body = decision_event(obj, reason, message, warning=warning, at=time.time())
+        what = f'create Event {reason} on TrainJob "{handle.ref}"'
+        await self._client.create(events_path(self.settings.namespace), body, what=what)
 
     async def list(self) -> list[Observation]:
         """An observation of every TrainJob in the namespace that carries dispatch's identity, from the

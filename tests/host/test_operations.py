@@ -89,7 +89,7 @@ def test_the_docs_table_is_the_declarations() -> None:
 
 def metrics_row(m: metrics.Metric) -> str:
     labels = ", ".join(f"`{x}`" for x in m.labels) or "-"
-    return f"| `{m.name}` | {m.kind} | {labels} | {m.help} |"
+    return f"| `{m.name}` | {m.kind} | {labels} | {', '.join(m.daemons)} | {m.help} |"
 
 
 def test_json_log_lines_carry_the_context_and_never_a_secret() -> None:
@@ -154,5 +154,30 @@ def test_the_alert_rules_and_the_dashboard_name_only_declared_metrics() -> None:
                 for r in g["rules"]
             ]
         )
-        == 5
+        == 8
     )
+
+
+STORE_WIDE = ("dispatch_jobs", "dispatch_jobs_starting_oldest_seconds")
+"""Gauges every supervisor exports alike (each lists the whole store): only ``max`` aggregates them."""
+
+
+def test_store_wide_gauges_are_aggregated_with_max_and_every_metric_is_on_the_dashboard() -> None:
+    import re
+
+    import yaml
+
+    root = DOCS.parents[1] / "deploy"
+    rules = yaml.safe_load((root / "prometheus-alerts.yaml").read_text())["groups"]
+    dashboard = json.loads((root / "grafana-dashboard.json").read_text())
+    panel_exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs = [r["expr"] for g in rules for r in g["rules"]] + panel_exprs
+    for expr in exprs:
+        for name in STORE_WIDE:
+            for hit in re.finditer(rf"\b{name}\b(?!_)", expr):
+                before = expr[: hit.start()]
+                assert re.search(r"max(\s+by\s*\([^)]*\))?\s*\($", before), (name, expr)
+    declared = {m.name for m in metrics.METRICS}
+    used = {name for e in panel_exprs for name in re.findall(r"\bdispatch_[a-z_]+", e)}
+    shown = {n.removesuffix("_bucket") for n in used}
+    assert declared <= shown, declared - shown

@@ -12,6 +12,7 @@ import yaml
 
 from dispatch import AdapterConfig, Epoch, Identity, Image, JobSpec
 from dispatch_kubeflow import RuntimeRef
+from kubesim.auth import Rule
 from kubesim.kubeconfig import kubeconfig_dict
 from kubesim.resources import CLUSTERTRAININGRUNTIMES, TRAININGRUNTIMES
 from kubesim.sim import Simulator
@@ -180,3 +181,18 @@ async def caught_up(backend: Any, sim: Simulator, *, tries: int = 2000) -> None:
             return
         await asyncio.sleep(0.002)
     raise AssertionError(f"the backend's cache did not catch up with kubesim: {behind}")
+
+
+def manifest_rules(manifests: list[dict[str, Any]]) -> list[Rule]:
+    """The ClusterRole and Role rules of deploy/ manifests, as kubesim rules (no resourceNames: kubesim's
+    rules cannot express them, and the manifests must not need them)."""
+    out = []
+    for m in manifests:
+        if m["kind"] not in ("ClusterRole", "Role"):
+            continue
+        ns = m["metadata"].get("namespace") if m["kind"] == "Role" else None
+        for r in m["rules"]:
+            assert "resourceNames" not in r and "nonResourceURLs" not in r
+            assert "*" not in r["verbs"] and "*" not in r["resources"], "least RBAC: no wildcards"
+            out.append(Rule.of(r["verbs"], r["apiGroups"], r["resources"], ns))
+    return out

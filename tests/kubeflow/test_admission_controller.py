@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import yaml
 from admission_fixtures import CHECK, TASKS, caught_up, install_check, running, settle
-from kubeflow_fixtures import install, torch_runtime
+from kubeflow_fixtures import install, manifest_rules, torch_runtime
 
 from dispatch.errors import InvalidError
 from dispatch_kubeflow.admission import LeaseSettings
 from dispatch_kubeflow.names import ANNOTATION_HOLD
-from kubesim.auth import Permissions, Rule
+from kubesim.auth import Permissions
 from kubesim.resources import ADMISSIONCHECKS, LEASES, NAMESPACES, TRAINJOBS, WORKLOADS
 from kubesim.sim import Simulator
 
@@ -153,28 +153,15 @@ async def test_two_replicas_one_leader_takeover_after_a_kill_and_at_once_after_a
                 assert _check_state(sim, "held") == "Ready"
 
 
-def _rules(manifests: list[dict[str, Any]]) -> list[Rule]:
-    """The ClusterRole and Role rules of the manifests, as kubesim rules (no resourceNames: kubesim's
-    rules cannot express them, and the manifests must not need them)."""
-    out = []
-    for m in manifests:
-        if m["kind"] not in ("ClusterRole", "Role"):
-            continue
-        ns = m["metadata"].get("namespace") if m["kind"] == "Role" else None
-        for r in m["rules"]:
-            assert "resourceNames" not in r and "nonResourceURLs" not in r
-            assert "*" not in r["verbs"] and "*" not in r["resources"], "least RBAC: no wildcards"
-            out.append(Rule.of(r["verbs"], r["apiGroups"], r["resources"], ns))
-    return out
-
-
 async def test_the_shipped_rbac_is_enough_and_the_lease_rules_are_needed(tmp_path: Path) -> None:
     manifests = list(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
     (ac,) = yaml.safe_load_all((DEPLOY / "admission-check.yaml").read_text())
     assert ac["metadata"]["name"] == CHECK and ac["spec"]["controllerName"] == "dispatch.dev/admission"
-    (deployment,) = yaml.safe_load_all((DEPLOY / "deployment.yaml").read_text())
+    (deployment,) = [
+        d for d in yaml.safe_load_all((DEPLOY / "deployment.yaml").read_text()) if d["kind"] == "Deployment"
+    ]
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "dispatch-admission"
-    rules = _rules(manifests)
+    rules = manifest_rules(manifests)
     async with Simulator(install_runtimes=False) as sim:
         install(sim, torch_runtime())
         install_check(sim)
@@ -197,7 +184,7 @@ async def test_the_shipped_rbac_is_enough_and_the_lease_rules_are_needed(tmp_pat
             assert _holder(sim, "dispatch-system") == "rbac"
 
         # Without the leader-election Role it never leads, so it never acts.
-        role = [r for m in manifests if m["kind"] == "ClusterRole" for r in _rules([m])]
+        role = [r for m in manifests if m["kind"] == "ClusterRole" for r in manifest_rules([m])]
         token = sim.add_identity(Permissions.custom("no-lease", role))
         kc2 = str(sim.write_kubeconfig(tmp_path / "kc2", token=token))
         async with running(

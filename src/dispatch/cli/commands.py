@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping
@@ -42,6 +43,7 @@ from dispatch.errors import (
     UnsupportedError,
 )
 from dispatch.logs import SECRETS
+from dispatch.logs import structured as structured_logs
 from dispatch.model import JobRecord, JobSpec, State
 from dispatch.registry import describe as describe_adapter
 from dispatch.registry import load_installed
@@ -132,15 +134,22 @@ class Options:
         return Cluster(OfflineBackend(cf.adapter), cf.store.open(), policy=cf.policy)
 
     def say(self, text: str) -> None:
-        """A note for people, on stderr (stdout stays the command's result); none with ``--quiet``."""
-        if not self.quiet:
+        """A note for people, on stderr (stdout stays the command's result); a log line with JSON logs;
+        none with ``--quiet``."""
+        if self.quiet:
+            return
+        if structured_logs():
+            logging.getLogger("dispatch.cli").info("%s", text)
+        else:
             click.echo(text, err=True)
 
     def opening(self, cf: ClusterFile) -> AbstractContextManager[Any]:
         """Nothing waits silently: while the adapter opens, what it waits for (its probe) is shown — a
         spinner on a terminal, lines on stderr otherwise (never with ``--json`` or ``--quiet``)."""
         where = "the dev cluster" if cf.embedded else f"the {cf.adapter} cluster ({cf.source})"
-        return probe_progress(self.out, f"opening {where}", self.output != "text" or self.quiet)
+        # With JSON logs the probe's lines are already log lines: no plain copy on stderr.
+        quiet = self.output != "text" or self.quiet or structured_logs()
+        return probe_progress(self.out, f"opening {where}", quiet)
 
 
 def with_overrides(cf: ClusterFile, given: Mapping[str, str | None]) -> ClusterFile:
@@ -331,7 +340,10 @@ def execute(opts: Options, coro: Coroutine[Any, Any, int | None]) -> None:
 
 
 def report_error(opts: Options, exc: DispatchError) -> None:
-    click.echo(f"error: {exc}", err=True)
+    if structured_logs():  # JSON logs are JSON lines only, the last one included
+        logging.getLogger("dispatch.cli").error("%s", exc)
+    else:
+        click.echo(f"error: {exc}", err=True)
     if opts.as_json:
         body: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
         if isinstance(exc, InvalidError) and exc.path:
@@ -353,10 +365,11 @@ def report_unexpected(opts: Options | None, exc: BaseException) -> None:
     message = SECRETS.scrub(" ".join(str(exc).split()) or "(no message)")
     if len(message) > 300:
         message = message[:297] + "..."
-    click.echo(
-        f"error: unexpected {type(exc).__name__}: {message} (this is a dispatch defect; please report it)",
-        err=True,
-    )
+    line = f"unexpected {type(exc).__name__}: {message} (this is a dispatch defect; please report it)"
+    if structured_logs():
+        logging.getLogger("dispatch.cli").error("%s", line)
+    else:
+        click.echo(f"error: {line}", err=True)
     if opts is not None and opts.as_json:
         body = {"type": type(exc).__name__, "message": message, "unexpected": True}
         click.echo(json.dumps({"error": body}, sort_keys=True))
@@ -610,15 +623,16 @@ async def supervise(
     supervisors may run over one store; they split the jobs by lease."""
     import signal
 
-    from dispatch import logs, metrics
+    from dispatch import metrics
     from dispatch.cli.ui import serving
+    from dispatch.logs import configure
     from dispatch.ui.app import parse_address
 
     out = opts.out
     if log_format is not None:
-        logs.configure(log_format)
+        configure(log_format)
     if metrics_address is not None:
-        metrics.enable(metrics_address)
+        metrics.enable(metrics_address, daemon="supervisor")
     if ui_address is not None:
         parse_address(ui_address, "--ui-address")  # refused before anything opens
     if lease <= 2 * poll:
@@ -638,7 +652,8 @@ async def supervise(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        say = out.json if out.as_json else None
+        # --log-format json: what the daemon says is JSON lines too, never a plain line.
+        say = out.json if out.as_json or log_format == "json" else None
         port = metrics.served_port()
         if say is not None:
             say(

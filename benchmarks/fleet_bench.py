@@ -1,0 +1,460 @@
+"""A fleet of supervisors: 1, 2 and 3 ``Supervisor`` processes on one PostgreSQL store, then one of three
+killed; and one supervisor over 100,000 jobs.
+
+Run: ``.venv/bin/python benchmarks/fleet_bench.py [--jobs 10000] [--fleet 1 2 3] [--single 100000]``
+from the repository root (needs PostgreSQL's binaries, as the store tests do: tests/records/pgserver.py
+starts a throwaway server).
+
+**How several processes share one cluster.** The ``memory`` adapter's cluster lives in one process. So
+the cluster runs in a process of its own (``fleet_bench.py cluster``: a ``MemoryBackend`` on the system
+clock) and answers the backend protocols (capabilities, start, observe, stop, list, ceased, watch) as
+JSON lines over loopback TCP, like an API server; each supervisor process talks to it through
+``RemoteBackend`` (one connection for calls, one per watch stream) and prepares locally (``prepare`` is
+pure for the memory adapter). Every supervisor receives every change on its watch, as on Kubernetes.
+
+**The work.** ``--jobs`` records are written pending, each with a scripted cause: its first incarnation
+runs ``--run`` seconds (spread ±50 %) and exits 3, which the policy requeues (rule exit_code, max 1,
+no backoff); the second runs as long and exits 0. So each job is placed, fails, is requeued, its old
+incarnation confirmed gone, placed again and succeeds — all by the supervisors. Then the supervisors
+start (``--lease`` 10 s, poll 2 s, each capped at ``ceil(jobs / N)`` records so they split the work:
+leases are first come, first served, and one supervisor alone would lease every record).
+
+**Figures.** *events/s*: record transitions written by the supervisors (from the store's history) over
+the wall time from their start until every record succeeded. *requeue latency*: from the transition
+recording the failure to the one recording the new incarnation placed, p50/p99 over every job. *kill*:
+with 3 supervisors, one is SIGKILLed once a third of the jobs succeeded; its leases expire and the
+others take its records over (``dispatch_leases_taken_over_total``, summed); every job must still
+succeed. *single*: ``supervisor_bench``'s latency and memory measurements (in-process memory cluster
+and store, event → record p99, memory per job) at ``--single`` jobs.
+
+Not part of the test suite (speed is measured here, never asserted in tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import builtins
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from dispatch import errors, metrics
+from dispatch.backend import Prepared
+from dispatch.memory import MemoryBackend, MemorySettings
+from dispatch.model import (
+    Action,
+    Actor,
+    Capabilities,
+    Cause,
+    Change,
+    Handle,
+    Identity,
+    JobRecord,
+    JobSpec,
+    Observation,
+    Policy,
+    Rule,
+    Transition,
+)
+from dispatch.records import PostgresStore
+from dispatch.supervise import Supervisor
+
+ROOT = Path(__file__).resolve().parents[1]
+POLICY = Policy({Cause.EXIT_CODE: Rule(Action.REQUEUE, max=1, backoff=0.0)})
+NAME = "memory"
+
+# --------------------------------------------------------------------------- the cluster process
+
+
+async def serve_cluster(port_file: str, jobs: int) -> None:
+    """Host one memory cluster; answer the backend protocols as JSON lines until killed."""
+    backend = MemoryBackend(
+        MemorySettings(
+            nodes=min(100_000, 4 * jobs), start_delay=0.0, cessation_delay=0.0, watch_history=20 * jobs
+        )
+    )
+
+    async def call(req: dict[str, Any]) -> Any:
+        op = req["op"]
+        if op == "capabilities":
+            return (await backend.capabilities()).to_json()
+        if op == "start":
+            spec = JobSpec.from_json(req["spec"])
+            prepared = await backend.prepare(spec, Identity.from_json(req["identity"]), held=req["held"])
+            return (await backend.start(prepared)).to_json()
+        if op == "observe":
+            return (await backend.observe(Handle.from_json(req["handle"]))).to_json()
+        if op == "stop":
+            await backend.stop(Handle.from_json(req["handle"]))
+            return None
+        if op == "ceased":
+            return await backend.ceased(Handle.from_json(req["handle"]))
+        if op == "list":
+            return [o.to_json() for o in await backend.list()]
+        raise errors.InvalidError(f"no operation {op!r}", path="op")
+
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while line := await reader.readline():
+                req = json.loads(line)
+                if req["op"] == "watch":
+                    async for change in backend.watch(req.get("cursor")):
+                        body = {"observation": change.observation.to_json(), "cursor": change.cursor}
+                        writer.write(json.dumps(body).encode() + b"\n")
+                        await writer.drain()
+                    return
+                try:
+                    answer: dict[str, Any] = {"ok": await call(req)}
+                except errors.DispatchError as exc:
+                    answer = {"error": type(exc).__name__, "message": str(exc)}
+                writer.write(json.dumps(answer).encode() + b"\n")
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(client, "127.0.0.1", 0, limit=2**26)
+    Path(port_file).write_text(str(server.sockets[0].getsockname()[1]))  # noqa: ASYNC240 - once, at start
+    async with server:
+        await server.serve_forever()
+
+
+class RemoteBackend:
+    """The memory cluster of another process, through the backend protocols (Backend, Watcher,
+    CessationSignal). Calls share one connection, one at a time (a supervisor's calls are sequential)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._local = MemoryBackend(MemorySettings(nodes=100_000))  # prepare is pure: done here
+        self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self._lock = asyncio.Lock()
+        self._caps: Capabilities | None = None
+
+    @property
+    def name(self) -> str:
+        return NAME
+
+    async def _call(self, op: str, **args: Any) -> Any:
+        async with self._lock:
+            if self._conn is None:
+                self._conn = await asyncio.open_connection("127.0.0.1", self.port, limit=2**26)
+            reader, writer = self._conn
+            try:
+                writer.write(json.dumps({"op": op, **args}).encode() + b"\n")
+                await writer.drain()
+                line = await reader.readline()
+            except (ConnectionError, OSError) as exc:
+                self._conn = None
+                raise errors.UnavailableError(f"memory cluster: {exc}") from None
+        if not line:
+            self._conn = None
+            raise errors.UnavailableError("memory cluster: connection closed")
+        answer = json.loads(line)
+        if "error" in answer:
+            cls = getattr(errors, answer["error"], errors.DispatchError)
+            raise cls(answer["message"])
+        return answer["ok"]
+
+    async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
+        if self._caps is None:
+            self._caps = Capabilities.from_json(await self._call("capabilities"))
+        return self._caps
+
+    async def prepare(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Prepared:
+        return await self._local.prepare(spec, identity, held=held)
+
+    async def start(self, prepared: Prepared) -> Handle:
+        prepared.check(NAME)
+        body = {
+            "spec": prepared.spec.to_json(),
+            "identity": prepared.identity.to_json(),
+            "held": prepared.held,
+        }
+        return Handle.from_json(await self._call("start", **body))
+
+    async def observe(self, handle: Handle) -> Observation:
+        return Observation.from_json(await self._call("observe", handle=handle.to_json()))
+
+    async def stop(self, handle: Handle) -> None:
+        await self._call("stop", handle=handle.to_json())
+
+    async def list(self) -> builtins.list[Observation]:
+        return [Observation.from_json(o) for o in await self._call("list")]
+
+    async def ceased(self, handle: Handle) -> bool:
+        return bool(await self._call("ceased", handle=handle.to_json()))
+
+    async def wait_ceased(self, handle: Handle) -> None:
+        while not await self.ceased(handle):  # noqa: ASYNC110 - polling the other process is the protocol
+            await asyncio.sleep(0.1)
+
+    async def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port, limit=2**26)
+        try:
+            writer.write(json.dumps({"op": "watch", "cursor": cursor}).encode() + b"\n")
+            await writer.drain()
+            while line := await reader.readline():
+                body = json.loads(line)
+                yield Change(Observation.from_json(body["observation"]), body["cursor"])
+        except (ConnectionError, OSError) as exc:
+            raise errors.UnavailableError(f"memory cluster watch: {exc}") from None
+        finally:
+            writer.close()
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn[1].close()
+            self._conn = None
+        await self._local.close()
+
+
+# --------------------------------------------------------------------------- a supervisor process
+
+
+async def supervise(dsn: str, port: int, holder: str, capacity: int | None, lease: float) -> None:
+    """One supervisor until SIGTERM; then print what it counted as one JSON line."""
+    recorder = metrics.enable(daemon="supervisor")
+    store = PostgresStore(dsn, max_size=4)
+    backend = RemoteBackend(port)
+    sup = Supervisor(
+        backend, store, policy=POLICY, holder=holder, lease=lease, poll=2.0, resync=60.0, capacity=capacity
+    )
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    steps = 0
+
+    async def count(_: Any) -> None:
+        nonlocal steps
+        steps += 1
+
+    try:
+        await sup.run(stop=stop, on_step=count)
+    finally:
+        await backend.close()
+        await store.close()
+    text = recorder.exposition().decode()
+    takeovers = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("dispatch_leases_taken_over_total ")
+    )
+    print(json.dumps({"holder": holder, "steps": steps, "takeovers": takeovers}), flush=True)
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def _script(i: int, run: float) -> str:
+    seconds = run * (0.5 + (i * 7919 % 1000) / 1000)  # spread ±50 %, deterministic
+    return f"sleep {seconds:.2f}; env:DISPATCH_EPOCH=1.0: exit 3; exit 0"
+
+
+async def _write_pending(store: PostgresStore, jobs: int, run: float) -> None:
+    now = time.time()
+    sem = asyncio.Semaphore(8)
+
+    async def one(i: int) -> None:
+        spec = JobSpec(command=("train",), env={"KUBESIM_SCRIPT": _script(i, run)})
+        rec = JobRecord(job_id=f"job-{i}", spec=spec, created_at=now, updated_at=now, policy=POLICY)
+        async with sem:
+            await store.create(rec, Transition(at=now, actor=Actor.USER, what="submitted"))
+
+    await asyncio.gather(*(one(i) for i in range(jobs)))
+
+
+async def _succeeded(dsn: str) -> int:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cur = await conn.execute("SELECT count(*) FROM dispatch_records WHERE state = 'succeeded'")
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+
+async def _transitions(dsn: str) -> int:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cur = await conn.execute("SELECT count(*) FROM dispatch_history")
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+
+async def _requeue_latencies(store: PostgresStore, jobs: int) -> list[float]:
+    out: list[float] = []
+    for i in range(jobs):
+        history = await store.history(f"job-{i}")
+        failed = next((t.at for t in history if t.state is not None and t.state.value == "failed"), None)
+        placed = [t.at for t in history if t.what == "started"]
+        if failed is not None and len(placed) >= 2:
+            out.append(placed[1] - failed)
+    return out
+
+
+async def fleet(pg: Any, n: int, jobs: int, run: float, lease: float, kill: bool) -> dict[str, Any]:
+    db = f"fleet_{n}{'_kill' if kill else ''}"
+    pg.admin(f"CREATE DATABASE {db} OWNER dispatch")
+    dsn = pg.dsn(db)
+    port_file = Path(tempfile.gettempdir()) / f"dispatch-fleet-cluster-{os.getpid()}.port"
+    port_file.unlink(missing_ok=True)
+    cluster = _spawn("cluster", "--port-file", str(port_file), "--jobs", str(jobs))
+    sups: list[subprocess.Popen[str]] = []
+    try:
+        while not port_file.exists() or not port_file.read_text():  # noqa: ASYNC110 - another process writes it
+            await asyncio.sleep(0.05)
+        port = int(port_file.read_text())
+        store = PostgresStore(dsn, max_size=8)
+        await _write_pending(store, jobs, run)
+        before = await _transitions(dsn)
+        capacity = math.ceil(jobs / n) if n > 1 else None
+        start = time.perf_counter()
+        for k in range(n):
+            args = ["supervise", "--dsn", dsn, "--port", str(port), "--holder", f"sup-{k}"]
+            args += ["--lease", str(lease)] + (["--capacity", str(capacity)] if capacity else [])
+            sups.append(_spawn(*args))
+        killed_at = None
+        done = 0
+        deadline = start + max(600.0, 60 * run)
+        while time.perf_counter() < deadline:
+            await asyncio.sleep(1.0)
+            done = await _succeeded(dsn)
+            if kill and killed_at is None and done >= jobs // 3:
+                sups[0].send_signal(signal.SIGKILL)
+                killed_at = time.perf_counter() - start
+            if done >= jobs:
+                break
+            if all(p.poll() is not None for p in sups):
+                print("  every supervisor exited: see their errors above", flush=True)
+                break
+        took = time.perf_counter() - start
+        events = await _transitions(dsn) - before
+        reports = []
+        for p in sups:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+            out, _ = p.communicate(timeout=120)
+            reports += [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+        lat = sorted(await _requeue_latencies(store, jobs))
+        await store.close()
+    finally:
+        for p in [*sups, cluster]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        port_file.unlink(missing_ok=True)
+    return {
+        "supervisors": n,
+        "kill": kill,
+        "succeeded": done,
+        "jobs": jobs,
+        "seconds": took,
+        "events": events,
+        "events_per_s": events / took,
+        "requeue_p50_ms": statistics.median(lat) * 1e3 if lat else math.nan,
+        "requeue_p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3 if lat else math.nan,
+        "takeovers": sum(r["takeovers"] for r in reports),
+        "killed_at_s": killed_at,
+    }
+
+
+def _row(r: dict[str, Any]) -> str:
+    killed = r["killed_at_s"]
+    what = f"{r['supervisors']} supervisor(s)" + (
+        f", one killed at {killed:.0f} s" if killed is not None else ""
+    )
+    return (
+        f"  {what:<34} {r['succeeded']:>6}/{r['jobs']} succeeded in {r['seconds']:6.1f} s: "
+        f"{r['events_per_s']:7.1f} events/s ({r['events']} transitions); requeue p50 "
+        f"{r['requeue_p50_ms']:8.1f} ms p99 {r['requeue_p99_ms']:8.1f} ms; lease takeovers {r['takeovers']:.0f}"
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument(
+        "--fleet", type=int, nargs="*", default=[1, 2, 3], help="supervisor counts; none: skip"
+    )
+    parser.add_argument("--run", type=float, default=20.0, help="seconds each incarnation runs (mean)")
+    parser.add_argument("--lease", type=float, default=10.0)
+    parser.add_argument("--no-kill", action="store_true", help="skip the run that kills one of three")
+    parser.add_argument("--single", type=int, nargs="*", default=[100_000], help="jobs for one supervisor")
+    parser.add_argument("--events", type=int, default=200)
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT / "tests" / "records"))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    if args.fleet:
+        from pgserver import PgServer, find_bin  # type: ignore[import-not-found]
+
+        bindir = find_bin()
+        if bindir is None:
+            raise SystemExit("PostgreSQL's binaries were not found (apt-get install postgresql)")
+        pg = PgServer.start(bindir)
+        try:
+            print(f"fleet over one PostgreSQL ({args.jobs} jobs, each placed, failed, requeued, succeeded):")
+            rows = []
+            for n in args.fleet:
+                rows.append(await fleet(pg, n, args.jobs, args.run, args.lease, kill=False))
+                print(_row(rows[-1]), flush=True)
+            by = {r["supervisors"]: r for r in rows}
+            if 1 in by and 3 in by:
+                print(
+                    f"  ratio of 3 to 1 supervisors (events/s): {by[3]['events_per_s'] / by[1]['events_per_s']:.2f}"
+                )
+            if not args.no_kill:
+                r = await fleet(pg, 3, args.jobs, args.run, args.lease, kill=True)
+                print(_row(r))
+                print(f"  jobs lost: {r['jobs'] - r['succeeded']}")
+        finally:
+            pg.stop()
+    if args.single:
+        import supervisor_bench  # type: ignore[import-not-found]
+
+        print("one supervisor (memory adapter, memory store, watch mode):")
+        for n in args.single:
+            await supervisor_bench.latency(n, args.events, 0.02)
+            await supervisor_bench.memory(n)
+
+
+def _cli() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] in ("cluster", "supervise"):
+        p = argparse.ArgumentParser()
+        p.add_argument("role")
+        p.add_argument("--port-file")
+        p.add_argument("--jobs", type=int, default=0)
+        p.add_argument("--dsn")
+        p.add_argument("--port", type=int)
+        p.add_argument("--holder")
+        p.add_argument("--capacity", type=int)
+        p.add_argument("--lease", type=float, default=10.0)
+        a = p.parse_args()
+        if a.role == "cluster":
+            asyncio.run(serve_cluster(a.port_file, a.jobs))
+        else:
+            asyncio.run(supervise(a.dsn, a.port, a.holder, a.capacity, a.lease))
+        return
+    asyncio.run(main())
+
+
+if __name__ == "__main__":
+    _cli()

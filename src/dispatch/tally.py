@@ -1,0 +1,38 @@
+"""The store-wide gauges of the supervisor, from one listing of the records (pure).
+
+Every supervisor lists the whole store at each scan, so each exports the same store-wide figures;
+dashboards and alerts aggregate them with ``max`` (never ``sum``), see docs/operations.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from dispatch.model import JobRecord, State
+
+__all__ = ["Tally", "tally"]
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """Records by state; since when each starting incarnation has been seen starting; the oldest age."""
+
+    counts: dict[str, float]
+    starting_since: dict[tuple[str, int], float]
+    oldest_starting: float
+
+
+def tally(records: Iterable[JobRecord], since: Mapping[tuple[str, int], float], now: float) -> Tally:
+    """Count ``records`` by state, and age the starting ones: an incarnation (job id, epoch) keeps the
+    time it was first seen starting (``since``, from the previous scan); the others are forgotten. A
+    record carries no "starting since" of its own, so the age counts from this process's first sight."""
+    counts: dict[str, float] = {}
+    starting: dict[tuple[str, int], float] = {}
+    for rec in records:
+        counts[rec.state.value] = counts.get(rec.state.value, 0.0) + 1
+        if rec.state is State.STARTING:
+            key = (rec.job_id, rec.epoch.n)
+            starting[key] = since.get(key, now)
+    oldest = max((now - t for t in starting.values()), default=0.0)
+    return Tally(counts, starting, oldest)
