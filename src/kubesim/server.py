@@ -148,6 +148,14 @@ class _FieldValidation:
         return resp
 
 
+def _accepts_json(accept: str) -> bool:
+    """Whether an Accept header admits JSON (no header, ``*/*`` and ``application/*`` do)."""
+    if not accept.strip():
+        return True
+    types = {part.split(";")[0].strip() for part in accept.split(",")}
+    return bool(types & {"application/json", "application/*", "*/*"})
+
+
 def _not_found_path() -> ApiError:
     return ApiError(404, "NotFound", "the server could not find the requested resource", details={})
 
@@ -469,6 +477,9 @@ class ApiServer:
     def _non_resource(self, request: web.Request, parts: list[str]) -> web.Response:
         if request.method != "GET":
             raise method_not_allowed()
+        if parts == ["openapi", "v2"] and not _accepts_json(request.headers.get("Accept", "")):
+            # kube-openapi serves v2 as protobuf too (what kubectl asks for); kubesim only as JSON.
+            raise ApiError(406, "NotAcceptable", "only application/json is served for /openapi/v2")
         doc = discovery.document(parts, self._served(), f"{self.host}:{self.port}")
         if doc is None:
             raise _not_found_path()
