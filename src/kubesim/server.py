@@ -537,7 +537,7 @@ class ApiServer:
         return table(
             rt,
             items,
-            self.sim.clock.now(),
+            self.sim.clock.wall(self.sim.clock.now()),
             resource_version=meta["resourceVersion"],
             include_object=q.get("includeObject", "Metadata"),
             list_meta={k: v for k, v in meta.items() if k in ("continue", "remainingItemCount")},
@@ -870,7 +870,7 @@ class ApiServer:
 
             def render(obj: dict[str, Any]) -> Any:
                 rv = obj["metadata"]["resourceVersion"]
-                return table(rt, [obj], clock.now(), resource_version=rv, include_object=include)
+                return table(rt, [obj], clock.wall(clock.now()), resource_version=rv, include_object=include)
 
         wr = parse_watch_request(
             rt, info.namespace, info.name, q, default_timeout=self.watch_timeout, render=render
@@ -916,7 +916,7 @@ class ApiServer:
         entries_override, running = self._log_source(ns, name, container, pod, want_previous)
         tail = query_int64(q, "tailLines")
         since_s = query_int64(q, "sinceSeconds")
-        since = self.sim.clock.now() - since_s if since_s is not None else None
+        since = self.sim.clock.wall(self.sim.clock.now()) - since_s if since_s is not None else None
         if q.get("sinceTime"):
             try:
                 since = parse_rfc3339(q["sinceTime"])

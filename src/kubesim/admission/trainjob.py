@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kubesim.admission.webhook import aggregate, denied
-from kubesim.clock import Clock, rfc3339
+from kubesim.clock import Clock, stamp
 from kubesim.controllers.trainjob_build import (
     GROUP,
     MPI_RESERVED,
@@ -501,7 +501,9 @@ class TrainJobAdmission:
         """Trainer's defaulting webhook only (runtime patch timestamps)."""
         if rt != TRAINJOBS or operation not in ("CREATE", "UPDATE"):
             return None
-        return stamp_patch_times(obj, old if operation == "UPDATE" else None, rfc3339(self._clock.now()))
+        return stamp_patch_times(
+            obj, old if operation == "UPDATE" else None, stamp(self._clock, self._clock.now())
+        )
 
     def crd_validate(
         self, operation: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None

@@ -14,7 +14,7 @@ import copy
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from kubesim.clock import parse_rfc3339
+from kubesim.clock import unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key, controller_of, owner_ref
 from kubesim.resources import JOBS, PODS
@@ -305,7 +305,7 @@ class JobController(BaseController):
         if exceeded:
             return "BackoffLimitExceeded", "Job has reached the specified backoff limit"
         ads = spec.get("activeDeadlineSeconds")
-        if ads and status.get("startTime") and now_s - parse_rfc3339(status["startTime"]) >= float(ads):
+        if ads and status.get("startTime") and now_s - unstamp(self.clock, status["startTime"]) >= float(ads):
             return "DeadlineExceeded", "Job was active longer than specified deadline"
         return None
 
@@ -314,7 +314,9 @@ class JobController(BaseController):
         start = (job.get("status") or {}).get("startTime")
         if ads and start:
             self.requeue_at(
-                parse_rfc3339(start) + float(ads), job["metadata"].get("namespace"), job["metadata"]["name"]
+                unstamp(self.clock, start) + float(ads),
+                job["metadata"].get("namespace"),
+                job["metadata"]["name"],
             )
 
     def _pod_for(self, job: dict[str, Any], index: int) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from kubesim.behaviour import (
     parse_script,
     render_text,
 )
-from kubesim.clock import parse_rfc3339
+from kubesim.clock import unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key
 from kubesim.errors import ApiError
@@ -458,7 +458,7 @@ class KubeletController(BaseController):
         meta = pod["metadata"]
         if not meta.get("deletionTimestamp"):
             return
-        when = parse_rfc3339(meta["deletionTimestamp"])
+        when = unstamp(self.clock, meta["deletionTimestamp"])
         if self.clock.now() < when:
             self.requeue_at(when, meta.get("namespace"), meta["name"])
             return

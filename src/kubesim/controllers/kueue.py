@@ -20,7 +20,7 @@ import hashlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from kubesim.clock import parse_rfc3339, rfc3339
+from kubesim.clock import stamp, unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key, controller_of
 from kubesim.controllers.trainjob_build import KUEUE_MANAGER, BuildError, build_jobset
@@ -513,7 +513,7 @@ class KueueController(BaseController):
             )
         elif reason == "AdmissionCheck":
             requeue_at = (status.get("requeueState") or {}).get("requeueAt")
-            if requeue_at and parse_rfc3339(requeue_at) > self.clock.now():
+            if requeue_at and unstamp(self.clock, requeue_at) > self.clock.now():
                 # A check asked for a retry delay: wait (Requeued=False) until requeueAt.
                 cond.set_condition(
                     after,
@@ -525,7 +525,7 @@ class KueueController(BaseController):
                     observed_generation=True,
                 )
                 ns, name = wl["metadata"].get("namespace", ""), wl["metadata"]["name"]
-                self.requeue_at(parse_rfc3339(requeue_at), f"wl:{ns}", name)
+                self.requeue_at(unstamp(self.clock, requeue_at), f"wl:{ns}", name)
             else:
                 _clear_requeue_at(status)
                 cond.set_condition(
@@ -615,7 +615,7 @@ class KueueController(BaseController):
         if (
             requeued is not None
             and (requeued.get("status"), requeued.get("reason")) == ("False", "AdmissionCheck")
-            and (not rs.get("requeueAt") or parse_rfc3339(rs["requeueAt"]) <= self.clock.now())
+            and (not rs.get("requeueAt") or unstamp(self.clock, rs["requeueAt"]) <= self.clock.now())
         ):
             after = copy.deepcopy(wl)
             _clear_requeue_at(after["status"])
@@ -780,7 +780,7 @@ class KueueController(BaseController):
                 # Kueue turns a check's requeueAfterSeconds into the Workload's requeueState.requeueAt.
                 after = copy.deepcopy(wl)
                 rs = after.setdefault("status", {}).setdefault("requeueState", {})
-                rs["requeueAt"] = rfc3339(now_s + delay)
+                rs["requeueAt"] = stamp(self.clock, now_s + delay)
                 wl = self.write(WORKLOADS, wl, after)
             self._evict(wl, "AdmissionCheck", "Evicted due to " + self._checks_message(retry, "Retry"))
             return
@@ -790,7 +790,7 @@ class KueueController(BaseController):
         adm = cond.find(after, "Admitted")
         if max_exec and adm is not None and adm.get("status") == "True":
             past = int((wl.get("status") or {}).get("accumulatedPastExecutionTimeSeconds") or 0)
-            deadline = parse_rfc3339(adm["lastTransitionTime"]) + float(max_exec) - past
+            deadline = unstamp(self.clock, adm["lastTransitionTime"]) + float(max_exec) - past
             if now_s >= deadline:
                 cond.set_condition(
                     after,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from kubesim.clock import parse_rfc3339
+from kubesim.clock import parse_rfc3339, unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.kueue import (
     JOB_UID_LABEL,
@@ -107,8 +107,8 @@ class QuotaScheduler:
         spec = wl.get("spec") or {}
         ns = wl["metadata"].get("namespace")
         rs = (wl.get("status") or {}).get("requeueState") or {}
-        if rs.get("requeueAt") and parse_rfc3339(rs["requeueAt"]) > self.c.clock.now():
-            self.c.requeue_at(parse_rfc3339(rs["requeueAt"]), *SCHEDULE)
+        if rs.get("requeueAt") and unstamp(self.c.clock, rs["requeueAt"]) > self.c.clock.now():
+            self.c.requeue_at(unstamp(self.c.clock, rs["requeueAt"]), *SCHEDULE)
             return
         lq = lqs.get((ns, spec.get("queueName")))
         if lq is None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubesim import admission
 from kubesim.admission.jobset import default_jobset
-from kubesim.clock import parse_rfc3339
+from kubesim.clock import unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key, controller_of
 from kubesim.controllers.trainjob_build import (
@@ -254,10 +254,10 @@ class TrainerController(BaseController):
         if not ads or is_finished(tj) or spec.get("suspend"):
             return
         meta = tj["metadata"]
-        start = parse_rfc3339(meta["creationTimestamp"])
+        start = unstamp(self.clock, meta["creationTimestamp"])
         susp = cond.find(tj, "Suspended")
         if susp is not None and susp.get("status") == "False" and susp.get("lastTransitionTime"):
-            start = parse_rfc3339(susp["lastTransitionTime"])
+            start = unstamp(self.clock, susp["lastTransitionTime"])
         deadline = start + float(ads)
         now = self.clock.now()
         if now > deadline:
