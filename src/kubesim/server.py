@@ -123,10 +123,15 @@ class _FieldValidation:
     ``Strict`` 400 (apimachinery's ``StrictDecodingError`` wording), ``Warn`` (the default) one
     ``Warning`` header per field, ``Ignore`` nothing."""
 
-    def __init__(self, rt: ResourceType, mode: str | None) -> None:
+    def __init__(self, rt: ResourceType, mode: str | None, *, decoding: bool = False) -> None:
         self.rt = rt
         self.mode = mode or "Warn"
         self.warnings: list[str] = []
+        # create and update decode the body into the kind, and transformDecodeError
+        # (apiserver handlers/rest.go) names it: `TrainJob in version "v1alpha1" cannot be handled as ...`
+        self.prefix = (
+            f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: ' if decoding else ""
+        )
 
     def __call__(self, obj: dict[str, Any]) -> None:
         if not isinstance(obj, dict):
@@ -135,7 +140,8 @@ class _FieldValidation:
         if not paths:
             return
         if self.mode == "Strict":
-            raise bad_request("strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in paths))
+            unknown = ", ".join(f'unknown field "{p}"' for p in paths)
+            raise bad_request(f"{self.prefix}strict decoding error: {unknown}")
         if self.mode == "Warn":
             self.warnings += [
                 f'unknown field "{p}"' for p in paths if f'unknown field "{p}"' not in self.warnings
@@ -574,7 +580,7 @@ class ApiServer:
                 201,
             )
         self._check_body(rt, body, info)
-        fields = _FieldValidation(rt, q.get("fieldValidation"))
+        fields = _FieldValidation(rt, q.get("fieldValidation"), decoding=True)
         fields(body)
         obj = self.sim.store.create(rt, body, dry_run=self._dry_run(q), reset_status=True)
         return fields.respond(obj, 201)
@@ -584,7 +590,7 @@ class ApiServer:
         assert rt is not None
         body = await self._body(request)
         self._check_body(rt, body, info)
-        fields = _FieldValidation(rt, q.get("fieldValidation"))
+        fields = _FieldValidation(rt, q.get("fieldValidation"), decoding=True)
         fields(body)
         obj = self.sim.store.replace(
             rt,

@@ -12,14 +12,23 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from kubesim.defaults import default_job, default_pod
-from kubesim.resources import JOBS, NAMESPACES, NODES, PODS, SERVICES, ResourceType
+from kubesim.defaults import default_deployment, default_job, default_pod, job_restart_policy_causes
+from kubesim.errors import invalid
+from kubesim.resources import DEPLOYMENTS, JOBS, NAMESPACES, NODES, PODS, SERVICES, ResourceType
 
 __all__ = ["BUILTIN_GROUPS", "Strategy", "strategy_for"]
 
 #: API groups whose kinds are built into the apiserver (everything else is a custom resource).
 BUILTIN_GROUPS = frozenset(
-    {"", "batch", "coordination.k8s.io", "authorization.k8s.io", "authentication.k8s.io"}
+    {
+        "",
+        "apps",
+        "batch",
+        "coordination.k8s.io",
+        "authorization.k8s.io",
+        "authentication.k8s.io",
+        "rbac.authorization.k8s.io",
+    }
 )
 
 
@@ -81,7 +90,8 @@ class PodStrategy(Strategy):
 
     def prepare_for_create(self, obj: dict[str, Any], *, now: float, from_api: bool) -> None:
         if from_api:
-            obj["status"] = {"phase": "Pending", "qosClass": pod_qos(obj)}
+            obj["status"] = {"phase": "Pending"}
+        obj.setdefault("status", {})["qosClass"] = pod_qos(obj)  # every create, controllers' too
         default_pod(obj, now)
 
     def delete_grace(self, current: dict[str, Any], requested: int | None) -> int:
@@ -102,7 +112,17 @@ class JobStrategy(Strategy):
     default_propagation = "Orphan"
 
     def prepare_for_create(self, obj: dict[str, Any], *, now: float, from_api: bool) -> None:
+        causes = job_restart_policy_causes(obj)
+        if causes:
+            raise invalid(JOBS, str(obj.get("metadata", {}).get("name", "")), causes)
         default_job(obj)
+
+
+class DeploymentStrategy(Strategy):
+    tracks_generation = True
+
+    def prepare_for_create(self, obj: dict[str, Any], *, now: float, from_api: bool) -> None:
+        default_deployment(obj)
 
 
 class NamespaceStrategy(Strategy):
@@ -137,6 +157,7 @@ class NodeStrategy(Strategy):
 _STRATEGIES: dict[ResourceType, Strategy] = {
     PODS: PodStrategy(),
     JOBS: JobStrategy(),
+    DEPLOYMENTS: DeploymentStrategy(),
     NAMESPACES: NamespaceStrategy(),
     SERVICES: ServiceStrategy(),
     NODES: NodeStrategy(),

@@ -25,7 +25,7 @@ from kubesim.controllers.trainjob_build import (
     is_supported,
     registry_key,
 )
-from kubesim.errors import ApiError
+from kubesim.errors import ApiError, cached_not_found_message
 from kubesim.resources import (
     CLUSTERTRAININGRUNTIMES,
     CONFIGMAPS,
@@ -154,7 +154,9 @@ class TrainerController(BaseController):
                 raise
             which = "not found ClusterTrainingRuntime" if cluster else "TrainingRuntime"
             suffix = "specified in TrainJob" if cluster else "specified in TrainJob is not found"
-            raise _RuntimeMissing(f"{which} {suffix}: {e.message}") from None
+            rt = CLUSTERTRAININGRUNTIMES if cluster else TRAININGRUNTIMES
+            missing = cached_not_found_message(rt, str(ref.get("name")))
+            raise _RuntimeMissing(f"{which} {suffix}: {missing}") from None
 
     def _reconcile_objects(self, tj: dict[str, Any]) -> None:
         meta = tj["metadata"]
