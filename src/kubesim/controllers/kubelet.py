@@ -30,7 +30,7 @@ from kubesim.behaviour import (
     parse_script,
     render_text,
 )
-from kubesim.clock import unstamp
+from kubesim.clock import ManualClock, unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key
 from kubesim.errors import ApiError
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 __all__ = ["KubeletController", "image_problem"]
 
 BACKOFF_START = 10.0
+#: Simulated seconds from a pod's binding to its container running (image already present): what a
+#: real node spends creating the sandbox and the container, during which the pod is ContainerCreating.
+CONTAINER_START_SECONDS = 2.0
 BACKOFF_MAX = 300.0
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REFERENCE = re.compile(
@@ -91,7 +94,7 @@ class _Run:
     others: list[tuple[str, str]] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     script_error: str | None = None
-    mode: str = "new"  # new | pulling | running | crash | done
+    mode: str = "new"  # new | pulling | creating | running | crash | done
     pc: int = 0
     wake_at: float | None = None
     started_at: str | None = None
@@ -137,8 +140,12 @@ class KubeletController(BaseController):
 
     name = "kubelet"
 
-    def __init__(self) -> None:
+    def __init__(self, start_seconds: float | None = None) -> None:
         super().__init__()
+        # None: CONTAINER_START_SECONDS on a running clock (serve, the dev cluster), 0 on a ManualClock,
+        # whose tests move time themselves and would all have to step over the creation (they opt in).
+        self._start_seconds = start_seconds
+        self.start_seconds = 0.0
         self.runs: dict[str, _Run] = {}
         self.dead_nodes: set[str] = set()
         # The workloads (JobSet, else Job, else pod) whose script already took a node down: a scripted
@@ -150,6 +157,10 @@ class KubeletController(BaseController):
     def setup(self) -> None:
         # Scripts set through ``sim.behaviours`` are the simulator's, shared with this kubelet.
         self.behaviours = self.sim.behaviours
+        if self._start_seconds is not None:
+            self.start_seconds = self._start_seconds
+        else:
+            self.start_seconds = 0.0 if isinstance(self.clock, ManualClock) else CONTAINER_START_SECONDS
 
     def resync(self) -> None:
         for pod in self.store.list(PODS)[0]:
@@ -248,16 +259,22 @@ class KubeletController(BaseController):
             if problem is not None:
                 self._pull_failed(pod, run, problem)
                 return
-            if run.mode == "new" or run.mode == "pulling":
-                self.record_event(
-                    pod,
-                    "Normal",
-                    "Pulled",
-                    f'Container image "{run.image}" already present on machine',
-                    component="kubelet",
-                )
+            self.record_event(
+                pod,
+                "Normal",
+                "Pulled",
+                f'Container image "{run.image}" already present on machine',
+                component="kubelet",
+            )
+            if self.start_seconds > 0:
+                # Sandbox, network and container creation take a moment on a real node: the pod shows
+                # ContainerCreating (Pending) first, so a watcher sees it starting before it runs.
+                run.mode = "creating"
+                run.wake_at = now_s + self.start_seconds
+                self.requeue_at(run.wake_at, run.ns, run.name)
+                return
             self._start_container(pod, run)
-        elif run.mode == "crash":
+        elif run.mode in ("creating", "crash"):
             self._start_container(pod, run)
         if run.mode == "running":
             self._step(pod, run)
