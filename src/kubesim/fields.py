@@ -174,9 +174,7 @@ def _core(rt: ResourceType, gen: Callable[[str], Node] = _generated) -> Node | N
         )
         return _root(spec=spec, status=_PRESERVE)
     if rt is EVENTS:
-        ref = _n(
-            "object", kind=_S, namespace=_S, name=_S, uid=_S, apiVersion=_S, resourceVersion=_S, fieldPath=_S
-        )
+        ref = _OBJECT_REF
         return _root(
             involvedObject=ref,
             reason=_S,

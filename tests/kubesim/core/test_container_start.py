@@ -13,25 +13,9 @@ from kubesim import ManualClock, RealClock, Simulator
 from kubesim.controllers.kubelet import CONTAINER_START_SECONDS, KubeletController
 from kubesim.resources import JOBS, PODS
 
-JOB: dict[str, Any] = {
-    "apiVersion": "batch/v1",
-    "kind": "Job",
-    "metadata": {"name": "j", "namespace": "default"},
-    "spec": {
-        "template": {
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "busybox:1.36",
-                        "env": [{"name": "KUBESIM_SCRIPT", "value": "hang"}],
-                    }
-                ],
-            }
-        }
-    },
-}
+from .test_kubectl_gaps import job
+
+JOB = job("j", "hang")
 
 
 def kubelet(sim: Simulator) -> KubeletController:

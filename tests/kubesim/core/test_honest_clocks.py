@@ -17,6 +17,7 @@ from kubesim.clock import parse_rfc3339, stamp, unstamp
 from kubesim.resources import JOBS, PODS
 
 from .test_kubectl import KUBECTL, kubectl
+from .test_kubectl_gaps import job
 
 SPEED = 100.0
 
@@ -34,32 +35,6 @@ def test_real_clock_maps_simulated_instants_to_wall_instants_and_back() -> None:
     )  # whole wall seconds: read back early, never late
     manual = ManualClock()
     assert manual.wall(manual.now()) == manual.now() and stamp(manual, manual.now()) == "2026-01-01T00:00:00Z"
-
-
-def job(name: str, script: str, deadline: int | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "backoffLimit": 0,
-        "template": {
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "busybox:1.36",
-                        "env": [{"name": "KUBESIM_SCRIPT", "value": script}],
-                    }
-                ],
-            }
-        },
-    }
-    if deadline is not None:
-        spec["activeDeadlineSeconds"] = deadline
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": spec,
-    }
 
 
 async def until(sim: Simulator, check: Any) -> None:
@@ -119,7 +94,9 @@ async def test_at_speed_ages_and_times_are_wall_clock_true(tmp_path: Path) -> No
 async def test_at_speed_a_deadline_is_simulated_time_but_its_timestamps_are_wall_time() -> None:
     async with Simulator(clock=RealClock(speed=SPEED)) as sim:
         before = int(time.time())
-        sim.store.create(JOBS, job("late", "sleep 10000; exit 0", deadline=100))
+        late = job("late", "sleep 10000; exit 0")
+        late["spec"]["activeDeadlineSeconds"] = 100
+        sim.store.create(JOBS, late)
         await until(
             sim,
             lambda: any(
