@@ -16,14 +16,14 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from kubesim import discovery, protobuf
-from kubesim.auth import ANONYMOUS, Permissions
+from kubesim.auth import ANONYMOUS, Authenticator, Permissions
 from kubesim.bodies import BodyError, decode_json, decode_yaml
-from kubesim.clock import parse_rfc3339, rfc3339
+from kubesim.clock import Clock, parse_rfc3339, rfc3339
 from kubesim.errors import (
     ApiError,
     Cause,
@@ -33,10 +33,11 @@ from kubesim.errors import (
     method_not_allowed,
     unauthorized,
 )
+from kubesim.faults import Faults
 from kubesim.fields import prune_unknown
-from kubesim.logs import LogLine
+from kubesim.logs import LogLine, PodLogs
 from kubesim.patch import APPLY, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
-from kubesim.requestlog import WRITE_VERBS, RequestRecord
+from kubesim.requestlog import WRITE_VERBS, RequestLog, RequestRecord
 from kubesim.resources import (
     CONFIGMAPS,
     PODS,
@@ -47,7 +48,7 @@ from kubesim.resources import (
     ResourceType,
     by_plural,
 )
-from kubesim.store import check_propagation
+from kubesim.store import ObjectStore, check_propagation
 from kubesim.strategies import strategy_for
 from kubesim.tables import table, wants_table
 from kubesim.watch import (
@@ -60,10 +61,32 @@ from kubesim.watch import (
     query_int64,
 )
 
-if TYPE_CHECKING:
-    from kubesim.sim import Simulator
 
-__all__ = ["KUBE_VERSION", "ApiServer"]
+class Cluster(Protocol):
+    """What the HTTP face needs from the simulator it serves (``kubesim.sim.Simulator`` is one): the
+    storage, clock, logs, faults, identities and request log behind it, and a way to wake its
+    controllers. Typed here so the server does not import the simulator that builds it."""
+
+    @property
+    def store(self) -> ObjectStore: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def logs(self) -> PodLogs: ...
+    @property
+    def faults(self) -> Faults: ...
+    @property
+    def auth(self) -> Authenticator: ...
+    @property
+    def requests(self) -> RequestLog: ...
+    @property
+    def disabled_groups(self) -> set[str]: ...
+    @property
+    def anonymous_auth(self) -> bool: ...
+    def kick(self) -> None: ...
+
+
+__all__ = ["KUBE_VERSION", "ApiServer", "Cluster"]
 
 log = logging.getLogger(__name__)
 
@@ -213,10 +236,10 @@ def _log_option_causes(q: dict[str, str]) -> list[Cause]:
 
 
 class ApiServer:
-    """Serves one Simulator over HTTP(S) on loopback."""
+    """Serves one simulated cluster over HTTP(S) on loopback."""
 
     def __init__(
-        self, sim: Simulator, *, bookmark_interval: float = 10.0, watch_timeout: float = 1800.0
+        self, sim: Cluster, *, bookmark_interval: float = 10.0, watch_timeout: float = 1800.0
     ) -> None:
         self.sim = sim
         self.watch_timeout = watch_timeout

@@ -365,9 +365,9 @@ class KubeletController(BaseController):
             else:  # preempt / lose-node / evict: disruptions decided elsewhere in the cluster
                 run.pc += 1
                 self._publish(run)
-                from kubesim.controllers.actions import Actions  # it acts through this kubelet
-
-                actions = Actions(self)
+                # the simulator's actions act through this kubelet (no import of actions.py here: it
+                # imports this module)
+                actions = self.sim.actions
                 if verb == "preempt":
                     actions.preempt(run.ns, run.name)
                 elif verb == "evict":
