@@ -16,13 +16,23 @@ node under an admitted workload evicts it with ``NodeFailures``.
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from kubesim.clock import stamp, unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key, controller_of
+from kubesim.controllers.kueue_scheduler import QuotaScheduler
+from kubesim.controllers.kueue_workload import (
+    JOB_UID_LABEL,
+    QUEUES,
+    SCHEDULE,
+    clear_requeue_at,
+    format_amount,
+    is_finished,
+    quota_reserved,
+    workload_name,
+)
 from kubesim.controllers.trainjob_build import KUEUE_MANAGER, BuildError, build_jobset
 from kubesim.errors import ApiError
 from kubesim.resources import (
@@ -48,57 +58,6 @@ __all__ = ["KueueController", "format_amount", "workload_name"]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 MAX_EXEC_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
-SCHEDULE: Key = ("", "*schedule*")
-QUEUES: Key = ("", "*queues*")
-
-
-def workload_name(trainjob_name: str, uid: str) -> str:
-    """Kueue's Workload name for a TrainJob: ``trainjob-<name>`` (≤ 247 chars) + ``-`` + 5 hex of a sha1."""
-    h = hashlib.sha1()
-    for part in ("TrainJob", "trainer.kubeflow.org", trainjob_name):
-        h.update(part.encode())
-        h.update(b"\n")
-    h.update(uid.encode())
-    prefix = f"trainjob-{trainjob_name}"[: 253 - 1 - 5]
-    return f"{prefix}-{h.hexdigest()[:5]}"
-
-
-def format_amount(resource: str, value: float) -> str:
-    """A quantity as Kubernetes prints it (``8``, ``500m``, ``64Gi``)."""
-    if resource == "cpu":
-        if abs(value - round(value)) < 1e-9:
-            return str(round(value))
-        return f"{round(value * 1000)}m"
-    v = round(value)
-    for suffix, mult in (
-        ("Ei", 2**60),
-        ("Pi", 2**50),
-        ("Ti", 2**40),
-        ("Gi", 2**30),
-        ("Mi", 2**20),
-        ("Ki", 2**10),
-    ):
-        if v >= mult and v % mult == 0:
-            return f"{v // mult}{suffix}"
-    return str(v)
-
-
-def _clear_requeue_at(status: dict[str, Any]) -> None:
-    """Drop ``requeueState.requeueAt`` (and an emptied ``requeueState``)."""
-    rs = status.get("requeueState")
-    if isinstance(rs, dict):
-        rs.pop("requeueAt", None)
-        if not rs:
-            del status["requeueState"]
-
-
-def _is_finished(obj: dict[str, Any]) -> bool:
-    return cond.is_true(obj, "Finished")
-
-
-def _quota_reserved(wl: dict[str, Any]) -> bool:
-    return cond.is_true(wl, "QuotaReserved")
 
 
 class KueueController(BaseController):
@@ -121,8 +80,6 @@ class KueueController(BaseController):
         # parks inadmissible workloads until the ClusterQueue changes).
         self._inadmissible: set[Key] = set()
         self._usage_of: dict[Key, tuple[str, str, list[tuple[str, str, float]]]] = {}
-        from kubesim.controllers.kueue_scheduler import QuotaScheduler  # (it imports this module)
-
         self.scheduler = QuotaScheduler(self)
 
     def attach(self, sim: Any) -> None:
@@ -133,7 +90,7 @@ class KueueController(BaseController):
 
     def resync(self) -> None:
         for wl in self.cached(WORKLOADS):
-            if not _quota_reserved(wl) and not _is_finished(wl):
+            if not quota_reserved(wl) and not is_finished(wl):
                 self._waiting.add((wl["metadata"].get("namespace", ""), wl["metadata"]["name"]))
         for tj in self.store.list(TRAINJOBS)[0]:
             self.enqueue(tj["metadata"].get("namespace"), tj["metadata"]["name"])
@@ -146,8 +103,8 @@ class KueueController(BaseController):
             wkey = (ev.obj["metadata"].get("namespace", ""), ev.obj["metadata"]["name"])
             if (
                 ev.type != "DELETED"
-                and not _quota_reserved(ev.obj)
-                and not _is_finished(ev.obj)
+                and not quota_reserved(ev.obj)
+                and not is_finished(ev.obj)
                 and (ev.obj.get("spec") or {}).get("active", True)
             ):
                 self._waiting.add(wkey)
@@ -183,11 +140,11 @@ class KueueController(BaseController):
         """Whether a Workload change gives quota back (or changes what a waiting one asks for)."""
         old = ev.old
         if ev.type == "DELETED":
-            return _quota_reserved(ev.obj) and not _is_finished(ev.obj)
+            return quota_reserved(ev.obj) and not is_finished(ev.obj)
         if old is None:
             return False
-        was = _quota_reserved(old) and not _is_finished(old)
-        now = _quota_reserved(ev.obj) and not _is_finished(ev.obj)
+        was = quota_reserved(old) and not is_finished(old)
+        now = quota_reserved(ev.obj) and not is_finished(ev.obj)
         return (was and not now) or (ev.obj.get("spec") or {}) != (old.get("spec") or {})
 
     @staticmethod
@@ -275,7 +232,7 @@ class KueueController(BaseController):
         if finished:
             self._finish(wl, tj)
             return
-        if _is_finished(wl):
+        if is_finished(wl):
             return
         suspended = bool((tj.get("spec") or {}).get("suspend"))
         admitted = cond.is_true(wl, "Admitted")
@@ -293,7 +250,7 @@ class KueueController(BaseController):
         if self._jobs_active(tj):
             return
         self._clear_patch(tj)
-        if evicted and _quota_reserved(wl):
+        if evicted and quota_reserved(wl):
             self._requeue(wl)
         self._pods_ready(tj, wl)
 
@@ -468,7 +425,7 @@ class KueueController(BaseController):
         self.write(WORKLOADS, wl, after)
 
     def _finish(self, wl: dict[str, Any], tj: dict[str, Any]) -> None:
-        if _is_finished(wl):
+        if is_finished(wl):
             return
         after = copy.deepcopy(wl)
         c = cond.find(tj, "Complete") if cond.is_true(tj, "Complete") else cond.find(tj, "Failed")
@@ -527,7 +484,7 @@ class KueueController(BaseController):
                 ns, name = wl["metadata"].get("namespace", ""), wl["metadata"]["name"]
                 self.requeue_at(unstamp(self.clock, requeue_at), f"wl:{ns}", name)
             else:
-                _clear_requeue_at(status)
+                clear_requeue_at(status)
                 cond.set_condition(
                     after,
                     "Requeued",
@@ -594,7 +551,7 @@ class KueueController(BaseController):
                 wl is None
                 or not cond.is_true(wl, "Admitted")
                 or cond.is_true(wl, "Evicted")
-                or _is_finished(wl)
+                or is_finished(wl)
             ):
                 continue
             self._evict(
@@ -608,7 +565,7 @@ class KueueController(BaseController):
     def _workload(self, namespace: str, name: str) -> None:
         """The workload controller's duties: admission checks, maximum execution time, deactivation."""
         wl = self.cached_get(WORKLOADS, namespace, name)
-        if wl is None or _is_finished(wl):
+        if wl is None or is_finished(wl):
             return
         requeued = cond.find(wl, "Requeued")
         rs = (wl.get("status") or {}).get("requeueState") or {}
@@ -618,7 +575,7 @@ class KueueController(BaseController):
             and (not rs.get("requeueAt") or unstamp(self.clock, rs["requeueAt"]) <= self.clock.now())
         ):
             after = copy.deepcopy(wl)
-            _clear_requeue_at(after["status"])
+            clear_requeue_at(after["status"])
             cond.set_condition(
                 after,
                 "Requeued",
@@ -632,7 +589,7 @@ class KueueController(BaseController):
             return
         if not (wl.get("spec") or {}).get("active", True):
             self._deactivated(copy.deepcopy(wl))
-        elif _quota_reserved(wl) and not cond.is_true(wl, "Evicted"):
+        elif quota_reserved(wl) and not cond.is_true(wl, "Evicted"):
             self._checks(copy.deepcopy(wl), self.clock.now())
 
     def _cq_problem(self, cq: dict[str, Any], flavors: dict[str, Any], checks: dict[str, Any]) -> bool:
@@ -730,7 +687,7 @@ class KueueController(BaseController):
         """``Admitted`` from quota reservation and admission checks (Kueue's SyncAdmittedCondition)."""
         states = (wl.get("status") or {}).get("admissionChecks") or []
         ready = all(c.get("state") == "Ready" for c in states)
-        reserved = _quota_reserved(wl)
+        reserved = quota_reserved(wl)
         if not self.granular and cond.find(wl, "Admitted") is None and not (reserved and ready):
             return  # without the gate the condition appears only once admitted
         if reserved and ready:
