@@ -23,16 +23,10 @@ from kubesim.clock import stamp, unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key, controller_of
 from kubesim.controllers.kueue_scheduler import QuotaScheduler
-from kubesim.controllers.kueue_workload import (
-    JOB_UID_LABEL,
-    QUEUES,
-    SCHEDULE,
-    clear_requeue_at,
-    format_amount,
-    is_finished,
-    quota_reserved,
-    workload_name,
-)
+from kubesim.controllers.kueue_workload import JOB_UID_LABEL, QUEUES, SCHEDULE, format_amount, workload_name
+from kubesim.controllers.kueue_workload import clear_requeue_at as _clear_requeue_at
+from kubesim.controllers.kueue_workload import is_finished as _is_finished
+from kubesim.controllers.kueue_workload import quota_reserved as _quota_reserved
 from kubesim.controllers.trainjob_build import KUEUE_MANAGER, BuildError, build_jobset
 from kubesim.errors import ApiError
 from kubesim.resources import (
@@ -90,7 +84,7 @@ class KueueController(BaseController):
 
     def resync(self) -> None:
         for wl in self.cached(WORKLOADS):
-            if not quota_reserved(wl) and not is_finished(wl):
+            if not _quota_reserved(wl) and not _is_finished(wl):
                 self._waiting.add((wl["metadata"].get("namespace", ""), wl["metadata"]["name"]))
         for tj in self.store.list(TRAINJOBS)[0]:
             self.enqueue(tj["metadata"].get("namespace"), tj["metadata"]["name"])
@@ -103,8 +97,8 @@ class KueueController(BaseController):
             wkey = (ev.obj["metadata"].get("namespace", ""), ev.obj["metadata"]["name"])
             if (
                 ev.type != "DELETED"
-                and not quota_reserved(ev.obj)
-                and not is_finished(ev.obj)
+                and not _quota_reserved(ev.obj)
+                and not _is_finished(ev.obj)
                 and (ev.obj.get("spec") or {}).get("active", True)
             ):
                 self._waiting.add(wkey)
@@ -140,11 +134,11 @@ class KueueController(BaseController):
         """Whether a Workload change gives quota back (or changes what a waiting one asks for)."""
         old = ev.old
         if ev.type == "DELETED":
-            return quota_reserved(ev.obj) and not is_finished(ev.obj)
+            return _quota_reserved(ev.obj) and not _is_finished(ev.obj)
         if old is None:
             return False
-        was = quota_reserved(old) and not is_finished(old)
-        now = quota_reserved(ev.obj) and not is_finished(ev.obj)
+        was = _quota_reserved(old) and not _is_finished(old)
+        now = _quota_reserved(ev.obj) and not _is_finished(ev.obj)
         return (was and not now) or (ev.obj.get("spec") or {}) != (old.get("spec") or {})
 
     @staticmethod
@@ -232,7 +226,7 @@ class KueueController(BaseController):
         if finished:
             self._finish(wl, tj)
             return
-        if is_finished(wl):
+        if _is_finished(wl):
             return
         suspended = bool((tj.get("spec") or {}).get("suspend"))
         admitted = cond.is_true(wl, "Admitted")
@@ -250,7 +244,7 @@ class KueueController(BaseController):
         if self._jobs_active(tj):
             return
         self._clear_patch(tj)
-        if evicted and quota_reserved(wl):
+        if evicted and _quota_reserved(wl):
             self._requeue(wl)
         self._pods_ready(tj, wl)
 
@@ -425,7 +419,7 @@ class KueueController(BaseController):
         self.write(WORKLOADS, wl, after)
 
     def _finish(self, wl: dict[str, Any], tj: dict[str, Any]) -> None:
-        if is_finished(wl):
+        if _is_finished(wl):
             return
         after = copy.deepcopy(wl)
         c = cond.find(tj, "Complete") if cond.is_true(tj, "Complete") else cond.find(tj, "Failed")
@@ -484,7 +478,7 @@ class KueueController(BaseController):
                 ns, name = wl["metadata"].get("namespace", ""), wl["metadata"]["name"]
                 self.requeue_at(unstamp(self.clock, requeue_at), f"wl:{ns}", name)
             else:
-                clear_requeue_at(status)
+                _clear_requeue_at(status)
                 cond.set_condition(
                     after,
                     "Requeued",
@@ -551,7 +545,7 @@ class KueueController(BaseController):
                 wl is None
                 or not cond.is_true(wl, "Admitted")
                 or cond.is_true(wl, "Evicted")
-                or is_finished(wl)
+                or _is_finished(wl)
             ):
                 continue
             self._evict(
@@ -565,7 +559,7 @@ class KueueController(BaseController):
     def _workload(self, namespace: str, name: str) -> None:
         """The workload controller's duties: admission checks, maximum execution time, deactivation."""
         wl = self.cached_get(WORKLOADS, namespace, name)
-        if wl is None or is_finished(wl):
+        if wl is None or _is_finished(wl):
             return
         requeued = cond.find(wl, "Requeued")
         rs = (wl.get("status") or {}).get("requeueState") or {}
@@ -575,7 +569,7 @@ class KueueController(BaseController):
             and (not rs.get("requeueAt") or unstamp(self.clock, rs["requeueAt"]) <= self.clock.now())
         ):
             after = copy.deepcopy(wl)
-            clear_requeue_at(after["status"])
+            _clear_requeue_at(after["status"])
             cond.set_condition(
                 after,
                 "Requeued",
@@ -589,7 +583,7 @@ class KueueController(BaseController):
             return
         if not (wl.get("spec") or {}).get("active", True):
             self._deactivated(copy.deepcopy(wl))
-        elif quota_reserved(wl) and not cond.is_true(wl, "Evicted"):
+        elif _quota_reserved(wl) and not cond.is_true(wl, "Evicted"):
             self._checks(copy.deepcopy(wl), self.clock.now())
 
     def _cq_problem(self, cq: dict[str, Any], flavors: dict[str, Any], checks: dict[str, Any]) -> bool:
@@ -687,7 +681,7 @@ class KueueController(BaseController):
         """``Admitted`` from quota reservation and admission checks (Kueue's SyncAdmittedCondition)."""
         states = (wl.get("status") or {}).get("admissionChecks") or []
         ready = all(c.get("state") == "Ready" for c in states)
-        reserved = quota_reserved(wl)
+        reserved = _quota_reserved(wl)
         if not self.granular and cond.find(wl, "Admitted") is None and not (reserved and ready):
             return  # without the gate the condition appears only once admitted
         if reserved and ready:
