@@ -1,4 +1,4 @@
-"""kubesim's simulated controllers: Trainer, JobSet, Job, scheduler, kubelet, node lifecycle, Kueue.
+"""kubesim's simulated controllers: Trainer, JobSet, Job, scheduler, kubelet, node lifecycle, Kueue, namespace defaults.
 
 ``default_controllers()`` returns a fresh instance of each, in the order a settle round runs them.
 """
@@ -11,6 +11,7 @@ from kubesim.controllers.job import JobController
 from kubesim.controllers.jobset import JobSetController
 from kubesim.controllers.kubelet import KubeletController
 from kubesim.controllers.kueue import KueueController
+from kubesim.controllers.namespaces import NamespaceDefaultsController
 from kubesim.controllers.nodelifecycle import NodeLifecycleController
 from kubesim.controllers.scheduler import SchedulerController
 from kubesim.controllers.trainer import TrainerController
@@ -22,6 +23,7 @@ __all__ = [
     "JobSetController",
     "KubeletController",
     "KueueController",
+    "NamespaceDefaultsController",
     "NodeLifecycleController",
     "SchedulerController",
     "TrainerController",
@@ -39,4 +41,5 @@ def default_controllers() -> list[BaseController]:
         SchedulerController(),
         KubeletController(),
         NodeLifecycleController(),
+        NamespaceDefaultsController(),
     ]

@@ -286,3 +286,19 @@ async def test_kubectl_shows_the_pod_defaults(tmp_path: Path) -> None:
         )
         assert code == 0, err
         assert out == "default 0 BestEffort"
+
+
+async def test_every_namespace_has_the_default_serviceaccount_and_the_root_ca() -> None:
+    from kubesim.resources import CONFIGMAPS, NAMESPACES, SERVICEACCOUNTS
+
+    async with Simulator() as sim:
+        await sim.settle()
+        assert sim.store.exists(SERVICEACCOUNTS, "default", "default")
+        sim.store.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}})
+        await sim.settle()
+        assert sim.store.exists(SERVICEACCOUNTS, "team", "default")
+        ca = sim.store.get(CONFIGMAPS, "team", "kube-root-ca.crt")
+        assert "kubernetes.io/description" in ca["metadata"]["annotations"] and "ca.crt" in ca["data"]
+        sim.store.delete(CONFIGMAPS, "team", "kube-root-ca.crt")
+        await sim.settle()
+        assert sim.store.exists(CONFIGMAPS, "team", "kube-root-ca.crt")  # the publisher puts it back
