@@ -139,7 +139,7 @@ def test_ctrl_c_during_run_leaves_the_job_running_not_lost(session: Session, tmp
     assert proc.returncode == 130
     assert "interrupted: job interrupted keeps running on the dev cluster" in err
     status = session.run("--json", "status", "interrupted")
-    assert json.loads(status.stdout)["outcome"]["state"] in ("pending", "running")
+    assert json.loads(status.stdout)["outcome"]["state"] in ("pending", "starting", "running")
     cancel = session.run("cancel", "interrupted")
     assert cancel.returncode == 0, cancel.stderr
 
