@@ -10,8 +10,8 @@ from typing import Any
 import aiohttp
 
 from kubesim import ManualClock, RealClock, Simulator
-from kubesim.controllers.kubelet import CONTAINER_START_SECONDS, KubeletController
-from kubesim.resources import JOBS, PODS
+from kubesim.controllers.kubelet import CONTAINER_START_SECONDS, SYNC_RETRY, KubeletController
+from kubesim.resources import CONFIGMAPS, JOBS, PODS
 
 from .test_kubectl_gaps import job
 
@@ -67,3 +67,34 @@ async def test_at_a_running_clock_a_watcher_sees_the_pod_start() -> None:
                         break
         assert phases[0] == "Pending" and phases[-1] == "Running", phases
         await asyncio.sleep(0)
+
+
+async def test_a_pod_whose_config_map_appears_is_container_creating_before_it_runs() -> None:
+    # Both waits of a start, in the kubelet's order: the env's ConfigMap is missing
+    # (CreateContainerConfigError), then, once it exists, the container is being created.
+    body = job("j", "hang")
+    container = body["spec"]["template"]["spec"]["containers"][0]
+    container["env"].append({"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "x"}}})
+    async with Simulator(kueue=False) as sim:
+        kubelet(sim).start_seconds = 2.0
+        sim.store.create(JOBS, body)
+        await sim.settle()
+        phase, state = main_state(sim)
+        assert phase == "Pending" and state["waiting"]["reason"] == "CreateContainerConfigError"
+        assert state["waiting"]["message"] == 'configmap "cfg" not found'
+        sim.store.create(
+            CONFIGMAPS,
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "cfg", "namespace": "default"},
+                "data": {"x": "1"},
+            },
+        )
+        sim.advance(SYNC_RETRY)  # the pod worker's retry
+        await sim.settle()
+        assert main_state(sim) == ("Pending", {"waiting": {"reason": "ContainerCreating"}})
+        sim.advance(2.0)
+        await sim.settle()
+        phase, state = main_state(sim)
+        assert phase == "Running" and "running" in state
