@@ -2,6 +2,12 @@
 
 Every timestamp kubesim writes (creationTimestamp, deletionTimestamp, condition times) comes from a
 ``Clock`` so tests can move time explicitly instead of sleeping.
+
+Two time lines: *simulated* time (``now()``, timers, every duration a controller waits) and *wall* time
+(what a timestamp a person reads says). A sped-up clock shortens waits, not ages: a timestamp is written
+as the wall instant at which that simulated instant happens (``stamp``), and read back into simulated
+time (``unstamp``), so a job created 17 real minutes ago is 17 minutes old in ``kubectl get`` at any
+speed, while its 60-second deadline passes after 12 real seconds at speed x5 (docs/kubesim.md, Clocks).
 """
 
 from __future__ import annotations
@@ -14,7 +20,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
 
-__all__ = ["Clock", "ManualClock", "RealClock", "TimerHandle", "parse_rfc3339", "rfc3339"]
+__all__ = [
+    "Clock",
+    "ManualClock",
+    "RealClock",
+    "TimerHandle",
+    "parse_rfc3339",
+    "rfc3339",
+    "stamp",
+    "unstamp",
+]
 
 
 class TimerHandle:
@@ -54,6 +69,14 @@ class Clock(Protocol):
         """Wait ``seconds`` of simulated time."""
         ...
 
+    def wall(self, t: float) -> float:
+        """The wall-clock instant (epoch seconds) at which simulated instant ``t`` happens."""
+        ...
+
+    def simulated(self, wall: float) -> float:
+        """The simulated instant that happens at wall-clock instant ``wall`` (inverse of ``wall``)."""
+        ...
+
 
 class ManualClock:
     """A clock that only moves when told to: ``advance(seconds)`` fires due timers in time order."""
@@ -74,6 +97,12 @@ class ManualClock:
         handle = TimerHandle()
         heapq.heappush(self._timers, (float(when), next(self._seq), handle, fn))
         return handle
+
+    def wall(self, t: float) -> float:
+        return t  # a manual clock's time is the only time line: tests read what they advanced
+
+    def simulated(self, wall: float) -> float:
+        return wall
 
     def pending_timers(self) -> int:
         """Number of timers not yet fired or cancelled."""
@@ -145,10 +174,27 @@ class RealClock:
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds / self.speed))
 
+    def wall(self, t: float) -> float:
+        return self._origin_real + (t - self._origin_real) / self.speed
+
+    def simulated(self, wall: float) -> float:
+        return self._origin_real + (wall - self._origin_real) * self.speed
+
 
 def rfc3339(t: float) -> str:
     """Format epoch seconds as Kubernetes does: ``2026-01-01T00:00:00Z`` (whole seconds, UTC)."""
     return datetime.fromtimestamp(int(t), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def stamp(clock: Clock, t: float) -> str:
+    """The timestamp written for simulated instant ``t``: its wall-clock time, RFC 3339."""
+    return rfc3339(clock.wall(t))
+
+
+def unstamp(clock: Clock, text: str) -> float:
+    """The simulated instant a written timestamp stands for (ValueError if it is not RFC 3339). Whole
+    seconds of wall time: at speed x5 a value read back may be up to 5 simulated seconds early."""
+    return clock.simulated(parse_rfc3339(text))
 
 
 def parse_rfc3339(s: str) -> float:

@@ -1,4 +1,4 @@
-"""Discovery documents: ``/version``, ``/api``, ``/apis``, ``/apis/<g>[/<v>]`` and the OpenAPI v3 index.
+"""Discovery documents: ``/version``, ``/api``, ``/apis``, ``/apis/<g>[/<v>]``, OpenAPI v2 and v3.
 
 Pure functions of the served resource types, shaped as kubectl and lightkube read them.
 """
@@ -39,6 +39,8 @@ def document(parts: list[str], served: Sequence[ResourceType], address: str) -> 
         return {"paths": paths}
     if parts == ["version"]:
         return dict(KUBE_VERSION)
+    if parts == ["openapi", "v2"]:
+        return openapi_v2(served)
     if parts == ["openapi", "v3"]:
         return openapi_root(served)
     if len(parts) >= 3 and parts[:2] == ["openapi", "v3"]:
@@ -163,4 +165,40 @@ def openapi_group_version(served: Sequence[ResourceType], gv_path: str) -> dict[
         "info": {"title": "Kubernetes (kubesim)", "version": KUBE_VERSION["gitVersion"]},
         "paths": paths,
         "components": {"schemas": openapi_schemas(rts)},
+    }
+
+
+def _v2_schema(node: Any) -> Any:
+    """A v3 component schema as Swagger 2.0 writes it: ``#/definitions/`` references, and int-or-string
+    as ``type: string, format: int-or-string`` (v2 has no ``anyOf``), as kube-openapi's v2 builder does."""
+    if isinstance(node, list):
+        return [_v2_schema(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _v2_schema(v) for k, v in node.items() if k != "anyOf"}
+    if "$ref" in out:
+        out["$ref"] = out["$ref"].replace("#/components/schemas/", "#/definitions/")
+    if node.get("x-kubernetes-int-or-string"):
+        out.update(type="string", format="int-or-string")
+    return out
+
+
+def openapi_v2(served: Sequence[ResourceType]) -> dict[str, Any]:
+    """The whole-server Swagger 2.0 document (``/openapi/v2``): every group-version's paths and schemas in
+    one, the form clients older than OpenAPI v3 support read (kubectl only falls back to it for a kind the
+    v3 documents lack)."""
+    paths: dict[str, Any] = {}
+    definitions: dict[str, Any] = {}
+    for gvp in sorted({_gv_path(rt) for rt in served}):
+        doc = openapi_group_version(served, gvp)
+        if doc is None:
+            continue
+        for path, ops in doc["paths"].items():
+            paths[path] = {verb: {**op, "parameters": op.get("parameters", [])} for verb, op in ops.items()}
+        definitions.update(_v2_schema(doc["components"]["schemas"]))
+    return {
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes (kubesim)", "version": KUBE_VERSION["gitVersion"]},
+        "paths": paths,
+        "definitions": definitions,
     }

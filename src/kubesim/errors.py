@@ -157,6 +157,14 @@ def not_found(rt: ResourceType, name: str) -> ApiError:
     return ApiError(404, "NotFound", f'{_qualified(rt)} "{name}" not found', details=_details(rt, name))
 
 
+def cached_not_found_message(rt: ResourceType, name: str) -> str:
+    """NotFound as a controller-runtime client reading through its cache words it: the *Kind* where the
+    apiserver names the resource (``cache_reader.go`` builds the GroupResource from the GVK's Kind):
+    ``ClusterTrainingRuntime.trainer.kubeflow.org "x" not found``. What Trainer's webhook and controller
+    report for a missing runtime."""
+    return f'{rt.kind}.{rt.group} "{name}" not found' if rt.group else f'{rt.kind} "{name}" not found'
+
+
 def already_exists(rt: ResourceType, name: str) -> ApiError:
     """409 ``<plural>[.<group>] "<name>" already exists``."""
     return ApiError(

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kubesim.clock import Clock, TimerHandle, rfc3339
+from kubesim.clock import Clock, TimerHandle, stamp
 from kubesim.errors import ApiError
 from kubesim.resources import EVENTS
 
@@ -141,12 +141,13 @@ class EventRecorder:
             message = COMBINED_PREFIX + message
             key = similar_key  # every later similar event bumps the one aggregate event
         namespace = str(ref.get("namespace") or "default")
-        stamp = rfc3339(now)
+        written = stamp(self._clock, now)
         seen = self._seen.get_recent(key)
-        if seen is not None and self._bump(seen, stamp, message):
+        if seen is not None and self._bump(seen, written, message):
             return
         self._seq += 1
-        name = f"{ref.get('name')}.{int(now * 1e9) + self._seq:x}"
+        # named after the wall time, as makeEvent's t.UnixNano()
+        name = f"{ref.get('name')}.{int(self._clock.wall(now) * 1e9) + self._seq:x}"
         event: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -158,8 +159,8 @@ class EventRecorder:
             "source": {"component": component, **({"host": host} if host else {})},
             "reportingComponent": component,
             "reportingInstance": host,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
+            "firstTimestamp": written,
+            "lastTimestamp": written,
             "count": 1,
             "eventTime": None,
         }
@@ -168,7 +169,7 @@ class EventRecorder:
         except ApiError as e:
             log.debug("kubesim: event %s on %s not recorded: %s", reason, ref.get("name"), e.message)
             return
-        self._seen.put(key, _Seen(name, namespace, 1, stamp))
+        self._seen.put(key, _Seen(name, namespace, 1, written))
 
     def _allow(self, key: str, now: float) -> bool:
         bucket = self._spam.get_recent(key)
@@ -182,14 +183,14 @@ class EventRecorder:
         bucket.tokens -= 1.0
         return True
 
-    def _bump(self, seen: _Seen, stamp: str, message: str) -> bool:
+    def _bump(self, seen: _Seen, written: str, message: str) -> bool:
         """Patch the first occurrence (``count`` + 1, ``lastTimestamp``); False when it is gone (expired
         or deleted), and then the caller creates a fresh one, as ``recordEvent`` does on NotFound."""
         seen.count += 1
 
         def bump(ev: dict[str, Any]) -> None:
             ev["count"] = seen.count
-            ev["lastTimestamp"] = stamp
+            ev["lastTimestamp"] = written
             ev["message"] = message
 
         try:

@@ -21,7 +21,10 @@ from importlib import resources
 from typing import Any
 
 from kubesim.resources import (
+    CLUSTERROLEBINDINGS,
+    CLUSTERROLES,
     CONFIGMAPS,
+    DEPLOYMENTS,
     EVENTS,
     EVENTS_V1,
     JOBS,
@@ -29,7 +32,10 @@ from kubesim.resources import (
     NAMESPACES,
     NODES,
     PODS,
+    ROLEBINDINGS,
+    ROLES,
     SECRETS,
+    SERVICEACCOUNTS,
     SERVICES,
     ResourceType,
 )
@@ -168,11 +174,8 @@ def _core(rt: ResourceType, gen: Callable[[str], Node] = _generated) -> Node | N
             trafficDistribution=_S,
         )
         return _root(spec=spec, status=_PRESERVE)
-    if rt in (EVENTS, EVENTS_V1):
-        # one storage, two versions: the same object reference, fields named per version
-        ref = _n(
-            "object", kind=_S, namespace=_S, name=_S, uid=_S, apiVersion=_S, resourceVersion=_S, fieldPath=_S
-        )
+    # one storage, two versions: the same object reference, fields named per version
+    ref = _OBJECT_REF
     if rt is EVENTS:
         return _root(
             involvedObject=ref,
@@ -219,6 +222,70 @@ def _core(rt: ResourceType, gen: Callable[[str], Node] = _generated) -> Node | N
             preferredHolder=_S,
         )
         return _root(spec=spec)
+    return _stored_only(rt, gen)
+
+
+_POLICY_RULE: Node = _n(
+    "object",
+    verbs=_STRINGS,
+    apiGroups=_STRINGS,
+    resources=_STRINGS,
+    resourceNames=_STRINGS,
+    nonResourceURLs=_STRINGS,
+)
+_SUBJECT: Node = _n("object", kind=_S, apiGroup=_S, name=_S, namespace=_S)
+_ROLE_REF: Node = _n("object", apiGroup=_S, kind=_S, name=_S)
+_OBJECT_REF: Node = _n(
+    "object", kind=_S, namespace=_S, name=_S, uid=_S, apiVersion=_S, resourceVersion=_S, fieldPath=_S
+)
+
+
+def _job_spec(gen: Callable[[str], Node]) -> dict[str, Node]:
+    """The properties of batch/v1 JobSpec, whose LabelSelector and PodTemplateSpec other kinds share."""
+    node = gen("batch/JobSpec")
+    if "$" in node:
+        node = _data()["defs"][node["$"]]
+    props: dict[str, Node] = node["p"]
+    return props
+
+
+def _stored_only(rt: ResourceType, gen: Callable[[str], Node]) -> Node | None:
+    """The kinds kubesim stores but runs no controller for (k8s.io/api rbac/v1, apps/v1, core/v1 types)."""
+    if rt is SERVICEACCOUNTS:
+        return _root(
+            secrets={"t": "array", "i": _OBJECT_REF},
+            imagePullSecrets={"t": "array", "i": _n("object", name=_S)},
+            automountServiceAccountToken=_B,
+        )
+    if rt is ROLES:
+        return _root(rules={"t": "array", "i": _POLICY_RULE})
+    if rt is CLUSTERROLES:
+        selectors = {"t": "array", "i": _job_spec(gen)["selector"]}
+        return _root(
+            rules={"t": "array", "i": _POLICY_RULE},
+            aggregationRule=_n("object", clusterRoleSelectors=selectors),
+        )
+    if rt in (ROLEBINDINGS, CLUSTERROLEBINDINGS):
+        return _root(subjects={"t": "array", "i": _SUBJECT}, roleRef=_ROLE_REF)
+    if rt is DEPLOYMENTS:
+        job = _job_spec(gen)
+        int_or_string = _n("int-or-string")
+        spec = _n(
+            "object",
+            replicas=_I,
+            selector=job["selector"],
+            template=job["template"],
+            strategy=_n(
+                "object",
+                type=_S,
+                rollingUpdate=_n("object", maxUnavailable=int_or_string, maxSurge=int_or_string),
+            ),
+            minReadySeconds=_I,
+            revisionHistoryLimit=_I,
+            paused=_B,
+            progressDeadlineSeconds=_I,
+        )
+        return _root(spec=spec, status=_PRESERVE)
     return None
 
 
@@ -282,9 +349,10 @@ def schema_name(rt: ResourceType) -> str:
     """The component name the apiserver gives a kind's schema: ``io.k8s.api.core.v1.Pod``,
     ``io.k8s.api.batch.v1.Job``, and for a custom resource its reversed group, version and kind
     (``org.kubeflow.trainer.v1alpha1.TrainJob``)."""
-    if rt.group in ("", "batch", "coordination.k8s.io"):
-        group = {"": "core", "batch": "batch", "coordination.k8s.io": "coordination"}[rt.group]
-        return f"io.k8s.api.{group}.{rt.version}.{rt.kind}"
+    builtin = {"": "core", "batch": "batch", "apps": "apps", "coordination.k8s.io": "coordination"}
+    builtin["rbac.authorization.k8s.io"] = "rbac"
+    if rt.group in builtin:
+        return f"io.k8s.api.{builtin[rt.group]}.{rt.version}.{rt.kind}"
     return ".".join(reversed(rt.group.split("."))) + f".{rt.version}.{rt.kind}"
 
 

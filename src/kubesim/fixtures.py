@@ -228,12 +228,12 @@ def install_runtimes(store: ObjectStore) -> None:
 
 def install_nodes(store: ObjectStore, count: int = 4, capacity: dict[str, str] | None = None) -> list[str]:
     """Create ``count`` Ready nodes ``node-0``… with ``capacity`` (16 cpu, 64Gi, 4 GPUs, 110 pods)."""
-    from kubesim.clock import rfc3339
+    from kubesim.clock import stamp
 
     names = []
     for i in range(count):
         node = make_node(f"node-{i}", capacity, index=i)
-        now = rfc3339(store.clock.now())
+        now = stamp(store.clock, store.clock.now())
         for c in node["status"]["conditions"]:
             c["lastHeartbeatTime"] = now
             c["lastTransitionTime"] = now
@@ -404,13 +404,13 @@ def install(sim: Any) -> None:
     elif isinstance(nodes, int):
         install_nodes(store, nodes)
     else:
-        from kubesim.clock import rfc3339
+        from kubesim.clock import stamp
 
         for i, node in enumerate(nodes):
             obj = copy.deepcopy(node)
             if "status" not in obj:
                 obj = make_node(obj["metadata"]["name"], labels=obj["metadata"].get("labels"), index=i)
-            now = rfc3339(store.clock.now())
+            now = stamp(store.clock, store.clock.now())
             for c in obj.get("status", {}).get("conditions") or []:
                 c["lastHeartbeatTime"] = c.get("lastHeartbeatTime") or now
                 c["lastTransitionTime"] = c.get("lastTransitionTime") or now

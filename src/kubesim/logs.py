@@ -65,7 +65,7 @@ class PodLogs:
     def append(self, namespace: str, pod: str, container: str, line: str) -> None:
         """Append one line (a trailing newline is implied; embedded newlines make several lines)."""
         s = self._stream(namespace, pod, container)
-        now = self._clock.now() if self._clock is not None else 0.0
+        now = self._clock.wall(self._clock.now()) if self._clock is not None else 0.0
         for part in line.rstrip("\n").split("\n"):
             s.lines.append(LogLine(now, part))
         if len(s.lines) > _MAX_LINES:

@@ -10,9 +10,12 @@ from dataclasses import dataclass, field
 __all__ = [
     "ADMISSIONCHECKS",
     "CLUSTERQUEUES",
+    "CLUSTERROLEBINDINGS",
+    "CLUSTERROLES",
     "CLUSTERTRAININGRUNTIMES",
     "CONFIGMAPS",
     "CUSTOMRESOURCEDEFINITIONS",
+    "DEPLOYMENTS",
     "EVENTS",
     "EVENTS_V1",
     "JOBS",
@@ -26,10 +29,13 @@ __all__ = [
     "PODS",
     "REGISTRY",
     "RESOURCEFLAVORS",
+    "ROLEBINDINGS",
+    "ROLES",
     "SECRETS",
     "SELFSUBJECTACCESSREVIEWS",
     "SELFSUBJECTREVIEWS",
     "SELFSUBJECTRULESREVIEWS",
+    "SERVICEACCOUNTS",
     "SERVICES",
     "STORAGECLASSES",
     "TRAININGRUNTIMES",
@@ -241,4 +247,22 @@ CUSTOMRESOURCEDEFINITIONS = register(
         _STATUS,
         ("crd", "crds"),
     )
+)
+
+# Kinds a manifest (deploy/) names that no kubesim controller runs: stored, defaulted, pruned, listed in
+# discovery and OpenAPI as on a real server, so `kubectl apply` of an operator's manifests works. RBAC
+# objects do not grant anything here (identities are kubesim's own, see auth.py); a Deployment creates no
+# ReplicaSet or pods.
+SERVICEACCOUNTS = register(
+    ResourceType("", "v1", "ServiceAccount", "serviceaccounts", True, _NOSTATUS, ("sa",))
+)
+DEPLOYMENTS = register(
+    ResourceType("apps", "v1", "Deployment", "deployments", True, _STATUS, ("deploy",), categories=("all",))
+)
+_RBAC = "rbac.authorization.k8s.io"
+ROLES = register(ResourceType(_RBAC, "v1", "Role", "roles", True, _NOSTATUS))
+ROLEBINDINGS = register(ResourceType(_RBAC, "v1", "RoleBinding", "rolebindings", True, _NOSTATUS))
+CLUSTERROLES = register(ResourceType(_RBAC, "v1", "ClusterRole", "clusterroles", False, _NOSTATUS))
+CLUSTERROLEBINDINGS = register(
+    ResourceType(_RBAC, "v1", "ClusterRoleBinding", "clusterrolebindings", False, _NOSTATUS)
 )

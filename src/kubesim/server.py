@@ -17,14 +17,14 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from kubesim import discovery, protobuf
-from kubesim.auth import ANONYMOUS, Permissions
+from kubesim.auth import ANONYMOUS, Authenticator, Permissions
 from kubesim.bodies import BodyError, decode_json, decode_yaml
-from kubesim.clock import parse_rfc3339, rfc3339
+from kubesim.clock import Clock, parse_rfc3339, rfc3339
 from kubesim.errors import (
     ApiError,
     Cause,
@@ -37,8 +37,9 @@ from kubesim.errors import (
     unsupported_media_type,
 )
 from kubesim.eventsv1 import from_v1, strict_causes, to_v1, update_causes
+from kubesim.faults import Faults
 from kubesim.fields import prune_unknown
-from kubesim.logs import LogLine
+from kubesim.logs import LogLine, PodLogs
 from kubesim.patch import (
     APPLY,
     JSON_PATCH,
@@ -48,7 +49,7 @@ from kubesim.patch import (
     merge_patch,
     strategic_merge_patch,
 )
-from kubesim.requestlog import WRITE_VERBS, RequestRecord
+from kubesim.requestlog import WRITE_VERBS, RequestLog, RequestRecord
 from kubesim.resources import (
     CONFIGMAPS,
     EVENTS,
@@ -61,7 +62,7 @@ from kubesim.resources import (
     ResourceType,
     by_plural,
 )
-from kubesim.store import check_propagation
+from kubesim.store import ObjectStore, check_propagation
 from kubesim.strategies import strategy_for
 from kubesim.tables import table, wants_table
 from kubesim.watch import (
@@ -74,10 +75,32 @@ from kubesim.watch import (
     query_int64,
 )
 
-if TYPE_CHECKING:
-    from kubesim.sim import Simulator
 
-__all__ = ["KUBE_VERSION", "ApiServer"]
+class Cluster(Protocol):
+    """What the HTTP face needs from the simulator it serves (``kubesim.sim.Simulator`` is one): the
+    storage, clock, logs, faults, identities and request log behind it, and a way to wake its
+    controllers. Typed here so the server does not import the simulator that builds it."""
+
+    @property
+    def store(self) -> ObjectStore: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def logs(self) -> PodLogs: ...
+    @property
+    def faults(self) -> Faults: ...
+    @property
+    def auth(self) -> Authenticator: ...
+    @property
+    def requests(self) -> RequestLog: ...
+    @property
+    def disabled_groups(self) -> set[str]: ...
+    @property
+    def anonymous_auth(self) -> bool: ...
+    def kick(self) -> None: ...
+
+
+__all__ = ["KUBE_VERSION", "ApiServer", "Cluster"]
 
 log = logging.getLogger(__name__)
 
@@ -137,10 +160,15 @@ class _FieldValidation:
     ``Strict`` 400 (apimachinery's ``StrictDecodingError`` wording), ``Warn`` (the default) one
     ``Warning`` header per field, ``Ignore`` nothing."""
 
-    def __init__(self, rt: ResourceType, mode: str | None) -> None:
+    def __init__(self, rt: ResourceType, mode: str | None, *, decoding: bool = False) -> None:
         self.rt = rt
         self.mode = mode or "Warn"
         self.warnings: list[str] = []
+        # create and update decode the body into the kind, and transformDecodeError
+        # (apiserver handlers/rest.go) names it: `TrainJob in version "v1alpha1" cannot be handled as ...`
+        self.prefix = (
+            f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: ' if decoding else ""
+        )
 
     def __call__(self, obj: dict[str, Any]) -> None:
         if not isinstance(obj, dict):
@@ -149,7 +177,8 @@ class _FieldValidation:
         if not paths:
             return
         if self.mode == "Strict":
-            raise bad_request("strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in paths))
+            unknown = ", ".join(f'unknown field "{p}"' for p in paths)
+            raise bad_request(f"{self.prefix}strict decoding error: {unknown}")
         if self.mode == "Warn":
             self.warnings += [
                 f'unknown field "{p}"' for p in paths if f'unknown field "{p}"' not in self.warnings
@@ -160,6 +189,14 @@ class _FieldValidation:
         for text in self.warnings:  # RFC 7234 warn-code 299, agent "-", as the apiserver's warning recorder
             resp.headers.add("Warning", f"299 - {json.dumps(text)}")
         return resp
+
+
+def _accepts_json(accept: str) -> bool:
+    """Whether an Accept header admits JSON (no header, ``*/*`` and ``application/*`` do)."""
+    if not accept.strip():
+        return True
+    types = {part.split(";")[0].strip() for part in accept.split(",")}
+    return bool(types & {"application/json", "application/*", "*/*"})
 
 
 def _not_found_path() -> ApiError:
@@ -213,10 +250,10 @@ def _log_option_causes(q: dict[str, str]) -> list[Cause]:
 
 
 class ApiServer:
-    """Serves one Simulator over HTTP(S) on loopback."""
+    """Serves one simulated cluster over HTTP(S) on loopback."""
 
     def __init__(
-        self, sim: Simulator, *, bookmark_interval: float = 10.0, watch_timeout: float = 1800.0
+        self, sim: Cluster, *, bookmark_interval: float = 10.0, watch_timeout: float = 1800.0
     ) -> None:
         self.sim = sim
         self.watch_timeout = watch_timeout
@@ -483,6 +520,9 @@ class ApiServer:
     def _non_resource(self, request: web.Request, parts: list[str]) -> web.Response:
         if request.method != "GET":
             raise method_not_allowed()
+        if parts == ["openapi", "v2"] and not _accepts_json(request.headers.get("Accept", "")):
+            # kube-openapi serves v2 as protobuf too (what kubectl asks for); kubesim only as JSON.
+            raise ApiError(406, "NotAcceptable", "only application/json is served for /openapi/v2")
         doc = discovery.document(parts, self._served(), f"{self.host}:{self.port}")
         if doc is None:
             raise _not_found_path()
@@ -623,7 +663,7 @@ class ApiServer:
         return table(
             rt,
             items,
-            self.sim.clock.now(),
+            self.sim.clock.wall(self.sim.clock.now()),
             resource_version=meta["resourceVersion"],
             include_object=q.get("includeObject", "Metadata"),
             list_meta={k: v for k, v in meta.items() if k in ("continue", "remainingItemCount")},
@@ -660,7 +700,7 @@ class ApiServer:
                 201,
             )
         self._check_body(rt, body, info)
-        fields = _FieldValidation(rt, q.get("fieldValidation"))
+        fields = _FieldValidation(rt, q.get("fieldValidation"), decoding=True)
         fields(body)
         obj = self.sim.store.create(rt, body, dry_run=self._dry_run(q), reset_status=True)
         return fields.respond(obj, 201)
@@ -670,7 +710,7 @@ class ApiServer:
         assert rt is not None
         body = await self._body(request)
         self._check_body(rt, body, info)
-        fields = _FieldValidation(rt, q.get("fieldValidation"))
+        fields = _FieldValidation(rt, q.get("fieldValidation"), decoding=True)
         fields(body)
         obj = self.sim.store.replace(
             rt,
@@ -956,7 +996,7 @@ class ApiServer:
 
             def render(obj: dict[str, Any]) -> Any:
                 rv = obj["metadata"]["resourceVersion"]
-                return table(rt, [obj], clock.now(), resource_version=rv, include_object=include)
+                return table(rt, [obj], clock.wall(clock.now()), resource_version=rv, include_object=include)
 
         wr = parse_watch_request(
             rt, info.namespace, info.name, q, default_timeout=self.watch_timeout, render=render
@@ -1002,7 +1042,7 @@ class ApiServer:
         entries_override, running = self._log_source(ns, name, container, pod, want_previous)
         tail = query_int64(q, "tailLines")
         since_s = query_int64(q, "sinceSeconds")
-        since = self.sim.clock.now() - since_s if since_s is not None else None
+        since = self.sim.clock.wall(self.sim.clock.now()) - since_s if since_s is not None else None
         if q.get("sinceTime"):
             try:
                 since = parse_rfc3339(q["sinceTime"])

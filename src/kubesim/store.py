@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kubesim.clock import Clock, parse_rfc3339, rfc3339
+from kubesim.clock import Clock, stamp, unstamp
 from kubesim.defaults import ephemeral_containers
 from kubesim.errors import (
     ApiError,
@@ -499,14 +499,14 @@ class ObjectStore:
         if not meta.get("name") and generate and isinstance(generate, str):
             meta["name"] = self._generate_name(rt, ns, generate)
         meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = rfc3339(self.clock.now())
+        meta["creationTimestamp"] = stamp(self.clock, self.clock.now())
         strategy = strategy_for(rt)
         if strategy.tracks_generation:
             meta["generation"] = 1
         if reset_status and rt.has_status and strategy.resets_status_on_create:
             new.pop("status", None)
         self._check_shape(rt, new)
-        strategy.prepare_for_create(new, now=self.clock.now(), from_api=reset_status)
+        strategy.prepare_for_create(new, now=self.clock.wall(self.clock.now()), from_api=reset_status)
         if rt.namespaced:
             nsobj = self._lookup(NAMESPACES, None, ns)
             if nsobj is None:
@@ -917,7 +917,7 @@ class ObjectStore:
         if finalizers:
             meta["finalizers"] = finalizers
         if dry_run:
-            meta.setdefault("deletionTimestamp", rfc3339(now + grace))
+            meta.setdefault("deletionTimestamp", stamp(self.clock, now + grace))
             meta.setdefault("deletionGracePeriodSeconds", grace)
             return new
 
@@ -928,10 +928,10 @@ class ObjectStore:
         if already:
             if strategy.graceful:  # a second delete may shorten the grace period, never lengthen it
                 remaining = int(cur_meta.get("deletionGracePeriodSeconds", 0))
-                started = parse_rfc3339(cur_meta["deletionTimestamp"]) - remaining
-                if grace < remaining and now + grace < parse_rfc3339(cur_meta["deletionTimestamp"]):
+                started = unstamp(self.clock, cur_meta["deletionTimestamp"]) - remaining
+                if grace < remaining and now + grace < unstamp(self.clock, cur_meta["deletionTimestamp"]):
                     meta["deletionGracePeriodSeconds"] = grace
-                    meta["deletionTimestamp"] = rfc3339(max(started, now) + grace) if grace else rfc3339(now)
+                    meta["deletionTimestamp"] = stamp(self.clock, max(started, now) + grace if grace else now)
             if new != current:
                 self._commit(rt, "MODIFIED", new, current)
                 if not self._maybe_finish_deletion(rt, new):
@@ -942,7 +942,7 @@ class ObjectStore:
         if not finalizers and grace == 0 and not strategy.always_graceful:
             self._commit(rt, "DELETED", new, current)
             return new
-        meta["deletionTimestamp"] = rfc3339(now + grace)
+        meta["deletionTimestamp"] = stamp(self.clock, now + grace)
         meta["deletionGracePeriodSeconds"] = grace
         if "generation" in meta:
             meta["generation"] = int(meta["generation"]) + 1

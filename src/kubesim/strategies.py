@@ -12,8 +12,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from kubesim.defaults import default_job, default_pod
+from kubesim.defaults import default_deployment, default_job, default_pod, job_restart_policy_causes
+from kubesim.errors import invalid
 from kubesim.resources import (
+    DEPLOYMENTS,
     JOBS,
     NAMESPACES,
     NODES,
@@ -30,11 +32,13 @@ __all__ = ["BUILTIN_GROUPS", "Strategy", "strategy_for"]
 BUILTIN_GROUPS = frozenset(
     {
         "",
+        "apps",
         "batch",
         "coordination.k8s.io",
         "authorization.k8s.io",
         "authentication.k8s.io",
         "events.k8s.io",
+        "rbac.authorization.k8s.io",
         "storage.k8s.io",
     }
 )
@@ -98,7 +102,8 @@ class PodStrategy(Strategy):
 
     def prepare_for_create(self, obj: dict[str, Any], *, now: float, from_api: bool) -> None:
         if from_api:
-            obj["status"] = {"phase": "Pending", "qosClass": pod_qos(obj)}
+            obj["status"] = {"phase": "Pending"}
+        obj.setdefault("status", {})["qosClass"] = pod_qos(obj)  # every create, controllers' too
         default_pod(obj, now)
 
     def delete_grace(self, current: dict[str, Any], requested: int | None) -> int:
@@ -119,7 +124,17 @@ class JobStrategy(Strategy):
     default_propagation = "Orphan"
 
     def prepare_for_create(self, obj: dict[str, Any], *, now: float, from_api: bool) -> None:
+        causes = job_restart_policy_causes(obj)
+        if causes:
+            raise invalid(JOBS, str(obj.get("metadata", {}).get("name", "")), causes)
         default_job(obj)
+
+
+class DeploymentStrategy(Strategy):
+    tracks_generation = True
+
+    def prepare_for_create(self, obj: dict[str, Any], *, now: float, from_api: bool) -> None:
+        default_deployment(obj)
 
 
 class NamespaceStrategy(Strategy):
@@ -163,6 +178,7 @@ class NodeStrategy(Strategy):
 _STRATEGIES: dict[ResourceType, Strategy] = {
     PODS: PodStrategy(),
     JOBS: JobStrategy(),
+    DEPLOYMENTS: DeploymentStrategy(),
     NAMESPACES: NamespaceStrategy(),
     SERVICES: ServiceStrategy(),
     NODES: NodeStrategy(),

@@ -139,7 +139,7 @@ def test_ctrl_c_during_run_leaves_the_job_running_not_lost(session: Session, tmp
     assert proc.returncode == 130
     assert "interrupted: job interrupted keeps running on the dev cluster" in err
     status = session.run("--json", "status", "interrupted")
-    assert json.loads(status.stdout)["outcome"]["state"] in ("pending", "running")
+    assert json.loads(status.stdout)["outcome"]["state"] in ("pending", "starting", "running")
     cancel = session.run("cancel", "interrupted")
     assert cancel.returncode == 0, cancel.stderr
 
@@ -171,10 +171,12 @@ def test_a_record_whose_cluster_is_gone_says_so(session: Session, tmp_path: Path
     for _ in range(2):  # a vanished TrainJob is believed lost on a second read
         supervised = session.run("supervise", "--once", "--poll", "0.1", "--lease", "5")
         assert supervised.returncode == 0, supervised.stderr
-        # Every job of the stopped dev cluster is named (an earlier test of this module left one there too).
-        assert re.search(
-            r"left alone: \d+ job\(s\) of a dev cluster that is gone \([^)]*\borphan\b", supervised.stdout
+        # (the earlier test's cancelled job may still be converging, Trainer v2.3.0's stop, on the
+        # stopped cluster too: the note names every job of it)
+        note = re.search(
+            r"left alone: \d+ job\(s\) of a dev cluster that is gone \(([^)]*)\)", supervised.stdout
         )
+        assert note is not None and "orphan" in note.group(1).split(", "), supervised.stdout
     after = json.loads(session.run("--json", "status", "orphan").stdout)
     assert after["outcome"]["state"] == body["outcome"]["state"]
     # The user ends it: lost, by the user, with the reason; final, so no supervisor requeues it.

@@ -9,11 +9,18 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from kubesim.admission.jobset import default_jobset, jobset_defaulter
+from kubesim.admission.jobset import default_jobset, jobset_defaulter, jobset_pod_defaulter
 from kubesim.admission.kueue import kueue_default_trainjob
 from kubesim.admission.trainjob import TrainJobAdmission
 from kubesim.clock import Clock
-from kubesim.resources import CLUSTERTRAININGRUNTIMES, JOBSETS, TRAININGRUNTIMES, TRAINJOBS, ResourceType
+from kubesim.resources import (
+    CLUSTERTRAININGRUNTIMES,
+    JOBSETS,
+    PODS,
+    TRAININGRUNTIMES,
+    TRAINJOBS,
+    ResourceType,
+)
 
 if TYPE_CHECKING:
     from kubesim.store import ObjectStore
@@ -58,6 +65,7 @@ def install_webhooks(store: ObjectStore, clock: Clock, *, kueue: bool, trainer: 
     if trainer:
         store.add_admission(TRAINJOBS, tj.webhook_validate)
     store.add_admission(JOBSETS, jobset_defaulter, mutating=True)
+    store.add_admission(PODS, jobset_pod_defaulter, mutating=True)
 
 
 def install(store: ObjectStore, clock: Clock, *, kueue: bool, webhooks: bool = True) -> None:

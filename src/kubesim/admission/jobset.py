@@ -21,10 +21,13 @@ from kubesim.jsontypes import (
     prune_nulls,
     type_causes,
 )
-from kubesim.resources import JOBSETS, ResourceType
+from kubesim.resources import JOBSETS, PODS, ResourceType
 from kubesim.shapes import REPLICATED_JOBS
 
-__all__ = ["default_jobset", "jobset_defaulter", "jobset_type_causes"]
+__all__ = ["default_jobset", "jobset_defaulter", "jobset_pod_defaulter", "jobset_type_causes"]
+
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+PRIORITY_LABEL = "jobset.sigs.k8s.io/priority"
 
 # The JSON types of the fields the defaulter and the JobSet controller read.
 _SPEC = object_of(
@@ -100,3 +103,25 @@ def jobset_defaulter(
         meta = obj.get("metadata")
         raise invalid(JOBSETS, str((meta if isinstance(meta, dict) else {}).get("name") or ""), causes)
     return default_jobset(obj)
+
+
+def jobset_pod_defaulter(
+    operation: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """JobSet's pod mutating webhook (``pkg/webhooks/pod_mutating_webhook.go``): a pod of a JobSet
+    (annotation ``jobset-name``) is labelled ``jobset.sigs.k8s.io/priority`` with its priority. Webhooks
+    run after the built-in ``Priority`` admission plugin, so a pod without a priority class has 0."""
+    if rt != PODS or operation != "CREATE":
+        return None
+    meta = obj.get("metadata") or {}
+    if not (meta.get("annotations") or {}).get(JOBSET_NAME):
+        return None
+    spec = obj.get("spec") or {}
+    priority = spec.get("priority")
+    if priority is None and not spec.get("priorityClassName"):
+        priority = 0
+    if priority is None:
+        return None
+    out = copy.deepcopy(obj)
+    out["metadata"].setdefault("labels", {})[PRIORITY_LABEL] = str(priority)
+    return out

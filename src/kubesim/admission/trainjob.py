@@ -8,12 +8,13 @@ cause says so), then the Trainer validating webhook (403, ``admission webhook ..
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Callable
 from typing import Any
 
 from kubesim.admission.webhook import aggregate, denied
-from kubesim.clock import Clock, rfc3339
+from kubesim.clock import Clock, stamp
 from kubesim.controllers.trainjob_build import (
     GROUP,
     MPI_RESERVED,
@@ -24,7 +25,7 @@ from kubesim.controllers.trainjob_build import (
     registry_key,
     runtime_pod_sets,
 )
-from kubesim.errors import ApiError, Cause, invalid
+from kubesim.errors import ApiError, Cause, cached_not_found_message, invalid
 from kubesim.jsontypes import (
     BOOLEAN,
     INTEGER,
@@ -48,6 +49,7 @@ __all__ = [
 DEFAULT_MANAGED_BY = "trainer.kubeflow.org/trainjob-controller"
 MANAGED_BY_VALUES = (DEFAULT_MANAGED_BY, "kueue.x-k8s.io/multikueue")
 TRAINER_WEBHOOK = "validator.trainjob.trainer.kubeflow.org"
+DEFAULTER_WEBHOOK = "defaulter.trainjob.trainer.kubeflow.org"
 _RFC1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _NOT_CHECKED = (
     "some validation rules were not checked because the object was invalid; "
@@ -185,6 +187,35 @@ _SPEC = object_of(
         resourcesPerNode=object_of(limits=object_of(), requests=object_of()),
     ),
 )
+
+
+# Go types of the TrainJob fields whose JSON type kubesim checks (trainer/v1alpha1 trainjob_types.go);
+# other integers are int32, as most are.
+_GO_TYPES = {"spec.activeDeadlineSeconds": "int64", "spec.trainer.env.value": "string"}
+_GO_VALUE = {"string": "string", "integer": "number", "number": "number", "boolean": "bool", "array": "array"}
+
+
+def go_decode_error(obj: dict[str, Any]) -> str | None:
+    """encoding/json's ``UnmarshalTypeError`` text for the first field of the wrong JSON type, as a Go
+    program decoding the TrainJob reports it (``json: cannot unmarshal string into Go struct field
+    TrainJob.spec.trainer.numProcPerNode of type int32``), or None."""
+    causes = type_causes(prune_nulls(obj.get("spec")), _SPEC, "spec")
+    # FieldValueTypeInvalid reads `Invalid value: "<json type>": ...`; Go decodes a null into a zero value
+    causes = [c for c in causes if c.message.split('"')[1] != "null"]
+    if not causes:
+        return None
+    cause = causes[0]
+    got = cause.message.split('"')[1]
+    want = cause.message.rsplit(" must be of type ", 1)[1].split(":")[0]
+    path = re.sub(r"\[\d+\]", "", cause.field)
+    go_type = _GO_TYPES.get(path) or {"integer": "int32", "boolean": "bool", "string": "string"}.get(
+        want, want
+    )
+    if want == "array":
+        go_type = "[]string"
+    elif want == "object":
+        go_type = "map[string]interface {}" if path.endswith(("limits", "requests")) else "struct"
+    return f"json: cannot unmarshal {_GO_VALUE.get(got, got)} into Go struct field TrainJob.{path} of type {go_type}"
 
 
 def schema_causes(obj: dict[str, Any]) -> list[Cause]:
@@ -348,13 +379,13 @@ def trainer_webhook_causes(
             raise
         which = "clusterTrainingRuntime" if cluster else "trainingRuntime"
         path = "spec.RuntimeRef" if cluster else "spec.runtimeRef"
-        return None, [
-            Cause.invalid_value(
-                path,
-                _runtime_ref_json(ref),
-                f"{e.message}: specified {which} must be created before the TrainJob is created",
-            )
-        ]
+        missing = cached_not_found_message(
+            CLUSTERTRAININGRUNTIMES if cluster else TRAININGRUNTIMES, str(ref.get("name"))
+        )
+        # the RuntimeRef struct is printed as JSON in its Go field order (name, apiGroup, kind), not sorted
+        value = json.dumps(_runtime_ref_json(ref), separators=(",", ":"))
+        detail = f"{missing}: specified {which} must be created before the TrainJob is created"
+        return None, [Cause(path, f"Invalid value: {value}: {detail}")]
     causes: list[Cause] = []
     fw = framework_of(runtime)
     trainer = spec.get("trainer")
@@ -498,10 +529,19 @@ class TrainJobAdmission:
     def webhook_mutate(
         self, operation: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
     ) -> dict[str, Any] | None:
-        """Trainer's defaulting webhook only (runtime patch timestamps)."""
+        """Trainer's defaulting webhook only (runtime patch timestamps). Mutating webhooks run before the
+        CRD schema is checked, and this one first decodes the object into its Go type: a wrong JSON type
+        (``numProcPerNode: "auto"``) fails there, a 400 from the webhook rather than the schema's 422."""
         if rt != TRAINJOBS or operation not in ("CREATE", "UPDATE"):
             return None
-        return stamp_patch_times(obj, old if operation == "UPDATE" else None, rfc3339(self._clock.now()))
+        message = go_decode_error(obj)
+        if message is not None:
+            # admission.Errored(400, err): ToStatusErr keeps the webhook's code and leaves the reason empty
+            prefix = f'admission webhook "{DEFAULTER_WEBHOOK}" denied the request: '
+            raise ApiError(400, "", prefix + message)
+        return stamp_patch_times(
+            obj, old if operation == "UPDATE" else None, stamp(self._clock, self._clock.now())
+        )
 
     def crd_validate(
         self, operation: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None

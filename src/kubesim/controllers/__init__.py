@@ -1,5 +1,5 @@
-"""kubesim's simulated controllers: Trainer, JobSet, Job, scheduler, kubelet, node lifecycle, Kueue, and
-the machines' own recovery (a reboot or an autoscaler's replacement).
+"""kubesim's simulated controllers: Trainer, JobSet, Job, scheduler, kubelet, node lifecycle, Kueue, namespace
+defaults, persistent volumes, and the machines' own recovery (a reboot or an autoscaler's replacement).
 
 ``default_controllers()`` returns a fresh instance of each, in the order a settle round runs them.
 """
@@ -12,6 +12,7 @@ from kubesim.controllers.job import JobController
 from kubesim.controllers.jobset import JobSetController
 from kubesim.controllers.kubelet import KubeletController
 from kubesim.controllers.kueue import KueueController
+from kubesim.controllers.namespaces import NamespaceDefaultsController
 from kubesim.controllers.nodelifecycle import NodeLifecycleController
 from kubesim.controllers.noderecovery import NodeRecoveryController
 from kubesim.controllers.scheduler import SchedulerController
@@ -25,6 +26,7 @@ __all__ = [
     "JobSetController",
     "KubeletController",
     "KueueController",
+    "NamespaceDefaultsController",
     "NodeLifecycleController",
     "NodeRecoveryController",
     "PersistentVolumeController",
@@ -46,4 +48,5 @@ def default_controllers() -> list[BaseController]:
         KubeletController(),
         NodeLifecycleController(),
         NodeRecoveryController(),
+        NamespaceDefaultsController(),
     ]

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from kubesim.clock import Clock, TimerHandle, rfc3339
+from kubesim.clock import Clock, TimerHandle, stamp
 from kubesim.errors import ApiError
 from kubesim.resources import ResourceType
 
@@ -55,7 +55,7 @@ class BaseController:
         return self.sim.clock  # type: ignore[no-any-return]
 
     def now(self) -> str:
-        return rfc3339(self.clock.now())
+        return stamp(self.clock, self.clock.now())
 
     def attach(self, sim: Any) -> None:
         """Subscribe to the simulator's store and register admission hooks (``setup``)."""

@@ -14,7 +14,7 @@ import copy
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from kubesim.clock import parse_rfc3339
+from kubesim.clock import unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key, controller_of, owner_ref
 from kubesim.resources import JOBS, PODS
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 __all__ = ["JobController", "format_indexes", "pod_failure_action"]
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
+_INDEX_FIELD = f"metadata.annotations['{INDEX_KEY}']"
 DEFAULT_TOLERATIONS = [
     {
         "key": "node.kubernetes.io/not-ready",
@@ -78,7 +80,9 @@ def pod_failure_action(policy: dict[str, Any] | None, pod: dict[str, Any]) -> tu
 
 
 def format_indexes(indexes: Iterable[int]) -> str:
-    """``completedIndexes`` text: sorted, consecutive runs as ``a-b`` (e.g. ``0-2,5``)."""
+    """``completedIndexes`` text as the Job controller writes it (``orderedIntervals.String`` in
+    ``pkg/controller/job/indexed_job_utils.go``): sorted intervals, a run of three or more as ``a-b``,
+    a pair as ``a,b`` (``0-2,5``, ``0,1``, ``3,4,7``)."""
     xs = sorted(set(indexes))
     parts: list[str] = []
     i = 0
@@ -86,9 +90,20 @@ def format_indexes(indexes: Iterable[int]) -> str:
         j = i
         while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
             j += 1
-        parts.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
+        if i == j:
+            parts.append(str(xs[i]))
+        else:
+            parts.append(f"{xs[i]},{xs[j]}" if j == i + 1 else f"{xs[i]}-{xs[j]}")
         i = j + 1
     return ",".join(parts)
+
+
+def _set_count(status: dict[str, Any], key: str, value: int) -> None:
+    """JobStatus ``active``/``succeeded``/``failed`` are plain int32 with ``omitempty``: absent when 0."""
+    if value:
+        status[key] = value
+    else:
+        status.pop(key, None)
 
 
 def _is_terminal(pod: dict[str, Any]) -> bool:
@@ -284,12 +299,15 @@ class JobController(BaseController):
                     )
                 self._arm_deadline(job, now_s)
 
-        status["active"] = len(active)
+        # ready and terminating are pointers (always written); completedIndexes is an omitempty string
+        _set_count(status, "active", len(active))
         status["ready"] = sum(1 for p in active if cond.is_true(p, "Ready"))
         status["terminating"] = len(terminating)
-        status["succeeded"] = len(succeeded_idx & set(range(completions)))
-        status.setdefault("failed", 0)
-        status["completedIndexes"] = format_indexes(succeeded_idx & set(range(completions)))
+        _set_count(status, "succeeded", len(succeeded_idx & set(range(completions))))
+        _set_count(status, "failed", int(status.get("failed") or 0))
+        status.pop("completedIndexes", None)
+        if completed := format_indexes(succeeded_idx & set(range(completions))):
+            status["completedIndexes"] = completed
         status.setdefault("uncountedTerminatedPods", {})
         if job.get("status") != before.get("status"):
             body = copy.deepcopy(before)
@@ -329,7 +347,7 @@ class JobController(BaseController):
         if exceeded:
             return "BackoffLimitExceeded", "Job has reached the specified backoff limit"
         ads = spec.get("activeDeadlineSeconds")
-        if ads and status.get("startTime") and now_s - parse_rfc3339(status["startTime"]) >= float(ads):
+        if ads and status.get("startTime") and now_s - unstamp(self.clock, status["startTime"]) >= float(ads):
             return "DeadlineExceeded", "Job was active longer than specified deadline"
         return None
 
@@ -338,7 +356,9 @@ class JobController(BaseController):
         start = (job.get("status") or {}).get("startTime")
         if ads and start:
             self.requeue_at(
-                parse_rfc3339(start) + float(ads), job["metadata"].get("namespace"), job["metadata"]["name"]
+                unstamp(self.clock, start) + float(ads),
+                job["metadata"].get("namespace"),
+                job["metadata"]["name"],
             )
 
     def _pod_for(self, job: dict[str, Any], index: int) -> dict[str, Any]:
@@ -370,6 +390,14 @@ class JobController(BaseController):
             if not any(x.get("key") == t["key"] and x.get("effect") == "NoExecute" for x in tolerations):
                 tolerations.append(dict(t))
         pspec["tolerations"] = tolerations
+        indexed = (job.get("spec") or {}).get("completionMode") == "Indexed"
+        for key in ("initContainers", "containers") if indexed else ():  # addCompletionIndexEnvVariables
+            for c in pspec.get(key) or []:
+                env = c.setdefault("env", [])
+                if not any(e.get("name") == COMPLETION_INDEX_ENV for e in env):
+                    env.append(
+                        {"name": COMPLETION_INDEX_ENV, "valueFrom": {"fieldRef": {"fieldPath": _INDEX_FIELD}}}
+                    )
         for c in pspec.get("containers") or []:
             c.setdefault("imagePullPolicy", "IfNotPresent")
             c.setdefault("terminationMessagePath", "/dev/termination-log")

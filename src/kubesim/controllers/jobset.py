@@ -36,6 +36,8 @@ L_JOB_KEY = "jobset.sigs.k8s.io/job-key"
 L_RESTART = "jobset.sigs.k8s.io/restart-attempt"
 L_UID = "jobset.sigs.k8s.io/jobset-uid"
 L_GROUP = "jobset.sigs.k8s.io/group-name"
+L_GROUP_REPLICAS = "jobset.sigs.k8s.io/group-replicas"
+L_JOB_GROUP_INDEX = "jobset.sigs.k8s.io/job-group-index"
 
 
 def _job_key(ns: str, name: str) -> str:
@@ -54,8 +56,14 @@ def desired_jobs(js: dict[str, Any]) -> list[dict[str, Any]]:
     subdomain = network.get("subdomain") or name
     out: list[dict[str, Any]] = []
     global_index = 0
+    group_replicas: dict[str, int] = {}  # the Jobs of each group, which indexes them in rjob order
+    for rjob in rjobs:
+        group = str(rjob.get("groupName", "default"))
+        group_replicas[group] = group_replicas.get(group, 0) + int(rjob.get("replicas", 1))
+    group_index: dict[str, int] = {}
     for rjob in rjobs:
         replicas = int(rjob.get("replicas", 1))
+        group = str(rjob.get("groupName", "default"))
         for i in range(replicas):
             job_name = f"{name}-{rjob['name']}-{i}"
             tmpl = copy.deepcopy(rjob.get("template") or {})
@@ -69,9 +77,12 @@ def desired_jobs(js: dict[str, Any]) -> list[dict[str, Any]]:
                 L_JOB_KEY: _job_key(ns, job_name),
                 L_RESTART: str(restarts),
                 L_UID: str(meta.get("uid", "")),
-                L_GROUP: str(rjob.get("groupName", "default")),
+                L_GROUP: group,
+                L_GROUP_REPLICAS: str(group_replicas[group]),
+                L_JOB_GROUP_INDEX: str(group_index.get(group, 0)),
             }
             global_index += 1
+            group_index[group] = group_index.get(group, 0) + 1
             job_meta = tmpl.get("metadata") or {}
             labels = {**(job_meta.get("labels") or {}), **extra}
             annotations = {**(job_meta.get("annotations") or {}), **extra}

@@ -32,7 +32,7 @@ from kubesim.behaviour import (
     render_text,
     start_error,
 )
-from kubesim.clock import parse_rfc3339
+from kubesim.clock import ManualClock, unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key
 from kubesim.controllers.volumes import mount_problem
@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 __all__ = ["KubeletController", "env_problem", "image_problem"]
 
 BACKOFF_START = 10.0
+#: Simulated seconds from a pod's binding to its container running (image already present): what a
+#: real node spends creating the sandbox and the container, during which the pod is ContainerCreating.
+CONTAINER_START_SECONDS = 2.0
 BACKOFF_MAX = 300.0
 MOUNT_TIMEOUT = 120.0
 """How long the kubelet waits for a pod's volumes before reporting ``FailedMount`` again."""
@@ -98,7 +101,7 @@ class _Run:
     others: list[tuple[str, str]] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     script_error: str | None = None
-    mode: str = "new"  # new | mounting | pulling | blocked | running | crash | done
+    mode: str = "new"  # new | mounting | pulling | blocked | creating | running | crash | done
     mount_report_at: float | None = None
     pc: int = 0
     wake_at: float | None = None
@@ -145,8 +148,12 @@ class KubeletController(BaseController):
 
     name = "kubelet"
 
-    def __init__(self) -> None:
+    def __init__(self, start_seconds: float | None = None) -> None:
         super().__init__()
+        # None: CONTAINER_START_SECONDS on a running clock (serve, the dev cluster), 0 on a ManualClock,
+        # whose tests move time themselves and would all have to step over the creation (they opt in).
+        self._start_seconds = start_seconds
+        self.start_seconds = 0.0
         self.runs: dict[str, _Run] = {}
         self.dead_nodes: set[str] = set()
         # The workloads (JobSet, else Job, else pod) whose script already took a node down: a scripted
@@ -158,6 +165,10 @@ class KubeletController(BaseController):
     def setup(self) -> None:
         # Scripts set through ``sim.behaviours`` are the simulator's, shared with this kubelet.
         self.behaviours = self.sim.behaviours
+        if self._start_seconds is not None:
+            self.start_seconds = self._start_seconds
+        else:
+            self.start_seconds = 0.0 if isinstance(self.clock, ManualClock) else CONTAINER_START_SECONDS
 
     def resync(self) -> None:
         for pod in self.store.list(PODS)[0]:
@@ -285,8 +296,16 @@ class KubeletController(BaseController):
             if blocker is not None:
                 self._blocked(pod, run, blocker)
                 return
+            if self.start_seconds > 0:
+                # Sandbox, network and container creation take a moment on a real node: the pod shows
+                # ContainerCreating (Pending) first, so a watcher sees it starting before it runs.
+                run.mode = "creating"
+                run.state = {"waiting": {"reason": "ContainerCreating"}}
+                run.wake_at = now_s + self.start_seconds
+                self.requeue_at(run.wake_at, run.ns, run.name)
+                return
             self._start_container(pod, run)
-        elif run.mode == "crash":
+        elif run.mode in ("creating", "crash"):
             self._start_container(pod, run)
         if run.mode == "running":
             self._step(pod, run)
@@ -440,9 +459,9 @@ class KubeletController(BaseController):
             else:  # preempt / lose-node / evict: disruptions decided elsewhere in the cluster
                 run.pc += 1
                 self._publish(run)
-                from kubesim.controllers.actions import Actions  # it acts through this kubelet
-
-                actions = Actions(self)
+                # the simulator's actions act through this kubelet (no import of actions.py here: it
+                # imports this module)
+                actions = self.sim.actions
                 if verb == "preempt":
                     actions.preempt(run.ns, run.name)
                 elif verb == "evict":
@@ -550,7 +569,7 @@ class KubeletController(BaseController):
         meta = pod["metadata"]
         if not meta.get("deletionTimestamp"):
             return
-        when = parse_rfc3339(meta["deletionTimestamp"])
+        when = unstamp(self.clock, meta["deletionTimestamp"])
         if self.clock.now() < when:
             self.requeue_at(when, meta.get("namespace"), meta["name"])
             return

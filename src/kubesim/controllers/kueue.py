@@ -16,13 +16,17 @@ node under an admitted workload evicts it with ``NodeFailures``.
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from kubesim.clock import parse_rfc3339, rfc3339
+from kubesim.clock import stamp, unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key, controller_of
+from kubesim.controllers.kueue_scheduler import QuotaScheduler
+from kubesim.controllers.kueue_workload import JOB_UID_LABEL, QUEUES, SCHEDULE, format_amount, workload_name
+from kubesim.controllers.kueue_workload import clear_requeue_at as _clear_requeue_at
+from kubesim.controllers.kueue_workload import is_finished as _is_finished
+from kubesim.controllers.kueue_workload import quota_reserved as _quota_reserved
 from kubesim.controllers.trainjob_build import KUEUE_MANAGER, BuildError, build_jobset
 from kubesim.errors import ApiError
 from kubesim.resources import (
@@ -48,57 +52,6 @@ __all__ = ["KueueController", "format_amount", "workload_name"]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 MAX_EXEC_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
-SCHEDULE: Key = ("", "*schedule*")
-QUEUES: Key = ("", "*queues*")
-
-
-def workload_name(trainjob_name: str, uid: str) -> str:
-    """Kueue's Workload name for a TrainJob: ``trainjob-<name>`` (≤ 247 chars) + ``-`` + 5 hex of a sha1."""
-    h = hashlib.sha1()
-    for part in ("TrainJob", "trainer.kubeflow.org", trainjob_name):
-        h.update(part.encode())
-        h.update(b"\n")
-    h.update(uid.encode())
-    prefix = f"trainjob-{trainjob_name}"[: 253 - 1 - 5]
-    return f"{prefix}-{h.hexdigest()[:5]}"
-
-
-def format_amount(resource: str, value: float) -> str:
-    """A quantity as Kubernetes prints it (``8``, ``500m``, ``64Gi``)."""
-    if resource == "cpu":
-        if abs(value - round(value)) < 1e-9:
-            return str(round(value))
-        return f"{round(value * 1000)}m"
-    v = round(value)
-    for suffix, mult in (
-        ("Ei", 2**60),
-        ("Pi", 2**50),
-        ("Ti", 2**40),
-        ("Gi", 2**30),
-        ("Mi", 2**20),
-        ("Ki", 2**10),
-    ):
-        if v >= mult and v % mult == 0:
-            return f"{v // mult}{suffix}"
-    return str(v)
-
-
-def _clear_requeue_at(status: dict[str, Any]) -> None:
-    """Drop ``requeueState.requeueAt`` (and an emptied ``requeueState``)."""
-    rs = status.get("requeueState")
-    if isinstance(rs, dict):
-        rs.pop("requeueAt", None)
-        if not rs:
-            del status["requeueState"]
-
-
-def _is_finished(obj: dict[str, Any]) -> bool:
-    return cond.is_true(obj, "Finished")
-
-
-def _quota_reserved(wl: dict[str, Any]) -> bool:
-    return cond.is_true(wl, "QuotaReserved")
 
 
 class KueueController(BaseController):
@@ -121,8 +74,6 @@ class KueueController(BaseController):
         # parks inadmissible workloads until the ClusterQueue changes).
         self._inadmissible: set[Key] = set()
         self._usage_of: dict[Key, tuple[str, str, list[tuple[str, str, float]]]] = {}
-        from kubesim.controllers.kueue_scheduler import QuotaScheduler  # (it imports this module)
-
         self.scheduler = QuotaScheduler(self)
 
     def attach(self, sim: Any) -> None:
@@ -516,7 +467,7 @@ class KueueController(BaseController):
             )
         elif reason == "AdmissionCheck":
             requeue_at = (status.get("requeueState") or {}).get("requeueAt")
-            if requeue_at and parse_rfc3339(requeue_at) > self.clock.now():
+            if requeue_at and unstamp(self.clock, requeue_at) > self.clock.now():
                 # A check asked for a retry delay: wait (Requeued=False) until requeueAt.
                 cond.set_condition(
                     after,
@@ -528,7 +479,7 @@ class KueueController(BaseController):
                     observed_generation=True,
                 )
                 ns, name = wl["metadata"].get("namespace", ""), wl["metadata"]["name"]
-                self.requeue_at(parse_rfc3339(requeue_at), f"wl:{ns}", name)
+                self.requeue_at(unstamp(self.clock, requeue_at), f"wl:{ns}", name)
             else:
                 _clear_requeue_at(status)
                 cond.set_condition(
@@ -618,7 +569,7 @@ class KueueController(BaseController):
         if (
             requeued is not None
             and (requeued.get("status"), requeued.get("reason")) == ("False", "AdmissionCheck")
-            and (not rs.get("requeueAt") or parse_rfc3339(rs["requeueAt"]) <= self.clock.now())
+            and (not rs.get("requeueAt") or unstamp(self.clock, rs["requeueAt"]) <= self.clock.now())
         ):
             after = copy.deepcopy(wl)
             _clear_requeue_at(after["status"])
@@ -785,7 +736,7 @@ class KueueController(BaseController):
                 # Kueue turns a check's requeueAfterSeconds into the Workload's requeueState.requeueAt.
                 after = copy.deepcopy(wl)
                 rs = after.setdefault("status", {}).setdefault("requeueState", {})
-                rs["requeueAt"] = rfc3339(now_s + delay)
+                rs["requeueAt"] = stamp(self.clock, now_s + delay)
                 wl = self.write(WORKLOADS, wl, after)
             self._evict(wl, "AdmissionCheck", "Evicted due to " + self._checks_message(retry, "Retry"))
             return
@@ -795,7 +746,7 @@ class KueueController(BaseController):
         adm = cond.find(after, "Admitted")
         if max_exec and adm is not None and adm.get("status") == "True":
             past = int((wl.get("status") or {}).get("accumulatedPastExecutionTimeSeconds") or 0)
-            deadline = parse_rfc3339(adm["lastTransitionTime"]) + float(max_exec) - past
+            deadline = unstamp(self.clock, adm["lastTransitionTime"]) + float(max_exec) - past
             if now_s >= deadline:
                 cond.set_condition(
                     after,

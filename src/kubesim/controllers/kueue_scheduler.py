@@ -9,31 +9,66 @@ caches, the waiting and inadmissible sets and the workload conditions.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from kubesim.clock import parse_rfc3339
+from kubesim.clock import Clock, parse_rfc3339, unstamp
 from kubesim.controllers import conditions as cond
-from kubesim.controllers.kueue import (
+from kubesim.controllers.base import Key
+from kubesim.controllers.kueue_workload import (
     JOB_UID_LABEL,
     SCHEDULE,
-    _clear_requeue_at,
-    _is_finished,
-    _quota_reserved,
+    clear_requeue_at,
     format_amount,
+    is_finished,
+    quota_reserved,
 )
 from kubesim.controllers.quantity import parse_quantity, pod_requests
-from kubesim.resources import ADMISSIONCHECKS, CLUSTERQUEUES, LOCALQUEUES, RESOURCEFLAVORS, WORKLOADS
+from kubesim.resources import (
+    ADMISSIONCHECKS,
+    CLUSTERQUEUES,
+    LOCALQUEUES,
+    RESOURCEFLAVORS,
+    WORKLOADS,
+    ResourceType,
+)
 
-if TYPE_CHECKING:
-    from kubesim.controllers.kueue import KueueController
 
-__all__ = ["QuotaScheduler"]
+class SchedulerHost(Protocol):
+    """The Kueue controller as its scheduler uses it (``kueue.KueueController``): the caches, the
+    waiting/inadmissible sets and the workload conditions it owns. Typed here, so this module does not
+    import the controller that builds it."""
+
+    _waiting: set[Key]
+    _inadmissible: set[Key]
+    _usage_of: dict[Key, tuple[str, str, list[tuple[str, str, float]]]]
+
+    @property
+    def clock(self) -> Clock: ...
+    def now(self) -> str: ...
+    def cached(self, rt: ResourceType, namespace: str | None = None) -> list[dict[str, Any]]: ...
+    def cached_get(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any] | None: ...
+    def write(self, rt: ResourceType, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]: ...
+    def requeue_at(self, when: float, namespace: str | None, name: str) -> None: ...
+    def record_event(
+        self, obj: dict[str, Any], etype: str, reason: str, message: str, *, component: str | None = None
+    ) -> None: ...
+    def _key_of(self, obj: dict[str, Any]) -> Key: ...
+    def _pending(self, wl: dict[str, Any], reason: str, message: str) -> None: ...
+    def _evict(
+        self, wl: dict[str, Any], reason: str, message: str, *, underlying: str = ""
+    ) -> dict[str, Any]: ...
+    def _cq_problem(self, cq: dict[str, Any], flavors: dict[str, Any], checks: dict[str, Any]) -> bool: ...
+    def _cq_checks(self, cq: dict[str, Any]) -> list[str]: ...
+    def _admitted_condition(self, wl: dict[str, Any], now: str) -> None: ...
+
+
+__all__ = ["QuotaScheduler", "SchedulerHost"]
 
 
 class QuotaScheduler:
     """Quota reservation and preemption for :class:`KueueController` (``controller.scheduler``)."""
 
-    def __init__(self, controller: KueueController) -> None:
+    def __init__(self, controller: SchedulerHost) -> None:
         self.c = controller
 
     def schedule(self) -> None:
@@ -48,7 +83,7 @@ class QuotaScheduler:
         usage: dict[str, dict[tuple[str, str], float]] = {}
         admitted_by_cq: dict[str, list[dict[str, Any]]] = {}
         for wl in wls:
-            if _quota_reserved(wl) and not _is_finished(wl):
+            if quota_reserved(wl) and not is_finished(wl):
                 cq, amounts = self._reserved_usage(wl)
                 u = usage.setdefault(cq, {})
                 for flavor, res, amount in amounts:
@@ -107,8 +142,8 @@ class QuotaScheduler:
         spec = wl.get("spec") or {}
         ns = wl["metadata"].get("namespace")
         rs = (wl.get("status") or {}).get("requeueState") or {}
-        if rs.get("requeueAt") and parse_rfc3339(rs["requeueAt"]) > self.c.clock.now():
-            self.c.requeue_at(parse_rfc3339(rs["requeueAt"]), *SCHEDULE)
+        if rs.get("requeueAt") and unstamp(self.c.clock, rs["requeueAt"]) > self.c.clock.now():
+            self.c.requeue_at(unstamp(self.c.clock, rs["requeueAt"]), *SCHEDULE)
             return
         lq = lqs.get((ns, spec.get("queueName")))
         if lq is None:
@@ -322,7 +357,7 @@ class QuotaScheduler:
             )
         if states:
             status["admissionChecks"] = states
-        _clear_requeue_at(status)
+        clear_requeue_at(status)
         self.c._admitted_condition(after, now)
         self.c.write(WORKLOADS, wl, after)
         self.c.record_event(

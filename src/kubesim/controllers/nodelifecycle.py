@@ -7,7 +7,7 @@ import copy
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from kubesim.clock import parse_rfc3339
+from kubesim.clock import unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key
 from kubesim.controllers.scheduler import tolerates
@@ -77,7 +77,7 @@ class NodeLifecycleController(BaseController):
                 secs = [t.get("tolerationSeconds") for t in matching]
                 if any(s is None for s in secs):
                     continue  # tolerated forever
-                added = parse_rfc3339(taint["timeAdded"]) if taint.get("timeAdded") else now_s
+                added = unstamp(self.clock, taint["timeAdded"]) if taint.get("timeAdded") else now_s
                 at = added + float(min(int(s) for s in secs if s is not None))
                 evict_at = at if evict_at is None else min(evict_at, at)
             if evict_at is None:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from kubesim.clock import parse_rfc3339
+from kubesim.clock import unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key
 from kubesim.errors import ApiError
@@ -69,7 +69,7 @@ class NodeRecoveryController(BaseController):
         if node is None or ready is None or ready.get("status") == "True":
             return
         since = ready.get("lastTransitionTime")
-        lost_at = parse_rfc3339(since) if since else self.clock.now()
+        lost_at = unstamp(self.clock, since) if since else self.clock.now()
         due = lost_at + float(getattr(self.sim, "node_recovery_after", 60.0))
         if self.clock.now() < due:
             self.requeue_at(due, None, name)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kubesim import admission
 from kubesim.admission.jobset import default_jobset
 from kubesim.admission.webhook import TRAINER_DEFAULTER, call_failed
-from kubesim.clock import parse_rfc3339
+from kubesim.clock import unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key, controller_of
 from kubesim.controllers.trainjob_build import (
@@ -26,7 +26,7 @@ from kubesim.controllers.trainjob_build import (
     is_supported,
     registry_key,
 )
-from kubesim.errors import ApiError
+from kubesim.errors import ApiError, cached_not_found_message
 from kubesim.resources import (
     CLUSTERTRAININGRUNTIMES,
     CONFIGMAPS,
@@ -212,7 +212,9 @@ class TrainerController(BaseController):
                 raise
             which = "not found ClusterTrainingRuntime" if cluster else "TrainingRuntime"
             suffix = "specified in TrainJob" if cluster else "specified in TrainJob is not found"
-            raise _RuntimeMissing(f"{which} {suffix}: {e.message}") from None
+            rt = CLUSTERTRAININGRUNTIMES if cluster else TRAININGRUNTIMES
+            missing = cached_not_found_message(rt, str(ref.get("name")))
+            raise _RuntimeMissing(f"{which} {suffix}: {missing}") from None
 
     def _reconcile_objects(self, tj: dict[str, Any]) -> None:
         meta = tj["metadata"]
@@ -312,10 +314,10 @@ class TrainerController(BaseController):
         if not ads or is_finished(tj) or spec.get("suspend"):
             return
         meta = tj["metadata"]
-        start = parse_rfc3339(meta["creationTimestamp"])
+        start = unstamp(self.clock, meta["creationTimestamp"])
         susp = cond.find(tj, "Suspended")
         if susp is not None and susp.get("status") == "False" and susp.get("lastTransitionTime"):
-            start = parse_rfc3339(susp["lastTransitionTime"])
+            start = unstamp(self.clock, susp["lastTransitionTime"])
         deadline = start + float(ads)
         now = self.clock.now()
         if now > deadline:

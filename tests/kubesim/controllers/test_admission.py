@@ -136,7 +136,7 @@ def test_missing_runtime_is_a_webhook_denial(sim: Simulator) -> None:
         'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: spec.RuntimeRef: Invalid value:'
     )
     assert err.message.endswith(
-        'clustertrainingruntimes.trainer.kubeflow.org "nope" not found: specified clusterTrainingRuntime must be '
+        'ClusterTrainingRuntime.trainer.kubeflow.org "nope" not found: specified clusterTrainingRuntime must be '
         "created before the TrainJob is created"
     )
 
@@ -313,7 +313,26 @@ def test_runtime_defaults(sim: Simulator) -> None:
     assert (rjob["groupName"], rjob["replicas"]) == ("default", 1)
 
 
-def test_wrong_types_are_schema_errors(sim: Simulator) -> None:
+def test_wrong_types_are_webhook_decoding_errors(sim: Simulator) -> None:
+    # the mutating webhook decodes the TrainJob before the schema is checked: 400, not the schema's 422
+    body = trainjob()
+    body["spec"]["trainer"]["numProcPerNode"] = "auto"
+    err = refused(sim, body)
+    assert (err.code, err.reason) == (400, "")
+    assert err.message == (
+        'admission webhook "defaulter.trainjob.trainer.kubeflow.org" denied the request: json: cannot '
+        "unmarshal string into Go struct field TrainJob.spec.trainer.numProcPerNode of type int32"
+    )
+    body = trainjob()
+    body["spec"]["suspend"] = "yes"
+    assert (
+        "cannot unmarshal string into Go struct field TrainJob.spec.suspend of type bool"
+        in refused(sim, body).message
+    )
+
+
+def test_wrong_types_are_schema_errors_without_the_webhooks() -> None:
+    sim = Simulator(controllers=[])
     body = trainjob()
     body["spec"]["trainer"]["numNodes"] = "two"
     err = refused(sim, body)
@@ -324,6 +343,3 @@ def test_wrong_types_are_schema_errors(sim: Simulator) -> None:
         "message": 'Invalid value: "string": spec.trainer.numNodes in body must be of type integer: "string"',
         "field": "spec.trainer.numNodes",
     }
-    body = trainjob()
-    body["spec"]["suspend"] = "yes"
-    assert "spec.suspend in body must be of type boolean" in refused(sim, body).message

@@ -163,7 +163,9 @@ def test_taints_and_fit() -> None:
 
 
 def test_format_indexes() -> None:
-    assert format_indexes([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    # orderedIntervals.String: three or more in a row as a range, a pair as two numbers
+    assert format_indexes([0, 1, 2, 5, 7, 8]) == "0-2,5,7,8"
+    assert format_indexes([1, 0]) == "0,1"
     assert format_indexes([]) == ""
 
 
