@@ -201,10 +201,11 @@ class _Prometheus(Metrics):
         return bytes(generate_latest(self.registry))
 
     def serve(self, host: str, port: int) -> int:
-        """Serve ``/metrics`` on ``host:port`` (a background thread); return the bound port."""
-        from prometheus_client import start_http_server
+        """Serve ``/metrics`` (and ``/healthz``, ``/readyz``: :mod:`dispatch.health`) on ``host:port`` (a
+        background thread); return the bound port."""
+        from dispatch import health
 
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        server = health.serve(host, port, self.exposition)
         self._server = server
         return int(server.server_address[1])
 

@@ -25,7 +25,7 @@ from dispatch.cli.config import ClusterFile, load_config, open_cluster, read_lim
 from dispatch.cli.embedded import OfflineBackend, gone_jobs, mark
 from dispatch.cli.render import Renderer, probe_progress, when
 from dispatch.cluster import Cluster
-from dispatch.errors import ConflictError, DispatchError, InvalidError, UnsupportedError
+from dispatch.errors import ConflictError, DispatchError, InvalidError, UnavailableError, UnsupportedError
 from dispatch.logs import SECRETS
 from dispatch.model import JobRecord, JobSpec, State
 from dispatch.registry import describe, load_installed
@@ -56,11 +56,15 @@ class Options:
     def cluster_file(self) -> ClusterFile:
         return load_config(self.config)
 
-    async def open(self, *, read_only: bool = False, refresh: bool = False) -> tuple[Cluster, ClusterFile]:
+    async def open(
+        self, *, read_only: bool = False, refresh: bool = False, start_dev: bool = True
+    ) -> tuple[Cluster, ClusterFile]:
         """Open the configured cluster; ``read_only`` forces read-only mode (no probe, no write).
 
         With no config (the embedded default) a write command starts the dev cluster when it is not
-        running, and says so; a read command does not, and sees the records as last known."""
+        running, and says so; a read command does not, and sees the records as last known. Without
+        ``start_dev`` (a daemon reconnecting: the user may have stopped it on purpose) that is an
+        ``UnavailableError``."""
         cf = self.cluster_file()
         token = read_token(self.token_file)  # a bad token file is reported before anything starts
         if read_only:
@@ -69,6 +73,10 @@ class Options:
             dev = devcluster.running()
             if dev is None and read_only:
                 return Cluster(OfflineBackend(cf.adapter), cf.store.open(), policy=cf.policy), cf
+            if dev is None and not start_dev:
+                raise UnavailableError(
+                    "the dev cluster is not running (`dispatch dev-cluster start` starts it)"
+                )
             if dev is None:
                 dev, started = devcluster.start()
                 if started:
@@ -376,7 +384,7 @@ async def _supervise(
 ) -> int:
     import signal
 
-    from dispatch import logs, metrics
+    from dispatch import health, logs, metrics
 
     out = opts.out
     if log_format is not None:
@@ -387,17 +395,90 @@ async def _supervise(
         raise InvalidError(
             f"--lease ({lease:g} s) must be more than twice --poll ({poll:g} s)", path="--lease"
         )
-    cluster, cf = await opts.open()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        attempt = 0
+        first = True  # only the first attempt may start the dev cluster
+        while True:
+            # Each attempt re-reads the configuration (cluster file, kubeconfig, token): a restarted
+            # cluster may have moved, a token may have been renewed.
+            try:
+                cluster, cf = await opts.open(start_dev=first)
+            except (InvalidError, UnsupportedError):
+                raise  # the configuration itself is wrong: retrying cannot help
+            except DispatchError as exc:
+                if once:
+                    raise
+                delay = health.reconnect_delay(attempt)
+                attempt += 1
+                first = False
+                health.READINESS.not_ready(f"cannot open the cluster: {exc}")
+                if out.as_json:
+                    out.json({"event": "cannot-open", "error": str(exc), "retryIn": round(delay, 1)})
+                else:
+                    out.line(
+                        f"{when(time.time())}  cannot open the cluster ({exc}); retrying in {delay:.1f} s",
+                        style="red",
+                    )
+                if await _stopped_within(stop, delay):
+                    return EXIT_OK
+                continue
+            attempt = 0
+            first = False
+            result = await _supervise_opened(
+                opts, cluster, cf, stop, lease, poll, resync, unmatched, holder, once
+            )
+            if result is not None:
+                return result
+            if out.as_json:
+                out.json({"event": "reconnecting"})
+            else:
+                out.line(f"{when(time.time())}  lost the cluster; reconnecting")
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+async def _stopped_within(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds`` or until ``stop`` is set; whether it was."""
+    try:
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
+UNREACHABLE_STEPS = 3
+"""Steps in a row that failed before the daemon checks whether its cluster is still there."""
+
+
+async def _supervise_opened(
+    opts: Options,
+    cluster: Cluster,
+    cf: ClusterFile,
+    stop: asyncio.Event,
+    lease: float,
+    poll: float,
+    resync: float,
+    unmatched: str,
+    holder: str | None,
+    once: bool,
+) -> int | None:
+    """Supervise on one opened cluster until told to stop (the exit code) or until the cluster stops
+    answering (``None``: the caller reconnects)."""
+    from dispatch import health, metrics
+
+    out = opts.out
     async with cluster:
         # Records of a stopped dev cluster are not this cluster's to recover: left as last known.
         gone = await _gone(opts, cluster, await cluster.store.list())
         sup = cluster.supervisor(
             poll=poll, lease=lease, resync=resync, unmatched=unmatched, holder=holder, exclude=gone
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         say = out.json if out.as_json else None
         port = metrics.served_port()
         if say is not None:
@@ -416,9 +497,17 @@ async def _supervise(
                 out.line(note)
 
         failed: list[str] = []  # what went wrong in a --once step: the exit code says so
+        failing = 0  # steps in a row with errors
+        lost = False
 
         async def report(r: StepReport) -> None:
+            nonlocal failing
             failed.extend(r.errors)
+            failing = failing + 1 if r.errors else 0
+            if r.errors:
+                health.READINESS.not_ready(f"the last step failed: {r.errors[0]}")
+            else:
+                health.READINESS.ready()
             for a in r.actions:
                 if say is not None:
                     say({"supervisor": sup.holder, "action": a})
@@ -430,14 +519,23 @@ async def _supervise(
                 else:
                     out.line(f"{when(cluster.clock.now())}  error: {e}", style="red")
 
-        async def one_step() -> bool:
-            return once
+        async def done() -> bool:
+            nonlocal lost
+            if once:
+                return True
+            if failing >= UNREACHABLE_STEPS:
+                try:  # failing steps: is the cluster still there? (a restarted one may have moved)
+                    await cluster.backend.capabilities()
+                    await cluster.backend.list()
+                except DispatchError as exc:
+                    health.READINESS.not_ready(f"lost the cluster: {exc}")
+                    lost = True
+                    return True
+            return False
 
-        try:
-            await sup.run(stop=stop, until=one_step, on_step=report)
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
+        await sup.run(stop=stop, until=done, on_step=report)
+        if lost and not stop.is_set():
+            return None
         if say is not None:
             say({"supervisor": sup.holder, "event": "stopped"} | ({"failed": len(failed)} if once else {}))
         else:
