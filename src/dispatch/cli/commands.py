@@ -240,12 +240,28 @@ async def _run(opts: Options, jobfile: str, job_id: str | None, *, supervise: bo
             return await _follow(opts, cluster, rec, supervise=supervise)
         except asyncio.CancelledError:  # Ctrl-C: the job is not ours to drop; say where it is
             where = " on the dev cluster" if cf.embedded else ""
-            opts.say(
-                f"interrupted: job {rec.job_id} keeps running{where}, unsupervised; "
-                f"`dispatch status {rec.job_id}` follows it, `dispatch supervise` applies the recovery "
-                f"policy, `dispatch cancel {rec.job_id}` cancels it"
-            )
+            opts.say(await _interrupted(cluster, rec.job_id, where))
             raise
+
+
+async def _interrupted(cluster: Cluster, job_id: str, where: str) -> str:
+    """What Ctrl-C during ``run`` leaves behind, in words: a job waiting to be (re)started (a requeue's
+    backoff) has nothing to start it until a supervisor runs, and that must be said."""
+    try:
+        rec = await asyncio.shield(cluster.store.get(job_id))
+    except (DispatchError, asyncio.CancelledError):
+        rec = None
+    if rec is not None and rec.state is State.PENDING:
+        return (
+            f"interrupted: job {job_id} is pending ({rec.epoch}){where}: nothing starts it until a supervisor "
+            f"runs — `dispatch supervise` will start it and apply the recovery policy; "
+            f"`dispatch cancel {job_id}` cancels it"
+        )
+    return (
+        f"interrupted: job {job_id} keeps running{where}, unsupervised; "
+        f"`dispatch status {job_id}` follows it, `dispatch supervise` applies the recovery "
+        f"policy, `dispatch cancel {job_id}` cancels it"
+    )
 
 
 async def _follow(opts: Options, cluster: Cluster, rec: JobRecord, *, supervise: bool) -> int:
