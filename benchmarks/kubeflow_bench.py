@@ -10,6 +10,8 @@ prints a few lines, runs ``--seconds`` and exits 1.
 - dispatch: one backend (its preflight is not counted), one ``watch()`` for every job, then N jobs placed
   (``prepare`` + ``start``); the outcome of each comes from the watch, and its tail is read into the evidence.
   Also measured: the requests sent while all N jobs run (the steady state: should be none).
+- dispatch, per-job watches: N jobs submitted through a ``Cluster``, each followed by its own
+  ``cluster.watch(job_id)`` until it ends (they share the backend's one informer).
 - SDK (``kubeflow`` 0.5): per job ``TrainerClient.train`` + ``wait_for_job_status({"Failed"})`` (its
   default 2 s polling) + ``get_job_logs``, a few jobs at once in threads (the SDK is synchronous).
 """
@@ -135,6 +137,43 @@ async def bench_dispatch(sim: Simulator, kc: str, jobs: int, seconds: int) -> di
     return out
 
 
+async def bench_per_job_watch(sim: Simulator, kc: str, jobs: int, seconds: int) -> dict[str, Any]:
+    """Every job submitted through a ``Cluster`` and followed by its own ``cluster.watch(job_id)`` until it
+    ends, all at once: the watches share the backend's one informer (SPEC §9.6 "One reading path")."""
+    import dispatch
+
+    settings = {"kubeconfig": kc, "outputTailLines": 20}
+    backend = await open_backend(AdapterConfig("kubeflow", json.dumps(settings).encode()), probe_window=0.5)
+    cluster = dispatch.Cluster(backend, dispatch.MemoryStore())
+    spec = JobSpec(
+        command=("python", "train.py"),
+        env={"KUBESIM_SCRIPT": SCRIPT.format(seconds=seconds)},
+        extensions=[Image("example.org/train:1"), RuntimeRef("torch-distributed")],
+    )
+    start = sim.requests.total
+    t0 = time.perf_counter()
+    last: dict[str, Any] = {}
+    sem = asyncio.Semaphore(16)
+
+    async def one(i: int) -> None:
+        async with sem:
+            rec = await cluster.submit(spec, job_id=f"watched-{jobs}-{i}")
+        async for r in cluster.watch(rec.job_id):
+            last[r.job_id] = r
+
+    await asyncio.gather(*(one(i) for i in range(jobs)))
+    elapsed = time.perf_counter() - t0
+    records = window(sim, start)
+    await cluster.close()
+    out = figures(records, jobs)
+    out.update(
+        elapsed_s=round(elapsed, 1),
+        with_tail=sum(1 for r in last.values() if any(e.output for e in r.outcome.evidence)),
+        causes=sorted({str(r.outcome) for r in last.values()}),
+    )
+    return out
+
+
 def sdk_jobs(kc: str, jobs: int, seconds: int) -> tuple[list[str], int]:
     """Run the SDK's lifecycle for ``jobs`` jobs in threads; returns the lines read per job and how many
     requests the client's construction took (not counted per job)."""
@@ -255,6 +294,12 @@ async def main() -> int:
                 results[f"dispatch-{n}"]["job_seconds"] = seconds
                 clear(sim)
                 show(f"dispatch kubeflow adapter, {n} jobs (one watch for all)", results[f"dispatch-{n}"])
+                results[f"watch-{n}"] = await bench_per_job_watch(sim, kc, n, seconds)
+                clear(sim)
+                show(
+                    f"dispatch Cluster, {n} jobs, each followed by its own cluster.watch(job_id)",
+                    results[f"watch-{n}"],
+                )
             sdk = await bench_sdk(sim, kc, args.sdk_jobs, args.seconds)
             if isinstance(sdk, str):
                 print(f"\nKubeflow SDK: not measured: {sdk}")
@@ -266,11 +311,12 @@ async def main() -> int:
                 )
                 print("\nratios (SDK / dispatch), per job lifecycle:")
                 for n in args.jobs:
-                    d = results[f"dispatch-{n}"]
-                    print(
-                        f"  vs dispatch at {n:5} jobs: requests {sdk['requests_per_job'] / d['requests_per_job']:.1f}x, "
-                        f"bytes {sdk['bytes_per_job'] / d['bytes_per_job']:.1f}x"
-                    )
+                    for what in ("dispatch", "watch"):
+                        d = results[f"{what}-{n}"]
+                        print(
+                            f"  vs {what} at {n:5} jobs: requests {sdk['requests_per_job'] / d['requests_per_job']:.1f}x, "
+                            f"bytes {sdk['bytes_per_job'] / d['bytes_per_job']:.1f}x"
+                        )
     print("\n" + json.dumps(results, default=str))
     return 0
 

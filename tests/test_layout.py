@@ -137,13 +137,17 @@ def test_model_imports_nothing_of_dispatch_but_errors() -> None:
 # The modules that decide (SPEC's "pure functions for what decides"): no I/O, no clock, no event loop.
 # docs/architecture.md lists the same modules; test_architecture_page_lists_the_pure_modules keeps them equal.
 PURE = (
+    "dispatch/cli/selectors.py",
     "dispatch/fold.py",
     "dispatch/model",
     "dispatch/memory/naming.py",
     "dispatch/memory/script.py",
+    "dispatch/ui/pages.py",
+    "dispatch/ui/timeline.py",
     "dispatch_kubeflow/causes.py",
     "dispatch_kubeflow/names.py",
     "dispatch_kubeflow/naming.py",
+    "dispatch_kubeflow/objects.py",
     "dispatch_kubeflow/resources.py",
     "dispatch_kubeflow/runtime.py",
     "dispatch_kubeflow/settings.py",

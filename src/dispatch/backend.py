@@ -20,6 +20,7 @@ __all__ = [
     "HoldToken",
     "Holder",
     "IdentityWeakener",
+    "JobWatcher",
     "OutputReader",
     "Prepared",
     "Watcher",
@@ -74,6 +75,15 @@ class Backend(Protocol):
     @property
     def name(self) -> str:
         """The adapter's registered name (e.g. ``"kubeflow"``)."""
+        ...
+
+    @property
+    def cluster_id(self) -> str:
+        """The identity of the opened cluster: a stable string read from the cluster itself when the
+        adapter opened (Kubernetes: the ``kube-system`` namespace's UID; Slurm: its ``ClusterName`` and
+        controller), the same for every process that opens it. A record belongs to the cluster of its
+        current incarnation, and only a process opened on that cluster changes it (SPEC §6.1).
+        Handles the backend returns carry it (``Handle.cluster``)."""
         ...
 
     async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
@@ -147,6 +157,17 @@ class Watcher(Protocol):
 
 
 @runtime_checkable
+class JobWatcher(Protocol):
+    """A :class:`Watcher` that can follow one job alone, at the cost of that job (optional)."""
+
+    def watch_job(self, job_id: str) -> AsyncIterator[Change]:
+        """The changes of job ``job_id``'s incarnations only, as :meth:`Watcher.watch` would emit them:
+        first the current observation of each, then every change. ``Cluster.watch(job_id)`` uses it, so a
+        thousand jobs each followed on its own cost what following them together does."""
+        ...
+
+
+@runtime_checkable
 class CessationSignal(Protocol):
     """Tells when an incarnation's compute is really gone."""
 
@@ -172,10 +193,15 @@ class OutputReader(Protocol):
         follow: bool = False,
         tail: int | None = None,
         previous: bool = False,
+        since: float | None = None,
+        timestamps: bool = False,
     ) -> AsyncIterator[str]:
         """Yield the output lines of node ``node``; with ``follow``, keep yielding until it ends (waiting
         for a pending node to start); ``tail`` limits to the last N lines already written; ``previous``
-        reads the node's last terminated run when it restarted in place (``NotFoundError`` if none)."""
+        reads the node's last terminated run when it restarted in place (``NotFoundError`` if none);
+        ``since``: only lines written in the last ``since`` seconds; ``timestamps``: each line starts with
+        the RFC 3339 time it was written and a space. The host passes ``previous``, ``since`` and
+        ``timestamps`` only when asked for, so a reader without them still serves plain reads."""
         ...
 
 

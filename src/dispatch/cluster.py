@@ -2,24 +2,31 @@
 
 The operator writes (``submit``, ``cancel``, ``hold``, ``release``, ``resubmit``) go to the record
 first and then to the backend, so that a crash in between leaves a record saying what was asked; every
-record write is a compare-and-swap retried a bounded number of times. The observer reads (``get``,
-``list``, ``watch``) fold what the cluster reports into the records with :func:`dispatch.fold.fold`.
+record write goes through :class:`~dispatch.writer.RecordWriter` (one compare-and-swap loop). The
+observer reads (``get``, ``list``, ``watch``) fold what the cluster reports into the records with
+:func:`dispatch.fold.fold`.
+
+A record belongs to the cluster of its current incarnation (SPEC §6.1): opened on another cluster, a
+``Cluster`` shows such a record as last known (``record.cluster`` names its own) and writes nothing to
+it; the writes raise :class:`~dispatch.errors.OtherClusterError`. Only :meth:`Cluster.forget` ends a
+record of a cluster that is gone, and :meth:`Cluster.purge` deletes finished ones.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from dispatch import decide, metrics
+from dispatch import decide
 from dispatch.backend import (
     Backend,
     CessationSignal,
     Holder,
     HoldToken,
+    JobWatcher,
     OutputReader,
     Prepared,
     Watcher,
@@ -32,7 +39,7 @@ from dispatch.errors import (
     ConflictError,
     InvalidError,
     NotFoundError,
-    OutcomeUnknownError,
+    OtherClusterError,
     ReadOnlyError,
     UnsupportedError,
 )
@@ -53,16 +60,14 @@ from dispatch.model import (
     new_job_id,
 )
 from dispatch.model._decode import as_enum
-from dispatch.records import Store
+from dispatch.records import KeyValues, Listing, Store, store_identity
 from dispatch.registry import new_backend
+from dispatch.writer import CAS_ATTEMPTS, Change, RecordWriter
 
 if TYPE_CHECKING:
     from dispatch.supervise import Supervisor
 
 __all__ = ["CAS_ATTEMPTS", "Cluster", "open"]
-
-CAS_ATTEMPTS = 8
-"""How many times a record write is retried when the record changed under it (``ConflictError``)."""
 
 POLL_MIN = 0.5
 POLL_MAX = 5.0
@@ -72,7 +77,6 @@ CESSATION_WAIT = 60.0
 """How long :meth:`Cluster.resubmit` waits, by default, for the previous incarnation's compute to go."""
 
 _Step = tuple[JobRecord, list[Transition]]
-_Change = Callable[[JobRecord], _Step | None]
 
 
 async def open(name: str, config: Config | None = None, *, clock: Clock | None = None) -> Cluster:
@@ -92,7 +96,9 @@ async def open(name: str, config: Config | None = None, *, clock: Clock | None =
 
         store = SqliteStore(default_store_path())
     try:
-        backend = await new_backend(name, config.adapter_config(name))
+        # Objects carry the store's identity, so that two stores sharing a cluster leave each other's alone.
+        store_id = await store_identity(store)
+        backend = await new_backend(name, config.adapter_config(name, store_id=store_id))
     except BaseException:
         if config.store is None:
             await store.close()
@@ -130,7 +136,22 @@ class Cluster:
         self.store = store
         self.policy = policy
         self.clock: Clock = clock if clock is not None else SystemClock()
+        self._writer = RecordWriter(store, backend, self.clock)
         self._closed = False
+
+    @property
+    def cluster_id(self) -> str:
+        """The identity of the opened cluster (see :attr:`dispatch.backend.Backend.cluster_id`)."""
+        return self.backend.cluster_id
+
+    def owns(self, record: JobRecord) -> bool:
+        """Whether ``record`` belongs to this cluster, so that this process may change it (SPEC §6.1)."""
+        return self._writer.owns(record)
+
+    async def _owns(self, record: JobRecord) -> bool:
+        # A backend opened on first use (the CLI's read commands) knows its cluster once it is open.
+        await self.backend.capabilities()
+        return self.owns(record)
 
     async def __aenter__(self) -> Cluster:
         return self
@@ -215,51 +236,22 @@ class Cluster:
             raise self._cannot_hold(caps)
         # Every check, before the record exists: a job the cluster cannot run leaves nothing behind.
         prepared = await self.backend.prepare(spec, Identity(job_id, Epoch()), held=held)
-        record, first = decide.submitted(job_id, spec, policy=policy, held=held, now=self.clock.now())
+        record, first = decide.submitted(
+            job_id, spec, policy=policy, held=held, now=self.clock.now(), cluster=self.cluster_id
+        )
         await self.store.create(record, first)
         return await self._start(job_id, prepared)
 
     async def _start(self, job_id: str, prepared: Prepared) -> JobRecord:
         """Send what was prepared and write the outcome of the start into the record."""
-        identity, held = prepared.identity, prepared.held
-        try:
-            handle = await self.backend.start(prepared)
-        except OutcomeUnknownError as exc:
-            return await self._start_unknown(job_id, identity, str(exc))
-        except asyncio.CancelledError:
-            # Cancelled while the create may have been sent: the record must say so, whatever happens
-            # to this task next.
-            await asyncio.shield(self._start_unknown(job_id, identity, "cancelled while starting"))
-            raise
-        except (InvalidError, UnsupportedError) as exc:
-            refused = exc
-            await self._update(
-                job_id, lambda r: decide.start_refused(r, identity, refused, now=self.clock.now())
-            )
-            raise
-        except Exception as exc:
-            reason = str(exc)
-            # Unavailable, permission denied, a name taken by another identity...: the record stays
-            # pending (the job is not lost) and says why; the caller sees the error.
-            await self._update(
-                job_id,
-                lambda r: decide.start_failed(r, identity, reason, actor=Actor.USER, now=self.clock.now()),
-            )
-            raise
-        await self._update(
-            job_id, lambda r: decide.started(r, handle, actor=Actor.USER, now=self.clock.now())
-        )
-        if held and isinstance(self.backend, Holder):
+        rec, handle = await self._writer.start(prepared, actor=Actor.USER)
+        if handle is None:
+            return rec  # its effect is unknown, and the record says so until an observation settles it
+        if prepared.held and isinstance(self.backend, Holder):
             # Holding an incarnation created held is idempotent and yields the token release needs.
             token = await self.backend.hold(handle)
             await self._update(job_id, lambda r: (r.replace(hold_token=token), []))
         return await self.get(job_id)
-
-    async def _start_unknown(self, job_id: str, identity: Identity, reason: str) -> JobRecord:
-        return await self._update(
-            job_id,
-            lambda r: decide.start_unknown(r, identity, reason, actor=Actor.USER, now=self.clock.now()),
-        )
 
     async def cancel(self, job_id: str) -> JobRecord:
         """Ask for the job to end. Records the intent first, then stops the incarnation. A job that is
@@ -269,6 +261,7 @@ class Cluster:
         rec = await self.get(job_id)
         if rec.outcome.terminal:
             return rec
+        self._writer.check_owned(rec)
         await self._check_writable()
 
         rec = await self._update(job_id, lambda r: decide.cancel_requested(r, now=self.clock.now()))
@@ -324,6 +317,7 @@ class Cluster:
         shows the previous incarnation gone. ``BusyError`` when it has not gone by then (retry later).
         """
         rec = await self.get(job_id)  # refreshed: a job that ended unobserved can be resubmitted
+        self._writer.check_owned(rec)
         if not rec.outcome.terminal:
             raise ConflictError(
                 f"job {job_id!r} is {rec.state.value}; only a finished job can be resubmitted (cancel it first)"
@@ -396,19 +390,21 @@ class Cluster:
     async def get(self, job_id: str) -> JobRecord:
         """The job's record, refreshed from the cluster when it is not terminal."""
         rec = await self.store.get(job_id)
-        if rec.outcome.terminal:
-            return rec
+        if rec.outcome.terminal or not await self._owns(rec):
+            return rec  # final, or another cluster's: shown as last known
         obs = await self._observe(rec)
         if obs is None:
             return rec
         return await self._fold(job_id, obs)
 
-    async def list(self, states: Iterable[State] | None = None) -> builtins.list[JobRecord]:
-        """Every record (optionally only in ``states``), oldest first; records that are not terminal are
-        refreshed from one listing of the cluster."""
+    async def list(self, states: Iterable[State] | None = None) -> Listing:
+        """Every record (optionally only in ``states``), oldest first; records of this cluster that are
+        not terminal are refreshed from one listing of the cluster, others' are shown as last known.
+        Stored records that cannot be read are left out and named in the listing's ``unreadable``."""
         wanted = None if states is None else _states(states)
-        records = await self.store.list()
-        live = [r for r in records if not r.outcome.terminal]
+        listing = await self.store.list()
+        records: builtins.list[JobRecord] = listing
+        live = [r for r in records if not r.outcome.terminal and await self._owns(r)]
         if live:
             by_id: dict[str, JobRecord] = {r.job_id: r for r in records}
             seen: set[str] = set()
@@ -425,7 +421,7 @@ class Cluster:
                     if missing is not None:
                         by_id[rec.job_id] = await self._fold(rec.job_id, missing)
             records = [by_id[r.job_id] for r in records]
-        return [r for r in records if wanted is None or r.state in wanted]
+        return Listing((r for r in records if wanted is None or r.state in wanted), listing.unreadable)
 
     async def watch(self, job_id: str | None = None) -> AsyncIterator[JobRecord]:
         """Yield records as they change: first the current record(s), then each change.
@@ -434,7 +430,10 @@ class Cluster:
         :class:`~dispatch.backend.Watcher` when it has one, else polls ``observe`` with a backoff.
         """
         if job_id is not None:
-            await self.store.get(job_id)  # NotFoundError early, before any waiting
+            rec = await self.store.get(job_id)  # NotFoundError early, before any waiting
+            if not rec.outcome.terminal and not await self._owns(rec):  # another cluster's: shown as is
+                yield rec
+                return
         if isinstance(self.backend, Watcher) and (await self.backend.capabilities()).watch:
             stream: AsyncIterator[JobRecord] = self._watch_changes(self.backend, job_id)
         else:
@@ -443,7 +442,12 @@ class Cluster:
             yield rec
 
     async def _watch_changes(self, watcher: Watcher, job_id: str | None) -> AsyncIterator[JobRecord]:
-        changes = watcher.watch(None)
+        # One job's watch costs that job's changes, not every job's, where the backend can say so.
+        changes = (
+            watcher.watch_job(job_id)
+            if job_id is not None and isinstance(watcher, JobWatcher)
+            else watcher.watch(None)
+        )
         try:
             last: dict[str, int] = {}
             for rec in await self._snapshot(job_id):
@@ -459,6 +463,8 @@ class Cluster:
                     rec = await self._fold(ident.job_id, change.observation)
                 except NotFoundError:
                     continue  # an object of ours that matches no record: the supervisor's business
+                except OtherClusterError:
+                    continue  # a record of another cluster: not this process's to fold
                 if last.get(rec.job_id) != rec.revision:
                     last[rec.job_id] = rec.revision
                     yield rec
@@ -489,7 +495,7 @@ class Cluster:
             return [await self.get(job_id)]
         out = []
         for rec in await self.store.list():
-            out.append(rec if rec.outcome.terminal else await self.get(rec.job_id))
+            out.append(await self.get(rec.job_id) if not rec.outcome.terminal else rec)
         return out
 
     async def output(
@@ -500,9 +506,13 @@ class Cluster:
         follow: bool = False,
         tail: int | None = None,
         previous: bool = False,
+        since: float | None = None,
+        timestamps: bool = False,
     ) -> AsyncIterator[str]:
         """Lines of output of node ``node`` of the job's current incarnation (``previous``: its last
-        terminated run, when it restarted in place). ``UnsupportedError`` when the adapter cannot read output."""
+        terminated run, when it restarted in place; ``since``: only the last ``since`` seconds';
+        ``timestamps``: each line prefixed with the RFC 3339 time it was written). ``UnsupportedError``
+        when the adapter cannot read output."""
         if not isinstance(self.backend, OutputReader) or not (await self.backend.capabilities()).output:
             raise UnsupportedError(
                 f"cluster {self.backend.name!r} cannot read job output (capability 'output')"
@@ -511,22 +521,73 @@ class Cluster:
             raise InvalidError(f"expected a node index >= 0, got {node!r}", path="node")
         if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or tail < 0):
             raise InvalidError(f"expected a line count >= 0, got {tail!r}", path="tail")
+        if since is not None and (
+            isinstance(since, bool) or not isinstance(since, int | float) or since <= 0
+        ):
+            raise InvalidError(f"expected a number of seconds > 0, got {since!r}", path="since")
         rec = await self.store.get(job_id)
         if rec.handle is None:
             raise BusyError(f"job {job_id!r} is not on the cluster yet; retry once it is")
-        if not isinstance(previous, bool):
-            raise InvalidError(f"expected True or False, got {previous!r}", path="previous")
-        stream = (
-            self.backend.output(rec.handle, node=node, follow=follow, tail=tail, previous=True)
-            if previous
-            else self.backend.output(rec.handle, node=node, follow=follow, tail=tail)
-        )
-        async for line in stream:
+        if not isinstance(previous, bool) or not isinstance(timestamps, bool):
+            raise InvalidError(
+                "expected True or False", path="previous" if not isinstance(previous, bool) else "timestamps"
+            )
+        # Only what was asked for: a reader that predates an option still serves the plain reads.
+        asked: dict[str, Any] = {"previous": previous, "since": since, "timestamps": timestamps}
+        options = {k: v for k, v in asked.items() if v not in (None, False)}
+        async for line in self.backend.output(rec.handle, node=node, follow=follow, tail=tail, **options):
             yield line
 
     async def history(self, job_id: str) -> builtins.list[Transition]:
         """The job's transitions, oldest first."""
         return await self.store.history(job_id)
+
+    async def record(self, job_id: str) -> JobRecord:
+        """The job's record as last stored, not refreshed from the cluster (:meth:`get` refreshes it)."""
+        return await self.store.get(job_id)
+
+    async def records(self) -> Listing:
+        """Every record as last stored, oldest first, not refreshed (:meth:`list` refreshes them)."""
+        return await self.store.list()
+
+    async def note(self, key: str) -> str | None:
+        """A value kept beside the records (the store's key-value table); ``None`` when unset or when
+        the store has no such table."""
+        return await self.store.get_value(key) if isinstance(self.store, KeyValues) else None
+
+    async def set_note(self, key: str, value: str | None) -> None:
+        """Keep ``value`` under ``key`` beside the records (``None`` deletes it); a store without a
+        key-value table keeps nothing."""
+        if isinstance(self.store, KeyValues):
+            await self.store.put_value(key, value)
+
+    # ------------------------------------------------------------------ records whose cluster is gone
+
+    async def forget(self, job_id: str, reason: str) -> JobRecord:
+        """End a record whose cluster is gone (a stopped dev cluster): ``lost``/``unknown`` with the user
+        as actor and ``reason`` in the history, final (never requeued). Asks no cluster anything, so it
+        works on a record of any cluster; a record of *this* cluster is refused (``ConflictError``:
+        cancel it instead), and a finished record is returned as it is."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidError("say why the job is forgotten", path="reason")
+        rec = await self.store.get(job_id)
+        if rec.outcome.terminal:
+            return rec
+        if rec.cluster == self.cluster_id:
+            raise ConflictError(
+                f"job {job_id!r} belongs to this cluster, which can still answer for it: "
+                "cancel it instead (dispatch cancel)"
+            )
+        return await self._writer.update(
+            job_id, lambda r: decide.forgotten(r, reason, now=self.clock.now()), any_cluster=True
+        )
+
+    async def purge(self, older_than: float) -> int:
+        """Delete finished records (and their history) last changed before ``older_than`` (epoch
+        seconds); records that are not finished are never deleted. Returns how many were deleted."""
+        if isinstance(older_than, bool) or not isinstance(older_than, int | float):
+            raise InvalidError(f"expected epoch seconds, got {older_than!r}", path="older_than")
+        return await self.store.purge(float(older_than))
 
     # ------------------------------------------------------------------ internals
 
@@ -546,6 +607,7 @@ class Cluster:
 
     async def _live(self, job_id: str, what: str) -> JobRecord:
         rec = await self.get(job_id)
+        self._writer.check_owned(rec)
         if rec.outcome.terminal:
             raise ConflictError(f"job {job_id!r} is {rec.outcome}; cannot {what} a finished job")
         await self._check_writable()
@@ -581,24 +643,6 @@ class Cluster:
         new, transitions = fold(rec, obs, now=self.clock.now())
         return None if new is rec else (new, transitions)
 
-    async def _update(self, job_id: str, change: _Change) -> JobRecord:
-        """Read, change and compare-and-swap the record; retry on ``ConflictError`` a bounded number of
-        times. ``change`` returns ``None`` for "nothing to write"."""
-        for _ in range(CAS_ATTEMPTS):
-            rec = await self.store.get(job_id)
-            result = change(rec)
-            if result is None:
-                return rec
-            new, transitions = result
-            try:
-                return await self.store.update(
-                    new.replace(updated_at=self.clock.now()),
-                    expected_revision=rec.revision,
-                    transitions=transitions,
-                )
-            except ConflictError:
-                metrics.current().inc("dispatch_store_conflicts_total")
-                continue
-        raise ConflictError(
-            f"job {job_id!r}: the record kept changing under this write ({CAS_ATTEMPTS} attempts); retry"
-        )
+    async def _update(self, job_id: str, change: Change) -> JobRecord:
+        """The one compare-and-swap loop (:meth:`RecordWriter.update`)."""
+        return await self._writer.update(job_id, change)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,7 +13,10 @@ from dispatch.model import DEFAULT_POLICY, Policy
 from dispatch.probecache import ProbeCache
 from dispatch.records.store import Store
 
-__all__ = ["AdapterConfig", "Config", "check_token"]
+__all__ = ["STORE_ID", "AdapterConfig", "Config", "check_token"]
+
+STORE_ID = re.compile(r"([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?")
+"""A store identity: empty, or a DNS-1123 label (it goes into a Kubernetes label value as it is)."""
 
 
 def check_token(token: object, path: str = "token") -> str:
@@ -58,17 +62,26 @@ class AdapterConfig:
 
     ``probe_cache`` (optional, keyword) is where the host keeps what the adapter's preflight probe
     learned (:mod:`dispatch.probecache`); an adapter without a probe ignores it. Without one, the
-    adapter's factory probes on every open."""
+    adapter's factory probes on every open.
+
+    ``store_id`` (optional, keyword) is the identity of the host's record store: the backend marks every
+    object it creates with it and leaves objects marked with another store's alone, so two stores sharing
+    a cluster never adopt, fold or delete each other's objects. Empty: no mark, every object is ours."""
 
     backend: str
     settings: bytes = b"{}"
     read_only: bool = False
     token: str | None = field(default=None, repr=False)
     probe_cache: ProbeCache | None = field(default=None, repr=False, compare=False, kw_only=True)
+    store_id: str = field(default="", kw_only=True)
 
     def __post_init__(self) -> None:
         if not isinstance(self.backend, str) or not self.backend:
             raise InvalidError("expected the adapter's name", path="backend")
+        if not isinstance(self.store_id, str) or not STORE_ID.fullmatch(self.store_id):
+            raise InvalidError(
+                f"expected up to 63 characters from a-z 0-9 -, got {self.store_id!r}", path="store_id"
+            )
         if isinstance(self.settings, str):
             object.__setattr__(self, "settings", self.settings.encode("utf-8", "surrogatepass"))
         if not isinstance(self.settings, bytes):
@@ -120,13 +133,18 @@ class Config:
             check_token(self.token)
         _check_cache(self.probe_cache)
 
-    def adapter_config(self, name: str) -> AdapterConfig:
+    def adapter_config(self, name: str, *, store_id: str = "") -> AdapterConfig:
         try:
             settings = json.dumps(self.adapter, allow_nan=False).encode()
         except (TypeError, ValueError) as exc:
             raise InvalidError(f"adapter settings are not JSON-serialisable: {exc}", path="adapter") from None
         return AdapterConfig(
-            name, settings, read_only=self.read_only, token=self.token, probe_cache=self.probe_cache
+            name,
+            settings,
+            read_only=self.read_only,
+            token=self.token,
+            probe_cache=self.probe_cache,
+            store_id=store_id,
         )
 
     def __repr__(self) -> str:

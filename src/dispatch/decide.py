@@ -56,9 +56,11 @@ __all__ = [
     "classify",
     "current_handle",
     "final",
+    "forgotten",
     "gave_up",
     "held",
     "next",
+    "owned",
     "previous_handle",
     "released",
     "requeued",
@@ -135,6 +137,17 @@ def previous_handle(record: JobRecord) -> Handle | None:
     return h if h is not None and h.identity.epoch.n != record.epoch.n else None
 
 
+def owned(record: JobRecord, cluster: str, backend: str) -> bool:
+    """Whether a process opened on cluster ``cluster`` with adapter ``backend`` may change the record.
+
+    A record belongs to the cluster of its current incarnation (SPEC §6.1). A record written before
+    dispatch recorded clusters (``cluster`` empty) is taken by a process of the adapter its handle names
+    (any, when it has none), which then records its own cluster in it."""
+    if record.cluster:
+        return record.cluster == cluster
+    return record.handle is None or record.handle.backend == backend
+
+
 def _rule_text(cause: Cause, policy: Policy) -> str:
     rule = policy.rule_for(cause)
     where = "rule" if cause in policy.rules else "default rule"
@@ -156,8 +169,10 @@ def next(record: JobRecord, policy: Policy, now: float) -> Plan:
     1. terminal: ``DONE`` once succeeded, cancelled (or cancelled by request), or already given up
        (the record's plan is ``FAIL``/``HOLD``); else the rule for its cause: ``FAIL`` (give up, with
        the reason), ``HOLD`` (give up until a person resubmits), or ``REQUEUE`` to ``N+1`` not before
-       the rule's backoff — unless the rule's ``max`` requeues are spent or the epoch would reach
-       ``EPOCH_BOUND`` (then ``FAIL``, saying which);
+       the rule's backoff — unless the rule's own ``max`` requeues are spent (each rule counts the
+       requeues made under it: its budget; its backoff doubles with that count alone), the policy's
+       ``maxRequeues`` in all are spent, or the epoch would reach ``EPOCH_BOUND`` (then ``FAIL``,
+       saying which);
     2. a write whose effect is unknown: ``SETTLE`` (observe before acting again);
     3. an earlier incarnation still referenced (a requeue in progress): ``CEASE`` (stop it and wait
        until its compute is gone);
@@ -180,16 +195,25 @@ def next(record: JobRecord, policy: Policy, now: float) -> Plan:
             return Plan(PlanAction.FAIL, text)
         if rule.action is Action.HOLD:
             return Plan(PlanAction.HOLD, f"{text}: waiting for a person (dispatch resubmit)")
-        attempt = record.epoch.r + 1
+        name = policy.rule_name(cause)
+        attempt = record.requeues_under(name) + 1
         if attempt > rule.max:
-            return Plan(PlanAction.FAIL, f"{text}: the {rule.max} requeue(s) allowed are spent")
+            return Plan(
+                PlanAction.FAIL, f"{text}: the {rule.max} requeue(s) allowed under rule {name} are spent"
+            )
+        if policy.max_requeues is not None and record.epoch.r >= policy.max_requeues:
+            return Plan(
+                PlanAction.FAIL,
+                f"{text}: the policy's {policy.max_requeues} requeue(s) in all (maxRequeues) are spent",
+            )
         if record.epoch.n + 1 >= EPOCH_BOUND:
             return Plan(PlanAction.FAIL, f"{text}: epoch {record.epoch} cannot grow to {EPOCH_BOUND}")
         delay = rule.delay(attempt)
         return Plan(
             PlanAction.REQUEUE,
-            f"{text}: requeue {attempt} of {rule.max}, after {delay:g} s",
+            f"{text}: requeue {attempt} of {rule.max} under rule {name}, after {delay:g} s",
             not_before=now + delay,
+            rule=name,
         )
     if record.unknown_write is not None:
         return Plan(PlanAction.SETTLE, record.unknown_write)
@@ -232,9 +256,10 @@ def _t(
 
 
 def submitted(
-    job_id: str, spec: JobSpec, *, policy: Policy | None, held: bool, now: float
+    job_id: str, spec: JobSpec, *, policy: Policy | None, held: bool, now: float, cluster: str = ""
 ) -> tuple[JobRecord, Transition]:
-    """The first record of a job (epoch ``1.0``, pending) and its first transition."""
+    """The first record of a job (epoch ``1.0``, pending, belonging to ``cluster``) and its first
+    transition."""
     epoch = Epoch()
     record = JobRecord(
         job_id=job_id,
@@ -244,6 +269,7 @@ def submitted(
         policy=policy,
         epoch=epoch,
         hold_requested=held,
+        cluster=cluster,
     )
     first = _t(now, Actor.USER, "submitted", why="held" if held else "", state=State.PENDING, epoch=epoch)
     return record, first
@@ -302,6 +328,21 @@ def start_failed(record: JobRecord, identity: Identity, reason: str, *, actor: A
     return record, [_t(now, actor, "start failed", why=reason, epoch=identity.epoch)]
 
 
+def forgotten(record: JobRecord, reason: str, *, now: float) -> Step | None:
+    """The user ends a record whose cluster is gone: ``lost``/``unknown`` with the user as actor and the
+    reason in the history; nothing is asked of any cluster. A terminal record is left as it is."""
+    if record.outcome.terminal:
+        return None
+    ev = Evidence(kind="Record", name=record.job_id, reason="Forgotten", message=reason)
+    t = _t(
+        now, Actor.USER, "forgotten", why=reason, state=State.LOST, cause=Cause.UNKNOWN, epoch=record.epoch
+    )
+    lost = Outcome(State.LOST, Cause.UNKNOWN, (ev,))
+    # Given up at once: a forgotten job is never requeued, whatever the policy says about its cause.
+    plan = Plan(PlanAction.FAIL, f"forgotten: {reason}")
+    return record.replace(outcome=lost, unknown_write=None, plan=plan), [t]
+
+
 def cancel_requested(record: JobRecord, *, now: float) -> Step | None:
     """The user's intent to cancel, recorded before anything is sent."""
     if record.outcome.terminal or record.cancel_requested:
@@ -351,6 +392,7 @@ def resubmitted(
     if record.revision != expected_revision:
         raise ConflictError(f"job {record.job_id!r} changed while being resubmitted; retry")
     new = record.replace(
+        requeues={},  # each rule's budget counts from the last submit or resubmit
         spec=spec,
         epoch=epoch,
         handle=None,
@@ -372,7 +414,11 @@ def requeued(record: JobRecord, plan: Plan, *, now: float) -> Step:
         raise InvalidError(f"expected a requeue plan, got {plan.action.value}", path="plan")
     epoch = record.epoch.requeued()
     ended = f"{record.epoch} ended {record.outcome.state.value}/{record.outcome.cause.value}"
+    requeues = dict(record.requeues)
+    if plan.rule:
+        requeues[plan.rule] = record.requeues_under(plan.rule) + 1
     new = record.replace(
+        requeues=requeues,
         epoch=epoch,
         outcome=Outcome(State.PENDING),
         hold_token=None,

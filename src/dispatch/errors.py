@@ -15,6 +15,7 @@ __all__ = [
     "DispatchError",
     "InvalidError",
     "NotFoundError",
+    "OtherClusterError",
     "OutcomeUnknownError",
     "PermissionDeniedError",
     "ReadOnlyError",
@@ -64,6 +65,19 @@ class NotFoundError(DispatchError):
 class ConflictError(DispatchError):
     """The state changed under the caller: a stale revision, a hold that is not yours, a name taken
     by another identity."""
+
+
+class OtherClusterError(ConflictError):
+    """The record belongs to another cluster than the one this process opened: only a process opened on
+    the record's own cluster changes it. ``cluster`` names the record's cluster."""
+
+    def __init__(self, job_id: str, cluster: str) -> None:
+        super().__init__(
+            f"job {job_id!r} belongs to cluster {cluster or '(unknown)'} (not this one): "
+            "open that cluster to change it, or `dispatch forget` it if that cluster is gone"
+        )
+        self.job_id = job_id
+        self.cluster = cluster
 
 
 class BusyError(DispatchError):

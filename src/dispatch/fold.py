@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dispatch.model import Actor, Cause, JobRecord, Observation, Outcome, State, Transition
 
-__all__ = ["fold", "matches"]
+__all__ = ["fold", "matches", "remembered"]
 
 
 def matches(record: JobRecord, observation: Observation) -> bool:
@@ -39,6 +39,11 @@ def fold(
       one or a watch's deletion) is ignored: an object missing from one read is not yet gone;
     - an observation of the current incarnation settles a write whose outcome was unknown
       (``unknown_write`` is cleared) and gives a record without a handle the observed one;
+    - **the record remembers a cause** (what a long-running process saw is kept in the record, so a
+      fresh one reads the same outcome): a ``failed``/``unknown`` observation of an incarnation whose
+      record, not yet terminal, already shows a cause (``running``/``out_of_memory`` while a container
+      restarted in place, say) is ``failed`` of that cause, with both evidences — the cluster deletes a
+      failed job's pods, so what was seen before is the best evidence left (:func:`remembered`);
     - nothing changed → the record is returned as it is, with no transition; new evidence for the same
       state and cause updates the record without a transition (the history records what changed, not
       every re-reading of it).
@@ -54,6 +59,8 @@ def fold(
         observed = Outcome(State.FAILED, Cause.CANCELLED, observed.evidence)
     elif observed.state is State.LOST and not lost_confirmed:
         return record, []
+    else:
+        observed = remembered(record.outcome, observed)
     handle = record.handle
     if handle is None or handle.identity.epoch.n != record.epoch.n:
         handle = observation.handle
@@ -84,6 +91,19 @@ def fold(
             )
         )
     return new, transitions
+
+
+def remembered(previous: Outcome, current: Outcome) -> Outcome:
+    """``current``, unless it is ``failed``/``unknown`` and ``previous`` — the record's outcome for the
+    same incarnation, not terminal — has a cause: then the job failed of that cause, with both
+    evidences."""
+    if (
+        previous.terminal
+        or previous.cause in (Cause.NONE, Cause.UNKNOWN)
+        or (current.state, current.cause) != (State.FAILED, Cause.UNKNOWN)
+    ):
+        return current
+    return Outcome(State.FAILED, previous.cause, (*previous.evidence, *current.evidence))
 
 
 def _why(outcome: Outcome) -> str:

@@ -8,7 +8,7 @@ number of series stays bounded however many jobs run.
 Instrumented code calls :func:`current` and records through the object it returns: a no-op
 :class:`Metrics` until a host calls :func:`enable` (``dispatch supervise --metrics-address``), so
 library users pay nothing and need no extra package. ``prometheus-client`` is the optional extra
-``dispatch[metrics]``; it is imported only by :func:`enable`.
+``dispatch-train[metrics]``; it is imported only by :func:`enable`.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ class _Prometheus(Metrics):
             from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
         except ImportError:  # pragma: no cover - depends on the installation
             raise UnsupportedError(
-                "metrics need the prometheus-client package: pip install 'dispatch[metrics]'"
+                "metrics need the prometheus-client package: pip install 'dispatch-train[metrics]'"
             ) from None
         self.registry: CollectorRegistry = CollectorRegistry(auto_describe=True)
         self._m: dict[str, Any] = {}

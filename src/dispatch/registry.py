@@ -176,3 +176,17 @@ async def new_backend(name: str, cfg: AdapterConfig) -> Backend:
     if not isinstance(backend, Backend):
         raise NotFoundError(f"adapter {name!r} returned {type(backend).__name__}, which is not a Backend")
     return backend
+
+
+_BACKEND_MEMBERS = (
+    "name",
+    "cluster_id",
+    "capabilities",
+    "prepare",
+    "start",
+    "observe",
+    "stop",
+    "list",
+    "close",
+)
+"""What :class:`~dispatch.backend.Backend` requires, to name what a returned object lacks."""

@@ -61,7 +61,7 @@ from dispatch.model import (
     State,
     Transition,
 )
-from dispatch.records import MemoryStore
+from dispatch.records import Listing, MemoryStore
 from dispatch.supervise import Supervisor
 
 __all__ = [
@@ -142,7 +142,7 @@ class CrashingStore:
     async def get(self, job_id: str) -> JobRecord:
         return await self.inner.get(job_id)
 
-    async def list(self, *, states: Any = None) -> list[JobRecord]:
+    async def list(self, *, states: Any = None) -> Listing:
         return await self.inner.list(states=states)
 
     async def update(
@@ -196,6 +196,10 @@ class FaultyBackend:
     @property
     def name(self) -> str:
         return self.inner.name
+
+    @property
+    def cluster_id(self) -> str:
+        return self.inner.cluster_id
 
     def _note(self, text: str) -> None:
         self.trace.append(f"t={self.inner.cluster.clock.now() - T0:.1f} {self.who}: {text}")
@@ -700,7 +704,10 @@ class _Run:
         if not epochs or epochs[-1] != rec.epoch:
             self._violate(jid, f"{jid}: record epoch {rec.epoch} not explained by its history")
         policy = rec.policy if rec.policy is not None else self.policy
+        counts: dict[str, int] = {}  # requeues under each rule since the last (re)submission
         for i, t in enumerate(history):
+            if t.what in ("submitted", "resubmitted"):
+                counts = {}
             if t.what != "requeued":
                 continue
             before = [p for p in history[:i] if p.state is not None]
@@ -708,16 +715,17 @@ class _Run:
             prev_epoch = next((p.epoch for p in reversed(history[:i]) if p.epoch is not None), None)
             rule = policy.rule_for(cause) if cause is not None else None
             assert t.epoch is not None
-            if rule is None or rule.action is not Action.REQUEUE or t.epoch.r > rule.max:
+            name = policy.rule_name(cause) if cause is not None else ""
+            k = counts[name] = counts.get(name, 0) + 1
+            allowed = policy.max_requeues is None or t.epoch.r <= policy.max_requeues
+            if rule is None or rule.action is not Action.REQUEUE or k > rule.max or not allowed:
                 self._violate(jid, f"{jid}: requeue to {t.epoch} after {cause} not allowed by the policy")
                 continue
             if prev_epoch is None or prev_epoch.requeued() != t.epoch:
                 self._violate(jid, f"{jid}: requeue from {prev_epoch} to {t.epoch} skips an epoch")
             start = next((s for s in history[i:] if s.what == "started" and s.epoch == t.epoch), None)
-            if start is not None and start.at + 1e-9 < t.at + rule.delay(t.epoch.r):
-                self._violate(
-                    jid, f"{jid}: {t.epoch} started before its backoff of {rule.delay(t.epoch.r):g} s"
-                )
+            if start is not None and start.at + 1e-9 < t.at + rule.delay(k):
+                self._violate(jid, f"{jid}: {t.epoch} started before its backoff of {rule.delay(k):g} s")
         created = self.cluster.created(jid)
         for ident in created:
             if ident.epoch.n > rec.epoch.n:

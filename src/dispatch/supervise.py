@@ -71,7 +71,8 @@ from dispatch.model import (
     State,
     Transition,
 )
-from dispatch.records import Store
+from dispatch.records import Store, Unreadable
+from dispatch.writer import LeaseLostError, RecordWriter
 
 __all__ = ["LeaseLostError", "StepReport", "Supervisor", "UnmatchedPolicy"]
 
@@ -90,10 +91,6 @@ class UnmatchedPolicy(StrEnum):
     IGNORE = "ignore"  # leave it alone (default): it may belong to another store
     ADOPT = "adopt"  # create a record for it (its spec unknown: it is never requeued)
     DELETE = "delete"  # stop it
-
-
-class LeaseLostError(ConflictError):
-    """Our lease on a record expired or was taken over; the record is not ours to act on."""
 
 
 @dataclass
@@ -186,6 +183,8 @@ class Supervisor:
         self._next_resync = -math.inf
         self._listing: builtins.list[Observation] | None = None
         self._capabilities: Capabilities | None = None
+        self._unreadable: set[str] = set()  # job ids of unreadable records already reported
+        self._writer = RecordWriter(store, backend, self.clock, holder=self.holder, on_write=self._count)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -196,6 +195,10 @@ class Supervisor:
     def _mine(self, job_id: str) -> bool:
         """Whether this supervisor looks after ``job_id`` at all (``jobs``, ``exclude``)."""
         return (self.jobs is None or job_id in self.jobs) and job_id not in self.exclude
+
+    def _ours(self, rec: JobRecord) -> bool:
+        """Whether this supervisor looks after ``rec``: one of its jobs, on its own cluster (SPEC §6.1)."""
+        return self._mine(rec.job_id) and self._writer.owns(rec)
 
     @property
     def leased(self) -> frozenset[str]:
@@ -383,6 +386,8 @@ class Supervisor:
         if rec is None:
             await self._unmatched(obs, report)
             return
+        if not self._writer.owns(rec):
+            return  # another cluster's record: its own cluster's processes look after it
         if matches(rec, obs) and not rec.outcome.terminal:
             await self._fold_change(ident.job_id, obs, confirmed=False, report=report)
         elif not obs.outcome.terminal and self._unwanted(rec, obs):
@@ -417,6 +422,7 @@ class Supervisor:
             policy=Policy(),  # its spec is unknown here: never requeued, only followed
             epoch=ident.epoch,
             handle=obs.handle,
+            cluster=self.backend.cluster_id,
             # "cancelled" means we cancelled it; we did not (fold's rule).
             outcome=obs.outcome
             if obs.state is not State.CANCELLED
@@ -442,7 +448,7 @@ class Supervisor:
     async def _own(self, rec: JobRecord) -> JobRecord | None:
         """``rec`` under our live lease (taken or renewed as needed), or ``None`` if it is not ours."""
         jid = rec.job_id
-        if not self._mine(jid):
+        if not self._ours(rec):
             return None
         now = self.clock.now()
         lease = rec.lease
@@ -483,29 +489,14 @@ class Supervisor:
         self._forget(jid)
 
     async def _update(self, jid: str, change: Callable[[JobRecord], decide.Step | None]) -> JobRecord:
-        """Compare-and-swap a change into the record, only while we hold its lease."""
-        for _ in range(8):
-            rec = await self.store.get(jid)
-            now = self.clock.now()
-            if rec.lease is None or rec.lease.holder != self.holder or not rec.lease.live(now):
-                if jid in self._leased:
-                    metrics.current().inc("dispatch_leases_lost_total")
-                self._forget(jid)
-                raise LeaseLostError(f"job {jid!r}: the lease of {self.holder!r} is gone")
-            result = change(rec)
-            if result is None:
-                return rec
-            new, transitions = result
-            try:
-                after = await self.store.update(
-                    new.replace(updated_at=now), expected_revision=rec.revision, transitions=transitions
-                )
-            except ConflictError:
-                metrics.current().inc("dispatch_store_conflicts_total")
-                continue
-            self._count(rec, after, transitions, now)
-            return after
-        raise ConflictError(f"job {jid!r}: the record kept changing under the supervisor; retry")
+        """The one compare-and-swap loop (:meth:`RecordWriter.update`), only while we hold the lease."""
+        try:
+            return await self._writer.update(jid, change)
+        except LeaseLostError:
+            if jid in self._leased:
+                metrics.current().inc("dispatch_leases_lost_total")
+            self._forget(jid)
+            raise
 
     def _count(
         self, before: JobRecord, after: JobRecord, transitions: builtins.list[Transition], now: float
@@ -545,6 +536,11 @@ class Supervisor:
             rec = await self.store.get(jid)
         except NotFoundError:
             await self._unmatched(obs, report)
+            return False
+        except InvalidError as exc:  # an unreadable record: reported once, left alone
+            self._report_unreadable(Unreadable(jid, exc.detail), report)
+            return False
+        if not self._writer.owns(rec):
             return False
         if rec.outcome.terminal and decide.final(rec, self.policy, self.clock.now()):
             if not obs.outcome.terminal and self._unwanted(rec, obs) and await self._own(rec) is not None:
@@ -606,6 +602,8 @@ class Supervisor:
         except DispatchError as exc:
             report.errors.append(f"store: {exc}")
             return
+        for bad in records.unreadable:  # the others are worked on regardless
+            self._report_unreadable(bad, report)
         now = self.clock.now()
         recorder = metrics.current()
         if recorder.enabled:
@@ -614,13 +612,20 @@ class Supervisor:
                 counts[rec.state.value] = counts.get(rec.state.value, 0.0) + 1
             recorder.set_all("dispatch_jobs", "state", counts, every=(s.value for s in State))
         for rec in records:
-            if not self._mine(rec.job_id):
+            if not self._ours(rec):
                 continue
             if decide.final(rec, self.policy, now):
                 if rec.job_id in self._leased or (rec.lease is not None and rec.lease.holder == self.holder):
                     await self._let_go(rec.job_id)
                 continue
             await self._work(rec.job_id, report, rec=rec, poll=poll)
+
+    def _report_unreadable(self, bad: Unreadable, report: StepReport) -> None:
+        """Name an unreadable record once (not at every step); it is left alone."""
+        if bad.job_id not in self._unreadable:
+            self._unreadable.add(bad.job_id)
+            report.errors.append(str(bad))
+            log.warning("%s", bad)
 
     async def _work(
         self, jid: str, report: StepReport, *, rec: JobRecord | None = None, poll: bool = False
@@ -793,33 +798,16 @@ class Supervisor:
         identity = Identity(rec.job_id, rec.epoch)
         try:
             prepared = await self.backend.prepare(rec.spec, identity, held=False)
-            handle = await self.backend.start(prepared)
-        except OutcomeUnknownError as exc:
-            reason = str(exc)
-            now = self.clock.now()
+        except (InvalidError, UnsupportedError) as exc:  # what the cluster cannot run fails the job
+            refused, now = exc, self.clock.now()
             return await self._update(
                 rec.job_id,
-                lambda r: (
-                    decide.start_unknown(r, identity, reason, actor=Actor.SUPERVISOR, now=now)
-                    if _same(rec, r)
-                    else None
-                ),
+                lambda r: decide.start_refused(r, identity, refused, now=now) if _same(rec, r) else None,
             )
-        except DispatchError as exc:
-            verdict = decide.classify(exc)
-            if isinstance(verdict, decide.PermanentError) and not isinstance(exc, ConflictError):
-                now = self.clock.now()
-                refused = exc
-                return await self._update(
-                    rec.job_id,
-                    lambda r: decide.start_refused(r, identity, refused, now=now) if _same(rec, r) else None,
-                )
-            raise
-        now = self.clock.now()
-        after = await self._update(
-            rec.job_id, lambda r: decide.started(r, handle, actor=Actor.SUPERVISOR, now=now)
-        )
-        if after.cancel_requested or after.outcome.terminal or after.epoch.n != identity.epoch.n:
+        # A failed start is retried at a later step: nothing is written for it (record_failures).
+        after, handle = await self._writer.start(prepared, actor=Actor.SUPERVISOR, record_failures=False)
+        moved = after.cancel_requested or after.outcome.terminal or after.epoch.n != identity.epoch.n
+        if handle is not None and moved:
             # Cancelled (or resubmitted) while it was being placed: the new incarnation is not wanted.
             await self._stop(handle, report, why="placed after its record moved on")
         return after

@@ -52,6 +52,7 @@ from dispatch_kubeflow.errors import ExpiredError, map_status
 from dispatch_kubeflow.holds import desired_check
 from dispatch_kubeflow.kube import KubeClient
 from dispatch_kubeflow.names import ADMISSION_CONTROLLER, KUEUE_GROUP, KUEUE_VERSION, TRAINER_GROUP
+from dispatch_kubeflow.objects import meta_of
 from dispatch_kubeflow.resources import ADMISSION_CHECKS, LEASES, TRAINJOBS, WORKLOADS
 
 __all__ = ["FIELD_MANAGER", "AdmissionController", "Informer", "LeaderElector", "LeaseSettings", "main"]
@@ -74,13 +75,8 @@ def _time(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
 def _key(obj: Mapping[str, Any]) -> Key:
-    meta = _meta(obj)
+    meta = meta_of(obj)
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
@@ -251,7 +247,9 @@ class Informer:
             self._on_change(key, None)
         for key, obj in fresh.items():
             before = old.get(key)
-            if before is None or _meta(before).get("resourceVersion") != _meta(obj).get("resourceVersion"):
+            if before is None or meta_of(before).get("resourceVersion") != meta_of(obj).get(
+                "resourceVersion"
+            ):
                 self._on_change(key, obj)
         self.resource_version = rv
         self.synced.set()
@@ -316,7 +314,7 @@ class Informer:
         obj = event.get("object")
         if not isinstance(obj, dict):
             return
-        rv = _meta(obj).get("resourceVersion")
+        rv = meta_of(obj).get("resourceVersion")
         kind = event.get("type")
         if kind != "BOOKMARK":
             self.events += 1
@@ -481,7 +479,7 @@ class _Reconciler:
         for name in sorted(self.ours()):
             ac = self.checks.cache[("", name)]
             conditions = (ac.get("status") or {}).get("conditions") or []
-            generation = _meta(ac).get("generation")
+            generation = meta_of(ac).get("generation")
             if any(
                 isinstance(c, Mapping)
                 and c.get("type") == "Active"
@@ -502,7 +500,7 @@ class _Reconciler:
             body = {
                 "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
                 "kind": "AdmissionCheck",
-                "metadata": {"name": name, "resourceVersion": _meta(ac).get("resourceVersion")},
+                "metadata": {"name": name, "resourceVersion": meta_of(ac).get("resourceVersion")},
                 "status": {"conditions": [condition]},
             }
             path = ADMISSION_CHECKS.path(name=name, subresource="status")
@@ -524,7 +522,7 @@ class _Reconciler:
         trainjob: dict[str, Any] | None = None
         if owner is not None:
             trainjob = self.trainjobs.cache.get((key[0], owner[0]))
-            if trainjob is None or (owner[1] and _meta(trainjob).get("uid") != owner[1]):
+            if trainjob is None or (owner[1] and meta_of(trainjob).get("uid") != owner[1]):
                 return  # its TrainJob is not in the cache yet (its event follows) or is gone
         now = _time(self._clock.now())
         entries: list[dict[str, Any]] = []
@@ -553,7 +551,7 @@ class _Reconciler:
             "metadata": {
                 "name": key[1],
                 "namespace": key[0],
-                "resourceVersion": _meta(wl).get("resourceVersion"),
+                "resourceVersion": meta_of(wl).get("resourceVersion"),
             },
             "status": {"admissionChecks": entries},
         }
@@ -565,7 +563,7 @@ class _Reconciler:
 
 def _owner(wl: Mapping[str, Any]) -> tuple[str, str] | None:
     """(name, uid) of the TrainJob that owns the Workload, if a TrainJob does."""
-    for ref in _meta(wl).get("ownerReferences") or []:
+    for ref in meta_of(wl).get("ownerReferences") or []:
         if (
             isinstance(ref, Mapping)
             and ref.get("kind") == "TrainJob"
@@ -756,7 +754,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--metrics-address",
         metavar="HOST:PORT",
-        help="serve Prometheus metrics at http://HOST:PORT/metrics (needs dispatch[metrics])",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (needs dispatch-train[metrics])",
     )
     return p
 

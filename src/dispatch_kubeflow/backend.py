@@ -8,6 +8,7 @@ them through :mod:`dispatch_kubeflow.kube` (the one Kubernetes layer, which rais
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -36,10 +37,11 @@ from dispatch.model import (
     Mode,
     Observation,
     Outcome,
+    State,
 )
 from dispatch.probecache import ProbeCache
 from dispatch_kubeflow import cessation, naming, output, probecache
-from dispatch_kubeflow.causes import Snapshot, carry, classify
+from dispatch_kubeflow.causes import Snapshot, classify
 from dispatch_kubeflow.errors import AlreadyExistsError, StaleHoldError
 from dispatch_kubeflow.holds import held_by_us, new_token, pointer
 from dispatch_kubeflow.incarnation import (
@@ -50,19 +52,20 @@ from dispatch_kubeflow.incarnation import (
     terminated_node,
     with_stuck_deletion,
 )
+from dispatch_kubeflow.informer import Informer
 from dispatch_kubeflow.kube import KubeClient, Retry
 from dispatch_kubeflow.names import (
     ANNOTATION_HOLD,
-    LABEL_JOB_HASH,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
+    LABEL_STORE,
     MAX_COMMAND,
     MAX_ENV,
     NAME,
 )
+from dispatch_kubeflow.objects import labels_of
 from dispatch_kubeflow.preflight import (
     ClusterFacts,
     admission_check,
+    cluster_identity,
     discover,
     kueue_objects,
     probe,
@@ -71,8 +74,8 @@ from dispatch_kubeflow.preflight import (
     runtime_path,
     trainjob_path,
 )
-from dispatch_kubeflow.reading import Parts, confirm_gone, read_all, read_one
-from dispatch_kubeflow.resources import NODES
+from dispatch_kubeflow.reading import confirm_gone, events_of
+from dispatch_kubeflow.resources import CLUSTER_TRAINING_RUNTIMES, NODES, TRAINING_RUNTIMES
 from dispatch_kubeflow.runtime import check_runtime, inspect_runtime
 from dispatch_kubeflow.settings import Settings, parse_settings
 from dispatch_kubeflow.trainjob import (
@@ -81,14 +84,19 @@ from dispatch_kubeflow.trainjob import (
     job_extensions,
     unsupported_extensions,
 )
-from dispatch_kubeflow.watching import Parts as Cached
-from dispatch_kubeflow.watching import Watch, kinds
+from dispatch_kubeflow.watching import (
+    Kind,
+    Parts,
+    Watch,
+    decode_cursor,
+    kinds,
+    runtime_kind_key,
+    runtime_kinds,
+)
 
 __all__ = ["Backend", "factory", "open_backend"]
 
 _log = logging.getLogger(__name__)
-_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_JOB_HASH}"
-_SEEN_LIMIT = 10_000
 
 
 async def factory(cfg: AdapterConfig) -> Backend:
@@ -118,6 +126,8 @@ async def open_backend(
         kubeconfig=settings.kubeconfig, context=settings.context, token=cfg.token, retry=retry, clock=clock
     )
     client.read_only = cfg.read_only  # from the first request on: not one write may leave the process
+    if "namespace" not in json.loads(cfg.settings or b"{}"):  # as kubectl: the context's namespace
+        settings = settings.replace(namespace=client.context_namespace)
     facts = ClusterFacts()
     try:
         await discover(client, settings, facts)
@@ -134,10 +144,19 @@ async def open_backend(
                 client.read_only = True
                 facts.notes += await kueue_objects(client, settings, facts)
         await admission_check(client, settings, facts)
+        cluster = await cluster_identity(client)  # on every open, read-only ones included
     except BaseException:
         await client.close()
         raise
-    return Backend(client, settings, facts, read_only=cfg.read_only, clock=clock)
+    return Backend(
+        client,
+        settings,
+        facts,
+        read_only=cfg.read_only,
+        clock=clock,
+        cluster_id=cluster,
+        store_id=cfg.store_id,
+    )
 
 
 async def _probe_or_reuse(
@@ -191,9 +210,21 @@ class Backend:
     """
 
     def __init__(
-        self, client: KubeClient, settings: Settings, facts: ClusterFacts, *, read_only: bool, clock: Clock
+        self,
+        client: KubeClient,
+        settings: Settings,
+        facts: ClusterFacts,
+        *,
+        read_only: bool,
+        clock: Clock,
+        cluster_id: str = "",
+        store_id: str = "",
     ) -> None:
         self._client = client
+        self._cluster_id = cluster_id or f"kubernetes:{client.server}"
+        self.store_id = store_id
+        """The host's store identity: labels every object this backend creates; objects labelled with
+        another store's are not read, adopted or changed ("": no label, every object is ours)."""
         self.settings = settings
         self.facts = facts
         self.mode = (
@@ -208,14 +239,30 @@ class Backend:
         # Refs this backend deleted: a TrainJob gone after our own stop was cancelled, not lost. (Across
         # restarts the host's record decides: "record says we cancelled" comes first in SPEC §9.7.)
         self._stopped: set[str] = set()
-        # The last non-terminal outcome with a cause, per ref: what the Job controller deletes when a job
-        # fails (its pods) cannot be read afterwards, so what was seen before is carried (causes.carry).
-        self._seen: dict[str, Outcome] = {}
         # Output tails of failed nodes, read while their pods were there: TrainJob name -> pod -> tail, and
         # which container runs were read (pod uid, container id), so each failure is read once.
         self._tails: dict[str, dict[str, Tail]] = {}
         self._tails_read: dict[str, set[tuple[str, str]]] = {}
         self._deletions = DeletionClock()
+        # Events read for a failure nothing cached explains (pods gone), per TrainJob name: read once.
+        self._events: dict[str, list[dict[str, Any]]] = {}
+        # The one reading path (SPEC §9.6): every reader of this process shares this cache.
+        self.informer = Informer(
+            client,
+            settings.namespace,
+            [*self._incarnation_kinds(), *runtime_kinds(settings.namespace)],
+            fold=self._fold,
+            tails=self._watch_tails,
+            clock=clock,
+        )
+
+    def _incarnation_kinds(self) -> list[Kind]:
+        return kinds(
+            self.settings.namespace,
+            kueue=self.facts.kueue,
+            pods=self.facts.pods_visible is not False,
+            store=self.store_id,
+        )
 
     def __repr__(self) -> str:
         return f"<dispatch_kubeflow.Backend {self._client.server} namespace={self.settings.namespace!r} {self.mode}>"
@@ -223,6 +270,11 @@ class Backend:
     @property
     def name(self) -> str:
         return NAME
+
+    @property
+    def cluster_id(self) -> str:
+        """The cluster's identity, read on open (:func:`~dispatch_kubeflow.preflight.cluster_identity`)."""
+        return self._cluster_id
 
     # --- capabilities ------------------------------------------------------------------------------
 
@@ -316,15 +368,40 @@ class Backend:
         reasons = unsupported_extensions(spec, self.settings)
         ns = self.settings.runtime_namespace(ref.kind)
         where = f'{ref.kind} "{ref.runtime}"'
-        runtime = await self._client.get_or_none(runtime_path(ref.kind, ref.runtime, ns), what=f"get {where}")
+        runtime = await self._runtime(ref.kind, ref.runtime, ns, what=f"get {where}")
         if runtime is None:
             place = f" in namespace {ns!r}" if ns else ""
-            reasons.append(f"{where} was not found{place}")
+            reasons.append(
+                f'extensions["kubeflow/RuntimeRef"].name: {where} was not found{place}; '
+                + await self._runtimes_there(ref.kind, ns)
+            )
             raise UnsupportedError(reasons)
         reasons += check_runtime(runtime, spec, kind=ref.kind)
         if reasons:
             raise UnsupportedError(reasons)
         return runtime
+
+    async def _runtime(
+        self, kind: str, name: str, namespace: str | None, *, what: str
+    ) -> dict[str, Any] | None:
+        """The runtime from the shared cache (the runtimes are watched, not read per submit); read from
+        the cluster when the cache does not follow runtimes (not listable with these credentials) or does
+        not have it yet (created a moment ago)."""
+        await self.informer.sync()
+        cached = self.informer.objects(runtime_kind_key(kind), name)
+        if cached:
+            return cached[0]
+        return await self._client.get_or_none(runtime_path(kind, name, namespace), what=what)
+
+    async def _runtimes_there(self, kind: str, namespace: str | None) -> str:
+        """The runtimes of ``kind`` that exist where one was looked for: the alternatives to name."""
+        resource = CLUSTER_TRAINING_RUNTIMES if namespace is None else TRAINING_RUNTIMES
+        try:
+            found = await self._client.list(resource.path(namespace), what=f"list {kind}s")
+        except DispatchError:  # not readable here: the error still names what was missing
+            return f"the {kind}s that exist could not be listed"
+        names = sorted(str(o.get("metadata", {}).get("name")) for o in found)
+        return f"{kind}s that exist: {', '.join(names)}" if names else f"no {kind} exists there"
 
     # --- prepare / start ---------------------------------------------------------------------------
 
@@ -339,7 +416,13 @@ class Backend:
             raise UnsupportedError(self._hold_refusals())
         runtime = await self._checked_runtime(spec)
         obj = build_trainjob(
-            spec, identity, self.settings, inspect_runtime(runtime), held=held, kueue=self.queueing
+            spec,
+            identity,
+            self.settings,
+            inspect_runtime(runtime),
+            held=held,
+            kueue=self.queueing,
+            store=self.store_id,
         )
         return Prepared(NAME, spec, identity, held, obj)
 
@@ -353,7 +436,7 @@ class Backend:
             raise ReadOnlyError(f"{what}: the kubeflow backend is {mode}")
 
     def _handle(self, identity: Identity, name: str) -> Handle:
-        return Handle(NAME, identity, f"{self.settings.namespace}/{name}")
+        return Handle(NAME, identity, f"{self.settings.namespace}/{name}", cluster=self._cluster_id)
 
     async def start(self, prepared: Prepared) -> Handle:
         """Create the TrainJob :meth:`prepare` built (suspended if held; not under Kueue), exactly as built.
@@ -378,7 +461,7 @@ class Backend:
         what = f'create TrainJob "{name}" in namespace {self.settings.namespace!r}'
         path = trainjob_path(self.settings.namespace)
         try:
-            await self._client.create(path, obj, what=what)
+            self._remember(await self._client.create(path, obj, what=what))
             _log.info("created TrainJob %s/%s for %s", self.settings.namespace, name, identity)
             return self._handle(identity, name)
         except AlreadyExistsError:
@@ -425,8 +508,14 @@ class Backend:
             raise ConflictError(
                 f'TrainJob "{name}" in namespace {self.settings.namespace!r} belongs to {found}, not {identity}'
             )
+        self._check_store(existing, f'TrainJob "{name}" in namespace {self.settings.namespace!r}')
         _log.info("adopted existing TrainJob %s/%s for %s", self.settings.namespace, name, identity)
         return self._handle(identity, name)
+
+    def _remember(self, written: dict[str, Any]) -> None:
+        """What this process wrote is what it reads back at once (the watch brings the same soon)."""
+        if isinstance(written.get("metadata"), Mapping):
+            self.informer.remember("trainjobs", written)
 
     async def _withdraw(self, name: str, what: str) -> None:
         """Delete a TrainJob this backend just created and must not leave running; a failure is logged
@@ -494,9 +583,12 @@ class Backend:
             if suspend:
                 body["spec"] = {"suspend": True}
             try:
-                await self._client.patch(trainjob_path(self.settings.namespace, name), body, what=what)
+                patched = await self._client.patch(
+                    trainjob_path(self.settings.namespace, name), body, what=what
+                )
             except ConflictError:
                 continue  # the resourceVersion precondition (409): read again (someone's hold is then returned)
+            self._remember(patched)
             _log.info("held TrainJob %s for %s", handle.ref, handle.identity)
             return HoldToken(token)
         raise ConflictError(f"{what}: the TrainJob kept changing; observe it and hold again")
@@ -519,11 +611,13 @@ class Backend:
         if not self.queueing:
             ops.append({"op": "add", "path": "/spec/suspend", "value": False})
         try:
-            await self._client.patch(
-                trainjob_path(self.settings.namespace, name),
-                ops,
-                what=what,
-                content_type="application/json-patch+json",
+            self._remember(
+                await self._client.patch(
+                    trainjob_path(self.settings.namespace, name),
+                    ops,
+                    what=what,
+                    content_type="application/json-patch+json",
+                )
             )
         except (InvalidError, ConflictError, NotFoundError):
             # The test op failed (422, InvalidError), or the object changed or went: a stale hold is told
@@ -568,26 +662,43 @@ class Backend:
             raise ConflictError(
                 f'TrainJob "{handle.ref}" carries {found or "no dispatch identity"}, not {handle.identity}'
             )
+        self._check_store(obj, f'TrainJob "{handle.ref}"')
 
-    def _classify(
-        self, name: str, trainjob: Mapping[str, Any] | None, parts: Parts | None, *, stopped: bool, now: float
-    ) -> Outcome:
-        """The one fold of an incarnation, for ``observe``, ``list`` and the watch: the cause table, a cause
-        seen earlier carried into the failure it caused, a deletion that does not complete, and the output
-        tails of failed nodes read while their pods were there."""
-        ref = f"{self.settings.namespace}/{name}"
-        outcome = carry(self._seen.get(ref), self._read(name, trainjob, parts, stopped=stopped, now=now))
-        if not outcome.terminal and outcome.cause not in (Cause.NONE, Cause.UNKNOWN):
-            self._seen.pop(ref, None)
-            self._seen[ref] = outcome
-            while len(self._seen) > _SEEN_LIMIT:
-                del self._seen[next(iter(self._seen))]
-        if trainjob is None:  # gone: its tails are no evidence any more (bounded memory)
+    def _check_store(self, obj: Mapping[str, Any], what: str) -> None:
+        """Refuse an object another store's host created (SPEC §6.1): never adopted, folded or changed."""
+        if not self.store_id:
+            return
+        labels = labels_of(obj)
+        theirs = labels.get(LABEL_STORE, "")
+        if theirs != self.store_id:
+            whose = f"store {theirs!r}" if theirs else "no store"
+            raise ConflictError(f"{what} belongs to {whose}, not to this one ({self.store_id!r})")
+
+    def _fold(self, name: str, parts: Parts) -> Outcome:
+        """The one fold of an incarnation, for ``observe``, ``list`` and every watch: the cause table, a
+        deletion that does not complete, and the output tails of failed nodes read while their pods were
+        there. (What was seen earlier — a cause seen while a pod restarted, a stop — is kept in the host's
+        record and applied by the host's fold, so a fresh process reads what a long-running one does.)"""
+        now = self._clock.now()
+        stopped = f"{self.settings.namespace}/{name}" in self._stopped
+        snapshot = Snapshot.of(
+            name,
+            parts.trainjob,
+            jobset=parts.jobset,
+            jobs=parts.jobs,
+            pods=parts.pods,
+            workload=parts.workload,
+            stopped=stopped,
+            now=now,
+            events=self._events.get(name, ()),
+        )
+        outcome = classify(snapshot)
+        if parts.trainjob is None:  # gone: its tails and events are no evidence any more (bounded memory)
             self._tails.pop(name, None)
             self._tails_read.pop(name, None)
+            self._events.pop(name, None)
             return outcome
-        cached = _cached(trainjob, parts)
-        outcome = with_stuck_deletion(outcome, name, cached, now=now, deletions=self._deletions)
+        outcome = with_stuck_deletion(outcome, name, parts, now=now, deletions=self._deletions)
         return attach_output(outcome, list(self._tails.get(name, {}).values()))
 
     async def _read_tails(self, name: str, trainjob: Mapping[str, Any], pods: list[dict[str, Any]]) -> None:
@@ -624,42 +735,32 @@ class Backend:
                 continue
             tail = Tail.of(pod, lines)
             self._tails.setdefault(name, {})[tail.pod] = tail
-
-    def _read(
-        self, name: str, trainjob: Mapping[str, Any] | None, parts: Parts | None, *, stopped: bool, now: float
-    ) -> Outcome:
-        snapshot = Snapshot.of(
-            name,
-            trainjob,
-            jobset=parts.jobset if parts is not None else None,
-            jobs=parts.jobs if parts is not None else (),
-            pods=parts.pods if parts is not None else (),
-            workload=parts.workload if parts is not None else None,
-            stopped=stopped,
-            now=now,
-        )
-        return classify(snapshot)
+            self.informer.invalidate(name)
 
     async def observe(self, handle: Handle) -> Observation:
-        """The outcome of the incarnation as its TrainJob, JobSet, Jobs, pods and (with Kueue) Workload show
-        it now, classified by the cause table (:mod:`dispatch_kubeflow.causes`). A TrainJob that answers 404
-        is read again before it is reported gone: ``cancelled`` if this backend stopped it, else ``lost``."""
+        """The outcome of the incarnation, classified by the cause table (:mod:`dispatch_kubeflow.causes`)
+        from the shared cache, as of the last event it received (what this process wrote itself shows at
+        once). A TrainJob the cache does not hold is read from the cluster, and told gone only after a
+        second, differently routed read: ``cancelled`` if this backend stopped it, else ``lost``."""
         name = self._name_of(handle)
-        stopped = handle.ref in self._stopped
-        obj = await self._get(name, what=f'get TrainJob "{handle.ref}"')
+        await self.informer.sync()
+        parts = self.informer.parts(name)
+        obj = parts.trainjob
         if obj is None:
-            obj = await confirm_gone(self._client, self.settings.namespace, name)
-        if obj is None:
-            now = self._clock.now()
-            outcome = self._classify(name, None, None, stopped=stopped, now=now)
-            if stopped:
-                outcome = await cessation.cancelled_once_ceased(self._client, handle, name, outcome)
-            return Observation(handle, outcome, now)
-        self._check_owner(obj, handle)
-        parts = await read_one(self._client, self.settings.namespace, obj, kueue=self.facts.kueue)
-        await self._read_tails(name, obj, parts.pods)
-        now = self._clock.now()
-        return Observation(handle, self._classify(name, obj, parts, stopped=stopped, now=now), now)
+            obj = await self._get(name, what=f'get TrainJob "{handle.ref}"')
+            if obj is None:
+                obj = await confirm_gone(self._client, self.settings.namespace, name)
+            if obj is not None:
+                self.informer.remember("trainjobs", obj)  # created a moment ago: the watch brings it soon
+                parts = Parts(obj, parts.jobset, parts.jobs, parts.pods, parts.workload)
+        if obj is not None:
+            self._check_owner(obj, handle)
+            await self._watch_tails(name, parts)
+        outcome = self._fold(name, parts)
+        if handle.ref in self._stopped:
+            # Cancelled only once its compute is gone (a background deletion removes the TrainJob first).
+            outcome = await cessation.cancelled_once_ceased(self._client, handle, name, outcome)
+        return Observation(handle, outcome, self._clock.now())
 
     async def stop(self, handle: Handle) -> None:
         """Suspend the incarnation (under Kueue: deactivate its Workload), then delete its TrainJob in the
@@ -673,80 +774,74 @@ class Backend:
             return
         self._check_owner(obj, handle)
         self._stopped.add(handle.ref)
+        self.informer.invalidate(name)
         await cessation.stop(
             self._client, obj, ref=handle.ref, kueue=self.facts.kueue, queueing=self.queueing
         )
 
     async def list(self) -> list[Observation]:
-        """An observation of every TrainJob in the namespace that carries dispatch's identity, read with
-        one list request per kind (TrainJobs, JobSets, Jobs, pods, Workloads), never one per job. Objects
-        whose marks are inconsistent are skipped with a warning."""
-        what = f"list TrainJobs in namespace {self.settings.namespace!r}"
-        items = await self._client.list(
-            trainjob_path(self.settings.namespace), what=what, label_selector=_SELECTOR
-        )
-        mine: list[tuple[Identity, dict[str, Any]]] = []
-        for obj in items:
-            try:
-                identity = naming.identity_of(obj)
-            except ConflictError as exc:
-                _log.warning("skipping a TrainJob with inconsistent dispatch marks: %s", exc)
-                continue
-            if identity is not None:
-                mine.append((identity, obj))
-        parts = await read_all(
-            self._client,
-            self.settings.namespace,
-            [obj for _, obj in mine],
-            kueue=self.facts.kueue,
-            pod_selector=_SELECTOR,
-        )
-        now = self._clock.now()
+        """An observation of every TrainJob in the namespace that carries dispatch's identity, from the
+        shared cache (one list+watch per kind for the whole process, never a request per job). Objects whose
+        marks are inconsistent are skipped with a warning."""
+        await self.informer.sync()
         out: list[Observation] = []
-        for identity, obj in mine:
-            name = str(obj["metadata"]["name"])
-            handle = self._handle(identity, name)
-            outcome = self._classify(name, obj, parts.get(name), stopped=handle.ref in self._stopped, now=now)
-            out.append(Observation(handle, outcome, now))
+        now = self._clock.now()
+        for name, identity in sorted(self.informer.identities().items()):
+            parts = self.informer.parts(name)
+            if parts.trainjob is not None:
+                out.append(Observation(self._handle(identity, name), self._fold(name, parts), now))
         return out
 
     async def close(self) -> None:
         """Close the connection. Idempotent."""
         if not self._closed:
             self._closed = True
+            await self.informer.close()
             await self._client.close()
 
     # --- Watcher ---------------------------------------------------------------------------------------
 
     def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
-        """Changes of every incarnation in the namespace: one list+watch per kind (TrainJobs, JobSets, Jobs,
-        pods, and Workloads with Kueue) for all jobs at once. A change is emitted only when an incarnation's
-        observation changes; resumable from any change's cursor, also in another process."""
+        """Changes of every incarnation in the namespace, from the shared informer (one list+watch per kind
+        for the whole process, however many watches are open). A change is emitted only when an
+        incarnation's observation changes; resumable from any change's cursor, also in another process
+        (a cursor older than this process's informer is replayed on its own list+watch, once)."""
+        if cursor is not None:
+            since = decode_cursor(cursor, self.settings.namespace)
+            if not self.informer.covers(since):
+                return self._replay(cursor)
+            return self.informer.follow(self._handle, since)
+        return self.informer.follow(self._handle)
+
+    def watch_job(self, job_id: str) -> AsyncIterator[Change]:
+        """The changes of job ``job_id``'s incarnations only, from the shared informer (``JobWatcher``):
+        a thousand jobs each followed on its own cost what one watch of them all does."""
+        if not isinstance(job_id, str) or not job_id:
+            raise InvalidError(f"expected a job id, got {job_id!r}", path="job_id")
+        return self.informer.follow(self._handle, job_id=job_id)
+
+    def _replay(self, cursor: str) -> AsyncIterator[Change]:
         watch = Watch(
             self._client,
             self.settings.namespace,
-            kinds(self.settings.namespace, kueue=self.facts.kueue, pods=self.facts.pods_visible is not False),
-            fold=self._fold,
+            self._incarnation_kinds(),
+            fold=lambda name, parts, _previous: self._fold(name, parts or Parts()),
             handle_of=self._handle,
             tails=self._watch_tails,
             clock=self._clock,
         )
         return watch.run(cursor)
 
-    def _fold(self, name: str, cached: Cached | None, previous: Outcome | None) -> Outcome:
-        # ``previous`` is not needed: _classify carries causes through the backend's own memory.
-        trainjob = cached.trainjob if cached is not None else None
-        parts = (
-            Parts(jobset=cached.jobset, jobs=cached.jobs, pods=cached.pods, workload=cached.workload)
-            if cached is not None
-            else None
-        )
-        ref = f"{self.settings.namespace}/{name}"
-        return self._classify(name, trainjob, parts, stopped=ref in self._stopped, now=self._clock.now())
-
-    async def _watch_tails(self, name: str, cached: Cached) -> None:
-        if cached.trainjob is not None and failed_node_pods(cached.pods):
-            await self._read_tails(name, cached.trainjob, cached.pods)
+    async def _watch_tails(self, name: str, parts: Parts) -> None:
+        """What must be read before an incarnation is folded: the output tails of failed nodes while their
+        pods are there, and — for a failure nothing cached explains — the Events that outlive the pods."""
+        if parts.trainjob is not None and failed_node_pods(parts.pods):
+            await self._read_tails(name, parts.trainjob, parts.pods)
+        if parts.trainjob is not None and name not in self._events:
+            outcome = self._fold(name, parts)
+            if (outcome.state, outcome.cause) == (State.FAILED, Cause.UNKNOWN):
+                self._events[name] = await events_of(self._client, self.settings.namespace, name)
+                self.informer.invalidate(name)
 
     # --- CessationSignal -------------------------------------------------------------------------------
 
@@ -777,10 +872,13 @@ class Backend:
         follow: bool = False,
         tail: int | None = None,
         previous: bool = False,
+        since: float | None = None,
+        timestamps: bool = False,
     ) -> AsyncIterator[str]:
         """Lines of the ``node`` container of node ``node`` (its completion index); ``follow`` waits for a
         node that has not started and streams until it ends; ``previous``: the last terminated container of
-        a pod that restarted in place."""
+        a pod that restarted in place; ``since`` and ``timestamps``: the kubelet's ``sinceSeconds`` and
+        ``timestamps``."""
         name = self._name_of(handle)
         num_nodes: int | None = None
         if follow:
@@ -799,6 +897,8 @@ class Backend:
             tail=tail,
             previous=previous,
             num_nodes=num_nodes,
+            since=since,
+            timestamps=timestamps,
         ):
             yield line
 
@@ -811,14 +911,3 @@ class Backend:
     def identity_of(self, obj: Mapping[str, Any]) -> Identity | None:
         """The identity a TrainJob carries, ``None`` if none; ``ConflictError`` if inconsistent."""
         return naming.identity_of(obj)
-
-
-def _cached(trainjob: Mapping[str, Any], parts: Parts | None) -> Cached:
-    """An incarnation's objects in the watch's shape (for the checks that read the TrainJob with them)."""
-    return Cached(
-        trainjob=dict(trainjob),
-        jobset=parts.jobset if parts is not None else None,
-        jobs=list(parts.jobs) if parts is not None else [],
-        pods=list(parts.pods) if parts is not None else [],
-        workload=parts.workload if parts is not None else None,
-    )

@@ -25,21 +25,23 @@ from typing import Any, Final
 from dispatch.model import Cause, Evidence, Outcome, State
 from dispatch_kubeflow.holds import held_by_us
 from dispatch_kubeflow.names import ANNOTATION_HOLD, LABEL_QUEUE, NODE_CONTAINER
+from dispatch_kubeflow.objects import as_map, meta_of
 
 __all__ = [
+    "CONFIG_ERROR_GRACE",
     "IMAGE_PULL_GRACE",
     "RULES",
     "Condition",
     "Container",
     "Job",
     "JobSet",
+    "KubeEvent",
     "Pod",
     "Rule",
     "Snapshot",
     "Termination",
     "TrainJob",
     "Workload",
-    "carry",
     "classify",
     "table_markdown",
 ]
@@ -51,16 +53,20 @@ minutes covers five attempts — enough for a registry hiccup or a pull secret t
 short enough that a typo'd tag does not hold a slot for long. ``InvalidImageName`` can never succeed and
 fails at once."""
 
+CONFIG_ERROR_GRACE: Final = 300.0
+"""Seconds a container may fail to be created (``CreateContainerConfigError``/``CreateContainerError``: a
+Secret, ConfigMap or claim missing) before the job is called ``failed``/``config_error``: long enough for
+a Secret that is being rolled out (the kubelet retries on its pod sync back-off), short enough that a job
+waiting on a typo does not hold its slot. A pod still ``ContainerCreating`` after this long (a volume that
+never mounts) reads ``starting``/``config_error``, and fails after twice as long."""
+
 _KUEUE_PREEMPTION = ("Preempted", "InClusterQueue")
 _NODE_LOSS = ("DeletionByTaintManager", "DeletionByPodGC", "TerminationByKubelet")
 _PULL_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+_CONFIG_WAITING = ("CreateContainerConfigError", "CreateContainerError")
 
 
 # --- tolerant readers ----------------------------------------------------------------------------
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _list(value: Any) -> list[Any]:
@@ -105,8 +111,8 @@ class Condition:
     @classmethod
     def parse_all(cls, obj: Mapping[str, Any]) -> tuple[Condition, ...]:
         out = []
-        for raw in _list(_map(obj.get("status")).get("conditions")):
-            c = _map(raw)
+        for raw in _list(as_map(obj.get("status")).get("conditions")):
+            c = as_map(raw)
             if _str(c.get("type")):
                 out.append(
                     cls(
@@ -152,10 +158,6 @@ class _Object:
         )
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _map(obj.get("metadata"))
-
-
 @dataclass(frozen=True, slots=True)
 class TrainJob(_Object):
     """The TrainJob: its conditions, suspension, node count, Kueue queue label and dispatch's hold."""
@@ -168,9 +170,9 @@ class TrainJob(_Object):
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any], name: str = "") -> TrainJob:
-        meta = _meta(obj)
-        spec = _map(obj.get("spec"))
-        nodes = _int(_map(spec.get("trainer")).get("numNodes"))
+        meta = meta_of(obj)
+        spec = as_map(obj.get("spec"))
+        nodes = _int(as_map(spec.get("trainer")).get("numNodes"))
         return cls(
             kind="TrainJob",
             name=_str(meta.get("name")) or name,
@@ -178,7 +180,7 @@ class TrainJob(_Object):
             deleting=bool(meta.get("deletionTimestamp")),
             suspended=spec.get("suspend") is True,
             num_nodes=nodes if nodes is not None and nodes > 0 else 1,
-            queued_in_kueue=LABEL_QUEUE in _map(meta.get("labels")),
+            queued_in_kueue=LABEL_QUEUE in as_map(meta.get("labels")),
             held_by_dispatch=held_by_us(obj) is not None,
         )
 
@@ -191,13 +193,13 @@ class JobSet(_Object):
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any]) -> JobSet:
-        meta = _meta(obj)
+        meta = meta_of(obj)
         return cls(
             kind="JobSet",
             name=_str(meta.get("name")),
             conditions=Condition.parse_all(obj),
             deleting=bool(meta.get("deletionTimestamp")),
-            restarts=_int(_map(obj.get("status")).get("restarts")) or 0,
+            restarts=_int(as_map(obj.get("status")).get("restarts")) or 0,
         )
 
 
@@ -207,7 +209,7 @@ class Job(_Object):
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any]) -> Job:
-        meta = _meta(obj)
+        meta = meta_of(obj)
         return cls(
             kind="Job",
             name=_str(meta.get("name")),
@@ -227,7 +229,7 @@ class Termination:
 
     @classmethod
     def parse(cls, state: Any) -> Termination | None:
-        term = _map(state).get("terminated")
+        term = as_map(state).get("terminated")
         if not isinstance(term, Mapping):
             return None
         return cls(
@@ -253,9 +255,9 @@ class Container:
 
     @classmethod
     def parse(cls, raw: Any, *, init: bool = False) -> Container:
-        cs = _map(raw)
-        state = _map(cs.get("state"))
-        waiting = _map(state.get("waiting"))
+        cs = as_map(raw)
+        state = as_map(cs.get("state"))
+        waiting = as_map(state.get("waiting"))
         return cls(
             name=_str(cs.get("name")),
             waiting=_str(waiting.get("reason")),
@@ -281,8 +283,8 @@ class Pod(_Object):
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any]) -> Pod:
-        meta = _meta(obj)
-        status = _map(obj.get("status"))
+        meta = meta_of(obj)
+        status = as_map(obj.get("status"))
         containers = [Container.parse(c, init=True) for c in _list(status.get("initContainerStatuses"))]
         containers += [Container.parse(c) for c in _list(status.get("containerStatuses"))]
         return cls(
@@ -291,7 +293,7 @@ class Pod(_Object):
             conditions=Condition.parse_all(obj),
             deleting=bool(meta.get("deletionTimestamp")),
             phase=_str(status.get("phase")),
-            node=_str(_map(obj.get("spec")).get("nodeName")) or None,
+            node=_str(as_map(obj.get("spec")).get("nodeName")) or None,
             reason=_str(status.get("reason")),
             message=_str(status.get("message")),
             created=_time(meta.get("creationTimestamp")),
@@ -330,25 +332,51 @@ class Workload(_Object):
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any]) -> Workload:
-        meta = _meta(obj)
-        status = _map(obj.get("status"))
+        meta = meta_of(obj)
+        status = as_map(obj.get("status"))
         causes = tuple(
-            _str(_map(e).get("underlyingCause"))
-            for e in _list(_map(status.get("schedulingStats")).get("evictions"))
-            if _str(_map(e).get("underlyingCause"))
+            _str(as_map(e).get("underlyingCause"))
+            for e in _list(as_map(status.get("schedulingStats")).get("evictions"))
+            if _str(as_map(e).get("underlyingCause"))
         )
         return cls(
             kind="Workload",
             name=_str(meta.get("name")),
             conditions=Condition.parse_all(obj),
             deleting=bool(meta.get("deletionTimestamp")),
-            active=_map(obj.get("spec")).get("active") is not False,
+            active=as_map(obj.get("spec")).get("active") is not False,
             eviction_causes=causes,
         )
 
     @property
     def finished(self) -> bool:
         return self.true("Finished") is not None
+
+
+@dataclass(frozen=True, slots=True)
+class KubeEvent:
+    """A Kubernetes Event about one of the incarnation's objects (kept by the API server about an hour,
+    after its pods are gone): what it is about, its reason and message."""
+
+    kind: str
+    name: str
+    reason: str
+    message: str = ""
+    at: float | None = None
+
+    @classmethod
+    def parse(cls, obj: Mapping[str, Any]) -> KubeEvent:
+        about = as_map(obj.get("involvedObject") or obj.get("regarding"))
+        return cls(
+            kind=_str(about.get("kind")),
+            name=_str(about.get("name")),
+            reason=_str(obj.get("reason")),
+            message=_str(obj.get("message") or obj.get("note")),
+            at=_time(obj.get("lastTimestamp") or obj.get("eventTime") or obj.get("firstTimestamp")),
+        )
+
+    def evidence(self) -> Evidence:
+        return Evidence(kind=self.kind, name=self.name, reason=self.reason, message=self.message, at=self.at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +396,9 @@ class Snapshot:
     stopped: bool = False
     now: float | None = None
     image_pull_grace: float = IMAGE_PULL_GRACE
+    config_error_grace: float = CONFIG_ERROR_GRACE
+    events: tuple[KubeEvent, ...] = ()
+    """Events of the incarnation's objects, read only for a failure nothing else explains."""
 
     @classmethod
     def of(
@@ -382,6 +413,7 @@ class Snapshot:
         stopped: bool = False,
         now: float | None = None,
         image_pull_grace: float = IMAGE_PULL_GRACE,
+        events: Sequence[Any] = (),
     ) -> Snapshot:
         """Parse raw API objects (dicts) into a snapshot; anything that is not an object is skipped."""
         return cls(
@@ -394,6 +426,7 @@ class Snapshot:
             stopped=stopped,
             now=now,
             image_pull_grace=image_pull_grace,
+            events=tuple(KubeEvent.parse(e) for e in _seq(events) if isinstance(e, Mapping)),
         )
 
     # --- derived readings -------------------------------------------------------------------------
@@ -682,6 +715,8 @@ def _scheduled_at(pod: Pod) -> float | None:
 
 
 def _unschedulable(s: Snapshot) -> Outcome | None:
+    if s.failing is not None:
+        return None  # a pod-level signal never keeps a failing job live: the rules below name the failure
     for pod in s.pods:
         c = _find(pod.conditions, "PodScheduled")
         if c is not None and c.status == "False" and c.reason == "Unschedulable" and not pod.deleting:
@@ -713,10 +748,50 @@ def _failed_container(s: Snapshot) -> Evidence | None:
 
 
 def _complete(s: Snapshot) -> Outcome | None:
+    """The TrainJob says ``Complete``: succeeded, whatever a pod shows (an ``OOMKilled`` with exit code 0
+    under memory pressure, kubernetes/kubernetes#116042); containers restarted in place on the way go into
+    the evidence, so a success that needed retries says so."""
     c = s.trainjob.true("Complete") if s.trainjob is not None else None
     if c is None or s.trainjob is None:
         return None
-    return Outcome(State.SUCCEEDED, Cause.NONE, (s.trainjob.evidence(c),))
+    return Outcome(State.SUCCEEDED, Cause.NONE, (s.trainjob.evidence(c), *_container_history(s)))
+
+
+def _container_history(s: Snapshot) -> tuple[Evidence, ...]:
+    """What containers went through before now: each restart in place (its last termination) and each
+    termination that says more than ``Completed`` (an ``OOMKilled`` with exit code 0)."""
+    out: list[Evidence] = []
+    for pod in s.pods:
+        for c in pod.containers:
+            if c.restarts and c.last is not None:
+                out.append(_with_restarts(pod.container_evidence(c, c.last), c))
+            elif c.terminated is not None and c.terminated.reason not in ("", "Completed"):
+                out.append(pod.container_evidence(c, c.terminated))
+    return tuple(out)
+
+
+def _config_error(s: Snapshot) -> Outcome | None:
+    for pod in s.pods:
+        if pod.deleting:
+            continue
+        for c in pod.containers:
+            stuck = c.waiting == "ContainerCreating"
+            if c.waiting not in _CONFIG_WAITING and not stuck:
+                continue
+            since = _scheduled_at(pod)
+            waited = s.now - since if s.now is not None and since is not None else None
+            grace = s.config_error_grace * (2 if stuck else 1)
+            if stuck and (waited is None or waited < s.config_error_grace):
+                continue  # creating containers takes a while: not a problem yet
+            ev = pod.container_evidence(c, reason=c.waiting, message=c.waiting_message)
+            if s.failing is not None or (waited is not None and waited >= grace):
+                if waited is not None and s.failing is None:
+                    note = f"containers not created after {waited:.0f}s (grace {grace:.0f}s)"
+                    message = f"{ev.message} ({note})" if ev.message else note
+                    ev = Evidence(ev.kind, ev.name, ev.reason, message, node=ev.node)
+                return Outcome(State.FAILED, Cause.CONFIG_ERROR, (ev, *s.supporting()))
+            return Outcome(State.STARTING, Cause.CONFIG_ERROR, (ev,))
+    return None
 
 
 def _gone(s: Snapshot) -> Outcome | None:
@@ -733,6 +808,42 @@ def _gone(s: Snapshot) -> Outcome | None:
             reason="Deleting", message="the TrainJob is being deleted, and not by dispatch"
         )
         return Outcome(State.LOST, Cause.UNKNOWN, (ev,))
+    return None
+
+
+_EVENT_CAUSES = {
+    "Preempted": Cause.PREEMPTED,  # the scheduler's (pod) or Kueue's (Workload) preemption
+    "TaintManagerEviction": Cause.NODE_LOST,
+    "NodeNotReady": Cause.NODE_LOST,
+    "Evicted": Cause.EVICTED,  # the kubelet's node-pressure eviction
+    "OOMKilling": Cause.OUT_OF_MEMORY,
+}
+_WORKLOAD_CAUSES = {
+    "Preempted": Cause.PREEMPTED,
+    "InClusterQueue": Cause.PREEMPTED,
+    "NodeFailures": Cause.NODE_LOST,
+}
+
+
+def _outlived(s: Snapshot) -> Outcome | None:
+    """A failure whose pods are gone: what outlives them names the cause — the Kueue Workload's eviction
+    history, a condition message naming an OOM kill, the Events of the incarnation's objects."""
+    if s.failing is None:
+        return None
+    wl = s.workload
+    if wl is not None:
+        for type_ in ("Evicted", "Preempted", "Requeued"):
+            c = wl.true(type_)
+            if c is not None and c.reason in _WORKLOAD_CAUSES:
+                return Outcome(State.FAILED, _WORKLOAD_CAUSES[c.reason], (wl.evidence(c), *s.supporting()))
+    for obj in (o for o in (s.trainjob, s.jobset, *s.jobs) if o is not None):
+        for c in obj.conditions:
+            if "OOMKilled" in c.message:
+                return Outcome(State.FAILED, Cause.OUT_OF_MEMORY, (obj.evidence(c), *s.supporting()))
+    for event in s.events:
+        cause = _EVENT_CAUSES.get(event.reason)
+        if cause is not None:
+            return Outcome(State.FAILED, cause, (event.evidence(), *s.supporting()))
     return None
 
 
@@ -815,6 +926,13 @@ RULES: Final[tuple[Rule, ...]] = (
         _held,
     ),
     Rule(
+        "complete",
+        "TrainJob `Complete` — before any pod-level signal: a pod `OOMKilled` with exit code 0 or a container restarted in place does not keep a finished job live (the restarts go into the evidence)",
+        "TrainJob, Pod",
+        "succeeded / none",
+        _complete,
+    ),
+    Rule(
         "kueue_preempted",
         "Workload `Evicted` reason `Preempted`, or `Preempted` reasons `InClusterQueue`, `InCohort…`",
         "Workload",
@@ -892,6 +1010,13 @@ RULES: Final[tuple[Rule, ...]] = (
         _image_pull,
     ),
     Rule(
+        "config_error",
+        f"container waiting `CreateContainerConfigError`/`CreateContainerError` (a missing Secret, ConfigMap or claim; fails after {CONFIG_ERROR_GRACE:.0f} s), or `ContainerCreating` for {CONFIG_ERROR_GRACE:.0f} s (fails after {2 * CONFIG_ERROR_GRACE:.0f} s); the kubelet's message is the evidence",
+        "Pod",
+        "starting / config_error (then failed)",
+        _config_error,
+    ),
+    Rule(
         "unschedulable",
         "pod `PodScheduled=False` reason `Unschedulable`",
         "Pod",
@@ -905,13 +1030,19 @@ RULES: Final[tuple[Rule, ...]] = (
         "failed / exit_code",
         _exit_code,
     ),
-    Rule("complete", "TrainJob `Complete`", "TrainJob", "succeeded / none", _complete),
     Rule(
         "gone",
         "TrainJob gone (confirmed by a second read) or being deleted, not by us",
         "TrainJob",
         "lost / unknown",
         _gone,
+    ),
+    Rule(
+        "outlived",
+        "failing with its pods gone: the Workload's `Evicted`/`Preempted`/`Requeued` reason, a condition message naming `OOMKilled`, or an Event of the incarnation's objects (`Preempted`, `TaintManagerEviction`, `NodeNotReady`, `Evicted`, `OOMKilling`)",
+        "Workload, TrainJob, JobSet, Job, Event",
+        "failed / preempted, node_lost, evicted, out_of_memory",
+        _outlived,
     ),
     Rule(
         "failed_otherwise",
@@ -935,24 +1066,6 @@ RULES: Final[tuple[Rule, ...]] = (
         _live,
     ),
 )
-
-
-def carry(previous: Outcome | None, current: Outcome) -> Outcome:
-    """``current``, unless it is ``failed``/``unknown`` and ``previous`` — an earlier observation of the same
-    incarnation, not terminal — had a cause: then the job failed of that cause, with both evidences.
-
-    The Job controller deletes a failed job's pods (a container in crash-loop back-off goes at once), so the
-    OOM or exit code that made it fail is often gone by the time the TrainJob says ``Failed``; what was
-    seen while it restarted is the best evidence left. ``observe``, ``list`` and the watch fold their
-    observations through this."""
-    if (
-        previous is None
-        or previous.terminal
-        or previous.cause in (Cause.NONE, Cause.UNKNOWN)
-        or (current.state, current.cause) != (State.FAILED, Cause.UNKNOWN)
-    ):
-        return current
-    return Outcome(State.FAILED, previous.cause, (*previous.evidence, *current.evidence))
 
 
 def classify(snapshot: Snapshot) -> Outcome:

@@ -29,8 +29,7 @@ from dispatch_kubeflow.errors import PodsRemainError
 from dispatch_kubeflow.incarnation import DeletionClock, Remains, remains, stuck_message
 from dispatch_kubeflow.kube import KubeClient
 from dispatch_kubeflow.naming import identity_labels
-from dispatch_kubeflow.reading import LABEL_JOB_UID
-from dispatch_kubeflow.resources import JOBSETS, PODS, TRAINJOBS, WORKLOADS
+from dispatch_kubeflow.resources import JOBSETS, LABEL_JOB_UID, PODS, TRAINJOBS, WORKLOADS
 
 __all__ = ["WAIT_SECONDS", "cancelled_once_ceased", "read_remains", "require_ceased", "stop", "wait_ceased"]
 
@@ -224,13 +223,14 @@ async def _pods_first(
 
 
 async def cancelled_once_ceased(client: KubeClient, handle: Handle, name: str, outcome: Outcome) -> Outcome:
-    """``outcome`` (of an incarnation whose TrainJob is gone) unless it says ``cancelled`` while the
-    incarnation's JobSet or pods remain: a background deletion removes the TrainJob first, and a record
-    must not say cancelled while compute of it still runs. Until then it reads as running, stopping."""
+    """``outcome`` (of a stopped incarnation) unless it says ``cancelled`` while the incarnation's own
+    labelled JobSet or pods remain: a record must not say cancelled while compute of it still runs (a
+    background deletion removes the TrainJob first; a lingering TrainJob holds no compute). Until then it
+    reads as running, stopping."""
     if outcome.state is not State.CANCELLED:
         return outcome
     left, _ = await read_remains(client, handle, name)
-    if left.ceased:
+    if left.jobset is None and not left.pods:
         return outcome
     ev = Evidence(
         kind="TrainJob",

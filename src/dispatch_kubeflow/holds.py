@@ -19,6 +19,7 @@ from typing import Any
 
 from dispatch.model import Identity
 from dispatch_kubeflow.names import ANNOTATION_HOLD
+from dispatch_kubeflow.objects import as_map
 
 __all__ = [
     "CheckState",
@@ -30,13 +31,9 @@ __all__ = [
 ]
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def held_by_us(trainjob: Mapping[str, Any]) -> str | None:
     """The hold token on ``trainjob`` if dispatch holds it (the hold annotation), else ``None``."""
-    value = _map(_map(trainjob.get("metadata")).get("annotations")).get(ANNOTATION_HOLD)
+    value = as_map(as_map(trainjob.get("metadata")).get("annotations")).get(ANNOTATION_HOLD)
     return value if isinstance(value, str) and value else None
 
 
@@ -66,9 +63,9 @@ class CheckState:
 
 
 def _true(obj: Mapping[str, Any], ctype: str) -> bool:
-    conditions = _map(obj.get("status")).get("conditions")
+    conditions = as_map(obj.get("status")).get("conditions")
     return any(
-        _map(c).get("type") == ctype and _map(c).get("status") == "True"
+        as_map(c).get("type") == ctype and as_map(c).get("status") == "True"
         for c in (conditions if isinstance(conditions, list) else [])
     )
 
@@ -92,7 +89,7 @@ def desired_check(
         # would race that reset (a Retry seen again after it would evict the job a second time).
         return None
     if trainjob is not None and held_by_us(trainjob) is not None:
-        meta = _map(trainjob.get("metadata"))
+        meta = as_map(trainjob.get("metadata"))
         where = f"TrainJob {meta.get('namespace', '')}/{meta.get('name', '')}"
         if state == "Retry":
             return None

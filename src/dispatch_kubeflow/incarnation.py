@@ -14,6 +14,7 @@ from typing import Any
 
 from dispatch.model import Evidence, Outcome, State
 from dispatch_kubeflow.names import NODE_CONTAINER
+from dispatch_kubeflow.objects import as_map, meta_of
 from dispatch_kubeflow.watching import Parts
 
 __all__ = [
@@ -36,16 +37,8 @@ stuck: a finalizer nobody removes, or no garbage collector."""
 LABEL_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return _map(obj.get("metadata")) if obj is not None else {}
-
-
 def _name(obj: Mapping[str, Any] | None) -> str:
-    return str(_meta(obj).get("name", ""))
+    return str(meta_of(obj).get("name", ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +83,12 @@ def remains(
     trainjob: Mapping[str, Any] | None, jobset: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]
 ) -> Remains:
     """What remains of an incarnation given its TrainJob, JobSet and pods as read now."""
-    meta = _meta(trainjob)
+    meta = meta_of(trainjob)
     fins = meta.get("finalizers")
     since = meta.get("deletionTimestamp")
     pod_list: list[tuple[str, str | None]] = []
     for p in pods:
-        t = _meta(p).get("deletionTimestamp")
+        t = meta_of(p).get("deletionTimestamp")
         if _name(p):
             pod_list.append((_name(p), t if isinstance(t, str) else None))
     return Remains(
@@ -160,13 +153,13 @@ def with_stuck_deletion(
 def terminated_node(pod: Mapping[str, Any]) -> tuple[bool, int, str] | None:
     """``(previous, exit code, container id)`` of the ``node`` container's last failed run — in ``state``
     (``previous`` False) or, restarting in place, in ``lastState`` (True) — or ``None``."""
-    statuses = _map(pod.get("status")).get("containerStatuses")
+    statuses = as_map(pod.get("status")).get("containerStatuses")
     for cs in statuses if isinstance(statuses, list) else []:
-        cs = _map(cs)
+        cs = as_map(cs)
         if cs.get("name") != NODE_CONTAINER:
             continue
         for previous, key in ((False, "state"), (True, "lastState")):
-            term = _map(_map(cs.get(key)).get("terminated"))
+            term = as_map(as_map(cs.get(key)).get("terminated"))
             code = term.get("exitCode")
             if isinstance(code, int) and not isinstance(code, bool) and code != 0:
                 return previous, code, str(term.get("containerID") or f"{key}:{cs.get('restartCount', 0)}")
@@ -189,8 +182,8 @@ class Tail:
 
     @classmethod
     def of(cls, pod: Mapping[str, Any], lines: tuple[str, ...]) -> Tail:
-        index = _map(_meta(pod).get("labels")).get(LABEL_INDEX, "?")
-        node = _map(pod.get("spec")).get("nodeName")
+        index = as_map(meta_of(pod).get("labels")).get(LABEL_INDEX, "?")
+        node = as_map(pod.get("spec")).get("nodeName")
         return cls(_name(pod), str(index), node if isinstance(node, str) else None, lines)
 
 

@@ -34,7 +34,7 @@ import httpx2 as httpx
 from dispatch import logs, metrics
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import check_token
-from dispatch.errors import InvalidError, ReadOnlyError, UnsupportedError
+from dispatch.errors import InvalidError, ReadOnlyError, UnavailableError, UnsupportedError
 from dispatch_kubeflow.errors import is_retryable, map_status, map_transport, unavailable_webhook
 from dispatch_kubeflow.resources import SELF_SUBJECT_ACCESS_REVIEWS, group_version_path
 
@@ -129,6 +129,25 @@ def _http_options(single: Any, timeout: float) -> dict[str, Any]:
     return options
 
 
+def _ca_fingerprint(single: Any) -> str:
+    import base64
+    import hashlib
+
+    cluster = getattr(single, "cluster", None)
+    data = getattr(cluster, "certificate_auth_data", None)
+    try:
+        if isinstance(data, str) and data:
+            raw = base64.b64decode(data)
+        elif isinstance(getattr(cluster, "certificate_auth", None), str):
+            with open(cluster.certificate_auth, "rb") as f:  # type: ignore[union-attr]
+                raw = f.read()
+        else:
+            return ""
+    except (OSError, ValueError):
+        return ""
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
 class _Bearer(httpx.Auth):
     """``Authorization: Bearer <token>`` on every request (the token is never shown)."""
 
@@ -154,10 +173,16 @@ class KubeClient:
         self.retry = retry or Retry()
         self._clock = clock or SystemClock()
         self.read_only = False
+        self._closed = False
         self.requests = 0
+        self.ca_fingerprint = ""
+        """SHA-256 of the cluster's CA as the configuration names it ("" when it names none): with the
+        server's address, the cluster's identity where its kube-system namespace is not readable."""
         self.findings: list[str] = []
         """Warnings the API server attached to writes (the last fifty), for capabilities' notes."""
         self._tokens: list[str] = []
+        self.context_namespace = "default"
+        """The namespace the kubeconfig's context names (``default`` when none), as kubectl uses it."""
 
     @classmethod
     def connect(
@@ -185,6 +210,9 @@ class KubeClient:
         headers["User-Agent"] = USER_AGENT
         http = httpx.AsyncClient(headers=headers, **options)
         client = cls(http, server=str(single.cluster.server), retry=retry, clock=clock)
+        client.ca_fingerprint = _ca_fingerprint(single)
+        # The context's namespace (lightkube: "default" when it names none), kubectl's default namespace.
+        client.context_namespace = str(getattr(single, "namespace", None) or "default")
         for secret in (token, static):
             if isinstance(secret, str):
                 logs.redact_loggers(LIBRARY_LOGGERS)
@@ -193,11 +221,18 @@ class KubeClient:
         return client
 
     async def close(self) -> None:
+        self._closed = True
         try:
             await self._http.aclose()
         finally:
             while self._tokens:
                 logs.SECRETS.remove(self._tokens.pop())
+
+    def _check_open(self, what: str) -> None:
+        # A task still running after close (a watch of another event loop) gets dispatch's error, not the
+        # HTTP client's RuntimeError.
+        if self._closed:
+            raise UnavailableError(f"{what}: the connection to {self.server} was closed")
 
     async def request(
         self,
@@ -218,6 +253,7 @@ class KubeClient:
         ``PermissionDeniedError`` (401/403), ``UnavailableError`` (no usable answer after the retries),
         ``OutcomeUnknownError`` (a write that may have reached the server), ``ReadOnlyError`` (a write in
         read-only mode, never sent)."""
+        self._check_open(what)
         if method != "GET" and self.read_only:
             raise ReadOnlyError(f"{what}: refused, the backend is read-only (no write request is sent)")
         query = dict(params or {})
@@ -381,6 +417,7 @@ class KubeClient:
         error answer (``ExpiredError`` for 410), and ``UnavailableError`` when no answer came or the
         connection broke mid-stream. ``read_timeout`` bounds the silence between two chunks (``None``: as
         long as the server keeps the stream open)."""
+        self._check_open(what)
         headers = {"Accept": "application/json"}
         timeout = httpx.Timeout(10.0, read=read_timeout)
         self.requests += 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from dispatch_kubeflow.errors import ExpiredError, map_status
 from dispatch_kubeflow.kube import KubeClient
 from dispatch_kubeflow.names import NODE_CONTAINER
 from dispatch_kubeflow.naming import identity_labels
+from dispatch_kubeflow.objects import as_map
 from dispatch_kubeflow.resources import PODS
 
 __all__ = ["LABEL_INDEX", "LABEL_REPLICATED_JOB", "node_pod", "read_tail", "stream_output"]
@@ -31,18 +33,14 @@ LABEL_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 _WAIT_SECONDS = 60  # one watch request while following a node that has not started
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _selector(identity: Identity, node: int | None = None) -> str:
     sel = ",".join(f"{k}={v}" for k, v in identity_labels(identity).items())
     return sel if node is None else f"{sel},{LABEL_INDEX}={node}"
 
 
 def _has_node_container(pod: Mapping[str, Any]) -> bool:
-    containers = _map(pod.get("spec")).get("containers")
-    return isinstance(containers, list) and any(_map(c).get("name") == NODE_CONTAINER for c in containers)
+    containers = as_map(pod.get("spec")).get("containers")
+    return isinstance(containers, list) and any(as_map(c).get("name") == NODE_CONTAINER for c in containers)
 
 
 def node_pod(pods: Sequence[Mapping[str, Any]], node: int) -> Mapping[str, Any] | None:
@@ -50,17 +48,17 @@ def node_pod(pods: Sequence[Mapping[str, Any]], node: int) -> Mapping[str, Any] 
     mine = [
         p
         for p in pods
-        if _map(_map(p.get("metadata")).get("labels")).get(LABEL_INDEX) == str(node)
+        if as_map(as_map(p.get("metadata")).get("labels")).get(LABEL_INDEX) == str(node)
         and _has_node_container(p)
     ]
     if not mine:
         return None
 
     def rank(p: Mapping[str, Any]) -> tuple[bool, bool, str]:
-        meta = _map(p.get("metadata"))
+        meta = as_map(p.get("metadata"))
         # the trainer's own replicated job ("node") first, live pods before deleting ones, newest last
         return (
-            _map(meta.get("labels")).get(LABEL_REPLICATED_JOB) == NODE_CONTAINER,
+            as_map(meta.get("labels")).get(LABEL_REPLICATED_JOB) == NODE_CONTAINER,
             not meta.get("deletionTimestamp"),
             str(meta.get("creationTimestamp", "")),
         )
@@ -70,12 +68,12 @@ def node_pod(pods: Sequence[Mapping[str, Any]], node: int) -> Mapping[str, Any] 
 
 def _started(pod: Mapping[str, Any]) -> bool:
     """Whether the node container has a log to read (it runs or ran)."""
-    statuses = _map(pod.get("status")).get("containerStatuses")
+    statuses = as_map(pod.get("status")).get("containerStatuses")
     for cs in statuses if isinstance(statuses, list) else []:
-        cs = _map(cs)
+        cs = as_map(cs)
         if cs.get("name") == NODE_CONTAINER:
-            state = _map(cs.get("state"))
-            return "running" in state or "terminated" in state or "terminated" in _map(cs.get("lastState"))
+            state = as_map(cs.get("state"))
+            return "running" in state or "terminated" in state or "terminated" in as_map(cs.get("lastState"))
     return False
 
 
@@ -83,12 +81,29 @@ def _log_path(namespace: str, pod: str) -> str:
     return PODS.path(namespace, pod, "log")
 
 
+def _time_params(since: float | None, timestamps: bool) -> dict[str, str]:
+    """The kubelet's ``sinceSeconds`` (whole seconds, at least 1) and ``timestamps``, when asked for."""
+    params = {}
+    if since is not None:
+        params["sinceSeconds"] = str(max(1, math.ceil(since)))
+    if timestamps:
+        params["timestamps"] = "true"
+    return params
+
+
 async def read_tail(
-    client: KubeClient, namespace: str, pod: str, *, lines: int | None, previous: bool = False
+    client: KubeClient,
+    namespace: str,
+    pod: str,
+    *,
+    lines: int | None,
+    previous: bool = False,
+    since: float | None = None,
+    timestamps: bool = False,
 ) -> tuple[str, ...]:
     """The last ``lines`` lines (all with ``None``) of the ``node`` container of ``pod``; raises dispatch's
     errors (the caller decides what a missing log means)."""
-    params = {"container": NODE_CONTAINER}
+    params = {"container": NODE_CONTAINER, **_time_params(since, timestamps)}
     if lines is not None:
         params["tailLines"] = str(lines)
     if previous:
@@ -104,7 +119,7 @@ async def _pods(client: KubeClient, namespace: str, selector: str) -> tuple[list
     out = await client.request("GET", PODS.path(namespace), what=what, params={"labelSelector": selector})
     out = out if isinstance(out, dict) else {}
     items = out.get("items")
-    rv = _map(out.get("metadata")).get("resourceVersion")
+    rv = as_map(out.get("metadata")).get("resourceVersion")
     return (
         [i for i in items if isinstance(i, dict)] if isinstance(items, list) else [],
         rv if isinstance(rv, str) else "",
@@ -132,9 +147,9 @@ async def _wait_started(
                     event = json.loads(line)
                 except ValueError:
                     continue
-                obj = _map(_map(event).get("object"))
-                meta = _map(obj.get("metadata"))
-                etype = _map(event).get("type")
+                obj = as_map(as_map(event).get("object"))
+                meta = as_map(obj.get("metadata"))
+                etype = as_map(event).get("type")
                 if etype == "ERROR":
                     code = obj.get("code")
                     raise map_status(code if isinstance(code, int) else 500, obj, what=what)
@@ -155,7 +170,7 @@ async def _wait_started(
         except (UnavailableError, OutcomeUnknownError):
             pass  # the stream broke: list again below and watch on
         items, rv = await _pods(client, namespace, selector)
-        seen = {str(_map(p.get("metadata")).get("name")): p for p in items}
+        seen = {str(as_map(p.get("metadata")).get("name")): p for p in items}
         pod = node_pod(items, node)
         if pod is not None and _started(pod):
             return pod
@@ -171,6 +186,8 @@ async def stream_output(
     tail: int | None,
     previous: bool,
     num_nodes: int | None,
+    since: float | None = None,
+    timestamps: bool = False,
 ) -> AsyncIterator[str]:
     """The lines of node ``node`` (see the module docstring). ``num_nodes`` (when known) bounds ``node``."""
     if isinstance(node, bool) or not isinstance(node, int) or node < 0:
@@ -190,17 +207,19 @@ async def stream_output(
         raise NotFoundError(
             f"node {node} of {identity} has no pod: it has not been created yet, or it is gone"
         )
-    name = str(_map(pod.get("metadata")).get("name"))
+    name = str(as_map(pod.get("metadata")).get("name"))
     what = f'read the output of node {node} of {identity} (pod "{name}")'
     if not follow or previous:
         try:
-            lines = await read_tail(client, namespace, name, lines=tail, previous=previous)
+            lines = await read_tail(
+                client, namespace, name, lines=tail, previous=previous, since=since, timestamps=timestamps
+            )
         except InvalidError as exc:  # 400: the container has not started (or has no earlier run)
             raise BusyError(f"{what}: {exc}; retry later") from None
         for line in lines:
             yield line
         return
-    params = {"container": NODE_CONTAINER, "follow": "true"}
+    params = {"container": NODE_CONTAINER, "follow": "true", **_time_params(since, timestamps)}
     if tail is not None:
         params["tailLines"] = str(tail)
     async for line in client.stream(_log_path(namespace, name), what=what, params=params):

@@ -47,6 +47,7 @@ from dispatch_kubeflow.resources import (
     CRDS,
     JOBSETS,
     LOCAL_QUEUES,
+    NAMESPACES,
     PODS,
     TRAINING_RUNTIMES,
     TRAINJOBS,
@@ -73,6 +74,23 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 _TRAINER_RESOURCES = ("trainjobs", "trainingruntimes", "clustertrainingruntimes")
+
+
+async def cluster_identity(client: KubeClient) -> str:
+    """The cluster's stable identity (SPEC §6.1), read from the cluster itself: the UID of its
+    ``kube-system`` namespace, which every process opening the cluster reads alike and a new cluster never
+    shares (kubesim makes one per instance). Where the credentials may not read it: the API server's
+    address and the fingerprint of its CA."""
+    try:
+        ns = await client.get_or_none(NAMESPACES.path(None, "kube-system"), what="get namespace kube-system")
+    except PermissionDeniedError:
+        ns = None
+    meta = ns.get("metadata") if isinstance(ns, dict) else None
+    uid = meta.get("uid") if isinstance(meta, Mapping) else None
+    if isinstance(uid, str) and uid:
+        return f"kubernetes:{uid}"
+    ca = f"#ca:{client.ca_fingerprint}" if client.ca_fingerprint else ""
+    return f"kubernetes:{client.server}{ca}"
 
 
 @dataclass(slots=True)
@@ -254,12 +272,12 @@ async def kueue_objects(client: KubeClient, settings: Settings, facts: ClusterFa
     if not facts.kueue:
         return []
     wanted = [
-        (LOCAL_QUEUES, settings.queue, settings.namespace),
-        (WORKLOAD_PRIORITY_CLASSES, settings.priority_class, None),
-        (ADMISSION_CHECKS, settings.admission_check, None),
+        (LOCAL_QUEUES, settings.queue, settings.namespace, "queue"),
+        (WORKLOAD_PRIORITY_CLASSES, settings.priority_class, None, "priorityClass"),
+        (ADMISSION_CHECKS, settings.admission_check, None, "admissionCheck"),
     ]
     reasons: list[str] = []
-    for resource, name, ns in wanted:
+    for resource, name, ns, key in wanted:
         if name is None:
             continue
         kind = resource.kind
@@ -270,8 +288,22 @@ async def kueue_objects(client: KubeClient, settings: Settings, facts: ClusterFa
             continue
         if found is None:
             place = f" in namespace {ns!r}" if ns else ""
-            reasons.append(f'the Kueue {kind} "{name}" named in the settings does not exist{place}')
+            reasons.append(
+                f'settings.{key}: the Kueue {kind} "{name}" named in the settings does not exist{place}; '
+                + await _existing(client, resource, ns)
+            )
     return reasons
+
+
+async def _existing(client: KubeClient, resource: Any, namespace: str | None) -> str:
+    """The objects of ``resource`` that exist (where one was looked for): the alternatives to name."""
+    kind = resource.kind
+    try:
+        found = await client.list(resource.path(namespace), what=f"list Kueue {kind}s")
+    except DispatchError:  # not readable here: the reason still names what is missing
+        return f"the {kind}s that exist could not be listed"
+    names = sorted(str((o.get("metadata") or {}).get("name")) for o in found)
+    return f"{kind}s that exist: {', '.join(names)}" if names else f"no {kind} exists there"
 
 
 def _check_names(cq: Mapping[str, Any]) -> list[str]:

@@ -23,10 +23,12 @@ __all__ = [
     "CLUSTER_QUEUES",
     "CLUSTER_TRAINING_RUNTIMES",
     "CRDS",
+    "EVENTS",
     "JOBS",
     "JOBSETS",
     "LEASES",
     "LOCAL_QUEUES",
+    "NAMESPACES",
     "NODES",
     "PODS",
     "SELF_SUBJECT_ACCESS_REVIEWS",
@@ -94,7 +96,11 @@ JOBSETS: Final = Resource(JOBSET_GROUP, JOBSET_VERSION, "jobsets", "JobSet", Tru
 JOBS: Final = Resource("batch", "v1", "jobs", "Job", True)
 PODS: Final = Resource("", "v1", "pods", "Pod", True)
 NODES: Final = Resource("", "v1", "nodes", "Node", False)
+NAMESPACES: Final = Resource("", "v1", "namespaces", "Namespace", False)
+EVENTS: Final = Resource("", "v1", "events", "Event", True)
 WORKLOADS: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload", True)
+LABEL_JOB_UID: Final = "kueue.x-k8s.io/job-uid"
+"""The label Kueue sets on a Workload: the UID of the job (TrainJob) it admits."""
 LOCAL_QUEUES: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "localqueues", "LocalQueue", True)
 WORKLOAD_PRIORITY_CLASSES: Final = Resource(
     KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses", "WorkloadPriorityClass", False

@@ -13,6 +13,7 @@ from typing import Any
 
 from dispatch.model import JobSpec
 from dispatch_kubeflow.names import DOMAIN, LABEL_ANCESTOR_STEP, NODE_CONTAINER, TRAINER_STEP
+from dispatch_kubeflow.objects import as_map
 
 __all__ = [
     "ANNOTATION_MAX_NODES",
@@ -36,17 +37,13 @@ _RESERVED_PREFIXES = {"torch": ("PET_",), "mpi": ("OMPI_MCA_",), "xgboost": ("DM
 _RESERVED_NAMES = {"jax": ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")}
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
 def _dig(value: Any, *keys: str) -> Any:
     for key in keys:
-        value = _map(value).get(key)
+        value = as_map(value).get(key)
     return value
 
 
@@ -87,11 +84,11 @@ def _int_annotation(annotations: Mapping[str, Any], key: str, problems: list[str
 def inspect_runtime(runtime: Mapping[str, Any]) -> RuntimeInfo:
     """Read a runtime object and note every problem with the rules that do not depend on a job."""
     problems: list[str] = []
-    spec = _map(runtime.get("spec"))
-    ml = _map(spec.get("mlPolicy"))
+    spec = as_map(runtime.get("spec"))
+    ml = as_map(spec.get("mlPolicy"))
     frameworks = [f for f in FRAMEWORKS if f in ml]
     framework = frameworks[0] if len(frameworks) == 1 else None
-    template_spec = _map(_dig(spec, "template", "spec"))
+    template_spec = as_map(_dig(spec, "template", "spec"))
 
     names: list[str] = []
     trainer: list[str] = []
@@ -101,12 +98,12 @@ def inspect_runtime(runtime: Mapping[str, Any]) -> RuntimeInfo:
     if not isinstance(jobs, list) or not jobs:
         problems.append("its JobSet template has no replicated jobs (spec.template.spec.replicatedJobs)")
     for i, job in enumerate(_list(jobs)):
-        name = _map(job).get("name")
+        name = as_map(job).get("name")
         name = name if isinstance(name, str) else f"#{i}"
         names.append(name)
-        step = _map(_dig(job, "template", "metadata", "labels")).get(LABEL_ANCESTOR_STEP)
+        step = as_map(_dig(job, "template", "metadata", "labels")).get(LABEL_ANCESTOR_STEP)
         containers = _list(_dig(job, "template", "spec", "template", "spec", "containers"))
-        has_node = any(_map(c).get("name") == NODE_CONTAINER for c in containers)
+        has_node = any(as_map(c).get("name") == NODE_CONTAINER for c in containers)
         if has_node:
             node_jobs.append(name)
         if step == TRAINER_STEP:
@@ -128,7 +125,7 @@ def inspect_runtime(runtime: Mapping[str, Any]) -> RuntimeInfo:
 
     failure = template_spec.get("failurePolicy")
     if failure is not None:
-        failure = _map(failure)
+        failure = as_map(failure)
         restarts = failure.get("maxRestarts")
         if isinstance(restarts, int) and not isinstance(restarts, bool) and restarts > 0:
             problems.append(
@@ -138,17 +135,19 @@ def inspect_runtime(runtime: Mapping[str, Any]) -> RuntimeInfo:
         # A rule that fails the JobSet restarts nothing; every other action (RestartJobSet, RestartJob, the
         # ...AndIgnoreMaxRestarts ones, or one this version does not know) may restart inside the cluster.
         restarting = [
-            (i, r) for i, r in enumerate(_list(failure.get("rules"))) if _map(r).get("action") != "FailJobSet"
+            (i, r)
+            for i, r in enumerate(_list(failure.get("rules")))
+            if as_map(r).get("action") != "FailJobSet"
         ]
         if restarting:
-            names_of = [str(_map(r).get("name") or f"#{i}") for i, r in restarting]
+            names_of = [str(as_map(r).get("name") or f"#{i}") for i, r in restarting]
             problems.append(
                 f"its JobSet failurePolicy has restart rules ({', '.join(names_of)}); restarts inside the cluster hide "
                 "causes, so the runtime must have none"
             )
 
-    annotations = _map(_dig(runtime, "metadata", "annotations"))
-    elastic = _map(_dig(ml, "torch", "elasticPolicy"))
+    annotations = as_map(_dig(runtime, "metadata", "annotations"))
+    elastic = as_map(_dig(ml, "torch", "elasticPolicy"))
     bounds: list[int | None] = []
     for key, legacy in ((ANNOTATION_MIN_NODES, "minNodes"), (ANNOTATION_MAX_NODES, "maxNodes")):
         value = _int_annotation(annotations, key, problems)

@@ -397,7 +397,11 @@ class Settings(Model, frozen=True):
     json_what: ClassVar[str] = "setting"
 
     namespace: Annotated[
-        DnsLabel, Meta(description="Namespace of the TrainJobs (and of a TrainingRuntime). A DNS-1123 label.")
+        DnsLabel,
+        Meta(
+            description="Namespace of the TrainJobs (and of a TrainingRuntime). A DNS-1123 label. "
+            "Default: the kubeconfig context's namespace, as kubectl's (default when it names none)."
+        ),
     ] = "default"
     kubeconfig: (
         Annotated[

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from dispatch_kubeflow.names import TRAINER_GROUP, TRAINER_VERSION
+from dispatch_kubeflow.objects import as_map
 
 __all__ = ["CRD_NAME", "SENT_FIELDS", "missing_fields", "schema_from_crd", "schema_from_openapi"]
 
@@ -39,17 +40,13 @@ SENT_FIELDS: Final[tuple[tuple[str, str, str | None], ...]] = (
 it, but it exists in every release)."""
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def schema_from_crd(crd: Any) -> Mapping[str, Any] | None:
     """The ``openAPIV3Schema`` of the served ``v1alpha1`` version of a TrainJob CRD, or ``None``."""
-    versions = _map(_map(crd).get("spec")).get("versions")
+    versions = as_map(as_map(crd).get("spec")).get("versions")
     for version in versions if isinstance(versions, list) else []:
-        v = _map(version)
+        v = as_map(version)
         if v.get("name") == TRAINER_VERSION and v.get("served") is not False:
-            schema = _map(_map(v.get("schema")).get("openAPIV3Schema"))
+            schema = as_map(as_map(v.get("schema")).get("openAPIV3Schema"))
             return schema or None
     return None
 
@@ -57,10 +54,10 @@ def schema_from_crd(crd: Any) -> Mapping[str, Any] | None:
 def schema_from_openapi(doc: Any) -> Mapping[str, Any] | None:
     """The TrainJob schema of the OpenAPI v3 document of ``/apis/trainer.kubeflow.org/v1alpha1``, with
     ``$ref``s resolved as they are met, or ``None``."""
-    schemas = _map(_map(_map(doc).get("components")).get("schemas"))
+    schemas = as_map(as_map(as_map(doc).get("components")).get("schemas"))
     for schema in schemas.values():
-        for gvk in _map(schema).get("x-kubernetes-group-version-kind") or []:
-            g = _map(gvk)
+        for gvk in as_map(schema).get("x-kubernetes-group-version-kind") or []:
+            g = as_map(gvk)
             if (g.get("group"), g.get("version"), g.get("kind")) == (
                 TRAINER_GROUP,
                 TRAINER_VERSION,
@@ -77,16 +74,16 @@ class _Resolved:
         self._schemas = schemas
 
     def of(self, schema: Any, depth: int = 0) -> Mapping[str, Any]:
-        node = _map(schema)
+        node = as_map(schema)
         if depth > 32:
             return {}
         all_of = node.get("allOf")
         if "$ref" not in node and isinstance(all_of, list) and len(all_of) == 1:
-            node = {**node, **_map(all_of[0])}
+            node = {**node, **as_map(all_of[0])}
         ref = node.get("$ref")
         if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
             return self.of(self._schemas.get(ref.rsplit("/", 1)[1]), depth + 1)
-        props = _map(node.get("properties"))
+        props = as_map(node.get("properties"))
         if props:
             node = {**node, "properties": {k: self.of(v, depth + 1) for k, v in props.items()}}
         return node
@@ -108,14 +105,14 @@ def missing_fields(schema: Mapping[str, Any]) -> list[str]:
         node: Mapping[str, Any] = schema
         found = True
         for part in dotted.split("."):
-            props = _map(node.get("properties"))
+            props = as_map(node.get("properties"))
             if not props and node.get("x-kubernetes-preserve-unknown-fields") is True:
                 node = {}
                 break
             if part not in props:
                 found = False
                 break
-            node = _map(props[part])
+            node = as_map(props[part])
         if not found:
             reasons.append(
                 f"the cluster's TrainJob schema has no {dotted}, which dispatch sends: it needs Kubeflow Trainer "

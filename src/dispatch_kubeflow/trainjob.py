@@ -20,6 +20,7 @@ from dispatch_kubeflow.names import (
     LABEL_PRIORITY,
     LABEL_PROBE,
     LABEL_QUEUE,
+    LABEL_STORE,
     MAX_COMMAND,
     MAX_COMMAND_ITEM,
     MAX_ENV,
@@ -221,8 +222,10 @@ def build_trainjob(
     *,
     held: bool = False,
     kueue: bool = False,
+    store: str = "",
 ) -> dict[str, Any]:
     """The TrainJob that runs incarnation ``identity`` of ``spec`` on the runtime described by ``info``.
+    ``store`` (the host's store identity, "" for none) labels it, its JobSet, Jobs and pods.
 
     Raises :class:`InvalidError` (naming the job spec's field) for anything Trainer would refuse.
     ``held`` puts the hold annotation (with the incarnation's created-held token) on the TrainJob and,
@@ -253,9 +256,8 @@ def build_trainjob(
         body["activeDeadlineSeconds"] = spec.time_limit
     if held and not kueue:
         body["suspend"] = True
-    patch = _runtime_patch(
-        info, settings, identity_labels(identity), checkpoint=checkpoint is not None, gate=False
-    )
+    labels = {**identity_labels(identity), **({LABEL_STORE: store} if store else {})}
+    patch = _runtime_patch(info, settings, labels, checkpoint=checkpoint is not None, gate=False)
     if patch is not None:
         body["runtimePatches"] = [patch]
     obj = {
@@ -264,7 +266,7 @@ def build_trainjob(
         "metadata": {
             "name": native_name(identity),
             "namespace": settings.namespace,
-            "labels": {**settings.labels, **_kueue_labels(settings), **identity_labels(identity)},
+            "labels": {**settings.labels, **_kueue_labels(settings), **labels},
             "annotations": {
                 **settings.annotations,
                 **identity_annotations(identity),

@@ -40,8 +40,24 @@ from dispatch.model import Change, Handle, Identity, Observation, Outcome
 from dispatch_kubeflow import naming
 from dispatch_kubeflow.errors import ExpiredError, map_status
 from dispatch_kubeflow.kube import KubeClient
-from dispatch_kubeflow.names import LABEL_JOB_HASH, LABEL_JOBSET_NAME, LABEL_MANAGED_BY, MANAGED_BY
-from dispatch_kubeflow.resources import JOBS, JOBSETS, PODS, TRAINJOBS, WORKLOADS
+from dispatch_kubeflow.names import (
+    LABEL_JOB_HASH,
+    LABEL_JOBSET_NAME,
+    LABEL_MANAGED_BY,
+    LABEL_STORE,
+    MANAGED_BY,
+)
+from dispatch_kubeflow.objects import as_map, labels_of, meta_of
+from dispatch_kubeflow.resources import (
+    CLUSTER_TRAINING_RUNTIMES,
+    JOBS,
+    JOBSETS,
+    LABEL_JOB_UID,
+    PODS,
+    TRAINING_RUNTIMES,
+    TRAINJOBS,
+    WORKLOADS,
+)
 
 __all__ = [
     "DISPATCH_SELECTOR",
@@ -57,6 +73,9 @@ __all__ = [
     "kinds",
     "list_kind",
     "newer",
+    "runtime_kind_key",
+    "runtime_kinds",
+    "selector",
 ]
 
 _log = logging.getLogger(__name__)
@@ -70,32 +89,20 @@ WATCH_SECONDS = 290
 """``timeoutSeconds`` of one watch request: the server ends it, and it is resumed from its resourceVersion."""
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _map(obj.get("metadata"))
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _map(_meta(obj).get("labels"))
-
-
 def _name_key(obj: Mapping[str, Any]) -> str | None:
-    name = _meta(obj).get("name")
+    name = meta_of(obj).get("name")
     return name if isinstance(name, str) and name else None
 
 
 def _jobset_key(obj: Mapping[str, Any]) -> str | None:
-    name = _labels(obj).get(LABEL_JOBSET_NAME)
+    name = labels_of(obj).get(LABEL_JOBSET_NAME)
     return name if isinstance(name, str) and name else None
 
 
 def _owner_key(obj: Mapping[str, Any]) -> str | None:
-    refs = _meta(obj).get("ownerReferences")
+    refs = meta_of(obj).get("ownerReferences")
     for ref in refs if isinstance(refs, list) else []:
-        ref = _map(ref)
+        ref = as_map(ref)
         if ref.get("kind") == "TrainJob" and isinstance(ref.get("name"), str):
             return str(ref["name"])
     return None
@@ -112,20 +119,46 @@ class Kind:
     key_of: Callable[[Mapping[str, Any]], str | None]
 
 
-def kinds(namespace: str, *, kueue: bool, pods: bool = True) -> list[Kind]:
+def selector(store: str = "") -> str:
+    """What dispatch created for a job; with a store identity, only what that store's host created."""
+    return f"{DISPATCH_SELECTOR},{LABEL_STORE}={store}" if store else DISPATCH_SELECTOR
+
+
+def kinds(namespace: str, *, kueue: bool, pods: bool = True, store: str = "") -> list[Kind]:
     """The kinds the watch follows in ``namespace``. JobSets, Jobs and pods carry dispatch's identity labels
     (the adapter's runtime patch puts them on the JobSet, Job and pod templates); a Kueue Workload carries
     only Kueue's ``job-uid`` label, so every Workload of the namespace is followed and matched by its owner."""
+    mine = selector(store)
     out = [
-        Kind("trainjobs", TRAINJOBS.path(namespace), DISPATCH_SELECTOR, _name_key),
-        Kind("jobsets", JOBSETS.path(namespace), DISPATCH_SELECTOR, _name_key),
-        Kind("jobs", JOBS.path(namespace), DISPATCH_SELECTOR, _jobset_key),
+        Kind("trainjobs", TRAINJOBS.path(namespace), mine, _name_key),
+        Kind("jobsets", JOBSETS.path(namespace), mine, _name_key),
+        Kind("jobs", JOBS.path(namespace), mine, _jobset_key),
     ]
     if pods:
-        out.append(Kind("pods", PODS.path(namespace), DISPATCH_SELECTOR, _jobset_key))
+        out.append(Kind("pods", PODS.path(namespace), mine, _jobset_key))
     if kueue:
-        out.append(Kind("workloads", WORKLOADS.path(namespace), "kueue.x-k8s.io/job-uid", _owner_key))
+        out.append(Kind("workloads", WORKLOADS.path(namespace), LABEL_JOB_UID, _owner_key))
     return out
+
+
+RUNTIME_KINDS = {
+    "ClusterTrainingRuntime": "clustertrainingruntimes",
+    "TrainingRuntime": "trainingruntimes",
+}
+"""The cache key of each runtime kind."""
+
+
+def runtime_kinds(namespace: str) -> list[Kind]:
+    """The Trainer runtimes, cached so that ``prepare`` reads no runtime per submit (keyed by name)."""
+    return [
+        Kind(RUNTIME_KINDS["ClusterTrainingRuntime"], CLUSTER_TRAINING_RUNTIMES.path(), None, _name_key),
+        Kind(RUNTIME_KINDS["TrainingRuntime"], TRAINING_RUNTIMES.path(namespace), None, _name_key),
+    ]
+
+
+def runtime_kind_key(kind: str) -> str:
+    """The cache key of runtime kind ``kind`` (``ClusterTrainingRuntime`` or ``TrainingRuntime``)."""
+    return RUNTIME_KINDS.get(kind, "")
 
 
 # --- cursors ---------------------------------------------------------------------------------------
@@ -218,7 +251,7 @@ class View:
 
     @staticmethod
     def uid(obj: Mapping[str, Any]) -> str | None:
-        meta = _meta(obj)
+        meta = meta_of(obj)
         uid = meta.get("uid") or (
             f"{meta.get('namespace', '')}/{meta.get('name', '')}" if meta.get("name") else None
         )
@@ -294,6 +327,10 @@ class View:
         """Every incarnation known by a TrainJob, now or before."""
         return set(self.identities)
 
+    def all(self, kind: str) -> Mapping[str, dict[str, Any]]:
+        """Every object of ``kind`` by uid."""
+        return self._objects.get(kind, {})
+
     def objects(self, kind: str, key: str) -> list[dict[str, Any]]:
         return [self._objects[kind][u] for u in sorted(self._index[kind].get(key, ()))]
 
@@ -302,7 +339,7 @@ class View:
         TrainJob now cached (a leftover of an earlier TrainJob of the same name is not its)."""
         tjs = self.objects("trainjobs", key) if "trainjobs" in self.kinds else []
         tj = tjs[0] if tjs else None
-        uid = str(_meta(tj).get("uid", "")) if tj is not None else ""
+        uid = str(meta_of(tj).get("uid", "")) if tj is not None else ""
         out = Parts(trainjob=tj)
         for js in self.objects("jobsets", key) if "jobsets" in self.kinds else []:
             if _owned_by(js, uid):
@@ -328,7 +365,7 @@ class View:
             if since is None:
                 return None
             for uid, obj in objects.items():
-                later = newer(_meta(obj).get("resourceVersion"), since)
+                later = newer(meta_of(obj).get("resourceVersion"), since)
                 if later is None:
                     return None
                 if later:
@@ -337,13 +374,13 @@ class View:
 
 
 def _deleting(obj: Mapping[str, Any] | None) -> bool:
-    return obj is not None and bool(_meta(obj).get("deletionTimestamp"))
+    return obj is not None and bool(meta_of(obj).get("deletionTimestamp"))
 
 
 def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
-    refs = _meta(obj).get("ownerReferences")
+    refs = meta_of(obj).get("ownerReferences")
     owners = (
-        {str(_map(r).get("uid")) for r in refs if _map(r).get("uid")} if isinstance(refs, list) else set()
+        {str(as_map(r).get("uid")) for r in refs if as_map(r).get("uid")} if isinstance(refs, list) else set()
     )
     return not owners or not uid or uid in owners
 
@@ -377,7 +414,7 @@ async def list_kind(client: KubeClient, kind: Kind) -> tuple[list[dict[str, Any]
     out = await client.request("GET", kind.path, what=f"list {kind.key}", params=params)
     out = out if isinstance(out, dict) else {}
     items = out.get("items")
-    rv = _meta(out).get("resourceVersion")
+    rv = meta_of(out).get("resourceVersion")
     return (
         [i for i in items if isinstance(i, dict)] if isinstance(items, list) else [],
         rv if isinstance(rv, str) else "",

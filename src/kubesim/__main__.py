@@ -59,6 +59,18 @@ def _parser() -> argparse.ArgumentParser:
         "(never finishes)",
     )
     s.add_argument(
+        "--node-recovery",
+        choices=("reboot", "replace"),
+        default=None,
+        help="what a lost node's machine does later: reboot (comes back) or replace (an autoscaler's new node)",
+    )
+    s.add_argument(
+        "--node-recovery-after",
+        type=float,
+        default=60.0,
+        help="simulated seconds from losing a node to its recovery (default 60)",
+    )
+    s.add_argument(
         "--event-ttl",
         type=float,
         default=3600.0,
@@ -109,6 +121,8 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
         bookmark_interval=args.bookmark_interval,
         event_ttl=getattr(args, "event_ttl", 3600.0),
         recreate_jobset_while_deleting=getattr(args, "recreate_jobset_while_deleting", True),
+        node_recovery=getattr(args, "node_recovery", None),
+        node_recovery_after=getattr(args, "node_recovery_after", 60.0),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

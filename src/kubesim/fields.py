@@ -23,6 +23,7 @@ from typing import Any
 from kubesim.resources import (
     CONFIGMAPS,
     EVENTS,
+    EVENTS_V1,
     JOBS,
     LEASES,
     NAMESPACES,
@@ -167,10 +168,12 @@ def _core(rt: ResourceType, gen: Callable[[str], Node] = _generated) -> Node | N
             trafficDistribution=_S,
         )
         return _root(spec=spec, status=_PRESERVE)
-    if rt is EVENTS:
+    if rt in (EVENTS, EVENTS_V1):
+        # one storage, two versions: the same object reference, fields named per version
         ref = _n(
             "object", kind=_S, namespace=_S, name=_S, uid=_S, apiVersion=_S, resourceVersion=_S, fieldPath=_S
         )
+    if rt is EVENTS:
         return _root(
             involvedObject=ref,
             reason=_S,
@@ -186,6 +189,23 @@ def _core(rt: ResourceType, gen: Callable[[str], Node] = _generated) -> Node | N
             related=ref,
             reportingComponent=_S,
             reportingInstance=_S,
+        )
+    if rt is EVENTS_V1:
+        return _root(
+            eventTime=_S,
+            series=_n("object", count=_I, lastObservedTime=_S),
+            reportingController=_S,
+            reportingInstance=_S,
+            action=_S,
+            reason=_S,
+            regarding=ref,
+            related=ref,
+            note=_S,
+            type=_S,
+            deprecatedSource=_n("object", component=_S, host=_S),
+            deprecatedFirstTimestamp=_S,
+            deprecatedLastTimestamp=_S,
+            deprecatedCount=_I,
         )
     if rt is LEASES:
         spec = _n(

@@ -19,6 +19,7 @@ from kubesim.resources import (
     NAMESPACES,
     NODES,
     RESOURCEFLAVORS,
+    STORAGECLASSES,
     ResourceType,
 )
 
@@ -357,6 +358,31 @@ def install_trainer_public(store: ObjectStore) -> None:
     )
 
 
+def install_storage_classes(store: ObjectStore) -> None:
+    """Two StorageClasses of kubesim's provisioner: ``standard`` (the default, ``Immediate`` binding)
+    and ``wait-for-consumer`` (``WaitForFirstConsumer``), both reclaim policy ``Delete``."""
+    for name, mode, default in (
+        ("standard", "Immediate", True),
+        ("wait-for-consumer", "WaitForFirstConsumer", False),
+    ):
+        meta: dict[str, Any] = {"name": name}
+        if default:
+            meta["annotations"] = {"storageclass.kubernetes.io/is-default-class": "true"}
+        _create(
+            store,
+            STORAGECLASSES,
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": meta,
+                "provisioner": "kubesim.io/hostpath",
+                "reclaimPolicy": "Delete",
+                "volumeBindingMode": mode,
+                "allowVolumeExpansion": True,
+            },
+        )
+
+
 def install(sim: Any) -> None:
     """What ``Simulator()`` installs with its default controllers: the TrainJob CRD (:mod:`kubesim.crds`),
     the stock-like runtimes (unless ``install_runtimes=False``), nodes (``nodes=None`` → 4 default nodes; an
@@ -389,6 +415,7 @@ def install(sim: Any) -> None:
                 c["lastHeartbeatTime"] = c.get("lastHeartbeatTime") or now
                 c["lastTransitionTime"] = c.get("lastTransitionTime") or now
             _create(store, NODES, obj)
+    install_storage_classes(store)
     if getattr(sim, "kueue", False):
         install_default_kueue(store)
     settle = getattr(sim, "settle_now", None)

@@ -14,12 +14,15 @@ __all__ = [
     "CONFIGMAPS",
     "CUSTOMRESOURCEDEFINITIONS",
     "EVENTS",
+    "EVENTS_V1",
     "JOBS",
     "JOBSETS",
     "LEASES",
     "LOCALQUEUES",
     "NAMESPACES",
     "NODES",
+    "PERSISTENTVOLUMECLAIMS",
+    "PERSISTENTVOLUMES",
     "PODS",
     "REGISTRY",
     "RESOURCEFLAVORS",
@@ -28,6 +31,7 @@ __all__ = [
     "SELFSUBJECTREVIEWS",
     "SELFSUBJECTRULESREVIEWS",
     "SERVICES",
+    "STORAGECLASSES",
     "TRAININGRUNTIMES",
     "TRAINJOBS",
     "WORKLOADPRIORITYCLASSES",
@@ -122,6 +126,8 @@ PODS = register(
     )
 )
 EVENTS = register(ResourceType("", "v1", "Event", "events", True, _NOSTATUS, ("ev",)))
+# The same Events seen through events.k8s.io/v1 (one storage: kubesim.eventsv1 converts).
+EVENTS_V1 = register(ResourceType("events.k8s.io", "v1", "Event", "events", True, _NOSTATUS, ("ev",)))
 SERVICES = register(
     ResourceType("", "v1", "Service", "services", True, _STATUS, ("svc",), categories=("all",))
 )
@@ -181,6 +187,15 @@ WORKLOADPRIORITYCLASSES = register(
     ResourceType(
         "kueue.x-k8s.io", "v1beta2", "WorkloadPriorityClass", "workloadpriorityclasses", False, _NOSTATUS
     )
+)
+PERSISTENTVOLUMECLAIMS = register(
+    ResourceType("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", True, _STATUS, ("pvc",))
+)
+PERSISTENTVOLUMES = register(
+    ResourceType("", "v1", "PersistentVolume", "persistentvolumes", False, _STATUS, ("pv",))
+)
+STORAGECLASSES = register(
+    ResourceType("storage.k8s.io", "v1", "StorageClass", "storageclasses", False, _NOSTATUS, ("sc",))
 )
 LEASES = register(ResourceType("coordination.k8s.io", "v1", "Lease", "leases", True, _NOSTATUS))
 SELFSUBJECTACCESSREVIEWS = register(

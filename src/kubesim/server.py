@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import json
 import logging
 import ssl
@@ -30,15 +31,28 @@ from kubesim.errors import (
     bad_request,
     forbidden,
     internal,
+    invalid,
     method_not_allowed,
     unauthorized,
+    unsupported_media_type,
 )
+from kubesim.eventsv1 import from_v1, strict_causes, to_v1, update_causes
 from kubesim.fields import prune_unknown
 from kubesim.logs import LogLine
-from kubesim.patch import APPLY, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
+from kubesim.patch import (
+    APPLY,
+    JSON_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    json_patch,
+    merge_patch,
+    strategic_merge_patch,
+)
 from kubesim.requestlog import WRITE_VERBS, RequestRecord
 from kubesim.resources import (
     CONFIGMAPS,
+    EVENTS,
+    EVENTS_V1,
     PODS,
     REGISTRY,
     SELFSUBJECTACCESSREVIEWS,
@@ -492,6 +506,11 @@ class ApiServer:
             )
         if info.verb in ("list", "watch", "deletecollection"):
             check_list_options(q, watch=info.verb == "watch")
+        if info.rt is EVENTS_V1:
+            try:
+                return await self._events_v1(request, info, q, record)
+            except ConnectionResetError:  # the client went away mid-watch
+                return web.Response(status=200)
         try:
             if info.verb == "get" and info.subresource == "log":
                 return await self._log(request, info, q, record)
@@ -514,6 +533,84 @@ class ApiServer:
         if info.verb == "deletecollection":
             return await self._delete_collection(request, info, q)
         raise method_not_allowed()
+
+    async def _events_v1(
+        self,
+        request: web.Request,
+        info: RequestInfo,
+        q: dict[str, str],
+        record: Callable[[int], RequestRecord],
+    ) -> web.StreamResponse:
+        """``events.k8s.io/v1``: the stored core Events, converted both ways (kubesim.eventsv1), with the
+        strict validation that version brings; deletes are the core ones."""
+        store = self.sim.store
+        name = info.name or ""
+        core_info = dataclasses.replace(info, rt=EVENTS)
+        if info.verb == "get":
+            return _json_response(
+                self._table_or(request, EVENTS_V1, q, to_v1(store.get(EVENTS, info.namespace, name)))
+            )
+        if info.verb == "list":
+            body = self._list(EVENTS, info.namespace, q)
+            body.update(
+                kind="EventList", apiVersion=EVENTS_V1.api_version, items=[to_v1(i) for i in body["items"]]
+            )
+            return _json_response(self._table_or(request, EVENTS_V1, q, body))
+        if info.verb == "watch":
+            wr = parse_watch_request(
+                EVENTS, info.namespace, info.name, q, default_timeout=self.watch_timeout, render=to_v1
+            )
+            return await self.watches.stream(request, wr, record)
+        if info.verb in ("delete", "deletecollection"):
+            if info.verb == "delete":
+                return await self._delete(request, core_info, q)
+            return await self._delete_collection(request, core_info, q)
+        if info.verb == "create":
+            body = await self._body(request)
+            self._check_body(EVENTS_V1, body, info)
+            fields = _FieldValidation(EVENTS_V1, q.get("fieldValidation"))
+            fields(body)
+            stored = from_v1(body)
+            causes = strict_causes(stored)
+            if causes:
+                raise invalid(EVENTS_V1, str((body.get("metadata") or {}).get("name") or ""), causes)
+            obj = store.create(EVENTS, stored, dry_run=self._dry_run(q))
+            return fields.respond(to_v1(obj), 201)
+        current = store.get(EVENTS, info.namespace, name)
+        if info.verb == "update":
+            body = await self._body(request)
+            self._check_body(EVENTS_V1, body, info)
+        else:  # patch: applied to the events.k8s.io/v1 view, as the server patches in the request's version
+            body = self._patch_view(request.content_type, to_v1(current), await request.read())
+        fields = _FieldValidation(EVENTS_V1, q.get("fieldValidation"))
+        fields(body)
+        new = from_v1(body)
+        new["metadata"].update(name=name, namespace=info.namespace)
+        causes = update_causes(new, current)
+        if causes:
+            raise invalid(EVENTS_V1, name, causes)
+        obj = store.replace(EVENTS, new, dry_run=self._dry_run(q), require_resource_version=False)
+        return fields.respond(to_v1(obj))
+
+    @staticmethod
+    def _patch_view(ctype: str, current: dict[str, Any], raw: bytes) -> dict[str, Any]:
+        try:
+            body = decode_json(raw or b"null")
+        except BodyError as exc:
+            raise bad_request(f"the patch body could not be decoded: {exc}") from None
+        if ctype == JSON_PATCH:
+            patched = json_patch(current, body)
+        elif ctype in (MERGE_PATCH, STRATEGIC_MERGE_PATCH) and isinstance(body, dict):
+            patched = (
+                merge_patch(current, body) if ctype == MERGE_PATCH else strategic_merge_patch(current, body)
+            )
+        elif ctype in (MERGE_PATCH, STRATEGIC_MERGE_PATCH):
+            raise bad_request("a merge patch must be a JSON object")
+        else:
+            raise unsupported_media_type(ctype)
+        if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
+            raise ApiError(422, "Invalid", "the patched object must be a JSON object with metadata")
+        return patched
 
     def _table_or(
         self, request: web.Request, rt: ResourceType, q: dict[str, str], body: dict[str, Any]

@@ -30,11 +30,12 @@ from kubesim.auth import ADMIN, Authenticator, Permissions
 from kubesim.behaviour import Behaviours
 from kubesim.clock import Clock, ManualClock
 from kubesim.events import DEFAULT_EVENT_TTL, EventRecorder, EventTTL
+from kubesim.eventsv1 import legacy_event_admission
 from kubesim.faults import Faults
 from kubesim.kubeconfig import write_kubeconfig as _write_kubeconfig
 from kubesim.logs import PodLogs
 from kubesim.requestlog import RequestLog
-from kubesim.resources import PODS
+from kubesim.resources import EVENTS, PODS
 from kubesim.server import ApiServer
 from kubesim.store import ObjectStore, WatchEvent
 from kubesim.tls import SelfSignedCert, make_self_signed
@@ -89,12 +90,16 @@ class Simulator:
         anonymous_auth: bool = True,
         event_ttl: float = DEFAULT_EVENT_TTL,
         recreate_jobset_while_deleting: bool = True,
+        node_recovery: str | None = None,
+        node_recovery_after: float = 60.0,
     ) -> None:
         self.clock: Clock = clock if clock is not None else ManualClock()
         self.store = ObjectStore(self.clock, history_limit=history_limit)
         # The installed CRDs' defaults, schema and CEL rules belong to the API server, so they hold with
         # any controllers (or none); webhooks come with the controllers that install them.
         admission.install_crds(self.store, self.clock)
+        # The Event registry's validation (pkg/apis/core/validation/events.go), for every Event write.
+        self.store.add_admission(EVENTS, legacy_event_admission)
         self.logs = PodLogs(self.clock)
         # The API server forgets Events event_ttl seconds after their last write (--event-ttl); the
         # components' Events go through client-go's correlator.
@@ -113,6 +118,13 @@ class Simulator:
         # Trainer v2.3.0's behaviour: while a TrainJob is deleted in the foreground its JobSet comes back
         # after each garbage collection, so the deletion never finishes (read by the Trainer controller).
         self.recreate_jobset_while_deleting = recreate_jobset_while_deleting
+        # What a lost node's machine does later: None (stays lost), "reboot" or "replace" (an autoscaler).
+        if node_recovery not in (None, "reboot", "replace"):
+            raise ValueError(f"node_recovery must be None, 'reboot' or 'replace', got {node_recovery!r}")
+        if node_recovery_after < 0:
+            raise ValueError(f"node_recovery_after must be >= 0 seconds, got {node_recovery_after}")
+        self.node_recovery = node_recovery
+        self.node_recovery_after = node_recovery_after
         # API groups this cluster does not serve (as if their CRDs were not installed); without Kueue
         # the kueue.x-k8s.io group is absent from discovery, like on a cluster without Kueue.
         self.disabled_groups: set[str] = set(disabled_groups)

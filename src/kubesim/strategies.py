@@ -13,13 +13,30 @@ import copy
 from typing import Any
 
 from kubesim.defaults import default_job, default_pod
-from kubesim.resources import JOBS, NAMESPACES, NODES, PODS, SERVICES, ResourceType
+from kubesim.resources import (
+    JOBS,
+    NAMESPACES,
+    NODES,
+    PERSISTENTVOLUMECLAIMS,
+    PERSISTENTVOLUMES,
+    PODS,
+    SERVICES,
+    ResourceType,
+)
 
 __all__ = ["BUILTIN_GROUPS", "Strategy", "strategy_for"]
 
 #: API groups whose kinds are built into the apiserver (everything else is a custom resource).
 BUILTIN_GROUPS = frozenset(
-    {"", "batch", "coordination.k8s.io", "authorization.k8s.io", "authentication.k8s.io"}
+    {
+        "",
+        "batch",
+        "coordination.k8s.io",
+        "authorization.k8s.io",
+        "authentication.k8s.io",
+        "events.k8s.io",
+        "storage.k8s.io",
+    }
 )
 
 
@@ -130,6 +147,15 @@ class ServiceStrategy(Strategy):
     returns_deleted_object = True
 
 
+class VolumeStrategy(Strategy):
+    """PersistentVolumeClaims and PersistentVolumes: ``status.phase: Pending`` and ``spec.volumeMode:
+    Filesystem`` on create (``pkg/registry/core/persistentvolume{,claim}/strategy.go``, SetDefaults)."""
+
+    def prepare_for_create(self, obj: dict[str, Any], *, now: float, from_api: bool) -> None:
+        obj.setdefault("spec", {}).setdefault("volumeMode", "Filesystem")
+        obj["status"] = {"phase": "Pending"}
+
+
 class NodeStrategy(Strategy):
     resets_status_on_create = False  # a node registers with its status
 
@@ -140,6 +166,8 @@ _STRATEGIES: dict[ResourceType, Strategy] = {
     NAMESPACES: NamespaceStrategy(),
     SERVICES: ServiceStrategy(),
     NODES: NodeStrategy(),
+    PERSISTENTVOLUMECLAIMS: VolumeStrategy(),
+    PERSISTENTVOLUMES: VolumeStrategy(),
 }
 _BUILTIN = Strategy()
 _CUSTOM = CustomResourceStrategy()

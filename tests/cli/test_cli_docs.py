@@ -10,7 +10,20 @@ import pytest
 from dispatch.cli.commands import cli
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
-COMMON = {"--config", "--token-file", "--json", "--help", "-h"}
+COMMON = {
+    "--config",
+    "--token-file",
+    "--json",
+    "--output",
+    "--no-headers",
+    "--quiet",
+    "--epoch-times",
+    "--cluster",
+    "--namespace",
+    "--context",
+    "--help",
+    "-h",
+}
 
 
 def _commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:

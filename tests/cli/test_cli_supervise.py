@@ -184,27 +184,41 @@ async def _state(db: Path) -> dict[str, tuple[str, str, str | None]]:
 
 
 def test_supervise_serves_metrics_and_writes_json_logs(tmp_path: Path) -> None:
-    """`dispatch supervise --metrics-address --log-format json` in a real process: the endpoint answers
-    while it runs and counts the job it finished, the log lines are JSON with the job's context, and
-    SIGTERM stops it cleanly. (The memory cluster lives in one process: the job submitted here is not on
-    the daemon's cluster, so the daemon finds it gone and gives up on it — enough to see the plumbing;
-    requeues counted against the history are tested on kubesim, in tests/kubeflow/test_kubeflow_supervise.py.)"""
+    """`dispatch supervise --metrics-address --log-format json` in a real process, on the embedded dev
+    cluster (the daemon only acts on records of its own cluster, so the job goes there too): the endpoint
+    answers while it runs and counts the job it gave up on (a time limit, the default policy fails it), the
+    log lines are JSON with the job's context, and SIGTERM stops it cleanly."""
     import socket
-    import urllib.request
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    config = tmp_path / "cluster.yaml"
-    config.write_text("adapter: memory\nsettings:\n  nodes: 2\nstore:\n  sqlite: jobs.db\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
+    env["DISPATCH_STATE_DIR"] = str(tmp_path / "state")
     job = tmp_path / "job.yaml"
-    job.write_text("command: [train]\nextensions:\n  dispatch/Image: {ref: 'example.com/train:1'}\n")
-    submitted = invoke("submit", "--config", config, job, "--job-id", "m1")
-    assert submitted.exit_code == 0, submitted.stdout + submitted.stderr
-    env = {**os.environ, "DISPATCH_STATE_DIR": str(tmp_path / "state")}
+    job.write_text(
+        "command: [train]\ntimeLimit: 2\nenv: {KUBESIM_SCRIPT: 'sleep 60'}\nextensions:\n"
+        "  dispatch/Image: {ref: 'example.com/train:1'}\n"
+        "  kubeflow/RuntimeRef: {kind: ClusterTrainingRuntime, name: torch-distributed}\n"
+    )
+    cli = [sys.executable, "-m", "dispatch.cli"]
+    try:
+        submitted = subprocess.run(
+            [*cli, "submit", str(job), "--job-id", "m1"], env=env, cwd=tmp_path, capture_output=True,
+            text=True, timeout=120,
+        )  # fmt: skip
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        _serve_metrics_and_json_logs(cli, env, tmp_path, port)
+    finally:
+        subprocess.run([*cli, "dev-cluster", "stop"], env=env, cwd=tmp_path, capture_output=True, timeout=60)
+
+
+def _serve_metrics_and_json_logs(cli: list[str], env: dict[str, str], tmp_path: Path, port: int) -> None:
+    import urllib.request
+
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dispatch.cli", "supervise", "--config", str(config), "--poll", "0.2",
-         "--lease", "5", "--metrics-address", f"127.0.0.1:{port}", "--log-format", "json"],
+        [*cli, "supervise", "--poll", "0.2", "--lease", "5", "--metrics-address", f"127.0.0.1:{port}",
+         "--log-format", "json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
     )  # fmt: skip
     try:

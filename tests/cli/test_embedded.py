@@ -155,7 +155,7 @@ def test_a_record_whose_cluster_is_gone_says_so(session: Session, tmp_path: Path
     listed = session.run("list")
     assert re.search(r"orphan\s+\S+ \(cluster gone\)", listed.stdout), listed.stdout
     watched = session.run("watch", "orphan", timeout=30)
-    assert watched.returncode == 0 and "cluster: gone" in watched.stdout
+    assert watched.returncode == 1 and "cluster: gone" in watched.stdout  # 0 only for succeeded
     cancel = session.run("cancel", "orphan")
     assert cancel.returncode == 1 and "not running" in cancel.stderr
     assert "started the dev cluster" not in cancel.stderr  # a gone job starts nothing

@@ -74,9 +74,19 @@ def test_plain_tables_have_a_header_row() -> None:
     assert row.split()[:4] == ["j", "failed", "out_of_memory", "2.1"]
 
 
+def test_json_times_are_rfc3339_unless_epoch_seconds_are_asked_for() -> None:
+    out = io.StringIO()
+    Renderer(out=out, as_json=True).record(REC)
+    value = json.loads(out.getvalue())
+    assert (value["createdAt"], value["updatedAt"]) == ("1970-01-01T00:00:00Z", "1970-01-01T00:01:00Z")
+    out = io.StringIO()
+    Renderer(out=out, output="yaml").record(REC)
+    assert "createdAt: '1970-01-01T00:00:00Z'" in out.getvalue()
+
+
 def test_programs_get_one_json_value_per_line() -> None:
     out = io.StringIO()
-    r = Renderer(out=out, as_json=True, colour=True)
+    r = Renderer(out=out, as_json=True, colour=True, epoch_times=True)
     assert not r.rich
     render_all(r)
     values = [json.loads(line) for line in out.getvalue().splitlines()]

@@ -137,6 +137,10 @@ class LostResponses:
     def name(self) -> str:
         return self.inner.name
 
+    @property
+    def cluster_id(self) -> str:
+        return self.inner.cluster_id
+
     async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
         return await self.inner.capabilities(spec)
 

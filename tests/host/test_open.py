@@ -75,6 +75,7 @@ from dispatch import Adapter, Capabilities, Mode
 
 class TinyBackend:
     name = "tiny"
+    cluster_id = "tiny:one"
     def __init__(self, cfg):
         self.cfg = cfg
     async def capabilities(self, spec=None):

@@ -124,7 +124,10 @@ async def test_the_policys_max_requeues_hold(pcluster: Cluster, clock: ManualClo
     assert (rec.state, rec.outcome.cause, rec.epoch) == (State.FAILED, Cause.PREEMPTED, Epoch(3, 2))
     history = await pcluster.history("job-a")
     assert [t.epoch for t in history if t.what == "requeued"] == [Epoch(2, 1), Epoch(3, 2)]
-    assert history[-1].what == "gave up" and "the 2 requeue(s) allowed are spent" in history[-1].why
+    assert (
+        history[-1].what == "gave up"
+        and "the 2 requeue(s) allowed under rule preempted are spent" in history[-1].why
+    )
 
 
 async def test_a_hold_rule_stops_for_a_person(pcluster: Cluster, clock: ManualClock) -> None:
@@ -303,6 +306,7 @@ class NoWatch:
     def __init__(self, inner: MemoryBackend) -> None:
         self.inner = inner
         self.name = inner.name
+        self.cluster_id = inner.cluster_id
         self.deleted: set[str] = set()
 
     async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:

@@ -120,8 +120,12 @@ def ident(job_id: str = "train-1", n: int = 1, r: int = 0) -> Identity:
     return Identity(job_id, Epoch(n, r))
 
 
-def config(settings: dict[str, Any], *, token: str | None = None, read_only: bool = False) -> AdapterConfig:
-    return AdapterConfig("kubeflow", json.dumps(settings).encode(), read_only=read_only, token=token)
+def config(
+    settings: dict[str, Any], *, token: str | None = None, read_only: bool = False, store_id: str = ""
+) -> AdapterConfig:
+    return AdapterConfig(
+        "kubeflow", json.dumps(settings).encode(), read_only=read_only, token=token, store_id=store_id
+    )
 
 
 def install(sim: Simulator, *runtimes: dict[str, Any], namespace: str = "default") -> None:
@@ -139,3 +143,40 @@ def kubeconfig(path: Path, server: str, token: str) -> str:
     path.write_text(yaml.safe_dump(kubeconfig_dict(server, token)))
     path.chmod(0o600)
     return str(path)
+
+
+_CACHED = {
+    "trainjobs": "TRAINJOBS",
+    "jobsets": "JOBSETS",
+    "jobs": "JOBS",
+    "pods": "PODS",
+    "workloads": "WORKLOADS",
+    "clustertrainingruntimes": "CLUSTERTRAININGRUNTIMES",
+    "trainingruntimes": "TRAININGRUNTIMES",
+}
+
+
+async def caught_up(backend: Any, sim: Simulator, *, tries: int = 2000) -> None:
+    """Return once the backend's shared cache (its informer) holds exactly what kubesim holds, object by
+    object and resourceVersion by resourceVersion: the backend reads from its cache, fed by the watch over
+    HTTP, so a test that changes the cluster waits for the change to arrive before it reads. No timing is
+    asserted: it waits on what the cache holds (and gives up, failing, after ``tries`` turns)."""
+    import asyncio
+
+    from kubesim import resources
+
+    informer = backend.informer
+    await informer.sync()
+    for _ in range(tries):
+        behind = []
+        for kind in informer.kinds:
+            rt = getattr(resources, _CACHED[kind.key])
+            ns = None if kind.key == "clustertrainingruntimes" else backend.settings.namespace
+            items, _ = sim.store.list(rt, ns, label_selector=kind.selector)
+            want = {i["metadata"]["uid"]: i["metadata"]["resourceVersion"] for i in items}
+            if informer.versions(kind.key) != want:
+                behind.append(kind.key)
+        if not behind:
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError(f"the backend's cache did not catch up with kubesim: {behind}")

@@ -40,9 +40,10 @@ class Live:
         self.kc = kc
         self.opened: list[Backend] = []
 
-    async def open(self, *, read_only: bool = False, **settings: Any) -> Backend:
+    async def open(self, *, read_only: bool = False, store_id: str = "", **settings: Any) -> Backend:
         backend = await open_backend(
-            config({"kubeconfig": self.kc, **settings}, read_only=read_only), probe_window=0.1
+            config({"kubeconfig": self.kc, **settings}, read_only=read_only, store_id=store_id),
+            probe_window=0.1,
         )
         self.opened.append(backend)
         return backend

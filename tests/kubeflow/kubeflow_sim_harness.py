@@ -122,6 +122,10 @@ class CrashingBackend:
     def name(self) -> str:
         return str(self.inner.name)
 
+    @property
+    def cluster_id(self) -> str:
+        return str(self.inner.cluster_id)
+
     async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
         return await self.inner.capabilities(spec)  # type: ignore[no-any-return]
 

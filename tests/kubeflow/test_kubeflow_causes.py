@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from dispatch import Cause, Outcome, State
 from dispatch_kubeflow.causes import (
+    CONFIG_ERROR_GRACE,
     IMAGE_PULL_GRACE,
     RULES,
     Snapshot,
-    carry,
     classify,
     rule_of,
     table_markdown,
@@ -423,6 +423,77 @@ CASES: list[tuple[str, Snapshot, str, State, Cause, tuple[str, str, str]]] = [
         ("Pod", "p0", "ErrImagePull"),
     ),
     (
+        "failed, pods gone: the Event of a preemption",
+        snap(
+            FAILED_TJ,
+            events=[
+                {
+                    "involvedObject": {"kind": "Pod", "name": "tj-node-0-0-abcde"},
+                    "reason": "Preempted",
+                    "message": "Preempted by pod on node node-1",
+                    "lastTimestamp": T0,
+                }
+            ],
+        ),
+        "outlived",
+        State.FAILED,
+        Cause.PREEMPTED,
+        ("Pod", "tj-node-0-0-abcde", "Preempted"),
+    ),
+    (
+        "failed, pods gone: the Workload's eviction",
+        snap(FAILED_TJ, workload=workload(cond("Finished", "Failed"), cond("Evicted", "NodeFailures"))),
+        "outlived",
+        State.FAILED,
+        Cause.NODE_LOST,
+        ("Workload", "trainjob-tj-abcde", "NodeFailures"),
+    ),
+    (
+        "a missing Secret",
+        snap(
+            pods=[
+                pod(
+                    "p0",
+                    "Pending",
+                    container(
+                        state={
+                            "waiting": {
+                                "reason": "CreateContainerConfigError",
+                                "message": 'secret "db-password" not found',
+                            }
+                        }
+                    ),
+                )
+            ]
+        ),
+        "config_error",
+        State.STARTING,
+        Cause.CONFIG_ERROR,
+        ("Pod", "p0", "CreateContainerConfigError"),
+    ),
+    (
+        "a container that cannot be created, past the grace period",
+        snap(
+            pods=[pod("p0", "Pending", container(state={"waiting": {"reason": "CreateContainerError"}}))],
+            now=T0_S + CONFIG_ERROR_GRACE,
+        ),
+        "config_error",
+        State.FAILED,
+        Cause.CONFIG_ERROR,
+        ("Pod", "p0", "CreateContainerError"),
+    ),
+    (
+        "stuck ContainerCreating",
+        snap(
+            pods=[pod("p0", "Pending", container(state={"waiting": {"reason": "ContainerCreating"}}))],
+            now=T0_S + CONFIG_ERROR_GRACE,
+        ),
+        "config_error",
+        State.STARTING,
+        Cause.CONFIG_ERROR,
+        ("Pod", "p0", "ContainerCreating"),
+    ),
+    (
         "invalid image name",
         snap(pods=[pod("p0", "Pending", container(state={"waiting": {"reason": "InvalidImageName"}}))]),
         "image_pull",
@@ -775,23 +846,33 @@ def test_a_kueue_requeue_is_evidence_while_the_job_runs_again() -> None:
     assert (out.evidence[0].kind, out.evidence[0].reason) == ("Workload", "NodeFailures")
 
 
-def test_carry_keeps_the_cause_seen_before_the_pods_were_deleted() -> None:
-    restarting = classify(
-        snap(pods=[pod("p0", "Running", container(last=terminated(137, "OOMKilled"), restarts=2)), pod("p1")])
+def test_a_complete_trainjob_is_succeeded_whatever_its_pods_show() -> None:
+    """kubernetes/kubernetes#116042: a pod can read OOMKilled with exit code 0 under memory pressure; a
+    container restarted in place before it succeeded. The TrainJob's Complete decides; both are evidence."""
+    oom_zero = pod("p0", "Succeeded", container(state=terminated(0, "OOMKilled")))
+    restarted = pod(
+        "p1",
+        "Succeeded",
+        container(state=terminated(0, "Completed"), last=terminated(137, "OOMKilled"), restarts=1),
     )
-    assert restarting.cause is Cause.OUT_OF_MEMORY and not restarting.terminal
-    failed_now = classify(snap(FAILED_TJ))  # the Job controller deleted the pods
-    assert (failed_now.state, failed_now.cause) == (State.FAILED, Cause.UNKNOWN)
-    out = carry(restarting, failed_now)
-    assert (out.state, out.cause) == (State.FAILED, Cause.OUT_OF_MEMORY)
-    assert [e.kind for e in out.evidence] == ["Pod", "TrainJob"]
-    # Only failed/unknown is refined, and only from a non-terminal outcome with a cause.
-    assert (
-        carry(restarting, classify(snap(trainjob(cond("Complete", "AllJobsCompleted"))))).state
-        is State.SUCCEEDED
+    out = classify(snap(trainjob(cond("Complete", "AllJobsCompleted")), pods=[oom_zero, restarted]))
+    assert (out.state, out.cause) == (State.SUCCEEDED, Cause.NONE), out
+    assert [(e.kind, e.name, e.reason) for e in out.evidence] == [
+        ("TrainJob", "tj", "AllJobsCompleted"),
+        ("Pod", "p0", "OOMKilled"),
+        ("Pod", "p1", "OOMKilled"),
+    ]
+    assert out.evidence[1].exit_code == 0 and "restarted 1 time" in out.evidence[2].message
+    # Without Complete the same pod is what keeps happening: a live cause, never a finished job.
+    live = classify(
+        snap(pods=[pod("p0", "Running", container(last=terminated(137, "OOMKilled"), restarts=1)), pod("p1")])
     )
-    assert carry(Outcome(State.RUNNING), failed_now) == failed_now
-    assert carry(None, failed_now) == failed_now
+    assert (live.state, live.cause) == (State.RUNNING, Cause.OUT_OF_MEMORY)
+
+
+def test_an_unschedulable_pod_does_not_keep_a_failed_job_queued() -> None:
+    unschedulable = pod("p0", "Pending", conditions=(cond("PodScheduled", "Unschedulable", "False"),))
+    assert classify(snap(FAILED_TJ, pods=[unschedulable])).state is State.FAILED
 
 
 def test_a_node_that_finished_first_does_not_make_a_running_job_starting() -> None:

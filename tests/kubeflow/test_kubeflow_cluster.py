@@ -13,6 +13,7 @@ import pytest_asyncio
 from kubeflow_fixtures import (
     STOCK,
     broken_runtime,
+    caught_up,
     config,
     ident,
     install,
@@ -212,6 +213,7 @@ async def test_prepare_reads_and_start_sends_exactly_what_was_prepared(
     # kubesim's Trainer accepted and reconciled it: a JobSet of the same name, pods carrying the identity.
     await sim.settle()
     assert sim.store.get(JOBSETS, "default", native_name(identity))
+    await caught_up(backend, sim)
     obs = await backend.observe(handle)
     assert obs.state in (State.STARTING, State.RUNNING)
     assert obs.handle == handle
@@ -248,6 +250,7 @@ async def test_same_name_other_identity_is_a_conflict(backend: Backend, sim: Sim
 async def test_held_start_suspends_without_kueue(backend: Backend, sim: Simulator) -> None:
     handle = await place(backend, spec(), ident("held-1"), held=True)
     assert sim.store.get(TRAINJOBS, "default", native_name(ident("held-1")))["spec"]["suspend"] is True
+    await caught_up(backend, sim)
     assert (await backend.observe(handle)).state is State.HELD
 
 
@@ -270,6 +273,7 @@ async def test_stop_deletes_in_the_foreground_and_is_idempotent(backend: Backend
     await sim.settle()
     sim.advance(120)
     await backend.stop(handle)
+    await caught_up(backend, sim)
     obs = await backend.observe(handle)
     assert (obs.state, obs.cause) == (State.CANCELLED, Cause.CANCELLED)
 
@@ -286,6 +290,7 @@ async def test_observe_a_vanished_trainjob_is_lost(backend: Backend, sim: Simula
     handle = await place(backend, spec(), ident("vanish"))
     sim.store.delete(TRAINJOBS, "default", native_name(ident("vanish")))
     sim.advance(120)
+    await caught_up(backend, sim)
     assert (await backend.observe(handle)).state is State.LOST
 
 
@@ -300,9 +305,10 @@ async def test_retries_then_success_and_then_unavailable(backend: Backend, sim: 
     try:
         sim.faults.fail_next(2, 500, verb="create", path="trainjobs")
         await place(backend, spec(), ident("flaky"))
+        # A runtime the shared cache does not hold is read from the cluster (it may be brand new).
         sim.faults.fail_next(3, 429, verb="get", path="clustertrainingruntimes")
         with pytest.raises(UnavailableError):
-            await backend.capabilities(spec())
+            await backend.capabilities(spec("not-in-the-cache"))
         sim.faults.fail_next(3, 503, verb="create", path="trainjobs")
         with pytest.raises(OutcomeUnknownError):
             await place(backend, spec(), ident("flaky-2"))
@@ -352,6 +358,7 @@ async def test_logs_hold_no_token(sim: Simulator, kc: str, caplog: pytest.LogCap
     b = await open_backend(config({"kubeconfig": kc}, token=token), probe_window=WINDOW)
     try:
         h = await place(b, spec(), ident("logged"))
+        await caught_up(b, sim)
         await b.observe(h)
         await b.stop(h)
         assert token not in repr(b)
@@ -365,13 +372,14 @@ async def test_logs_hold_no_token(sim: Simulator, kc: str, caplog: pytest.LogCap
     assert len(mine) > 10 and {r.identity for r in mine} == {"logged"}
 
 
-async def test_a_submit_reads_its_runtime_once(backend: Backend, sim: Simulator) -> None:
-    # The host prepares (every check, the runtime read once) and starts what was prepared.
+async def test_a_submit_reads_its_runtime_from_the_shared_cache(backend: Backend, sim: Simulator) -> None:
+    # The host prepares (every check, the runtime read from the informer's cache: the runtimes are
+    # watched, not read per submit) and starts what was prepared.
     cluster = dispatch.Cluster(backend, dispatch.MemoryStore())  # not closed: the backend is shared
     sim.requests.clear()
     rec = await cluster.submit(spec(), job_id="runtime-once")
     runtime_reads = [r for r in sim.requests if r.resource == "clustertrainingruntimes"]
-    assert len(runtime_reads) == 1, [(r.method, r.path) for r in sim.requests]
+    assert runtime_reads == [], [(r.method, r.path) for r in sim.requests]
     assert [r.resource for r in sim.requests.writes()] == ["trainjobs"]
     assert rec.handle is not None and rec.handle.ref == f"default/{native_name(ident('runtime-once'))}"
     await backend.stop(rec.handle)

@@ -100,9 +100,9 @@ class KubeflowHarness(BaseHarness):
         await self.sim.settle()
         await super().settle()
 
-    async def close(self) -> None:
-        for backend in self.opened:
-            await backend.close()
+    async def close(self) -> None:  # idempotent: the suite closes the harness, then this fixture
+        while self.opened:
+            await self.opened.pop().close()
 
 
 @pytest_asyncio.fixture

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from kubeflow_fixtures import config, ident, install, kubeconfig, spec, torch_runtime
+from kubeflow_fixtures import caught_up, config, ident, install, kubeconfig, spec, torch_runtime
 
 from dispatch import State
 from dispatch.backend import HoldToken, place
@@ -72,6 +72,7 @@ async def test_a_suspend_by_someone_else_is_held_without_our_evidence(
     tj = _stored(sim, h.ref.split("/")[1])
     tj["spec"]["suspend"] = True
     sim.store.replace(TRAINJOBS, tj)
+    await caught_up(b, sim)
     obs = await b.observe(h)
     assert obs.state is State.HELD and obs.outcome.evidence[0].reason != "HeldByDispatch"
     with pytest.raises(StaleHoldError, match="no hold"):

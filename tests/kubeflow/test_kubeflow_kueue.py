@@ -62,10 +62,11 @@ async def test_missing_kueue_objects_are_refused_at_open(sim: Simulator, tmp_pat
     with pytest.raises(UnsupportedError) as info:
         await open_backend(config(settings), probe_window=0.3)
     assert [r.split('"')[0] for r in info.value.reasons] == [
-        "the Kueue LocalQueue ",
-        "the Kueue WorkloadPriorityClass ",
-        "the Kueue AdmissionCheck ",
+        "settings.queue: the Kueue LocalQueue ",
+        "settings.priorityClass: the Kueue WorkloadPriorityClass ",
+        "settings.admissionCheck: the Kueue AdmissionCheck ",
     ]
+    assert "LocalQueues that exist: user-queue" in info.value.reasons[0]  # the alternatives
     assert len(sim.requests.writes()) == writes + 5  # the five access reviews; no probe was created
     ro = await open_backend(config(settings, read_only=True))
     try:

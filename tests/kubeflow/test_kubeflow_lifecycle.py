@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from kubeflow_fixtures import config, ident, install, kubeconfig, spec, torch_runtime, variant
+from kubeflow_fixtures import caught_up, config, ident, install, kubeconfig, spec, torch_runtime, variant
 
 from dispatch import Cause, State
 from dispatch.backend import place
@@ -32,8 +32,10 @@ async def test_running_then_succeeded(backend: Backend, sim: Simulator) -> None:
     )
     await sim.settle()
     sim.advance(10)
+    await caught_up(backend, sim)
     assert (await backend.observe(handle)).state is State.RUNNING
     sim.advance(120)
+    await caught_up(backend, sim)
     obs = await backend.observe(handle)
     assert (obs.state, obs.cause) == (State.SUCCEEDED, Cause.NONE)
     assert obs.outcome.evidence[0].reason == "AllJobsCompleted"
@@ -53,6 +55,7 @@ async def test_exit_code_is_the_cause(backend: Backend, sim: Simulator) -> None:
     )
     await sim.settle()
     sim.advance(600)
+    await caught_up(backend, sim)
     obs = await backend.observe(handle)
     assert (obs.state, obs.cause) == (State.FAILED, Cause.EXIT_CODE), obs.outcome
     assert [e.exit_code for e in obs.outcome.evidence if e.kind == "Pod"] == [3]
@@ -71,6 +74,7 @@ async def test_an_exit_code_nobody_read_before_cleanup_is_unknown_naming_the_fai
     handle = await place(backend, spec(env={"KUBESIM_SCRIPT": "sleep 5; exit 3"}), ident("bad-exit-restart"))
     await sim.settle()
     sim.advance(600)
+    await caught_up(backend, sim)
     obs = await backend.observe(handle)
     assert (obs.state, obs.cause) == (State.FAILED, Cause.UNKNOWN), obs.outcome
     (ev,) = obs.outcome.evidence
@@ -84,6 +88,7 @@ async def test_time_limit_is_a_timeout(backend: Backend, sim: Simulator) -> None
     )
     await sim.settle()
     sim.advance(120)
+    await caught_up(backend, sim)
     obs = await backend.observe(handle)
     assert (obs.state, obs.cause) == (State.FAILED, Cause.TIMEOUT)
 

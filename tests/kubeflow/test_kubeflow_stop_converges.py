@@ -87,7 +87,8 @@ async def test_cancel_ends_with_every_pod_gone_and_says_so_only_then(lv: Live) -
     h = rec.handle
     await lv.until(lambda: len(lv.pods(h)) == 2, "running")
     rec = await cluster.cancel("cancel-me")
-    assert rec.state is not State.CANCELLED, "pods remain: not cancelled yet"
+    history = [(t.what, t.why) for t in await cluster.history("cancel-me")]
+    assert rec.state is not State.CANCELLED, ("pods remain: not cancelled yet", history)
     while True:
         rec = await cluster.get("cancel-me")
         if rec.state is State.CANCELLED:

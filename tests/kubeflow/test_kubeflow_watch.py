@@ -30,6 +30,8 @@ from kubesim.requestlog import RequestRecord
 from kubesim.resources import CONFIGMAPS, TRAINJOBS
 
 KINDS = {"trainjobs", "jobsets", "jobs", "pods", "workloads"}
+RUNTIMES = {"clustertrainingruntimes", "trainingruntimes"}
+"""The informer also follows the runtimes (prepare reads them from its cache), with no selector."""
 
 
 @pytest_asyncio.fixture
@@ -49,8 +51,8 @@ def _watches(lv: Live) -> list[tuple[str, dict[str, str]]]:
 
 async def test_one_stream_per_kind_for_every_job_and_no_per_job_requests(lv: Live) -> None:
     backend = await lv.open()
+    before = lv.sim.requests.total  # the informer starts with the first read: prepare's runtime check
     handles = [await place(backend, job(), ident(f"many-{i}")) for i in range(12)]
-    before = lv.sim.requests.total
     watch = Collector(backend.watch())
     try:
         await lv.until(lambda: all(watch.last(h) is State.RUNNING for h in handles), "every job running")
@@ -58,7 +60,7 @@ async def test_one_stream_per_kind_for_every_job_and_no_per_job_requests(lv: Liv
         # the server (the streams open concurrently; on a loaded machine one lags): the steady state
         # starts once each kind is watched, else that late watch would count as a steady-state request.
         await lv.until(
-            lambda: {r.resource for r in window_of(lv, before) if r.verb == "watch"} >= KINDS,
+            lambda: {r.resource for r in window_of(lv, before) if r.verb == "watch"} >= KINDS | RUNTIMES,
             "every kind watched",
         )
         steady = lv.sim.requests.total
@@ -73,9 +75,14 @@ async def test_one_stream_per_kind_for_every_job_and_no_per_job_requests(lv: Liv
     sent = [r for r in window_of(lv, before) if r.time <= last_time]
     lists = [r for r in sent if r.verb == "list"]
     watches = [r for r in sent if r.verb == "watch"]
-    assert sorted(r.resource for r in lists) == sorted(KINDS), [r.resource for r in lists]
-    assert sorted(r.resource for r in watches) == sorted(KINDS), [r.resource for r in watches]
+    assert sorted(r.resource for r in lists) == sorted(KINDS | RUNTIMES), [r.resource for r in lists]
+    assert sorted(r.resource for r in watches) == sorted(KINDS | RUNTIMES), [r.resource for r in watches]
+    creates = [r for r in sent if r.verb == "create"]
+    assert len(creates) == len(handles), "one create per job, and no runtime read per submit"
+    sent = [r for r in sent if r.verb != "create"]
     for r in (*lists, *watches):
+        if r.resource in RUNTIMES:
+            continue
         q = r.query_dict()
         assert "labelSelector" in q, r
         if r.resource != "workloads":

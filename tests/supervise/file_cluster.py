@@ -42,6 +42,7 @@ class FileCluster:
     def __init__(self, path: str | Path, *, kill_at: str = "") -> None:
         self.path = Path(path)
         self.kill_at = kill_at
+        self.cluster_id = f"file:{self.path.resolve()}"  # the file is the cluster
 
     def load(self) -> dict[str, Any]:
         if not self.path.exists():

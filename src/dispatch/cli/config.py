@@ -19,6 +19,7 @@ works, but is never shown (``str(StoreChoice)`` is the URL without it).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -196,19 +197,45 @@ class ConfigFile(Model, frozen=True):
     read_only: Annotated[bool, Meta(description="Open the cluster read-only: no probe, no write.")] = False
 
 
+class ClustersFile(Model, frozen=True):
+    """A config file naming several clusters (profiles), one of them the default; ``dispatch --cluster
+    NAME`` picks another. Told from a one-cluster file by its ``clusters`` key."""
+
+    json_what: ClassVar[str] = "config key"
+    json_unknown_first: ClassVar[bool] = True
+
+    clusters: Annotated[
+        dict[str, ConfigFile],
+        Meta(
+            min_length=1, description="The clusters by name, each a cluster config (adapter, settings, ...)."
+        ),
+    ]
+    default: Annotated[
+        str,
+        Meta(description="The name of the cluster used without --cluster (may be omitted with one cluster)."),
+    ] = ""
+
+
 class ClusterFile(ConfigFile, frozen=True):
     """A decoded cluster config file (or the embedded default, ``source == "<default>"``)."""
 
     source: str = "<default>"
     embedded: bool = False
     """The embedded default: the dev cluster, started by the commands that need it."""
+    cluster: str = ""
+    """The cluster's name in a file naming several (``clusters:``); empty for a one-cluster file."""
 
 
-def parse_config(text: str | bytes, *, source: str = "<default>", base: Path | None = None) -> ClusterFile:
+def parse_config(
+    text: str | bytes, *, source: str = "<default>", base: Path | None = None, cluster: str | None = None
+) -> ClusterFile:
     """Decode a cluster config document strictly: YAML, or JSON / TOML for a ``.json`` / ``.toml`` source.
-    Every error names the file and the path in it (``cluster.yaml: settings.namespace: ...``)."""
+    Every error names the file and the path in it (``cluster.yaml: settings.namespace: ...``).
+
+    A document with ``clusters:`` names several; ``cluster`` picks one (else its ``default``, else its
+    only one). ``cluster`` given for a one-cluster document is an error."""
     try:
-        return _parse_config(text, source, base)
+        return _parse_config(text, source, base, cluster)
     except InvalidError as exc:
         raise _in_file(exc, source) from None
 
@@ -245,7 +272,7 @@ def check_settings(cf: ClusterFile) -> None:
         raise err from None
 
 
-def _parse_config(text: str | bytes, source: str, base: Path | None) -> ClusterFile:
+def _parse_config(text: str | bytes, source: str, base: Path | None, cluster: str | None) -> ClusterFile:
     what = source
     if source.endswith(".json"):
         raw = load_json(text, what=what)
@@ -253,7 +280,16 @@ def _parse_config(text: str | bytes, source: str, base: Path | None) -> ClusterF
         raw = load_toml(text, what=what)
     else:
         raw = load_yaml(text, what=what)
-    doc = ConfigFile.from_json(raw)
+    name = ""
+    if isinstance(raw, Mapping) and "clusters" in raw:
+        name, doc = _pick(ClustersFile.from_json(raw), cluster)
+    elif cluster:
+        raise InvalidError(
+            f"--cluster {cluster}: this file describes one cluster (no `clusters:` key naming several)",
+            path="clusters",
+        )
+    else:
+        doc = ConfigFile.from_json(raw)
     settings = dict(doc.settings)
     kubeconfig = settings.get("kubeconfig")
     if isinstance(kubeconfig, str) and kubeconfig and base is not None:
@@ -264,7 +300,28 @@ def _parse_config(text: str | bytes, source: str, base: Path | None) -> ClusterF
     store = doc.store
     if store.kind == "sqlite" and store.path and base is not None and not Path(store.path).is_absolute():
         store = StoreChoice("sqlite", str(base / store.path))
-    return ClusterFile(doc.adapter, settings, store, doc.policy, doc.read_only, source)
+    return ClusterFile(doc.adapter, settings, store, doc.policy, doc.read_only, source, cluster=name)
+
+
+def _pick(doc: ClustersFile, cluster: str | None) -> tuple[str, ConfigFile]:
+    """The cluster named ``cluster``, else the file's default, else its only one."""
+    names = ", ".join(sorted(doc.clusters))
+    if cluster:
+        if cluster not in doc.clusters:
+            raise InvalidError(
+                f"--cluster {cluster}: no such cluster; this file names: {names}", path="clusters"
+            )
+        return cluster, doc.clusters[cluster]
+    if doc.default:
+        if doc.default not in doc.clusters:
+            raise InvalidError(f"{doc.default!r} is not one of the clusters: {names}", path="default")
+        return doc.default, doc.clusters[doc.default]
+    if len(doc.clusters) == 1:
+        return next(iter(doc.clusters.items()))
+    raise InvalidError(
+        f"several clusters ({names}) and no default: give `default: NAME` or `dispatch --cluster NAME`",
+        path="default",
+    )
 
 
 def schema() -> dict[str, Any]:
@@ -273,6 +330,15 @@ def schema() -> dict[str, Any]:
         ConfigFile,
         title="dispatch cluster config",
         description="The CLI's cluster config file (docs/cli.md).",
+    )
+
+
+def clusters_schema() -> dict[str, Any]:
+    """The JSON Schema of a config file naming several clusters, derived from :class:`ClustersFile`."""
+    return json_schema(
+        ClustersFile,
+        title="dispatch clusters config",
+        description="A config file naming several clusters and a default (docs/cli.md).",
     )
 
 
@@ -314,15 +380,52 @@ def _store_url(value: str, path: str) -> StoreChoice:
     return StoreChoice("postgres", value)
 
 
-def load_config(path: str | None = None, *, environ: Mapping[str, str] | None = None) -> ClusterFile:
-    """The cluster config named by ``path``, else by ``$DISPATCH_CONFIG``, else the embedded default."""
+PROJECT_FILE = "dispatch.yaml"
+"""A project's config, found in the working directory."""
+
+
+def discover(
+    path: str | None = None, *, environ: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> tuple[Path | None, str]:
+    """Which config file applies, and what named it: ``--config``, else ``$DISPATCH_CONFIG``, else
+    ``./dispatch.yaml``, else ``$XDG_CONFIG_HOME/dispatch/config.yaml`` (``~/.config`` when unset);
+    ``(None, "<default>")`` when none does (the embedded default)."""
     env = os.environ if environ is None else environ
-    chosen = path or env.get(CONFIG_ENV) or None
-    if chosen is None:
+    if path:
+        return expand_user(path, what="--config"), "--config"
+    if env.get(CONFIG_ENV):
+        return expand_user(env[CONFIG_ENV], what=CONFIG_ENV), CONFIG_ENV
+    project = (cwd if cwd is not None else Path.cwd()) / PROJECT_FILE
+    if project.is_file():
+        return project, "./" + PROJECT_FILE
+    xdg = env.get("XDG_CONFIG_HOME") or ""
+    home = Path(xdg) if Path(xdg).is_absolute() else expand_user("~", what="$HOME") / ".config"
+    user = home / "dispatch" / "config.yaml"
+    if user.is_file():
+        return user, "$XDG_CONFIG_HOME/dispatch/config.yaml"
+    return None, "<default>"
+
+
+def load_config(
+    path: str | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    cluster: str | None = None,
+    cwd: Path | None = None,
+) -> ClusterFile:
+    """The cluster config :func:`discover` finds (``cluster``: one of the clusters it names), else the
+    embedded default."""
+    p, _ = discover(path, environ=environ, cwd=cwd)
+    if p is None:
+        if cluster:
+            raise InvalidError(
+                f"--cluster {cluster}: no config file names clusters (looked for --config, ${CONFIG_ENV}, "
+                f"./{PROJECT_FILE} and $XDG_CONFIG_HOME/dispatch/config.yaml)",
+                path="--cluster",
+            )
         return embedded_config()
-    p = expand_user(chosen, what=CONFIG_ENV if path is None else "--config")
     data = read_limited(p, "cluster config")
-    cf = parse_config(data, source=str(p), base=p.resolve().parent)
+    cf = parse_config(data, source=str(p), base=p.resolve().parent, cluster=cluster)
     check_settings(cf)
     return cf
 
@@ -370,10 +473,16 @@ def read_token(token_file: str | None = None, *, environ: Mapping[str, str] | No
 
 
 async def open_cluster(
-    cf: ClusterFile, *, token: str | None = None, clock: Clock | None = None, refresh: bool = False
+    cf: ClusterFile,
+    *,
+    token: str | None = None,
+    clock: Clock | None = None,
+    refresh: bool = False,
+    lazy: bool = False,
 ) -> Cluster:
     """Open the cluster a config file describes. The adapter gets a probe cache kept in the store (when
-    the store has a key-value table); ``refresh`` makes it probe again (``dispatch check --refresh``)."""
+    the store has a key-value table); ``refresh`` makes it probe again (``dispatch check --refresh``).
+    ``lazy`` (read-only configs only): the adapter is opened by the first call that needs the cluster."""
     from dispatch.probecache import StoreProbeCache
     from dispatch.records.store import KeyValues
 
@@ -387,6 +496,12 @@ async def open_cluster(
         token=token,
         probe_cache=cache,
     )
+    if lazy and cf.read_only:
+        from dispatch.cli.lazy import LazyBackend
+        from dispatch.registry import new_backend
+
+        opener = functools.partial(new_backend, cf.adapter, config.adapter_config(cf.adapter))
+        return Cluster(LazyBackend(cf.adapter, opener), store, policy=cf.policy, clock=clock)
     try:
         return await open_cluster_async(cf.adapter, config, clock=clock)
     except BaseException:

@@ -15,21 +15,24 @@ the cluster is a separate process, which is also what lets it outlive a command.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
 import os
 import re
-import secrets
 import signal
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
+import yaml
 
 from dispatch.errors import ConflictError, UnavailableError
 from dispatch.records.paths import default_store_path
@@ -46,6 +49,12 @@ __all__ = [
 
 DEFAULT_SPEED = 5.0
 """Simulated seconds per real second: the scripted jobs of the examples finish in about a second."""
+
+NODE_RECOVERY = ("replace", 360.0)
+"""What a lost node's machine does on the dev cluster, and after how many simulated seconds: an
+autoscaler replaces it (``kubesim serve --node-recovery``), so ``node-lost`` runs never use the cluster up.
+Six minutes: after the taint manager evicted its pods (300 s ``tolerationSeconds``), as on a cluster
+(a real autoscaler waits longer still), so a job sees its pods evicted before they vanish."""
 
 TRAINER_RECREATES_JOBSET = True
 """Whether the dev cluster's Trainer re-applies a JobSet while its TrainJob is deleted in the foreground,
@@ -104,6 +113,32 @@ class DevCluster:
             else None,
             "config": str(self.config),
         }
+
+
+def unready_nodes(found: DevCluster, *, timeout: float = 5.0) -> list[str]:
+    """The dev cluster's nodes that are not Ready, as ``name (status: message)``, read with the read-only
+    kubeconfig over plain HTTPS (dispatch imports no Kubernetes client here). Raises ``OSError`` or
+    ``ValueError`` when they cannot be read."""
+    cfg = yaml.safe_load(found.readonly_kubeconfig.read_text())
+    cluster = cfg["clusters"][0]["cluster"]
+    token = cfg["users"][0]["user"]["token"]
+    ctx = ssl.create_default_context()
+    if cluster.get("certificate-authority-data"):
+        ctx = ssl.create_default_context(
+            cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
+        )
+    request = urllib.request.Request(
+        f"{cluster['server']}/api/v1/nodes", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout, context=ctx) as resp:
+        nodes = json.loads(resp.read())["items"]
+    out = []
+    for node in nodes:
+        ready = [c for c in node.get("status", {}).get("conditions") or [] if c.get("type") == "Ready"]
+        if not ready or ready[0].get("status") != "True":
+            c = ready[0] if ready else {"status": "Unknown", "message": "no Ready condition"}
+            out.append(f"{node['metadata']['name']} ({c.get('status')}: {c.get('message', '')})")
+    return out
 
 
 def cluster_config_text() -> str:
@@ -197,6 +232,7 @@ def _spawn(d: Path, speed: float, request_log: str | None) -> DevCluster:
     ]
     if request_log:
         argv += ["--request-log", str(Path(request_log).resolve())]
+    argv += ["--node-recovery", NODE_RECOVERY[0], "--node-recovery-after", f"{NODE_RECOVERY[1]:g}"]
     if TRAINER_RECREATES_JOBSET:
         argv.append("--recreate-jobset-while-deleting")
     log_path = d / "kubesim.log"
@@ -216,6 +252,8 @@ def _spawn(d: Path, speed: float, request_log: str | None) -> DevCluster:
             f"the dev cluster did not start (python -m kubesim serve exited {proc.returncode}); "
             f"its output is in {log_path}:\n{text[-2000:]}"
         )
+    import secrets  # deferred: only starting a dev cluster needs it (read commands start fast)
+
     found = DevCluster(proc.pid, url, secrets.token_hex(8), time.time(), speed, d)
     (d / "cluster.yaml").write_text(cluster_config_text())
     state = d / "state.json"
@@ -339,4 +377,19 @@ def status_command(as_json: bool) -> None:
         else:
             click.echo("the dev cluster is not running (`dispatch dev-cluster start` starts it)")
         raise click.exceptions.Exit(1)
+    try:
+        unready: list[str] | None = unready_nodes(found)
+        problem = ""
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        unready, problem = None, str(exc)
+    if as_json:
+        extra = {"unreadyNodes": unready} if unready is not None else {"nodesError": problem}
+        click.echo(json.dumps({"status": "running", **found.to_json(), **extra}, sort_keys=True))
+        return
     _show(found, "running", as_json)
+    if unready is None:
+        click.echo(f"  nodes: could not be read ({problem})")
+    elif unready:
+        click.echo(f"  nodes not Ready: {', '.join(unready)}")
+    else:
+        click.echo("  nodes: all Ready")

@@ -12,22 +12,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from dispatch.backend import Prepared
 from dispatch.cli.devcluster import DevCluster
 from dispatch.errors import ReadOnlyError, UnavailableError
 from dispatch.model import Capabilities, Handle, Identity, JobRecord, JobSpec, Mode, Observation
-from dispatch.records.store import KeyValues, Store
+
+if TYPE_CHECKING:
+    from dispatch.cluster import Cluster
 
 __all__ = ["OfflineBackend", "gone_jobs", "mark", "why_gone"]
 
 _KEY = "devcluster/job/"
 
 
-async def mark(store: Store, job_id: str, dev: DevCluster) -> None:
+async def mark(cluster: Cluster, job_id: str, dev: DevCluster) -> None:
     """Remember that ``job_id``'s current incarnation runs on dev cluster instance ``dev``."""
-    if isinstance(store, KeyValues):
-        await store.put_value(_KEY + job_id, dev.instance)
+    await cluster.set_note(_KEY + job_id, dev.instance)
 
 
 def why_gone(dev: DevCluster | None) -> str:
@@ -39,16 +41,16 @@ def why_gone(dev: DevCluster | None) -> str:
     )
 
 
-async def gone_jobs(store: Store, records: Iterable[JobRecord], dev: DevCluster | None) -> Mapping[str, str]:
+async def gone_jobs(
+    cluster: Cluster, records: Iterable[JobRecord], dev: DevCluster | None
+) -> Mapping[str, str]:
     """The job ids among ``records`` (not terminal) that ran on a dev cluster instance that no longer
     runs, with why. Records never marked (submitted with a config) are never gone."""
-    if not isinstance(store, KeyValues):
-        return {}
     out: dict[str, str] = {}
     for rec in records:
         if rec.outcome.terminal:
             continue
-        instance = await store.get_value(_KEY + rec.job_id)
+        instance = await cluster.note(_KEY + rec.job_id)
         if instance is not None and (dev is None or instance != dev.instance):
             out[rec.job_id] = why_gone(dev)
     return out
@@ -64,6 +66,10 @@ class OfflineBackend:
     @property
     def name(self) -> str:
         return self._adapter
+
+    @property
+    def cluster_id(self) -> str:
+        return ""  # no cluster: every record is shown as last known, none is this one's
 
     def _down(self, what: str) -> UnavailableError:
         return UnavailableError(

@@ -11,10 +11,20 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from dispatch.model import Capabilities, Cause, Epoch, Evidence, JobRecord, Outcome, State, Transition
+from dispatch.model import (
+    TERMINAL_STATES,
+    Capabilities,
+    Cause,
+    Epoch,
+    Evidence,
+    JobRecord,
+    Outcome,
+    State,
+    Transition,
+)
 
 __all__ = ["Incarnation", "Renderer", "incarnations_of", "probe_progress", "when"]
 
@@ -43,13 +53,25 @@ class Renderer:
     """Writes results to ``out`` (stdout) in the chosen form: JSON, rich (terminal) or plain."""
 
     def __init__(
-        self, *, as_json: bool = False, out: TextIO | None = None, colour: bool | None = None
+        self,
+        *,
+        as_json: bool = False,
+        out: TextIO | None = None,
+        colour: bool | None = None,
+        output: str = "text",
+        no_headers: bool = False,
+        epoch_times: bool = False,
     ) -> None:
         self.out = out if out is not None else sys.stdout
-        self.as_json = as_json
+        self.output = "json" if as_json else output
+        self.as_json = self.output in ("json", "yaml")
+        """Machine-readable output (``-o json`` or ``-o yaml``): values go through :meth:`json`."""
+        self.no_headers = no_headers
+        self.epoch_times = epoch_times
         tty = bool(getattr(self.out, "isatty", lambda: False)())
-        self.rich = (tty if colour is None else colour) and not as_json
+        self.rich = (tty if colour is None else colour) and self.output in ("text", "wide")
         self._console: Any = None
+        self._documents = 0
 
     # ------------------------------------------------------------------ primitives
 
@@ -61,8 +83,25 @@ class Renderer:
             self.out.flush()
 
     def json(self, value: Any) -> None:
-        self.out.write(json.dumps(value, sort_keys=True) + "\n")
+        """One value for programs: a JSON line (``-o json``) or a YAML document (``-o yaml``); times as
+        RFC 3339 text unless epoch seconds were asked for."""
+        if not self.epoch_times:
+            value = rfc3339_times(value)
+        if self.output == "yaml":
+            import yaml  # deferred: only -o yaml needs it
+
+            self._documents += 1
+            self.out.write(
+                ("---\n" if self._documents > 1 else "") + yaml.safe_dump(_plain(value), sort_keys=True)
+            )
+        else:
+            self.out.write(json.dumps(value, sort_keys=True) + "\n")
         self.out.flush()
+
+    def names(self, job_ids: Iterable[str]) -> None:
+        """``-o name``: only the job ids, one a line (for ``xargs``)."""
+        for job_id in job_ids:
+            self.line(job_id)
 
     @property
     def console(self) -> Any:
@@ -134,7 +173,7 @@ class Renderer:
         if self.rich:
             from rich.table import Table
 
-            table = Table(show_edge=False, header_style="bold")
+            table = Table(show_edge=False, header_style="bold", show_header=not self.no_headers)
             for h in headers:
                 table.add_column(h)
             for i, row in enumerate(rows):
@@ -142,7 +181,8 @@ class Renderer:
             self.console.print(table)
             return
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-        self.line("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+        if not self.no_headers:
+            self.line("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
         for row in rows:
             self.line("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
@@ -150,6 +190,9 @@ class Renderer:
 
     def record(self, rec: JobRecord, *, gone: str | None = None) -> None:
         """A record; ``gone`` says why its cluster is gone (then it is shown as last known)."""
+        if self.output == "name":
+            self.line(rec.job_id)
+            return
         if self.as_json:
             self.json({**rec.to_json(), "cluster": {"gone": gone}} if gone else rec.to_json())
             return
@@ -185,6 +228,9 @@ class Renderer:
     def records(self, recs: Sequence[JobRecord], *, gone: Mapping[str, str] | None = None) -> None:
         """A table of records; those in ``gone`` (job id → why) are marked ``(cluster gone)``."""
         gone = gone or {}
+        if self.output == "name":
+            self.names(r.job_id for r in recs)
+            return
         if self.as_json:
             self.json(
                 [
@@ -193,23 +239,30 @@ class Renderer:
                 ]
             )
             return
-        self.table(
-            ["job", "state", "cause", "epoch", "updated"],
-            [
-                [
-                    r.job_id,
-                    r.state.value + (" (cluster gone)" if r.job_id in gone else ""),
-                    r.outcome.cause.value,
-                    str(r.epoch),
-                    when(r.updated_at),
-                ]
-                for r in recs
-            ],
-            styles=[_COLOURS.get(r.state, "") for r in recs],
-        )
+        wide = self.output == "wide"
+        headers = ["job", "state", "cause", "epoch", "updated"]
+        if wide:
+            headers += ["created", "handle", "intents"]
+        rows = []
+        for r in recs:
+            row = [
+                r.job_id,
+                r.state.value + (" (cluster gone)" if r.job_id in gone else ""),
+                r.outcome.cause.value,
+                str(r.epoch),
+                when(r.updated_at),
+            ]
+            if wide:
+                intents = [k for k, on in (("hold", r.hold_requested), ("cancel", r.cancel_requested)) if on]
+                row += [when(r.created_at), str(r.handle) if r.handle else "-", ",".join(intents) or "-"]
+            rows.append(row)
+        self.table(headers, rows, styles=[_COLOURS.get(r.state, "") for r in recs])
 
     def summary(self, rec: JobRecord, what: str = "") -> None:
         """One line about a record (after a write)."""
+        if self.output == "name":
+            self.line(rec.job_id)
+            return
         if self.as_json:
             self.json(rec.to_json())
             return
@@ -258,6 +311,52 @@ class Renderer:
         )
         self.evidence(o.evidence, indent="  ")
 
+    def describe(
+        self, rec: JobRecord, ts: Sequence[Transition], steps: Sequence[str], *, gone: str | None = None
+    ) -> None:
+        """One job whole: the record, the spec, every incarnation as a timeline (states, causes,
+        evidence, the rule of each requeue), its cluster objects, and the next steps."""
+        incs = incarnations_of(ts)
+        if self.as_json:
+            self.json(
+                {
+                    "record": rec.to_json(),
+                    "incarnations": [i.to_json() for i in incs],
+                    "history": [t.to_json() for t in ts],
+                    "next": list(steps),
+                }
+                | ({"cluster": {"gone": gone}} if gone else {})
+            )
+            return
+        self.record(rec, gone=gone)
+        spec = rec.spec
+        self.line("spec:")
+        self.line(f"  command: {list(spec.command)}")
+        self.line(f"  nodes: {spec.nodes}")
+        if spec.env:
+            self.line(f"  env: {', '.join(f'{k}={v}' for k, v in spec.env.items())}")
+        for name, value in spec.extensions.to_json().items():
+            self.line(f"  {name}: {json.dumps(value, sort_keys=True)}")
+        policy = rec.policy
+        self.line(f"  policy: {'the cluster default' if policy is None else json.dumps(policy.to_json())}")
+        self.line("incarnations:")
+        for inc in incs:
+            span = f"{when(inc.since)} → {when(inc.until) if inc.until is not None else 'now'}"
+            self.line(
+                f"  {inc.epoch}  {inc.state.value} / {inc.cause.value}  ({span})",
+                style=_COLOURS.get(inc.state),
+            )
+            for obj in inc.objects:
+                self.line(f"    object: {obj}")
+            for step in inc.steps:
+                self.line(f"    {step}")
+            if inc.then:
+                self.line(f"    then: {inc.then}")
+        if steps:
+            self.line("next:")
+            for step in steps:
+                self.line(f"  {step}")
+
     def capabilities(self, adapter: str, source: str, store: str, caps: Capabilities) -> None:
         if self.as_json:
             self.json({"adapter": adapter, "config": source, "store": store, "capabilities": caps.to_json()})
@@ -284,7 +383,9 @@ class Renderer:
 
     def mapping(self, value: Mapping[str, Any], *, yaml_form: bool = True) -> None:
         """A native object (dry run) or a schema: YAML for people, JSON with ``--json``."""
-        if self.as_json or not yaml_form:
+        if self.output == "yaml":
+            yaml_form = True
+        elif self.as_json or not yaml_form:
             self.out.write(json.dumps(value, indent=2, sort_keys=False) + "\n")
             self.out.flush()
             return
@@ -292,6 +393,31 @@ class Renderer:
 
         self.out.write(yaml.safe_dump(_plain(value), sort_keys=False, default_flow_style=False))
         self.out.flush()
+
+
+TIME_KEYS = frozenset({"at", "createdAt", "updatedAt", "expiresAt", "notBefore"})
+"""The keys of dispatch's JSON whose numbers are times (epoch seconds in the model's own JSON)."""
+
+
+def rfc3339(at: float) -> str:
+    """An epoch time as RFC 3339 text in UTC, to the microsecond: ``2026-12-01T17:28:39.123456Z``."""
+    import datetime
+
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat().replace("+00:00", "Z")
+
+
+def rfc3339_times(value: Any) -> Any:
+    """``value`` (plain JSON) with the numbers under :data:`TIME_KEYS` as RFC 3339 text."""
+    if isinstance(value, Mapping):
+        return {
+            k: rfc3339(v)
+            if k in TIME_KEYS and isinstance(v, int | float) and not isinstance(v, bool)
+            else rfc3339_times(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [rfc3339_times(v) for v in value]
+    return value
 
 
 def _plain(value: Any) -> Any:
@@ -354,12 +480,29 @@ def probe_progress(renderer: Renderer, text: str, quiet: bool = False) -> Iterat
 
 @dataclass
 class Incarnation:
-    """One incarnation as the history tells it: its epoch, how it ended (or where it is), what came next."""
+    """One incarnation as the history tells it: its epoch, how it ended (or where it is), what came next,
+    when it began and ended, the cluster objects it was placed as, and the evidence of its states."""
 
     epoch: Epoch
     state: State = State.PENDING
     cause: Cause = Cause.NONE
     then: str = ""
+    since: float | None = None
+    until: float | None = None
+    objects: list[str] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "epoch": str(self.epoch),
+            "state": self.state.value,
+            "cause": self.cause.value,
+            "then": self.then,
+            "since": self.since,
+            "until": self.until,
+            "objects": list(self.objects),
+            "steps": list(self.steps),
+        }
 
 
 def incarnations_of(ts: Sequence[Transition]) -> list[Incarnation]:
@@ -374,12 +517,21 @@ def incarnations_of(ts: Sequence[Transition]) -> list[Incarnation]:
                     current.then = f"requeued as {t.epoch}: {t.why}"
                 elif t.what == "resubmitted":
                     current.then = f"resubmitted as {t.epoch} by the user"
-            current = out[t.epoch.n] = Incarnation(t.epoch)
+            current = out[t.epoch.n] = Incarnation(t.epoch, since=t.at)
         if current is None:
             continue
         if t.what in ("gave up", "held for a person"):
             current.then = f"{t.what}: {t.why}"
+        if t.what == "started" and t.why:
+            current.objects.append(t.why)
         if t.state is not None and t.what not in ("requeued", "resubmitted"):
             current.state = t.state
             current.cause = t.cause if t.cause is not None else Cause.NONE
+            current.steps.append(
+                f"{when(t.at)}  {t.actor.value} {t.what}"
+                + (f" ({t.cause.value})" if t.cause is not None and t.cause is not Cause.NONE else "")
+                + (f"  — {t.why}" if t.why and t.what != "started" else "")
+            )
+            if t.state in TERMINAL_STATES and current.until is None:
+                current.until = t.at
     return list(out.values())

@@ -11,10 +11,8 @@ An adapter author runs it by writing one test module that imports the checks and
 
 
     @pytest.fixture
-    async def harness():  # with pytest-asyncio in strict mode: @pytest_asyncio.fixture
-        h = MemoryHarness()
-        yield h
-        await h.close()
+    def harness():
+        return MemoryHarness()  # each check closes it when it ends (``close`` must be idempotent)
 
 Needs pytest and pytest-asyncio (the checks are marked ``@pytest.mark.asyncio``). ``import *`` brings
 only the ``test_conformance_*`` functions (``__all__``); import :class:`Harness`, :class:`BaseHarness`,

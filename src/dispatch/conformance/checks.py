@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import functools
 import itertools
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -722,3 +723,26 @@ async def test_conformance_read_only_refuses_every_write(harness: Harness) -> No
     await harness.settle()
     assert _refs(await reader.list()) == before
     assert (await writer.observe(handle)).state is State.RUNNING
+
+
+# --- the harness's lifetime ----------------------------------------------------------------------
+
+
+def _closing(check: Callable[..., Any]) -> Callable[..., Any]:
+    """Close the harness when the check ends, whatever the outcome: a plain (synchronous)
+    ``@pytest.fixture`` returning a harness then needs no async teardown (pytest-asyncio's strict mode,
+    the default outside dispatch, runs no async fixture without ``@pytest_asyncio.fixture``). A fixture
+    that closes the harness too may: ``close`` must be idempotent."""
+
+    @functools.wraps(check)
+    async def run(harness: Harness, **arguments: Any) -> None:
+        try:
+            await check(harness, **arguments)
+        finally:
+            await harness.close()
+
+    return run
+
+
+for _name in __all__:
+    globals()[_name] = _closing(globals()[_name])

@@ -46,7 +46,7 @@ async def factory(cfg: AdapterConfig) -> MemoryBackend:
     """Open a memory backend from an :class:`AdapterConfig` (settings decoded strictly; the system
     clock). The token, if any, is ignored: the memory cluster has no authentication."""
     settings = parse_settings(cfg.settings)
-    return MemoryBackend(settings, read_only=cfg.read_only)
+    return MemoryBackend(settings, read_only=cfg.read_only, store_id=cfg.store_id)
 
 
 ADAPTER = register(

@@ -50,6 +50,7 @@ class MemoryBackend:
         clock: Clock | None = None,
         read_only: bool = False,
         cluster: MemoryCluster | None = None,
+        store_id: str = "",
     ) -> None:
         if settings is not None and not isinstance(settings, MemorySettings):
             raise InvalidError(
@@ -67,6 +68,7 @@ class MemoryBackend:
         else:
             self.cluster = MemoryCluster(settings, clock=clock)
         self.read_only = read_only
+        self.store_id = store_id
         self._closed = False
 
     def __repr__(self) -> str:
@@ -75,6 +77,10 @@ class MemoryBackend:
     @property
     def name(self) -> str:
         return NAME
+
+    @property
+    def cluster_id(self) -> str:
+        return self.cluster.id
 
     @property
     def settings(self) -> MemorySettings:
@@ -127,7 +133,8 @@ class MemoryBackend:
         spec, identity = prepared.spec, prepared.identity
         steps = self._check(spec)
         name = naming.native_name(identity)
-        return self.cluster.create(name, Handle(NAME, identity, name), spec, steps, held=prepared.held)
+        handle = Handle(NAME, identity, name, cluster=self.cluster.id)
+        return self.cluster.create(name, handle, spec, steps, held=prepared.held, store=self.store_id)
 
     async def observe(self, handle: Handle) -> Observation:
         self._open()
@@ -140,7 +147,7 @@ class MemoryBackend:
 
     async def list(self) -> builtins.list[Observation]:
         self._open()
-        return self.cluster.observations()
+        return [o for o in self.cluster.observations() if self._mine(o.handle)]
 
     async def close(self) -> None:
         self._closed = True
@@ -167,7 +174,12 @@ class MemoryBackend:
         then each change as it happens. With the cursor of a change, the changes after it; a cursor
         older than ``watchHistory`` changes relists (the current state of every incarnation)."""
         self._open()
-        return self.cluster.watch(cursor)
+        return self._watch(cursor)
+
+    async def _watch(self, cursor: str | None) -> AsyncIterator[Change]:
+        async for change in self.cluster.watch(cursor):
+            if self._mine(change.observation.handle):
+                yield change
 
     # --- CessationSignal ----------------------------------------------------------------------------
 
@@ -252,6 +264,10 @@ class MemoryBackend:
             raise ReadOnlyError(
                 f"{what}: this memory backend is read-only; open it without read_only to write"
             )
+
+    def _mine(self, handle: Handle) -> bool:
+        """Whether an object was created for this backend's store (another store's are left alone)."""
+        return self.cluster.store_of(handle.ref) == self.store_id
 
     def _ours(self, handle: Handle) -> Handle:
         if not isinstance(handle, Handle):

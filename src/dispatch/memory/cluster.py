@@ -15,6 +15,7 @@ import bisect
 import copy
 import heapq
 import json
+import secrets
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -120,6 +121,9 @@ class MemoryCluster:
 
         self.settings = settings or MemorySettings()
         self.clock: Clock = clock or SystemClock()
+        self.id = f"memory:{secrets.token_hex(6)}"
+        """This cluster's identity (``Backend.cluster_id``): each in-process cluster is a cluster of its own."""
+        self._stores: dict[str, str] = {}  # job name -> the identity of the store that created it
         self._time = self.clock.now()
         self._jobs: dict[str, _Job] = {}
         self._vanished: dict[str, Observation] = {}  # by name: the lost observation
@@ -484,13 +488,21 @@ class MemoryCluster:
         return job
 
     def create(
-        self, name: str, handle: Handle, spec: JobSpec, steps: tuple[Step, ...], *, held: bool
+        self,
+        name: str,
+        handle: Handle,
+        spec: JobSpec,
+        steps: tuple[Step, ...],
+        *,
+        held: bool,
+        store: str = "",
     ) -> Handle:
-        """Create the incarnation, or return the handle of the one already under ``name``."""
+        """Create the incarnation, or return the handle of the one already under ``name``. ``store`` is
+        the identity of the store whose record it is (see :meth:`store_of`)."""
         now = self.sync()
         existing = self._jobs.get(name)
         if existing is not None:
-            if existing.identity.same_incarnation(handle.identity):
+            if existing.identity.same_incarnation(handle.identity) and self.store_of(name) == store:
                 return existing.handle
             raise ConflictError(
                 f"memory job {name!r} already exists for {existing.identity}, not {handle.identity}"
@@ -510,6 +522,7 @@ class MemoryCluster:
             since=now,
         )
         self._jobs[name] = job
+        self._stores[name] = store
         self._incarnations.setdefault(handle.identity.job_id, []).append(job)
         if held:
             job.hold_token = self._new_token()
@@ -626,6 +639,10 @@ class MemoryCluster:
         return f"hold-{self._tokens}"
 
     # --- reads ----------------------------------------------------------------------------------
+
+    def store_of(self, name: str) -> str:
+        """The identity of the store that created job ``name`` (``""``: none given)."""
+        return self._stores.get(name, "")
 
     def observe(self, handle: Handle) -> Observation:
         now = self.sync()

@@ -152,11 +152,15 @@ class Identity(Model, frozen=True):
 
 class Handle(Model, frozen=True):
     """A backend's reference to one incarnation: its identity and the backend's native reference
-    (Kubernetes: ``namespace/name``). Handles are stored in records and must survive restarts."""
+    (Kubernetes: ``namespace/name``). Handles are stored in records and must survive restarts.
+
+    ``cluster`` is the identity of the cluster the incarnation was placed on (``Backend.cluster_id``);
+    empty in handles written before dispatch recorded it."""
 
     backend: str
     identity: Identity
     ref: str
+    cluster: str = ""
 
     def __str__(self) -> str:
         return f"{self.backend}:{self.ref} ({self.identity})"

@@ -46,6 +46,7 @@ class Cause(StrEnum):
     NO_CAPACITY = "no_capacity"
     IMAGE_PULL = "image_pull"
     INVALID_SPEC = "invalid_spec"
+    CONFIG_ERROR = "config_error"  # the cluster cannot create the job's containers as configured (a missing Secret, claim, ...)
     CANCELLED = "cancelled"
     UNKNOWN = "unknown"
 

@@ -129,6 +129,8 @@ class Policy(Model, frozen=True):
 
     rules: Mapping[Cause, Rule | Action] = EMPTY_MAP  # type: ignore[assignment]  # an empty FrozenMap
     default: Rule | Action = _FAIL
+    max_requeues: int | None = None
+    """A cap on the requeues of all rules together (since the last submit or resubmit); none by default."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.rules, Mapping):
@@ -140,11 +142,19 @@ class Policy(Model, frozen=True):
             rules[cause] = _rule(rule, "rules")  # a Rule or an Action: checked just above
         force_setattr(self, "rules", frozen_map(dict(sorted(rules.items()))))  # keys: str-valued Causes
         force_setattr(self, "default", _rule(self.default, "default"))
+        mr = self.max_requeues
+        if mr is not None and (isinstance(mr, bool) or not isinstance(mr, int) or not 0 <= mr < EPOCH_BOUND):
+            raise InvalidError(f"must be an integer in [0, {EPOCH_BOUND})", path="maxRequeues")
 
     def rule_for(self, cause: Cause) -> Rule:
         rule = self.rules.get(cause, self.default)
         assert isinstance(rule, Rule)  # __post_init__ made every entry a Rule
         return rule
+
+    def rule_name(self, cause: Cause) -> str:
+        """The name of the rule that applies to ``cause``: the cause's own, else ``default``. Each rule
+        counts its requeues under this name (its budget)."""
+        return cause.value if cause in self.rules else "default"
 
 
 _REQUEUE_3 = Rule(Action.REQUEUE, max=3, backoff=30.0)
@@ -174,6 +184,8 @@ class Plan(Model, frozen=True):
     action: PlanAction
     reason: str = ""
     not_before: float | None = None
+    rule: str = ""
+    """For a requeue: the policy rule it is made under (whose budget it spends)."""
 
     def __post_init__(self) -> None:
         nb = self.not_before

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import ClassVar
 
-from dispatch.model._base import Int64, Model
+from msgspec.structs import force_setattr
+
+from dispatch.errors import InvalidError
+from dispatch.model._base import EMPTY_MAP, Int64, Model, frozen_map
 from dispatch.model.identity import Epoch, Handle, check_job_id
 from dispatch.model.outcome import Cause, Outcome, State
 from dispatch.model.policy import Plan, Policy
@@ -53,6 +57,10 @@ class JobRecord(Model, frozen=True):
 
     ``cancel_requested`` and ``hold_requested`` are the user's standing intents; ``unknown_write`` names
     a write whose effect could not be known (``OutcomeUnknownError``) until an observation settles it.
+    ``cluster`` is the identity of the cluster the job's current incarnation belongs to: only a process
+    opened on that cluster changes the record (empty in records written before dispatch recorded it).
+    ``requeues`` counts the automatic requeues made under each policy rule since the user last submitted
+    or resubmitted the job (each rule's budget).
     """
 
     job_id: str
@@ -70,9 +78,21 @@ class JobRecord(Model, frozen=True):
     unknown_write: str | None = None
     revision: Int64 = 0
     lease: Lease | None = None
+    cluster: str = ""
+    requeues: Mapping[str, Int64] = EMPTY_MAP
 
     def __post_init__(self) -> None:
         check_job_id(self.job_id, "jobId")
+        for rule, count in self.requeues.items():
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise InvalidError(f"expected a count >= 0, got {count!r}", path=f"requeues[{rule!r}]")
+        force_setattr(self, "requeues", frozen_map(self.requeues))
+
+    def requeues_under(self, rule: str) -> int:
+        """The requeues made under policy rule ``rule`` since the last submit or resubmit."""
+        count = self.requeues.get(rule, 0)
+        # A record written before budgets were counted per rule: every requeue is charged to each rule.
+        return count if self.requeues or count else self.epoch.r
 
     @property
     def state(self) -> State:

@@ -1,7 +1,7 @@
 """Records: the durable job records dispatch keeps, whatever the cluster garbage-collects.
 
 :class:`Store` is the protocol; :class:`SqliteStore` (the embedded default, one host),
-:class:`PostgresStore` (several hosts; ``pip install 'dispatch[postgres]'``) and :class:`MemoryStore`
+:class:`PostgresStore` (several hosts; ``pip install 'dispatch-train[postgres]'``) and :class:`MemoryStore`
 (tests) implement it, the optional change-notification hook :class:`ChangeNotifier`, and the optional
 :class:`KeyValues` (a small table for host caches). The implementations load on first use, so
 ``import dispatch`` imports neither ``sqlite3`` nor ``psycopg``.
@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dispatch.records.store import ChangeNotifier, Changes, KeyValues, Store
+from dispatch.records.store import (
+    ChangeNotifier,
+    Changes,
+    KeyValues,
+    Listing,
+    Store,
+    Unreadable,
+    store_identity,
+)
 
 if TYPE_CHECKING:
     from dispatch.records.memory import MemoryStore
@@ -23,11 +31,14 @@ __all__ = [
     "ChangeNotifier",
     "Changes",
     "KeyValues",
+    "Listing",
     "MemoryStore",
     "PostgresStore",
     "SqliteStore",
     "Store",
+    "Unreadable",
     "default_store_path",
+    "store_identity",
 ]
 
 _LAZY = {
@@ -53,7 +64,7 @@ def __getattr__(name: str) -> Any:
 
         raise UnsupportedError(
             f"{name} needs psycopg 3 and psycopg_pool, which are not installed: "
-            "pip install 'dispatch[postgres]'"
+            "pip install 'dispatch-train[postgres]'"
         ) from None
     value = getattr(loaded, name)
     globals()[name] = value  # later lookups skip this function

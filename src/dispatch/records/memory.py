@@ -28,7 +28,7 @@ from dispatch.records._common import (
     lease_after_acquire,
     lease_after_release,
 )
-from dispatch.records.store import check_key_value
+from dispatch.records.store import Listing, check_key_value
 
 __all__ = ["MemoryStore"]
 
@@ -101,12 +101,12 @@ class MemoryStore:
             self._check_open()
             return self._current(job_id)
 
-    async def list(self, *, states: Iterable[State] | None = None) -> builtins.list[JobRecord]:
-        """Every record (optionally only those in ``states``), oldest first."""
+    async def list(self, *, states: Iterable[State] | None = None) -> Listing:
+        """Every record (optionally only those in ``states``), oldest first (it keeps no unreadable one)."""
         wanted = check_states(states)
         with self._lock:
             self._check_open()
-            return [r for r in self._records.values() if wanted is None or r.outcome.state in wanted]
+            return Listing(r for r in self._records.values() if wanted is None or r.outcome.state in wanted)
 
     async def update(
         self, record: JobRecord, *, expected_revision: int, transitions: Sequence[Transition] = ()
@@ -210,6 +210,13 @@ class MemoryStore:
                 self._values.pop(key, None)
             else:
                 self._values[key] = value
+
+    async def add_value(self, key: str, value: str) -> str:
+        """Keep ``value`` under ``key`` unless a value is there already; return the value kept."""
+        check_key_value(key, value)
+        with self._lock:
+            self._check_open()
+            return self._values.setdefault(key, value)
 
     async def close(self) -> None:
         """Forget nothing, accept nothing more. Idempotent."""

@@ -2,7 +2,7 @@
 
 Design, and why:
 
-- **psycopg 3, async, with its pool** (``pip install 'dispatch[postgres]'``). Reads run in autocommit
+- **psycopg 3, async, with its pool** (``pip install 'dispatch-train[postgres]'``). Reads run in autocommit
   (one round trip); every write is one transaction that first locks the record's row
   (``SELECT ... FOR UPDATE``), decides with the same functions as the other stores (``_common``), and
   writes the row and its history together. Under ``READ COMMITTED`` a second writer waits for the
@@ -72,7 +72,7 @@ from dispatch.records._common import (
     record_text,
 )
 from dispatch.records.postgres_url import check_dsn, redact_dsn
-from dispatch.records.store import Changes, check_key_value
+from dispatch.records.store import Changes, Listing, check_key_value, read_rows
 
 __all__ = ["CHANNEL", "SCHEMA_VERSION", "PostgresStore", "redact_dsn"]
 
@@ -491,11 +491,11 @@ class PostgresStore:
 
         return await self._read(body)
 
-    async def list(self, *, states: Iterable[State] | None = None) -> builtins.list[JobRecord]:
-        """Every record (optionally only those in ``states``), oldest first."""
+    async def list(self, *, states: Iterable[State] | None = None) -> Listing:
+        """Every record (optionally only those in ``states``), oldest first; unreadable ones aside."""
         wanted = check_states(states)
 
-        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> builtins.list[JobRecord]:
+        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> Listing:
             if wanted is None:
                 cur = await conn.execute("SELECT job_id, body FROM dispatch_records ORDER BY seq")
             else:
@@ -503,7 +503,7 @@ class PostgresStore:
                     "SELECT job_id, body FROM dispatch_records WHERE state = ANY(%s) ORDER BY seq",
                     (sorted(s.value for s in wanted),),
                 )
-            return [self._decode(job_id, text) for job_id, text in await cur.fetchall()]
+            return read_rows(await cur.fetchall(), self._decode)
 
         return await self._read(body)
 
@@ -653,6 +653,22 @@ class PostgresStore:
                 )
 
         await self._write(body)
+
+    async def add_value(self, key: str, value: str) -> str:
+        """Keep ``value`` under ``key`` unless a value is there already; return the value kept."""
+        check_key_value(key, value)
+
+        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> str:
+            await conn.execute(
+                "INSERT INTO dispatch_kv (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
+                (key, value),
+            )
+            cur = await conn.execute("SELECT value FROM dispatch_kv WHERE key = %s", (key,))
+            row = await cur.fetchone()
+            assert row is not None  # inserted or already there, in this transaction
+            return str(row[0])
+
+        return await self._write(body)
 
     def changes(self) -> Changes:
         """Subscribe to every write to the database, by any process on any host, through

@@ -56,7 +56,7 @@ from dispatch.records._common import (
     record_text,
 )
 from dispatch.records.paths import expand_user
-from dispatch.records.store import Changes, check_key_value
+from dispatch.records.store import Changes, Listing, check_key_value, read_rows
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SqliteStore"]
 
@@ -426,11 +426,11 @@ class SqliteStore:
             lambda conn: self._transaction(conn, lambda c: self._current(c, job_id), write=False)
         )
 
-    async def list(self, *, states: Iterable[State] | None = None) -> builtins.list[JobRecord]:
-        """Every record (optionally only those in ``states``), oldest first."""
+    async def list(self, *, states: Iterable[State] | None = None) -> Listing:
+        """Every record (optionally only those in ``states``), oldest first; unreadable ones aside."""
         wanted = check_states(states)
 
-        def body(conn: sqlite3.Connection) -> builtins.list[JobRecord]:
+        def body(conn: sqlite3.Connection) -> Listing:
             if wanted is None:
                 rows = conn.execute("SELECT job_id, body FROM records ORDER BY seq").fetchall()
             else:
@@ -439,7 +439,7 @@ class SqliteStore:
                     f"SELECT job_id, body FROM records WHERE state IN ({marks}) ORDER BY seq",
                     sorted(s.value for s in wanted),
                 ).fetchall()
-            return [self._decode(job_id, text) for job_id, text in rows]
+            return read_rows(rows, self._decode)
 
         return await self._run(lambda conn: self._transaction(conn, body, write=False))
 
@@ -591,6 +591,16 @@ class SqliteStore:
                 conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, value))
 
         await self._run(lambda conn: self._transaction(conn, body, write=True))
+
+    async def add_value(self, key: str, value: str) -> str:
+        """Keep ``value`` under ``key`` unless a value is there already; return the value kept."""
+        check_key_value(key, value)
+
+        def body(conn: sqlite3.Connection) -> str:
+            conn.execute("INSERT OR IGNORE INTO kv (key, value) VALUES (?, ?)", (key, value))
+            return str(conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()[0])
+
+        return await self._run(lambda conn: self._transaction(conn, body, write=True))
 
     async def close(self) -> None:
         """Finish the calls already made, close the file and stop the worker thread. Idempotent."""

@@ -4,13 +4,61 @@ from __future__ import annotations
 
 import abc
 import builtins
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
+from dispatch.errors import InvalidError
 from dispatch.model import JobRecord, State, Transition
 
-__all__ = ["ChangeNotifier", "Changes", "KeyValues", "Store"]
+__all__ = [
+    "STORE_ID_KEY",
+    "ChangeNotifier",
+    "Changes",
+    "KeyValues",
+    "Listing",
+    "Store",
+    "Unreadable",
+    "read_rows",
+    "store_identity",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A stored record this process cannot read (corrupt, or written by a newer dispatch): reported on
+    its own, never stopping the others."""
+
+    job_id: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: unreadable record ({self.reason})"
+
+
+class Listing(builtins.list[JobRecord]):
+    """What :meth:`Store.list` returns: the records it could read, in order, and ``unreadable``, one
+    entry for each record it could not."""
+
+    __slots__ = ("unreadable",)
+
+    def __init__(self, records: Iterable[JobRecord] = (), unreadable: Iterable[Unreadable] = ()) -> None:
+        super().__init__(records)
+        self.unreadable: tuple[Unreadable, ...] = tuple(unreadable)
+
+
+def read_rows(rows: Iterable[tuple[str, str]], decode: Callable[[str, str], JobRecord]) -> Listing:
+    """Decode stored ``(job_id, text)`` rows into a :class:`Listing`: a row that does not decode is set
+    aside as :class:`Unreadable` with the decoder's reason, and the others are read."""
+    records: builtins.list[JobRecord] = []
+    bad: builtins.list[Unreadable] = []
+    for job_id, text in rows:
+        try:
+            records.append(decode(job_id, text))
+        except InvalidError as exc:
+            bad.append(Unreadable(job_id, exc.detail))
+    return Listing(records, bad)
 
 
 @runtime_checkable
@@ -39,8 +87,9 @@ class Store(Protocol):
         """The current record. ``NotFoundError`` if there is none."""
         ...
 
-    async def list(self, *, states: Iterable[State] | None = None) -> list[JobRecord]:
-        """Every record (optionally only those in ``states``), oldest first."""
+    async def list(self, *, states: Iterable[State] | None = None) -> Listing:
+        """Every record (optionally only those in ``states``), oldest first. A stored record that cannot
+        be read is left out and named in the listing's ``unreadable``."""
         ...
 
     async def update(
@@ -157,6 +206,26 @@ class KeyValues(Protocol):
     async def put_value(self, key: str, value: str | None) -> None:
         """Store ``value`` under ``key`` (``None`` deletes it)."""
         ...
+
+    async def add_value(self, key: str, value: str) -> str:
+        """Store ``value`` under ``key`` unless a value is there already (atomically: of two callers,
+        one wins and both see its value); return the value kept."""
+        ...
+
+
+STORE_ID_KEY = "dispatch/store-id"
+"""The :class:`KeyValues` key under which a store keeps its identity."""
+
+
+async def store_identity(store: Store) -> str:
+    """The store's identity: a random id it keeps under :data:`STORE_ID_KEY`, made on first use (two
+    processes opening a new store at once agree on one). Cluster objects carry it, so that two stores
+    sharing a cluster leave each other's objects alone. ``""`` for a store without :class:`KeyValues`."""
+    if not isinstance(store, KeyValues):
+        return ""
+    import secrets  # deferred, as in new_job_id
+
+    return await store.add_value(STORE_ID_KEY, f"s{secrets.token_hex(8)}")
 
 
 MAX_VALUE = 1 << 20

@@ -1,4 +1,5 @@
-"""kubesim's simulated controllers: Trainer, JobSet, Job, scheduler, kubelet, node lifecycle, Kueue.
+"""kubesim's simulated controllers: Trainer, JobSet, Job, scheduler, kubelet, node lifecycle, Kueue, and
+the machines' own recovery (a reboot or an autoscaler's replacement).
 
 ``default_controllers()`` returns a fresh instance of each, in the order a settle round runs them.
 """
@@ -12,8 +13,10 @@ from kubesim.controllers.jobset import JobSetController
 from kubesim.controllers.kubelet import KubeletController
 from kubesim.controllers.kueue import KueueController
 from kubesim.controllers.nodelifecycle import NodeLifecycleController
+from kubesim.controllers.noderecovery import NodeRecoveryController
 from kubesim.controllers.scheduler import SchedulerController
 from kubesim.controllers.trainer import TrainerController
+from kubesim.controllers.volumes import PersistentVolumeController
 
 __all__ = [
     "Actions",
@@ -23,6 +26,8 @@ __all__ = [
     "KubeletController",
     "KueueController",
     "NodeLifecycleController",
+    "NodeRecoveryController",
+    "PersistentVolumeController",
     "SchedulerController",
     "TrainerController",
     "default_controllers",
@@ -36,7 +41,9 @@ def default_controllers() -> list[BaseController]:
         KueueController(),
         JobSetController(),
         JobController(),
+        PersistentVolumeController(),
         SchedulerController(),
         KubeletController(),
         NodeLifecycleController(),
+        NodeRecoveryController(),
     ]

@@ -30,7 +30,8 @@ class Actions:
     - ``lose_node(node)``: the node stops reporting (``Ready=Unknown``, unreachable taints); its pods are
       deleted by the taint manager (``DeletionByTaintManager``) once their toleration runs out (300 s by
       default).
-    - ``restore_node(node)``: the node comes back (Ready, taints removed).
+    - ``restore_node(node)``: the node comes back (Ready; the node lifecycle controller then removes the
+      taints).
     """
 
     def __init__(self, kubelet: KubeletController) -> None:
@@ -140,20 +141,13 @@ class Actions:
         )
 
     def restore_node(self, node: str) -> None:
+        """The machine is back: its kubelet posts ``Ready`` again and runs its pods; the node lifecycle
+        controller removes the ``unreachable`` taints when it next sees the node (on the next settle)."""
         store = self._k.store
         obj = store.get(NODES, None, node)
         before = copy.deepcopy(obj)
-        obj.setdefault("spec", {})["taints"] = [
-            t
-            for t in (obj.get("spec") or {}).get("taints") or []
-            if t.get("key") != "node.kubernetes.io/unreachable"
-        ]
-        if not obj["spec"]["taints"]:
-            del obj["spec"]["taints"]
-        obj = self._k.write(NODES, before, obj)
-        before = copy.deepcopy(obj)
         for c in (obj.get("status") or {}).get("conditions") or []:
-            if c.get("type") == "Ready":
+            if c.get("type") == "Ready" and c.get("status") != "True":
                 c.update(
                     status="True",
                     reason="KubeletReady",

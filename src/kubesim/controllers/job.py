@@ -114,6 +114,9 @@ class JobController(BaseController):
         self._ignored: set[str] = set()  # pod uids deleted by us for suspension/finish (not failures)
         self._last_failure: dict[str, float] = {}  # job uid -> time of its last counted pod failure
         self._fail_job: dict[str, str] = {}  # job uid -> message of a matched FailJob rule
+        # job uid -> pods removed before this controller counted them (a force delete, PodGC): what the
+        # batch.kubernetes.io/job-tracking finalizer makes a real Job controller see and count.
+        self._vanished: dict[str, list[dict[str, Any]]] = {}
 
     def resync(self) -> None:
         for job in self.store.list(JOBS)[0]:
@@ -136,7 +139,18 @@ class JobController(BaseController):
             self._counted_failed.pop(uid, None)
             self._last_failure.pop(uid, None)
             self._fail_job.pop(uid, None)
+            self._vanished.pop(uid, None)
         elif ev.rt == PODS:
+            ref = controller_of(ev.obj)
+            done = (ev.obj.get("status") or {}).get("phase") == "Succeeded"
+            if (
+                ref is not None
+                and ref.get("kind") == "Job"
+                and uid not in self._ignored
+                and not done
+                and self.store.exists(JOBS, ev.obj["metadata"].get("namespace"), str(ref.get("name")))
+            ):
+                self._vanished.setdefault(str(ref.get("uid")), []).append(ev.obj)
             self._ignored.discard(uid)
 
     def _pods(self, job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -172,10 +186,11 @@ class JobController(BaseController):
         now = self.now()
 
         succeeded_idx = {_index(p) for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"}
-        for p in pods:
+        vanished = self._vanished.pop(uid, [])
+        for p in [*pods, *vanished]:
             puid = p["metadata"]["uid"]
             phase = (p.get("status") or {}).get("phase")
-            deleting = bool(p["metadata"].get("deletionTimestamp"))
+            deleting = bool(p["metadata"].get("deletionTimestamp")) or any(v is p for v in vanished)
             if puid in counted or puid in self._ignored or phase == "Succeeded":
                 continue
             if phase == "Failed" or deleting:

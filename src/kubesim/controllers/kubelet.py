@@ -35,8 +35,9 @@ from kubesim.behaviour import (
 from kubesim.clock import parse_rfc3339
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key
+from kubesim.controllers.volumes import mount_problem
 from kubesim.errors import ApiError
-from kubesim.resources import CONFIGMAPS, NODES, PODS, SECRETS, ResourceType
+from kubesim.resources import CONFIGMAPS, NODES, PERSISTENTVOLUMECLAIMS, PODS, SECRETS, ResourceType
 
 if TYPE_CHECKING:
     from kubesim.store import WatchEvent
@@ -45,6 +46,8 @@ __all__ = ["KubeletController", "env_problem", "image_problem"]
 
 BACKOFF_START = 10.0
 BACKOFF_MAX = 300.0
+MOUNT_TIMEOUT = 120.0
+"""How long the kubelet waits for a pod's volumes before reporting ``FailedMount`` again."""
 SYNC_RETRY = 10.0
 """A pod sync that failed is retried after this long (the kubelet's ``backOffPeriod``, pkg/kubelet/kubelet.go)."""
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -95,7 +98,8 @@ class _Run:
     others: list[tuple[str, str]] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     script_error: str | None = None
-    mode: str = "new"  # new | pulling | blocked | running | crash | done
+    mode: str = "new"  # new | mounting | pulling | blocked | running | crash | done
+    mount_report_at: float | None = None
     pc: int = 0
     wake_at: float | None = None
     started_at: str | None = None
@@ -163,6 +167,15 @@ class KubeletController(BaseController):
     def keys_for(self, ev: WatchEvent) -> Iterable[Key]:
         if ev.rt == PODS and (ev.obj.get("spec") or {}).get("nodeName"):
             yield (ev.obj["metadata"].get("namespace", ""), ev.obj["metadata"]["name"])
+        elif ev.rt == NODES and ev.obj["metadata"]["name"] in self.dead_nodes:
+            node = ev.obj["metadata"]["name"]
+            if ev.type == "DELETED":
+                self.dead_nodes.discard(node)  # the machine is gone for good (PodGC took its pods)
+            elif cond.is_true(ev.obj, "Ready"):
+                # Ready again, however it was written (a reboot, or by hand): this kubelet is back.
+                self.dead_nodes.discard(node)
+                for pod in self.store.list(PODS, field_selector=f"spec.nodeName={node}")[0]:
+                    yield (pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
 
     @property
     def logs(self) -> Any:
@@ -247,6 +260,14 @@ class KubeletController(BaseController):
         if run.wake_at is not None and now_s < run.wake_at:
             return
         run.wake_at = None
+        if run.mode in ("new", "mounting"):
+            unmounted = mount_problem(
+                pod, lambda claim: self.get_or_none(PERSISTENTVOLUMECLAIMS, run.ns, claim)
+            )
+            if unmounted is not None:
+                self._mount_wait(pod, run, unmounted)
+                return
+            run.mode = "new"
         if run.mode in ("new", "pulling"):
             problem = image_problem(run.image)
             if problem is not None:
@@ -328,6 +349,34 @@ class KubeletController(BaseController):
         if self.get_or_none(SECRETS, run.ns, step.arg) is not None:
             return None  # the Secret exists now: the next sync creates the container
         return ("CreateContainerConfigError", f'secret "{step.arg}" not found')
+
+    def _mount_wait(self, pod: dict[str, Any], run: _Run, problem: str) -> None:
+        """A claim of the pod is missing or unbound: the volume manager waits (the container stays
+        ``ContainerCreating``), says why every ``MOUNT_TIMEOUT`` (its ``waitForAttachAndMount``
+        timeout), and the pod worker retries after its back-off."""
+        now_s = self.clock.now()
+        if run.mode != "mounting" or run.mount_report_at is None or now_s >= run.mount_report_at:
+            failing = [
+                str(v.get("name"))
+                for v in (pod.get("spec") or {}).get("volumes") or []
+                if (v.get("persistentVolumeClaim") or {}).get("claimName")
+            ]
+            names = " ".join(failing)
+            self.record_event(
+                pod,
+                "Warning",
+                "FailedMount",
+                f"Unable to attach or mount volumes: unmounted volumes=[{names}], unattached volumes=[{names}], "
+                f"failed to process volumes=[{names}]: {problem}",
+                component="kubelet",
+            )
+            run.mount_report_at = now_s + MOUNT_TIMEOUT
+        run.mode = "mounting"
+        run.phase = "Pending"
+        run.ready = False
+        run.state = {"waiting": {"reason": "ContainerCreating"}}
+        run.wake_at = now_s + SYNC_RETRY
+        self.requeue_at(run.wake_at, run.ns, run.name)
 
     def _blocked(self, pod: dict[str, Any], run: _Run, blocker: tuple[str, str]) -> None:
         """The container could not be created: wait, say why, and try again after the sync back-off."""
@@ -547,7 +596,7 @@ class KubeletController(BaseController):
             "name": run.main,
             "image": run.image,
             "imageID": ""
-            if run.mode in ("pulling", "blocked")
+            if run.mode in ("pulling", "blocked", "mounting")
             else f"{run.image}@sha256:{hashlib.sha256(run.image.encode()).hexdigest()}",
             "ready": run.ready,
             "started": run.mode == "running",

@@ -290,6 +290,9 @@ class KueueController(BaseController):
             after = copy.deepcopy(tj)
             after["spec"]["suspend"] = True
             tj = self.write(TRAINJOBS, tj, after)
+            if evicted:  # the job reconciler's stopJob records why on the job
+                message = str((cond.find(wl, "Evicted") or {}).get("message") or "")
+                self.record_event(tj, "Normal", "Stopped", message, component="kueue-admission")
         if self._jobs_active(tj):
             return
         self._clear_patch(tj)
@@ -725,6 +728,8 @@ class KueueController(BaseController):
             after, "QuotaReserved", "False", reason, message, self.now(), observed_generation=True
         )
         self.write(WORKLOADS, wl, after)
+        # The scheduler's requeue records the inadmissible message on the Workload.
+        self.record_event(wl, "Warning", "Pending", message, component="kueue-admission")
 
     def _admitted_condition(self, wl: dict[str, Any], now: str) -> None:
         """``Admitted`` from quota reservation and admission checks (Kueue's SyncAdmittedCondition)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kubesim.clock import parse_rfc3339
 from kubesim.controllers import conditions as cond
@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from kubesim.store import WatchEvent
 
 __all__ = ["NodeLifecycleController"]
+
+_LIFECYCLE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 
 
 class NodeLifecycleController(BaseController):
@@ -52,6 +54,8 @@ class NodeLifecycleController(BaseController):
             )
         if not cond.is_true(node, "Ready"):
             self._mark_pods_not_ready(name)
+        else:
+            node = self._untaint(node)
         taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") == "NoExecute"]
         if not taints:
             return
@@ -101,6 +105,26 @@ class NodeLifecycleController(BaseController):
                 )
             else:
                 self.requeue_at(evict_at, None, name)
+
+    def _untaint(self, node: dict[str, Any]) -> dict[str, Any]:
+        """A node that is Ready again loses the taints this controller put on it (its NoSchedule and
+        NoExecute tainting passes remove ``unreachable``/``not-ready`` once Ready is True), with the
+        Event ``NodeReady`` (``RecordNodeStatusChange``)."""
+        taints = (node.get("spec") or {}).get("taints") or []
+        kept = [t for t in taints if t.get("key") not in _LIFECYCLE_TAINTS]
+        if len(kept) == len(taints):
+            return node
+        after = copy.deepcopy(node)
+        if kept:
+            after["spec"]["taints"] = kept
+        else:
+            after["spec"].pop("taints", None)
+        name = node["metadata"]["name"]
+        out = self.write(NODES, node, after)
+        self.record_event(
+            out, "Normal", "NodeReady", f"Node {name} status is now: NodeReady", component="node-controller"
+        )
+        return out
 
     def _mark_pods_not_ready(self, node: str) -> None:
         # As the node lifecycle controller does for a node that stopped reporting: every pod on it turns

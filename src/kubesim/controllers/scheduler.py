@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key
 from kubesim.controllers.quantity import parse_quantity, pod_requests
-from kubesim.resources import NODES, PODS
+from kubesim.controllers.volumes import SELECTED_NODE, claim_names, scheduling_problem
+from kubesim.resources import NODES, PERSISTENTVOLUMECLAIMS, PODS, STORAGECLASSES
 
 if TYPE_CHECKING:
     from kubesim.store import WatchEvent
@@ -172,7 +173,7 @@ class SchedulerController(BaseController):
                 ev.type == "DELETED" or (ev.obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
             ):
                 yield ("", "*")  # capacity was freed: retry every pending pod
-        elif ev.rt == NODES:
+        elif ev.rt in (NODES, PERSISTENTVOLUMECLAIMS):
             yield ("", "*")
 
     def reconcile(self, namespace: str, name: str) -> None:
@@ -223,6 +224,20 @@ class SchedulerController(BaseController):
             cond.set_pod_condition(pod, "PodScheduled", "False", "SchedulingGated", GATED_MSG, now)
             self._write_status(before, pod)
             return
+        volumes = scheduling_problem(
+            pod,
+            lambda claim: self.get_or_none(PERSISTENTVOLUMECLAIMS, ns, claim),
+            lambda cls: self.get_or_none(STORAGECLASSES, None, cls) if cls else None,
+        )
+        if volumes is not None:
+            # VolumeBinding's PreFilter rejects the pod for every node at once.
+            n = len(nodes)
+            msg = (
+                f"0/{n} nodes are available: {volumes}. preemption: 0/{n} nodes are available: "
+                f"{n} Preemption is not helpful for scheduling."
+            )
+            self._unschedulable(before, pod, msg, now)
+            return
         per_node: list[tuple[list[str], bool]] = []
         best: tuple[float, str] | None = None
         for node in nodes:
@@ -245,14 +260,10 @@ class SchedulerController(BaseController):
             if best is None or (load, nname) < best:
                 best = (load, nname)
         if best is None:
-            msg = unschedulable_message(len(nodes), per_node)
-            old = cond.find(pod, "PodScheduled") or {}
-            cond.set_pod_condition(pod, "PodScheduled", "False", "Unschedulable", msg, now)
-            if old.get("message") != msg:
-                self.record_event(pod, "Warning", "FailedScheduling", msg, component="default-scheduler")
-            self._write_status(before, pod)
+            self._unschedulable(before, pod, unschedulable_message(len(nodes), per_node), now)
             return
         node_name = best[1]
+        self._select_node_for_claims(pod, node_name)
         _add_usage(used.setdefault(node_name, {}), spec)
         bound = copy.deepcopy(before)
         bound["spec"]["nodeName"] = node_name
@@ -267,6 +278,29 @@ class SchedulerController(BaseController):
             f"Successfully assigned {ns}/{name} to {node_name}",
             component="default-scheduler",
         )
+
+    def _unschedulable(self, before: dict[str, Any], pod: dict[str, Any], msg: str, now: str) -> None:
+        old = cond.find(pod, "PodScheduled") or {}
+        cond.set_pod_condition(pod, "PodScheduled", "False", "Unschedulable", msg, now)
+        if old.get("message") != msg:
+            self.record_event(pod, "Warning", "FailedScheduling", msg, component="default-scheduler")
+        self._write_status(before, pod)
+
+    def _select_node_for_claims(self, pod: dict[str, Any], node: str) -> None:
+        """VolumeBinding's PreBind for unbound WaitForFirstConsumer claims: ``selected-node``, which the
+        provisioner waits for (the PV controller provisions in the same settle round)."""
+        ns = pod["metadata"].get("namespace")
+        for claim in claim_names(pod):
+            pvc = self.get_or_none(PERSISTENTVOLUMECLAIMS, ns, claim)
+            if pvc is None or (pvc.get("status") or {}).get("phase") == "Bound":
+                continue
+            if SELECTED_NODE not in (pvc["metadata"].get("annotations") or {}):
+                self.store.mutate(
+                    PERSISTENTVOLUMECLAIMS,
+                    ns,
+                    claim,
+                    lambda o: o["metadata"].setdefault("annotations", {}).__setitem__(SELECTED_NODE, node),
+                )
 
     def _write_status(self, before: dict[str, Any], after: dict[str, Any]) -> None:
         if before.get("status") != after.get("status"):

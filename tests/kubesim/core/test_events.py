@@ -4,6 +4,7 @@ PATCH for a repeat), field selectors, and the API server's TTL."""
 
 from __future__ import annotations
 
+import json
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 
 from kubesim import Simulator
 from kubesim.events import COMBINED_PREFIX
-from kubesim.resources import EVENTS, NODES, TRAINJOBS
+from kubesim.resources import EVENTS, NODES, PODS, TRAINJOBS
 
 from .conftest import Raw
 from .test_kubectl import KUBECTL, kubectl
@@ -202,3 +203,152 @@ async def test_kubectl_get_events_and_describe_trainjob(sim: Simulator, raw: Raw
     events_part = out.split("Events:", 1)[1]
     assert "DispatchFailed" in events_part and "node 0 exited with code 3" in events_part
     assert "dispatch" in events_part  # the From column
+
+
+V1_PATH = f"/apis/events.k8s.io/v1/namespaces/{NS}/events"
+
+
+def v1_event(name: str, **over: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": NS},
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reportingController": "dispatch.example.com/supervisor",
+        "reportingInstance": "supervisor-1",
+        "action": "Requeue",
+        "reason": "Requeued",
+        "regarding": {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "namespace": NS},
+        "note": "incarnation 2 requeued",
+        "type": "Normal",
+    }
+    body.update(over)
+    return body
+
+
+async def test_events_k8s_io_v1_is_a_view_of_the_same_storage(sim: Simulator, raw: Raw) -> None:
+    code, body, _ = await raw.request("GET", "/apis/events.k8s.io/v1")
+    assert code == 200 and [r["name"] for r in body["resources"]] == ["events"]
+    # Written through events.k8s.io/v1, read through core/v1 (and back).
+    code, body, _ = await raw.request("POST", V1_PATH, v1_event("req.1"))
+    assert code == 201, body
+    assert (body["apiVersion"], body["note"], body["regarding"]["name"]) == (
+        "events.k8s.io/v1",
+        "incarnation 2 requeued",
+        "x",
+    )
+    code, core, _ = await raw.request("GET", f"{EVENTS_PATH}/req.1")
+    assert code == 200, core
+    assert (core["message"], core["involvedObject"]["kind"], core["reportingComponent"], core["action"]) == (
+        "incarnation 2 requeued",
+        "ConfigMap",
+        "dispatch.example.com/supervisor",
+        "Requeue",
+    )
+    assert "count" not in core and "source" not in core
+    # The components' core Events read through events.k8s.io/v1: deprecated* fields carry the old ones.
+    code, listed, _ = await raw.request("GET", V1_PATH, params={"fieldSelector": "reason=RegisteredNode"})
+    assert code == 200 and listed["kind"] == "EventList" and listed["apiVersion"] == "events.k8s.io/v1"
+    first = listed["items"][0]
+    assert (first["reportingController"], first["deprecatedCount"], first["deprecatedSource"]) == (
+        "node-controller",
+        1,
+        {"component": "node-controller"},
+    )
+    assert first["note"].startswith("Node node-") and "message" not in first
+    # A series update through v1 (the only change v1 allows) is the core series; count stays unset.
+    patch = {"series": {"count": 3, "lastObservedTime": "2026-01-01T00:01:00.000000Z"}}
+    code, body, _ = await raw.request(
+        "PATCH", f"{V1_PATH}/req.1", patch, content_type="application/merge-patch+json"
+    )
+    assert code == 200, body
+    assert body["series"]["count"] == 3
+    code, core, _ = await raw.request("GET", f"{EVENTS_PATH}/req.1")
+    assert core["series"]["count"] == 3 and "count" not in core
+    # Anything but the series is immutable through v1.
+    code, body, _ = await raw.request(
+        "PATCH", f"{V1_PATH}/req.1", {"note": "changed"}, content_type="application/merge-patch+json"
+    )
+    assert code == 422 and body["details"]["causes"][0]["field"] == "message", body
+    code, body, _ = await raw.request("DELETE", f"{V1_PATH}/req.1")
+    assert code == 200, body
+    code, body, _ = await raw.request("GET", f"{EVENTS_PATH}/req.1")
+    assert code == 404
+
+
+async def test_events_k8s_io_v1_validates_strictly_and_core_v1_legacy_only(sim: Simulator, raw: Raw) -> None:
+    bare = v1_event("bad.1")
+    for field in ("eventTime", "reportingController", "reportingInstance", "action"):
+        del bare[field]
+    code, body, _ = await raw.request("POST", V1_PATH, bare)
+    assert code == 422, body
+    assert body["message"] == 'Event.events.k8s.io "bad.1" is invalid: eventTime: Required value'
+    fields = [(c["field"], c["message"]) for c in body["details"]["causes"]]
+    assert ("eventTime", "Required value") in fields
+    # Without eventTime the legacy rules are the old ones: no reporting fields are required.
+    assert [f for f, _ in fields] == ["eventTime"]
+    withtime = v1_event("bad.2", reportingInstance="", deprecatedCount=2, type="Info")
+    code, body, _ = await raw.request("POST", V1_PATH, withtime)
+    assert code == 422, body
+    assert [(c["field"], c["message"]) for c in body["details"]["causes"]] == [
+        ("reportingInstance", "Required value"),
+        ("type", 'Invalid value: "": has invalid value: Info'),
+        ("count", 'Invalid value: "": needs to be unset'),
+    ]
+    # core/v1: the namespace of the Event must be the involved object's.
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "elsewhere", "namespace": NS},
+        "involvedObject": {"kind": "Pod", "name": "p", "namespace": "kube-system"},
+        "reason": "X",
+        "message": "m",
+    }
+    code, body, _ = await raw.request("POST", EVENTS_PATH, event)
+    assert code == 422, body
+    assert body["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": 'Invalid value: "kube-system": does not match event.namespace',
+            "field": "involvedObject.namespace",
+        }
+    ]
+
+
+async def test_kubectl_reads_events_k8s_io(sim: Simulator, raw: Raw, tmp_path: Path) -> None:
+    code, body, _ = await raw.request("POST", V1_PATH, v1_event("req.2"))
+    assert code == 201, body
+    kc = sim.write_kubeconfig(tmp_path / "kc")
+    code, out, err = await kubectl(kc, "get", "events.events.k8s.io", "req.2", "-o", "json")
+    assert code == 0, err
+    assert json.loads(out)["note"] == "incarnation 2 requeued"
+
+
+async def test_kueue_events_on_the_workload_and_the_trainjob(sim: Simulator, raw: Raw) -> None:
+    path = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"
+    queued = {"kueue.x-k8s.io/queue-name": "user-queue"}
+    big = trainjob("big", "hang")
+    big["metadata"]["labels"] = queued
+    big["spec"]["trainer"]["resourcesPerNode"] = {"requests": {"cpu": "100"}}
+    code, body, _ = await raw.request("POST", path, big)
+    assert code == 201, body
+    small = trainjob("small", "hang")
+    small["metadata"]["labels"] = queued
+    code, body, _ = await raw.request("POST", path, small)
+    assert code == 201, body
+    await sim.settle()
+    pending = await events(raw, "involvedObject.kind=Workload,reason=Pending,type=Warning")
+    assert [e["message"] for e in pending] == [
+        "couldn't assign flavors to pod set node: insufficient quota for cpu in flavor default, previously "
+        "considered podsets requests (0) + current podset request (100) > maximum capacity (64)"
+    ]
+    started = await events(raw, "involvedObject.kind=TrainJob,involvedObject.name=small")
+    assert [e["reason"] for e in started] == ["CreatedWorkload", "Started"]
+    # A node failure under the admitted job evicts it: Kueue stops the TrainJob and says why on it.
+    pod = sim.store.list(PODS, NS, label_selector="jobset.sigs.k8s.io/jobset-name=small")[0][0]
+    sim.actions.lose_node(pod["spec"]["nodeName"])
+    await sim.settle()
+    (stopped,) = await events(raw, "involvedObject.name=small,reason=Stopped")
+    assert stopped["message"].startswith(
+        "Workload eviction triggered due to multiple TAS assigned node failures"
+    )

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import ssl
 from collections.abc import AsyncIterator
+from typing import Any
 
+import aiohttp
 import pytest
 from lightkube.generic_resource import create_namespaced_resource
 
@@ -18,3 +22,23 @@ Workload = create_namespaced_resource("kueue.x-k8s.io", "v1beta2", "Workload", "
 async def sim() -> AsyncIterator[Simulator]:
     async with Simulator(bookmark_interval=0.05) as s:
         yield s
+
+
+async def call(
+    sim: Simulator,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    ctype: str = "application/json",
+    **params: str,
+) -> tuple[int, Any]:
+    """One request as the admin, over HTTPS when the simulator serves TLS: (status, decoded body)."""
+    ctx = ssl.create_default_context(cadata=sim.cert.cert_pem.decode()) if sim.cert is not None else None
+    headers = {"Authorization": f"Bearer {sim.token('admin')}", "Content-Type": ctype}
+    data = None if body is None else json.dumps(body)
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx) if ctx else None) as session,
+        session.request(method, sim.url + path, data=data, headers=headers, params=params) as resp,
+    ):
+        return resp.status, await resp.json()

@@ -3,15 +3,15 @@ its TrainJob is deleted in the foreground (the deletion never finishes), and an 
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
 
 from kubesim import Simulator
 from kubesim.resources import JOBSETS, PODS, TRAINJOBS
+
+from .conftest import call
 
 NS = "default"
 TRAINJOBS_PATH = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs"
@@ -21,24 +21,6 @@ TRAINJOBS_PATH = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs
 async def sim() -> AsyncIterator[Simulator]:
     async with Simulator(recreate_jobset_while_deleting=True) as s:
         yield s
-
-
-async def call(
-    sim: Simulator,
-    method: str,
-    path: str,
-    body: Any = None,
-    *,
-    ctype: str = "application/json",
-    **params: str,
-) -> tuple[int, Any]:
-    headers = {"Authorization": f"Bearer {sim.token('admin')}", "Content-Type": ctype}
-    data = None if body is None else json.dumps(body)
-    async with (
-        aiohttp.ClientSession() as session,
-        session.request(method, sim.url + path, data=data, headers=headers, params=params) as resp,
-    ):
-        return resp.status, await resp.json()
 
 
 def trainjob(name: str, nodes: int = 2) -> dict[str, Any]:
