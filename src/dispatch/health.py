@@ -5,19 +5,41 @@ call answered), ``cluster`` (the cluster API answered) — and says how long eac
 (:meth:`Health.expect`). ``/healthz`` (liveness) is ok while the loop turns; ``/readyz`` (readiness)
 while every expectation holds. A check never marked since it was expected counts from the expectation,
 so a daemon starting up is given the same grace. Time is the monotonic clock: probes are about this
-process, not about the simulated clocks of tests.
+process, not about the simulated clocks of tests. A daemon that knows it is not ready (reconnecting to
+its cluster) says why with :meth:`Health.block` until :meth:`Health.unblock`.
+
+:func:`reconnect_delay` is the capped, jittered backoff of a daemon's reconnects.
 
 :func:`serve` answers the probes beside ``/metrics`` on the metrics address.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-__all__ = ["LIVENESS", "Health", "current", "serve"]
+__all__ = ["LIVENESS", "Health", "current", "reconnect_delay", "serve"]
+
+RECONNECT_BASE = 1.0
+RECONNECT_CAP = 30.0
+
+
+def reconnect_delay(
+    attempt: int,
+    *,
+    base: float = RECONNECT_BASE,
+    cap: float = RECONNECT_CAP,
+    rng: random.Random | None = None,
+) -> float:
+    """Seconds to wait before reconnect ``attempt`` (0 for the first retry): doubling from ``base``, at
+    most ``cap``, then jittered down to half at random, so that daemons that lost the same server do not
+    all come back in the same instant."""
+    ceiling = min(cap, base * 2 ** min(attempt, 32))
+    return float(ceiling * (0.5 + 0.5 * (rng or random).random()))
+
 
 LIVENESS = "loop"
 """The check ``/healthz`` looks at; ``/readyz`` looks at every expected check."""
@@ -31,6 +53,16 @@ class Health:
         self._lock = threading.Lock()  # marked from the event loop, read from the server's threads
         self._within: dict[str, float] = {}
         self._last: dict[str, float] = {}
+        self._blocked = ""  # why the daemon knows it is not ready ("": nothing)
+
+    def block(self, why: str) -> None:
+        """The daemon is not ready, and says why (e.g. reconnecting to its cluster)."""
+        with self._lock:
+            self._blocked = why or "not ready"
+
+    def unblock(self) -> None:
+        with self._lock:
+            self._blocked = ""
 
     def expect(self, check: str, within: float) -> None:
         """``check`` must pass at least every ``within`` seconds for the daemon to be ready."""
@@ -61,8 +93,10 @@ class Health:
     def ready(self) -> list[str]:
         """Why the daemon is not ready (empty: it is). Not before its loop declared what it needs."""
         with self._lock:
-            started = LIVENESS in self._within
-        return self.failing() if started else ["starting: the main loop has not begun"]
+            started, blocked = LIVENESS in self._within, self._blocked
+        if not started:
+            return ["starting: the main loop has not begun"]
+        return ([blocked] if blocked else []) + self.failing()
 
 
 _current = Health()

@@ -126,12 +126,46 @@ class Faults:
         return self.on and p > 0 and self.rng.random() < p
 
 
-class CrashingStore:
-    """A :class:`~dispatch.records.Store` that crashes its supervisor at a chosen write."""
+class StoreFaults:
+    """Faults of the supervisors' store: unavailable (a read or write refused, nothing applied) and
+    unknown on commit (a write applied whose answer was lost). Drawn from their own random stream, so
+    that a seed's other draws are those it had before store faults existed."""
 
-    def __init__(self, inner: MemoryStore, crasher: Crasher, trace: list[str]) -> None:
+    def __init__(self, rng: random.Random, faults: Faults, clock: ManualClock, trace: list[str]) -> None:
+        self.rng = rng
+        self.faults = faults
+        self.clock = clock
+        self.trace = trace
+        self.rate = rng.choice([0.0, 0.0, 0.05, 0.15])
+
+    def before(self, what: str, *, write: bool) -> bool:
+        """Raise "unavailable" now, or return whether to lose the answer of this write after it."""
+        if not self.faults.on or self.rate <= 0 or self.rng.random() >= self.rate:
+            return False
+        kind = self.rng.choice(["unavailable", "unknown-on-commit"] if write else ["unavailable"])
+        self.trace.append(f"t={self.clock.now() - T0:.1f} store fault {kind} on {what}")
+        if kind == "unavailable":
+            raise UnavailableError(f"{what}: the store is unavailable (injected)")
+        return True
+
+    @staticmethod
+    def lost(what: str) -> OutcomeUnknownError:
+        return OutcomeUnknownError(f"{what}: the connection was lost while committing (injected, applied)")
+
+
+class CrashingStore:
+    """A :class:`~dispatch.records.Store` that crashes its supervisor at a chosen write, and injects the
+    store's own faults (:class:`StoreFaults`)."""
+
+    def __init__(
+        self, inner: MemoryStore, crasher: Crasher, trace: list[str], faults: StoreFaults | None = None
+    ) -> None:
         self.inner = inner
         self.crasher = crasher
+        self.faults = faults
+
+    def _before(self, what: str, *, write: bool) -> bool:
+        return self.faults.before(what, write=write) if self.faults is not None else False
 
     async def create(self, record: JobRecord, transition: Transition) -> JobRecord:
         self.crasher.before("store.create")
@@ -140,26 +174,34 @@ class CrashingStore:
         return out
 
     async def get(self, job_id: str) -> JobRecord:
+        self._before("store.get", write=False)
         return await self.inner.get(job_id)
 
     async def list(self, *, states: Any = None) -> Listing:
+        self._before("store.list", write=False)
         return await self.inner.list(states=states)
 
     async def update(
         self, record: JobRecord, *, expected_revision: int, transitions: Sequence[Transition] = ()
     ) -> JobRecord:
+        lose = self._before("store.update", write=True)
         self.crasher.before("store.update")
         out = await self.inner.update(record, expected_revision=expected_revision, transitions=transitions)
         self.crasher.done("store.update")
+        if lose:
+            raise StoreFaults.lost("store.update")
         return out
 
     async def history(self, job_id: str) -> builtins.list[Transition]:
         return await self.inner.history(job_id)
 
     async def acquire_lease(self, job_id: str, holder: str, ttl: float) -> JobRecord:
+        lose = self._before("store.acquire_lease", write=True)
         self.crasher.before("store.acquire_lease")
         out = await self.inner.acquire_lease(job_id, holder, ttl)
         self.crasher.done("store.acquire_lease")
+        if lose:
+            raise StoreFaults.lost("store.acquire_lease")
         return out
 
     async def release_lease(self, job_id: str, holder: str) -> JobRecord:
@@ -486,6 +528,7 @@ class _Run:
         self.cluster = harness(rng, self.clock, self.trace)
         self.store = MemoryStore(self.clock)
         self.faults = Faults(rng)
+        self.store_faults = StoreFaults(random.Random(f"store-{seed}"), self.faults, self.clock, self.trace)
         self.policy = _policy(rng)
         self.crashes = rng.random() < 0.85
         self.user: Cluster | None = None  # opened in run(): a harness may open backends only once started
@@ -531,7 +574,7 @@ class _Run:
         holder = f"s{i}.{self.generation[i]}"
         self.supervisors[i] = Supervisor(
             await self.cluster.open(self.faults, crasher, holder),
-            CrashingStore(self.store, crasher, self.trace),
+            CrashingStore(self.store, crasher, self.trace, self.store_faults),
             policy=self.policy,
             clock=self.clock,
             holder=holder,
@@ -589,6 +632,13 @@ class _Run:
                     self.supervisors[i] = None
                     self.restart_at[i] = now + rng.choice([0.0, 5.0, 40.0])
                     continue
+                except DispatchError as exc:
+                    if str(exc).startswith("store.") and "(injected" in str(exc):
+                        # The store failed the step's own read or write: Supervisor.run takes the next
+                        # step after a poll, and so does the simulation.
+                        self.note(f"{sup.holder}: step failed: {exc}")
+                        continue
+                    self._violate("", f"{sup.holder} raised {type(exc).__name__}: {exc}")
                 except Exception as exc:
                     self._violate("", f"{sup.holder} raised {type(exc).__name__}: {exc}")
                     await sup.backend.close()

@@ -773,8 +773,8 @@ class Backend:
             self._check_owner(obj, handle)
             await self._watch_tails(name, parts)
         outcome = self._fold(name, parts)
-        if obj is None and handle.ref in self._stopped:
-            # A background deletion removes the TrainJob first: cancelled only once its compute is gone.
+        if handle.ref in self._stopped:
+            # Cancelled only once its compute is gone (a background deletion removes the TrainJob first).
             outcome = await cessation.cancelled_once_ceased(self._client, handle, name, outcome)
         return Observation(handle, outcome, self._clock.now())
 

@@ -223,13 +223,14 @@ async def _pods_first(
 
 
 async def cancelled_once_ceased(client: KubeClient, handle: Handle, name: str, outcome: Outcome) -> Outcome:
-    """``outcome`` (of an incarnation whose TrainJob is gone) unless it says ``cancelled`` while the
-    incarnation's JobSet or pods remain: a background deletion removes the TrainJob first, and a record
-    must not say cancelled while compute of it still runs. Until then it reads as running, stopping."""
+    """``outcome`` (of a stopped incarnation) unless it says ``cancelled`` while the incarnation's own
+    labelled JobSet or pods remain: a record must not say cancelled while compute of it still runs (a
+    background deletion removes the TrainJob first; a lingering TrainJob holds no compute). Until then it
+    reads as running, stopping."""
     if outcome.state is not State.CANCELLED:
         return outcome
     left, _ = await read_remains(client, handle, name)
-    if left.ceased:
+    if left.jobset is None and not left.pods:
         return outcome
     ev = Evidence(
         kind="TrainJob",

@@ -61,7 +61,7 @@ def _start_with_probe_findings(env: dict[str, str], home: Path) -> None:
     asyncio.run(seed())
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)
 def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     home = tmp_path / "home"
     work = tmp_path / "work"

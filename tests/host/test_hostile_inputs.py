@@ -6,7 +6,6 @@ generate inputs large and deep enough to reach every limit."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -90,10 +89,10 @@ def laughs(width: int, levels: int) -> str:
     ],
 )
 def test_aliases_that_expand_without_bound_are_refused_quickly(parse: Callable[[str], object]) -> None:
-    started = time.monotonic()
+    # Refused by the expansion budget before expanding (10**9 values would not fit in memory, nor
+    # finish); its speed is measured in benchmarks/fuzz_decoders.py (slow inputs are counted there).
     err = refused(lambda: parse(laughs(10, 9)))  # 10**9 values from a few hundred bytes
     assert "aliases expand the document" in str(err)
-    assert time.monotonic() - started < 2
 
 
 def test_a_few_aliases_are_fine_and_a_recursive_one_is_refused() -> None:

@@ -63,3 +63,11 @@ def test_a_wrong_harness_is_a_clear_error(name: str, error: type[Exception], say
 def test_the_command_refuses_a_wrong_harness(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--seeds", "1", "--harness", "no_such_harness_module:H"]) == 2
     assert "not importable" in capsys.readouterr().err
+
+
+async def test_store_faults_are_injected_and_hit() -> None:
+    """Seed 0 shows both store fault kinds being hit (and, like every CI seed above, no violation)."""
+    result = await run_seed(0)
+    assert any("store fault unavailable" in t for t in result.trace)
+    assert any("store fault unknown-on-commit" in t for t in result.trace)
+    assert result.violations == []

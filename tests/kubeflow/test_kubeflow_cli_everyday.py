@@ -132,7 +132,7 @@ async def test_validate_with_a_cluster_asks_it_read_only(sim: Simulator, tmp_pat
     assert sim.requests.writes() == []
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(600)
 async def test_check_refresh_probes_again_and_keeps_the_new_findings(sim: Simulator, tmp_path: Path) -> None:
     """The one CLI test that pays the real probe window (≥ 10 s): --refresh ignores the cached entry."""
     cluster, _ = await _setup(sim, tmp_path)

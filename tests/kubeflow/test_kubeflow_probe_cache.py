@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -48,9 +47,7 @@ async def test_the_second_open_reuses_the_findings_and_creates_nothing(
     await first.close()
     assert not first.facts.from_cache and first.facts.trainer_reconciles
     sim.requests.clear()
-    started = time.monotonic()
     second = await _open(_cfg(kc, cache))
-    elapsed = time.monotonic() - started
     await second.close()
     assert second.facts.from_cache
     assert _probe_creates(sim) == 0
@@ -59,7 +56,7 @@ async def test_the_second_open_reuses_the_findings_and_creates_nothing(
     for name in ("trainer_reconciles", "kueue_takes_jobs", "pods_visible", "logs_readable"):
         assert getattr(second.facts, name) == getattr(first.facts, name), name
     assert any("reused" in n for n in (await second.capabilities()).notes)
-    assert elapsed < WINDOW  # it did not watch a probe (loose: the real figure is in benchmarks/)
+    # It watched no probe: none was created (above). Its speed is measured in benchmarks/, not here.
 
 
 async def test_a_changed_probe_runtime_probes_again(sim: Simulator, tmp_path: Path) -> None:

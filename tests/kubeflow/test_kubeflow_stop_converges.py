@@ -87,7 +87,8 @@ async def test_cancel_ends_with_every_pod_gone_and_says_so_only_then(lv: Live) -
     h = rec.handle
     await lv.until(lambda: len(lv.pods(h)) == 2, "running")
     rec = await cluster.cancel("cancel-me")
-    assert rec.state is not State.CANCELLED, "pods remain: not cancelled yet"
+    history = [(t.what, t.why) for t in await cluster.history("cancel-me")]
+    assert rec.state is not State.CANCELLED, ("pods remain: not cancelled yet", history)
     while True:
         rec = await cluster.get("cancel-me")
         if rec.state is State.CANCELLED:
@@ -131,3 +132,23 @@ async def test_a_supervised_requeue_starts_the_next_incarnation_only_once_every_
     assert _deletes(lv, "requeued") <= 2, (
         "one DELETE per incarnation (the finished second one may be removed too)"
     )
+
+
+async def test_under_kueue_stop_deactivates_the_workload_instead_of_suspending(lv: Live) -> None:
+    """Kueue owns ``spec.suspend`` of the jobs it queues: the pods are made to go by deactivating the
+    Workload (Kueue then evicts it), never by suspending the TrainJob behind its back."""
+    backend = await lv.open(queue="user-queue")
+    h = await place(backend, job(nodes=2), ident("kueued"))
+    await lv.until(lambda: len(lv.pods(h)) == 2, "admitted and running")
+    await backend.stop(h)
+    deactivated = [r for r in lv.sim.requests.filter(verb="patch", resource="workloads")]
+    assert len(deactivated) == 1
+    assert not [r for r in lv.sim.requests.filter(verb="patch", resource="trainjobs") if "/kueued-" in r.path]
+    while not await backend.ceased(h):
+        assert (await backend.observe(h)).state is not State.CANCELLED
+        await backend.stop(h)
+        lv.sim.advance(1)
+        await lv.settle()
+    assert not lv.pods(h, live=False)
+    assert (await backend.observe(h)).state is State.CANCELLED
+    assert _deletes(lv, "kueued") == 1

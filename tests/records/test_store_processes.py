@@ -281,7 +281,7 @@ async def test_a_dead_supervisors_leases_are_taken_over_once_they_expire(where: 
     jobs = [f"job-{i}" for i in range(5)]
     for job in jobs:
         await store.create(simple_record(job), note("created"))
-    ttl = 2.5
+    ttl = 10.0  # long enough for the refusals below on a loaded machine; their time is never asserted
     async with child("hold", where, str(ttl), "dead", *jobs) as dead:
         await dead.go()
         lines = [await dead.line() for _ in range(len(jobs) + 1)]
@@ -292,8 +292,8 @@ async def test_a_dead_supervisors_leases_are_taken_over_once_they_expire(where: 
     for job in jobs:
         with pytest.raises(ConflictError, match="'dead'"):
             await store.acquire_lease(job, "heir", 60.0)
-    assert time.monotonic() - started < ttl, "the refusals above must happen while the leases are live"
-    await asyncio.sleep(ttl)
+    # The leases lived ``ttl`` from their last renewal, before ``started``: after ``ttl`` more they are over.
+    await asyncio.sleep(max(0.0, ttl - (time.monotonic() - started)) + 0.5)
     for job in jobs:
         rec = await store.acquire_lease(job, "heir", 60.0)
         assert rec.lease is not None and rec.lease.holder == "heir"

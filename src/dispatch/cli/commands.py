@@ -40,6 +40,7 @@ from dispatch.errors import (
     InvalidError,
     NotFoundError,
     ReadOnlyError,
+    UnavailableError,
     UnsupportedError,
 )
 from dispatch.logs import SECRETS
@@ -103,11 +104,15 @@ class Options:
             self._cf = with_overrides(cf, {"namespace": self.namespace, "context": self.context})
         return self._cf
 
-    async def open(self, *, read_only: bool = False, refresh: bool = False) -> Cluster:
+    async def open(
+        self, *, read_only: bool = False, refresh: bool = False, start_dev: bool = True
+    ) -> Cluster:
         """Open the configured cluster; ``read_only`` forces read-only mode (no probe, no write).
 
         With no config (the embedded default) a write command starts the dev cluster when it is not
-        running, and says so; a read command does not, and sees the records as last known."""
+        running, and says so; a read command does not, and sees the records as last known. Without
+        ``start_dev`` (a daemon reconnecting: the user may have stopped it on purpose) that is an
+        ``UnavailableError``."""
         cf = self.cluster_file()
         token = read_token(self.token_file)  # a bad token file is reported before anything starts
         if read_only:
@@ -116,6 +121,10 @@ class Options:
             dev = devcluster.running()
             if dev is None and read_only:
                 return self.offline()
+            if dev is None and not start_dev:
+                raise UnavailableError(
+                    "the dev cluster is not running (`dispatch dev-cluster start` starts it)"
+                )
             if dev is None:
                 dev, started = devcluster.start()
                 if started:
@@ -437,12 +446,28 @@ async def run(
         return await _follow(opts, cluster, rec, supervise=not no_supervise)
     except asyncio.CancelledError:  # Ctrl-C: the job is not ours to drop; say where it is
         where = " on the dev cluster" if opts.cluster_file().embedded else ""
-        opts.say(
-            f"interrupted: job {rec.job_id} keeps running{where}, unsupervised; "
-            f"`dispatch status {rec.job_id}` follows it, `dispatch supervise` applies the recovery "
-            f"policy, `dispatch cancel {rec.job_id}` cancels it"
-        )
+        opts.say(await _interrupted(cluster, rec.job_id, where))
         raise
+
+
+async def _interrupted(cluster: Cluster, job_id: str, where: str) -> str:
+    """What Ctrl-C during ``run`` leaves behind, in words: a job waiting to be (re)started (a requeue's
+    backoff) has nothing to start it until a supervisor runs, and that must be said."""
+    try:
+        rec = await asyncio.shield(cluster.store.get(job_id))
+    except (DispatchError, asyncio.CancelledError):
+        rec = None
+    if rec is not None and rec.state is State.PENDING:
+        return (
+            f"interrupted: job {job_id} is pending ({rec.epoch}){where}: nothing starts it until a supervisor "
+            f"runs — `dispatch supervise` will start it and apply the recovery policy; "
+            f"`dispatch cancel {job_id}` cancels it"
+        )
+    return (
+        f"interrupted: job {job_id} keeps running{where}, unsupervised; "
+        f"`dispatch status {job_id}` follows it, `dispatch supervise` applies the recovery "
+        f"policy, `dispatch cancel {job_id}` cancels it"
+    )
 
 
 async def _follow(opts: Options, cluster: Cluster, rec: JobRecord, *, supervise: bool) -> int:
@@ -623,8 +648,7 @@ async def supervise(
     supervisors may run over one store; they split the jobs by lease."""
     import signal
 
-    from dispatch import metrics
-    from dispatch.cli.ui import serving
+    from dispatch import health, metrics
     from dispatch.logs import configure
     from dispatch.ui.app import parse_address
 
@@ -639,19 +663,94 @@ async def supervise(
         raise InvalidError(
             f"--lease ({lease:g} s) must be more than twice --poll ({poll:g} s)", path="--lease"
         )
-    # Opened here, not by the decorator: the option checks above come before anything opens.
-    cf = opts.cluster_file()
-    cluster = await opts.open()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        attempt = 0
+        first = True  # only the first attempt may start the dev cluster
+        while True:
+            # Each attempt re-reads the configuration (cluster file, kubeconfig, token): a restarted
+            # cluster may have moved, a token may have been renewed.
+            try:
+                cf = opts.cluster_file()
+                cluster = await opts.open(start_dev=first)
+            except (InvalidError, UnsupportedError):
+                raise  # the configuration itself is wrong: retrying cannot help
+            except DispatchError as exc:
+                if once:
+                    raise
+                delay = health.reconnect_delay(attempt)
+                attempt += 1
+                first = False
+                health.current().block(f"cannot open the cluster: {exc}")
+                if out.as_json:
+                    out.json({"event": "cannot-open", "error": str(exc), "retryIn": round(delay, 1)})
+                else:
+                    out.line(
+                        f"{when(time.time())}  cannot open the cluster ({exc}); retrying in {delay:.1f} s",
+                        style="red",
+                    )
+                if await _stopped_within(stop, delay):
+                    return EXIT_OK
+                continue
+            attempt = 0
+            first = False
+            result = await _supervise_opened(
+                opts, cluster, cf, stop, lease, poll, resync, unmatched, holder, once, ui_address, log_format
+            )
+            if result is not None:
+                return result
+            if out.as_json:
+                out.json({"event": "reconnecting"})
+            else:
+                out.line(f"{when(time.time())}  lost the cluster; reconnecting")
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+async def _stopped_within(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds`` or until ``stop`` is set; whether it was."""
+    try:
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
+UNREACHABLE_STEPS = 3
+"""Steps in a row that failed before the daemon checks whether its cluster is still there."""
+
+
+async def _supervise_opened(
+    opts: Options,
+    cluster: Cluster,
+    cf: ClusterFile,
+    stop: asyncio.Event,
+    lease: float,
+    poll: float,
+    resync: float,
+    unmatched: str,
+    holder: str | None,
+    once: bool,
+    ui_address: str | None,
+    log_format: str | None,
+) -> int | None:
+    """Supervise on one opened cluster until told to stop (the exit code) or until the cluster stops
+    answering (``None``: the caller reconnects)."""
+    from dispatch import health, metrics
+    from dispatch.cli.ui import serving
+
+    out = opts.out
     async with cluster, serving(opts, cluster, ui_address, option="--ui-address") as page:
         # Records of a stopped dev cluster are not this cluster's to recover: left as last known.
         gone = await _gone(opts, cluster, await cluster.records())
         sup = cluster.supervisor(
             poll=poll, lease=lease, resync=resync, unmatched=unmatched, holder=holder, exclude=gone
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         # --log-format json: what the daemon says is JSON lines too, never a plain line.
         say = out.json if out.as_json or log_format == "json" else None
         port = metrics.served_port()
@@ -674,9 +773,17 @@ async def supervise(
         said: dict[str, str] = {}  # job -> the last action line shown for it
 
         failed: list[str] = []  # what went wrong in a --once step: the exit code says so
+        failing = 0  # steps in a row with errors
+        lost = False
 
         async def report(r: StepReport) -> None:
+            nonlocal failing
             failed.extend(r.errors)
+            failing = failing + 1 if r.errors else 0
+            if r.errors:
+                health.current().block(f"the last step failed: {r.errors[0]}")
+            else:
+                health.current().unblock()
             for a in r.actions:
                 if say is not None:
                     say({"supervisor": sup.holder, "action": a})
@@ -694,14 +801,23 @@ async def supervise(
                 else:
                     out.line(f"{when(cluster.clock.now())}  skipped: {u}", style="yellow")
 
-        async def one_step() -> bool:
-            return once
+        async def done() -> bool:
+            nonlocal lost
+            if once:
+                return True
+            if failing >= UNREACHABLE_STEPS:
+                try:  # failing steps: is the cluster still there? (a restarted one may have moved)
+                    await cluster.backend.capabilities()
+                    await cluster.backend.list()
+                except DispatchError as exc:
+                    health.current().block(f"lost the cluster: {exc}")
+                    lost = True
+                    return True
+            return False
 
-        try:
-            await sup.run(stop=stop, until=one_step, on_step=report)
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
+        await sup.run(stop=stop, until=done, on_step=report)
+        if lost and not stop.is_set():
+            return None
         if say is not None:
             say({"supervisor": sup.holder, "event": "stopped"} | ({"failed": len(failed)} if once else {}))
         else:
