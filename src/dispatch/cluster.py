@@ -283,9 +283,10 @@ class Cluster:
             return await self._update(
                 job_id, lambda r: decide.cancelled_off_cluster(r, actor=Actor.USER, now=self.clock.now())
             )
-        await self.backend.stop(handle)
+        # Told before the stop: a stop deletes the TrainJob, and an Event is recorded on a live object.
         why = f"job {job_id} epoch {rec.epoch}: cancelled by the user; stopping {handle.ref}"
         await record_decision(self.backend, handle, "Cancelled", why)
+        await self.backend.stop(handle)
         return await self.get(job_id)
 
     async def hold(self, job_id: str) -> JobRecord:

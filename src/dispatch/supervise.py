@@ -826,13 +826,13 @@ class Supervisor:
             )
         if rec.outcome.terminal:
             return rec
-        first = handle.ref not in self._stopped
-        await self._stop(handle, report, why="cancel requested")
-        if first and handle.ref in self._stopped:  # one Event, not one per step until the stop is done
+        if handle.ref not in self._stopped:  # one Event, not one per step until the stop is done
+            # Told before the stop: a stop deletes the TrainJob, and an Event is recorded on a live object.
             why = (
                 f"job {rec.job_id} epoch {rec.epoch}: carrying out the cancel request; stopping {handle.ref}"
             )
             await record_decision(self.backend, handle, "Cancelled", why)
+        await self._stop(handle, report, why="cancel requested")
         obs = await self.backend.observe(handle)
         after = await self._fold(rec, obs, confirmed=True, report=report)
         return None if not after.outcome.terminal else after
