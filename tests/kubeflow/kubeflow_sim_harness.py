@@ -135,19 +135,19 @@ class CrashingBackend:
     async def start(self, prepared: Prepared) -> Handle:
         what = f"start {prepared.identity}"
         if self.crasher is not None:
-            self.crasher.before(what)
+            await self.crasher.before(what)
         handle: Handle = await self.inner.start(prepared)
         if self.crasher is not None:
-            self.crasher.done(what)
+            await self.crasher.done(what)
         return handle
 
     async def stop(self, handle: Handle) -> None:
         what = f"stop {handle.identity}"
         if self.crasher is not None:
-            self.crasher.before(what)
+            await self.crasher.before(what)
         await self.inner.stop(handle)
         if self.crasher is not None:
-            self.crasher.done(what)
+            await self.crasher.done(what)
 
     async def observe(self, handle: Handle) -> Observation:
         return await self.inner.observe(handle)  # type: ignore[no-any-return]
