@@ -184,6 +184,7 @@ class FaultyStore:
         self.trace = trace
         self.who = who
         self.clock = clock
+        self.blind = False  # a broken variant, in a test only: updates ignore the expected revision
 
     def _note(self, text: str) -> None:
         self.trace.append(f"t={self.clock.now() - T0:.1f} {self.who}: {text}")
@@ -226,11 +227,11 @@ class FaultyStore:
     async def update(
         self, record: JobRecord, *, expected_revision: int, transitions: Sequence[Transition] = ()
     ) -> JobRecord:
-        out: JobRecord = await self._call(
-            "update",
-            lambda: self.inner.update(record, expected_revision=expected_revision, transitions=transitions),
-            write=True,
-        )
+        async def update() -> JobRecord:
+            revision = (await self.inner.get(record.job_id)).revision if self.blind else expected_revision
+            return await self.inner.update(record, expected_revision=revision, transitions=transitions)
+
+        out: JobRecord = await self._call("update", update, write=True)
         return out
 
     async def history(self, job_id: str) -> builtins.list[Transition]:
@@ -713,6 +714,7 @@ class _Run:
             if self.store_kind == "sqlite":
                 self._dir = Path(tempfile.mkdtemp(prefix="dispatch-sim-store-"))
                 self.store = SqliteStore(self._dir / "records.db", clock=self.clock)
+            self.note(f"store: {self.store_kind}")
             self.user = Cluster(
                 await self.cluster.open(self.faults, None, "user"),
                 self.store,
@@ -800,7 +802,10 @@ class _Run:
             sup, task, crasher, _ = z
             self.note(f"{sup.holder}: WAKES (its leases have expired)")
             if not self.lease_check:
-                sup._writer.holder = None  # the deliberately broken variant: writes without a lease
+                # The deliberately broken variant: the zombie's writes are neither checked against its
+                # lease nor compared-and-swapped (the write computed before the pause lands as is).
+                sup._writer.holder = None
+                cast(FaultyStore, sup.store).blind = True
             crasher.wake.set()
             try:
                 report = await task
@@ -1112,11 +1117,15 @@ def load_harness(name: str) -> HarnessFactory:
     return cast(HarnessFactory, factory)
 
 
-async def run_seed(seed: int, adapter: str | HarnessFactory = "memory") -> Result:
+async def run_seed(
+    seed: int, adapter: str | HarnessFactory = "memory", *, lease_check: bool = True, store: str | None = None
+) -> Result:
     """Run seed ``seed`` on ``adapter`` (a name of :data:`ADAPTERS`, ``module:attr``, or a harness
-    factory) and return what it found."""
+    factory) and return what it found. ``store``: ``memory`` or ``sqlite`` instead of the seed's draw.
+    ``lease_check=False`` is a deliberately broken variant for tests: a supervisor woken after a pause
+    past its lease writes without the lease check and without compare-and-swap."""
     harness = load_harness(adapter) if isinstance(adapter, str) else adapter
-    return await _Run(seed, harness).run()
+    return await _Run(seed, harness, lease_check=lease_check, store=store).run()
 
 
 def main(argv: list[str] | None = None) -> int:
