@@ -194,7 +194,7 @@ class KubeflowHarness:
         self.nodes = rng.choice([2, 3, 4])
         # What was added later draws from its own stream (derived without consuming the run's), so the
         # earlier regression seeds keep their meaning.
-        extra = random.Random(hash(rng.getstate()))
+        extra = random.Random(repr(rng.getstate()[1][:16]))  # a str seed: the same in every process
         self.kueue = extra.random() < 0.3  # TrainJobs queue in Kueue's LocalQueue, admitted by it
         restarts = extra.choice([0, 0, 1, 3])  # in-place restarts (OnFailure) before the TrainJob fails
         self.restart_rate = extra.choice([0.0, 0.0, 0.01])  # the API server restarts (same port and etcd)

@@ -24,6 +24,15 @@ REGRESSIONS = {
 }
 
 
+FAULT_KINDS = {  # what the Kubeflow harness adds: a seed whose trace shows it hit, and that passes
+    "Kueue": (7, r"cluster: Kueue"),
+    "OnFailure in-place restarts": (0, r"[1-9] in-place restarts per job"),
+    "API server restart": (7, r"cluster: the API server restarts"),
+    "long absence, TrainJobs deleted unread": (5, r"every supervisor is gone for .*\n.*preempted, then gone"),
+    "zombie woken past its lease": (12, r"WAKES"),
+}
+
+
 def _masked(trace: list[str]) -> list[str]:
     # kubesim listens on a fresh loopback port per run; errors quoting the URL differ only in it.
     return [re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", line) for line in trace]
@@ -41,6 +50,14 @@ async def test_a_handful_of_seeds_find_no_violation() -> None:
 async def test_seeds_that_once_failed_pass(seed: int) -> None:
     async with asyncio.timeout(60):  # seed 70 hung: fail instead
         assert (await run_seed(seed, KubeflowHarness)).violations == []
+
+
+@pytest.mark.parametrize("kind", sorted(FAULT_KINDS))
+async def test_each_fault_kind_is_hit_by_its_seed_and_holds(kind: str) -> None:
+    seed, shows = FAULT_KINDS[kind]
+    result = await run_seed(seed, KubeflowHarness)
+    assert re.search(shows, "\n".join(result.trace)), f"seed {seed} no longer injects {kind}"
+    assert result.violations == []
 
 
 async def test_a_seed_replays_identically() -> None:
