@@ -27,7 +27,7 @@ REGRESSIONS = {
 FAULT_KINDS = {  # what the Kubeflow harness adds: a seed whose trace shows it hit, and that passes
     "Kueue": (7, r"cluster: Kueue"),
     "OnFailure in-place restarts": (0, r"[1-9] in-place restarts per job"),
-    "API server restart": (7, r"cluster: the API server restarts"),
+    "API server restart": (24, r"cluster: the API server restarts"),
     "long absence, TrainJobs deleted unread": (5, r"every supervisor is gone for .*\n.*preempted, then gone"),
     "zombie woken past its lease": (12, r"WAKES"),
 }
