@@ -135,10 +135,17 @@ class RecordWriter:
         as a "start failed" line in the history (the record stays pending, the job is not lost), raised
         — unless ``record_failures`` is false (a supervisor that retries writes nothing each time).
 
-        Each change applies only while the record still wants this incarnation (same ``N``). Returns the
+        A lease holder whose lease is gone by its own reckoning gets ``LeaseLostError`` and nothing is
+        sent. Each change applies only while the record still wants this incarnation (same ``N``). Returns the
         record after the write and the handle started (``None`` when the start's effect is unknown)."""
         identity = prepared.identity
         job_id = identity.job_id
+        if self.holder is not None and self._lease_until is not None:
+            # A placement is not a record write, so no compare-and-swap guards it: a holder that was
+            # paused past its lease (the zombie) must not place what its record wanted before the pause.
+            until = self._lease_until(job_id)
+            if until is None or until <= self.clock.now():
+                raise LeaseLostError(f"job {job_id!r}: the lease of {self.holder!r} is gone; not placing")
         try:
             handle = await self.backend.start(prepared)
         except OutcomeUnknownError as exc:

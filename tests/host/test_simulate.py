@@ -25,6 +25,8 @@ FIXED = {
     60: "a supervisor whose clock jumped 20 s ahead (lease 10 s) saw its own leases expired and never acted",
     87: "the same, on a resubmitted job: it stayed starting for good",
     774: "a deletion seen on the watch after the incarnation was created again made the running job lost",
+    3235: "a zombie woke and placed the incarnation its record wanted before the pause (the job was lost)",
+    3863: "the same, after a requeue",
 }
 
 FAULT_KINDS = {  # each injected fault kind: a seed whose trace shows it hit, and that passes
