@@ -43,6 +43,7 @@ from dispatch.errors import (
     BusyError,
     DispatchError,
     InvalidError,
+    NotFoundError,
     OutcomeUnknownError,
     UnavailableError,
     UnsupportedError,
@@ -927,6 +928,12 @@ class _Run:
             return False
         return True
 
+    async def _record(self, job_id: str) -> JobRecord | None:
+        try:
+            return await self.store.get(job_id)
+        except NotFoundError:  # purged (a terminal record, even one held)
+            return None
+
     async def _operations(self, now: float, quiet: bool) -> None:
         """The user's other operations: hold (released later), resubmit a finished job, purge finished
         records, forget the gone cluster's record."""
@@ -937,9 +944,9 @@ class _Run:
                 if await self._user(f"release {job_id}", user.release(job_id)):
                     del self.held[job_id]
                 else:
-                    rec = await self.store.get(job_id)
-                    if rec.outcome.terminal or rec.hold_token is None:
-                        del self.held[job_id]  # it ended, or the hold never took: nothing to release
+                    rec = await self._record(job_id)
+                    if rec is None or rec.outcome.terminal or rec.hold_token is None:
+                        del self.held[job_id]  # it ended (or was purged): nothing to release
         orphan = self.orphan
         if orphan is not None and (quiet or extra.random() < 0.02):
             forgotten = await self._user(f"forget {orphan}", user.forget(orphan, "its cluster is gone"))
@@ -953,8 +960,8 @@ class _Run:
             if job_id not in self.held:
                 await self._user(f"hold {job_id}", user.hold(job_id))
                 # Held even when the read after the hold failed: the user sees it and releases it later.
-                rec = await self.store.get(job_id)
-                if rec.hold_token is not None:
+                rec = await self._record(job_id)
+                if rec is not None and rec.hold_token is not None:
                     self.held[job_id] = now + extra.choice([1.0, 10.0, 40.0])
         elif roll < 0.04 and mine:
             job_id = extra.choice(mine)
@@ -1154,7 +1161,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             result = asyncio.run(run_seed(seed, harness))
         except DispatchError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: seed {seed}: {exc}", file=sys.stderr)
             return 2
         if args.trace:
             print(f"--- seed {seed}")
