@@ -353,7 +353,7 @@ class KubeflowHarness:
         await self.sim.settle()
         for ident, tj in self._trainjobs():
             self._note(f"cluster: preempted, then gone: {ident}")
-            self.sim.store.delete(TRAINJOBS, NAMESPACE, tj["metadata"]["name"])
+            self._delete_behind(ident, tj)
         self.sim.settle_now()
 
     def _inject(self, ident: Identity, event: str, rng: random.Random) -> None:
@@ -388,7 +388,15 @@ class KubeflowHarness:
         else:  # vanish: someone deletes the TrainJob behind dispatch's back
             for tj in self.sim.store.list(TRAINJOBS, NAMESPACE)[0]:
                 if identity_of(tj) == ident:
-                    self.sim.store.delete(TRAINJOBS, NAMESPACE, tj["metadata"]["name"])
+                    self._delete_behind(ident, tj)
+
+    def _delete_behind(self, ident: Identity, tj: dict[str, Any]) -> None:
+        """Delete a TrainJob behind dispatch's back. Its creation no longer counts (as ``memory``'s
+        vanish): a start whose record write never landed is retried, and places the identity anew."""
+        self.sim.store.delete(TRAINJOBS, NAMESPACE, tj["metadata"]["name"])
+        created = self._created.get(ident.job_id, [])
+        if ident in created:
+            created.remove(ident)
 
     async def advance(self, seconds: float) -> None:
         self.sim.advance(seconds)

@@ -21,6 +21,8 @@ REGRESSIONS = {
     70: "an injected 500 hit a backend's preflight: its probe cleanup slept on the manual clock for ever",
     154: "pods' lose-node script steps lost both nodes for ever: the requeued job never found capacity",
     177: "the same after an eviction requeue, for two jobs",
+    247: "a TrainJob deleted behind dispatch's back before its start was recorded, placed again: not twice",
+    351: "kubesim: a container in CrashLoopBackOff woken early by another event never restarted",
 }
 
 
