@@ -23,22 +23,27 @@ import argparse
 import asyncio
 import builtins
 import importlib
+import logging
 import random
+import shutil
+import sqlite3
 import sys
+import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 from dispatch import decide
 from dispatch.backend import Backend, HoldToken, Prepared
-from dispatch.clock import ManualClock
+from dispatch.clock import Clock, ManualClock
 from dispatch.cluster import Cluster
 from dispatch.errors import (
     BusyError,
     DispatchError,
     InvalidError,
+    NotFoundError,
     OutcomeUnknownError,
     UnavailableError,
     UnsupportedError,
@@ -61,8 +66,8 @@ from dispatch.model import (
     State,
     Transition,
 )
-from dispatch.records import Listing, MemoryStore
-from dispatch.supervise import Supervisor
+from dispatch.records import Listing, MemoryStore, SqliteStore, Store
+from dispatch.supervise import StepReport, Supervisor
 
 __all__ = [
     "ADAPTERS",
@@ -70,10 +75,12 @@ __all__ = [
     "Crasher",
     "Faults",
     "FaultyBackend",
+    "FaultyStore",
     "Harness",
     "HarnessFactory",
     "MemoryHarness",
     "Result",
+    "SkewedClock",
     "load_harness",
     "main",
     "run_seed",
@@ -89,31 +96,42 @@ class Crash(Exception):
 
 
 class Crasher:
-    """Counts one supervisor's writes; raises :class:`Crash` at the chosen one (before or after it)."""
+    """Counts one supervisor's writes; at the chosen one (before or after it) either raises
+    :class:`Crash`, or **pauses** the supervisor mid-step (a process stopped by the OS, a long GC, a
+    frozen VM): :attr:`pausing` is set and the write waits for :attr:`wake`, which the run sets only once
+    the supervisor's leases have expired and another supervisor may have taken them over (the zombie)."""
 
     def __init__(self, rng: random.Random, enabled: bool) -> None:
         self.left: int | None = rng.randint(1, 30) if enabled and rng.random() < 0.8 else None
         self.after = rng.random() < 0.5
+        self.pause = rng.random() < 0.25
         self.where = ""
+        self.pausing = asyncio.Event()
+        self.wake = asyncio.Event()
 
-    def before(self, what: str) -> None:
-        self._tick(what, after=False)
+    async def before(self, what: str) -> None:
+        await self._tick(what, after=False)
 
-    def done(self, what: str) -> None:
-        self._tick(what, after=True)
+    async def done(self, what: str) -> None:
+        await self._tick(what, after=True)
 
-    def _tick(self, what: str, *, after: bool) -> None:
+    async def _tick(self, what: str, *, after: bool) -> None:
         if self.left is None or after != self.after:
             return
         self.left -= 1
         if self.left <= 0:
             self.left = None
             self.where = f"{'after' if after else 'before'} {what}"
-            raise Crash(self.where)
+            if not self.pause:
+                raise Crash(self.where)
+            self.pausing.set()
+            await self.wake.wait()
 
 
 class Faults:
-    """The fault switches of a run (turned off for the quiescent end)."""
+    """The fault switches of a run (turned off for the quiescent end). ``delay`` moves the whole run's
+    time forward (the harness's ``advance``): a slow store or a slow API answer is time that passes for
+    everyone while one supervisor waits."""
 
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
@@ -121,93 +139,118 @@ class Faults:
         self.write = rng.choice([0.0, 0.1, 0.25])
         self.read = rng.choice([0.0, 0.05, 0.15])
         self.watch = rng.choice([0.0, 0.1, 0.3])
+        # Drawn from their own stream, so adding a fault kind leaves the rest of a seed's run as it was.
+        more = random.Random(rng.random())
+        self.store = more.choice([0.0, 0.0, 0.03, 0.1])  # unavailable, slow, or unknown on commit
+        self.latency = more.choice([0.0, 0.05, 0.2])  # an API answer that takes seconds
+        self.stale = more.choice([0.0, 0.1, 0.3])  # a list from an earlier moment
+        self.disorder = more.choice([0.0, 0.1, 0.3])  # duplicate and out-of-order watch events
+        self.delay: Callable[[float], Awaitable[None]] | None = None
 
     def hit(self, p: float) -> bool:
         return self.on and p > 0 and self.rng.random() < p
 
-
-class StoreFaults:
-    """Faults of the supervisors' store: unavailable (a read or write refused, nothing applied) and
-    unknown on commit (a write applied whose answer was lost). Drawn from their own random stream, so
-    that a seed's other draws are those it had before store faults existed."""
-
-    def __init__(self, rng: random.Random, faults: Faults, clock: ManualClock, trace: list[str]) -> None:
-        self.rng = rng
-        self.faults = faults
-        self.clock = clock
-        self.trace = trace
-        self.rate = rng.choice([0.0, 0.0, 0.05, 0.15])
-
-    def before(self, what: str, *, write: bool) -> bool:
-        """Raise "unavailable" now, or return whether to lose the answer of this write after it."""
-        if not self.faults.on or self.rate <= 0 or self.rng.random() >= self.rate:
-            return False
-        kind = self.rng.choice(["unavailable", "unknown-on-commit"] if write else ["unavailable"])
-        self.trace.append(f"t={self.clock.now() - T0:.1f} store fault {kind} on {what}")
-        if kind == "unavailable":
-            raise UnavailableError(f"{what}: the store is unavailable (injected)")
-        return True
-
-    @staticmethod
-    def lost(what: str) -> OutcomeUnknownError:
-        return OutcomeUnknownError(f"{what}: the connection was lost while committing (injected, applied)")
+    async def wait(self, seconds: float) -> None:
+        if self.delay is not None:
+            await self.delay(seconds)
 
 
-class CrashingStore:
-    """A :class:`~dispatch.records.Store` that crashes its supervisor at a chosen write, and injects the
-    store's own faults (:class:`StoreFaults`)."""
+class SkewedClock:
+    """One supervisor's clock: the run's clock plus an offset that may jump (NTP steps, a VM resumed).
+    The store judges leases on the run's clock, as a database server judges them on its own."""
+
+    def __init__(self, base: ManualClock, offset: float) -> None:
+        self.base = base
+        self.offset = offset
+
+    def now(self) -> float:
+        return self.base.now() + self.offset
+
+    async def sleep(self, seconds: float) -> None:
+        await self.base.sleep(seconds)
+
+
+class FaultyStore:
+    """A :class:`~dispatch.records.Store` as one supervisor sees it: crash and pause points at its
+    writes (:class:`Crasher`), and store faults — unavailable before a call (``UnavailableError``), slow
+    (the run's time moves on while the call is in flight), and **unknown on commit**: the write committed
+    but the answer was lost (``UnavailableError`` or ``OutcomeUnknownError`` after the fact)."""
 
     def __init__(
-        self, inner: MemoryStore, crasher: Crasher, trace: list[str], faults: StoreFaults | None = None
+        self, inner: Store, crasher: Crasher | None, faults: Faults, trace: list[str], who: str, clock: Clock
     ) -> None:
         self.inner = inner
         self.crasher = crasher
         self.faults = faults
+        self.trace = trace
+        self.who = who
+        self.clock = clock
+        self.blind = False  # a broken variant, in a test only: updates ignore the expected revision
 
-    def _before(self, what: str, *, write: bool) -> bool:
-        return self.faults.before(what, write=write) if self.faults is not None else False
+    def _note(self, text: str) -> None:
+        self.trace.append(f"t={self.clock.now() - T0:.1f} {self.who}: {text}")
+
+    async def _call(self, what: str, call: Callable[[], Awaitable[Any]], *, write: bool) -> Any:
+        f = self.faults
+        kind = f.rng.choice(["unavailable", "slow", "unknown"]) if f.hit(f.store) else None
+        if kind == "unknown" and not write:
+            kind = "unavailable"
+        if kind == "unavailable":
+            self._note(f"store fault: {what} unavailable")
+            raise UnavailableError(f"the store is unavailable (injected, on {what})")
+        if kind == "slow":
+            seconds = f.rng.choice([1.0, 5.0, 20.0])
+            self._note(f"store fault: {what} takes {seconds:g} s")
+            await f.wait(seconds)
+        if write and self.crasher is not None:
+            await self.crasher.before(f"store.{what}")
+        out = await call()
+        if write and self.crasher is not None:
+            await self.crasher.done(f"store.{what}")
+        if kind == "unknown":
+            self._note(f"store fault: {what} committed, its answer lost")
+            error = f.rng.choice([UnavailableError, OutcomeUnknownError])
+            raise error(f"the store's answer was lost (injected, on {what}; it committed)")
+        return out
 
     async def create(self, record: JobRecord, transition: Transition) -> JobRecord:
-        self.crasher.before("store.create")
-        out = await self.inner.create(record, transition)
-        self.crasher.done("store.create")
+        out: JobRecord = await self._call("create", lambda: self.inner.create(record, transition), write=True)
         return out
 
     async def get(self, job_id: str) -> JobRecord:
-        self._before("store.get", write=False)
-        return await self.inner.get(job_id)
+        out: JobRecord = await self._call("get", lambda: self.inner.get(job_id), write=False)
+        return out
 
     async def list(self, *, states: Any = None) -> Listing:
-        self._before("store.list", write=False)
-        return await self.inner.list(states=states)
+        out: Listing = await self._call("list", lambda: self.inner.list(states=states), write=False)
+        return out
 
     async def update(
         self, record: JobRecord, *, expected_revision: int, transitions: Sequence[Transition] = ()
     ) -> JobRecord:
-        lose = self._before("store.update", write=True)
-        self.crasher.before("store.update")
-        out = await self.inner.update(record, expected_revision=expected_revision, transitions=transitions)
-        self.crasher.done("store.update")
-        if lose:
-            raise StoreFaults.lost("store.update")
+        async def update() -> JobRecord:
+            revision = (await self.inner.get(record.job_id)).revision if self.blind else expected_revision
+            return await self.inner.update(record, expected_revision=revision, transitions=transitions)
+
+        out: JobRecord = await self._call("update", update, write=True)
         return out
 
     async def history(self, job_id: str) -> builtins.list[Transition]:
-        return await self.inner.history(job_id)
+        out: builtins.list[Transition] = await self._call(
+            "history", lambda: self.inner.history(job_id), write=False
+        )
+        return out
 
     async def acquire_lease(self, job_id: str, holder: str, ttl: float) -> JobRecord:
-        lose = self._before("store.acquire_lease", write=True)
-        self.crasher.before("store.acquire_lease")
-        out = await self.inner.acquire_lease(job_id, holder, ttl)
-        self.crasher.done("store.acquire_lease")
-        if lose:
-            raise StoreFaults.lost("store.acquire_lease")
+        out: JobRecord = await self._call(
+            "acquire_lease", lambda: self.inner.acquire_lease(job_id, holder, ttl), write=True
+        )
         return out
 
     async def release_lease(self, job_id: str, holder: str) -> JobRecord:
-        self.crasher.before("store.release_lease")
-        out = await self.inner.release_lease(job_id, holder)
-        self.crasher.done("store.release_lease")
+        out: JobRecord = await self._call(
+            "release_lease", lambda: self.inner.release_lease(job_id, holder), write=True
+        )
         return out
 
     async def purge(self, older_than: float) -> int:
@@ -234,6 +277,7 @@ class FaultyBackend:
         self.crasher = crasher
         self.trace = trace
         self.who = who
+        self._listed: list[tuple[float, list[Observation]]] = []  # earlier lists, for stale answers
 
     @property
     def name(self) -> str:
@@ -246,8 +290,12 @@ class FaultyBackend:
     def _note(self, text: str) -> None:
         self.trace.append(f"t={self.inner.cluster.clock.now() - T0:.1f} {self.who}: {text}")
 
-    def _write_fault(self, what: str) -> str | None:
+    async def _write_fault(self, what: str) -> str | None:
         f = self.faults
+        if f.hit(f.latency):
+            seconds = f.rng.choice([0.5, 3.0, 15.0])
+            self._note(f"fault: {what} takes {seconds:g} s")
+            await f.wait(seconds)
         if not f.hit(f.write):
             return None
         kind = f.rng.choice(["429", "500", "lost-before", "lost-after"])
@@ -260,8 +308,12 @@ class FaultyBackend:
             raise OutcomeUnknownError(f"{what}: the response was lost (injected, not applied)")
         return kind
 
-    def _read_fault(self, what: str) -> None:
+    async def _read_fault(self, what: str) -> None:
         f = self.faults
+        if f.hit(f.latency):
+            seconds = f.rng.choice([0.5, 3.0, 15.0])
+            self._note(f"fault: {what} answers after {seconds:g} s")
+            await f.wait(seconds)
         if f.hit(f.read):
             self._note(f"fault 500 on {what}")
             raise UnavailableError(f"{what}: 500 Internal Server Error (injected)")
@@ -275,11 +327,11 @@ class FaultyBackend:
     async def start(self, prepared: Prepared) -> Handle:
         what = f"start {prepared.identity}"
         if self.crasher is not None:
-            self.crasher.before(what)
-        kind = self._write_fault(what)
+            await self.crasher.before(what)
+        kind = await self._write_fault(what)
         handle = await self.inner.start(prepared)
         if self.crasher is not None:
-            self.crasher.done(what)
+            await self.crasher.done(what)
         if kind == "lost-after":
             raise OutcomeUnknownError(f"{what}: the response was lost (injected, applied)")
         return handle
@@ -287,16 +339,16 @@ class FaultyBackend:
     async def stop(self, handle: Handle) -> None:
         what = f"stop {handle.identity}"
         if self.crasher is not None:
-            self.crasher.before(what)
-        kind = self._write_fault(what)
+            await self.crasher.before(what)
+        kind = await self._write_fault(what)
         await self.inner.stop(handle)
         if self.crasher is not None:
-            self.crasher.done(what)
+            await self.crasher.done(what)
         if kind == "lost-after":
             raise OutcomeUnknownError(f"{what}: the response was lost (injected, applied)")
 
     async def observe(self, handle: Handle) -> Observation:
-        self._read_fault(f"observe {handle.identity}")
+        await self._read_fault(f"observe {handle.identity}")
         obs = await self.inner.observe(handle)
         f = self.faults
         if f.hit(f.read) and not obs.outcome.terminal:
@@ -305,8 +357,22 @@ class FaultyBackend:
         return obs
 
     async def list(self) -> list[Observation]:
-        self._read_fault("list")
-        return await self.inner.list()
+        await self._read_fault("list")
+        listed = await self.inner.list()
+        now = self.inner.cluster.clock.now()
+        self._listed = [(at, old) for at, old in self._listed[-4:] if now - at <= 30.0] + [(now, listed)]
+        f = self.faults
+        if len(self._listed) > 1 and f.hit(f.stale):
+            # A list from a lagging replica: what every object was at an earlier moment, and what has gone
+            # since still there. Never without an object that exists now: a loss is confirmed by absence
+            # from a fresh list, so Backend.list must be complete (Kubernetes: a quorum read).
+            at, old = f.rng.choice(self._listed[:-1])
+            self._note(f"fault: stale list from t={at - T0:.1f}")
+            earlier = {o.handle.identity: o for o in old}
+            now_ids = {o.handle.identity for o in listed}
+            gone = [o for o in old if o.handle.identity not in now_ids]
+            return [earlier.get(o.handle.identity, o) for o in listed] + gone
+        return listed
 
     async def close(self) -> None:
         await self.inner.close()
@@ -326,17 +392,29 @@ class FaultyBackend:
             self._note("fault: watch cursor expired (relist)")
             cursor = None
         inner = self.inner.watch(cursor)
+        held: Change | None = None  # a change delivered after the next one (out of order)
         try:
             async for change in inner:
                 if f.hit(f.watch / 4):
                     self._note("fault: watch dropped")
                     raise UnavailableError("the watch connection dropped (injected)")
+                if held is None and f.hit(f.disorder):
+                    if f.rng.random() < 0.5:
+                        self._note(f"fault: watch event of {change.observation.handle.identity} twice")
+                        yield change
+                    else:
+                        self._note(f"fault: watch event of {change.observation.handle.identity} late")
+                        held = change
+                        continue
                 yield change
+                if held is not None:
+                    yield held
+                    held = None
         finally:
             await inner.aclose()  # type: ignore[attr-defined]
 
     async def ceased(self, handle: Handle) -> bool:
-        self._read_fault(f"ceased {handle.identity}")
+        await self._read_fault(f"ceased {handle.identity}")
         return await self.inner.ceased(handle)
 
     async def wait_ceased(self, handle: Handle) -> None:
@@ -373,6 +451,10 @@ class Harness(Protocol):
 
     async def events(self, rng: random.Random, faults: Faults) -> None:
         """Maybe inject a cluster event (and API faults the cluster itself injects) this step."""
+
+    async def disappear(self) -> None:
+        """Preempt every incarnation that runs, then remove every object from the cluster (the evidence
+        of why each ended disappears before anyone reads it)."""
 
     async def advance(self, seconds: float) -> None:
         """Move the cluster's and the run's clock forward."""
@@ -438,6 +520,16 @@ class MemoryHarness:
                     await backend.vanish(obs.handle)
                 else:
                     await backend.inject(obs.handle, event)
+
+    async def disappear(self) -> None:
+        backend = MemoryBackend(cluster=self.cluster)
+        for obs in self.cluster.observations():
+            if obs.state in (State.STARTING, State.RUNNING):
+                await backend.inject(obs.handle, "preempt")
+            self.trace.append(
+                f"t={self.clock.now() - T0:.1f} cluster: preempted, then gone: {obs.handle.identity}"
+            )
+            await backend.vanish(obs.handle)
 
     async def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
@@ -519,28 +611,41 @@ class Result:
 
 
 class _Run:
-    def __init__(self, seed: int, harness: HarnessFactory) -> None:
+    def __init__(
+        self, seed: int, harness: HarnessFactory, *, lease_check: bool = True, store: str | None = None
+    ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         rng = self.rng
+        # The fault kinds added later draw from their own stream, so the earlier kinds of a seed still
+        # play out as they did (the regression seeds keep their meaning).
+        self.extra = random.Random(seed * 1_000_003 + 17)
+        extra = self.extra
         self.clock = ManualClock(T0)
         self.trace: list[str] = []
         self.cluster = harness(rng, self.clock, self.trace)
-        self.store = MemoryStore(self.clock)
+        self.store_kind = store if store is not None else extra.choice(["memory"] * 19 + ["sqlite"])
+        self.store: Store = MemoryStore(self.clock)
+        self._dir: Path | None = None
         self.faults = Faults(rng)
-        self.store_faults = StoreFaults(random.Random(f"store-{seed}"), self.faults, self.clock, self.trace)
+        self.faults.delay = self._delay
         self.policy = _policy(rng)
         self.crashes = rng.random() < 0.85
         self.user: Cluster | None = None  # opened in run(): a harness may open backends only once started
         self.supervisors: list[Supervisor | None] = []
+        self.crashers: list[Crasher | None] = []
         self.planned: list[tuple[Crasher, int | None] | None] = []  # a life drawn, its backend not yet open
         self.generation: list[int] = []
         self.restart_at: list[float] = []
         self.lease = rng.choice([10.0, 30.0])
         self.poll = rng.choice([0.0, 1.0, 4.0])
         self.resync = rng.choice([0.0, 5.0, 30.0])
+        self.lease_check = lease_check  # False only in a test: the zombie's writes go unchecked
+        self.zombies: list[tuple[Supervisor, asyncio.Future[StepReport], Crasher, float]] = []
+        self.skewed = extra.random() < 0.5  # supervisors' clocks disagree with the store's, and jump
         for i in range(rng.choice([1, 1, 2, 3])):
             self.supervisors.append(None)
+            self.crashers.append(None)
             self.planned.append(None)
             self.generation.append(0)
             self.restart_at.append(0.0)
@@ -552,12 +657,27 @@ class _Run:
             spec = self.cluster.spec(script, rng.randint(1, min(2, self.cluster.nodes)), limit)
             own = _policy(rng) if rng.random() < 0.3 else None
             self.submits.append((rng.choice([0.0, 0.0, 5.0, 20.0]), f"job-{j}", spec, own))
+        # A long absence of every supervisor, while the cluster preempts and its evidence disappears.
+        self.absence: tuple[float, float] | None = (
+            (T0 + extra.uniform(5.0, 60.0), extra.choice([120.0, 300.0, 900.0]))
+            if extra.random() < 0.15
+            else None
+        )
+        self.ops = extra.random() < 0.5  # user operations: hold/release, resubmit, purge
+        self.held: dict[str, float] = {}  # job id -> when the user releases it
+        self.purged: set[str] = set()
+        self.orphan = "orphan-0" if extra.random() < 0.15 else None  # a record of a gone cluster: forget
+        self.corrupt = "corrupt-0" if self.store_kind == "sqlite" and extra.random() < 0.5 else None
+        self.corrupt_reported = False
         self.histories: dict[str, list[Transition]] = {}
         self.violations: list[tuple[str, str]] = []  # (job id or "", message)
         self.steps = 0
 
     def note(self, text: str) -> None:
         self.trace.append(f"t={self.clock.now() - T0:.1f} {text}")
+
+    async def _delay(self, seconds: float) -> None:
+        await self.cluster.advance(seconds)
 
     def _plan(self, i: int) -> None:
         """Draw supervisor ``i``'s next life (its crash point and capacity); :meth:`_open` starts it."""
@@ -572,11 +692,16 @@ class _Run:
         self.planned[i] = None
         crasher, capacity = planned
         holder = f"s{i}.{self.generation[i]}"
+        offset = self.extra.uniform(-self.lease / 4, self.lease / 4) if self.skewed else 0.0
+        clock = SkewedClock(self.clock, offset)
+        if offset:
+            self.note(f"{holder}: clock off by {offset:+.1f} s")
+        self.crashers[i] = crasher
         self.supervisors[i] = Supervisor(
             await self.cluster.open(self.faults, crasher, holder),
-            CrashingStore(self.store, crasher, self.trace, self.store_faults),
+            FaultyStore(self.store, crasher, self.faults, self.trace, holder, self.clock),
             policy=self.policy,
-            clock=self.clock,
+            clock=clock,
             holder=holder,
             lease=self.lease,
             poll=self.poll,
@@ -587,20 +712,135 @@ class _Run:
     async def run(self) -> Result:
         await self.cluster.start()
         try:
+            if self.store_kind == "sqlite":
+                self._dir = Path(tempfile.mkdtemp(prefix="dispatch-sim-store-"))
+                self.store = SqliteStore(self._dir / "records.db", clock=self.clock)
+            self.note(f"store: {self.store_kind}")
             self.user = Cluster(
                 await self.cluster.open(self.faults, None, "user"),
                 self.store,
                 policy=self.policy,
                 clock=self.clock,
             )
+            await self._plant()
             return await self._run()
         finally:
-            for sup in self.supervisors:
+            for _, task, crasher, _ in self.zombies:
+                task.cancel()
+                crasher.wake.set()
+                await asyncio.gather(task, return_exceptions=True)
+            for sup in [*self.supervisors, *(z[0] for z in self.zombies)]:
                 if sup is not None:
                     await sup.backend.close()
             if self.user is not None:
                 await self.user.backend.close()
             await self.cluster.close()
+            await self.store.close()
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
+
+    async def _plant(self) -> None:
+        """The records no submission makes: one of a cluster that is gone (for ``forget``), and one
+        whose row is corrupt (SQLite: every supervisor must report it and go on with the others)."""
+        assert self.user is not None
+        spec = self.cluster.spec("sleep 1; exit 0", 1, None)
+        planted = [(self.orphan, "gone-cluster"), (self.corrupt, self.user.cluster_id)]
+        for job_id, cluster in planted:
+            if job_id is None:
+                continue
+            record, first = decide.submitted(
+                job_id, spec, policy=None, held=False, now=self.clock.now(), cluster=cluster
+            )
+            await self.store.create(record, first)
+            self.note(f"user: planted {job_id} (cluster {cluster})")
+        if self.corrupt is not None and self._dir is not None:
+            conn = sqlite3.connect(self._dir / "records.db")
+            with conn:
+                conn.execute(
+                    "UPDATE records SET body = '{\"not\": a record' WHERE job_id = ?", (self.corrupt,)
+                )
+            conn.close()
+            self.note(f"user: corrupted the row of {self.corrupt}")
+
+    async def _step(self, i: int, sup: Supervisor, now: float) -> StepReport | None:
+        """One step of supervisor ``i``, or ``None`` when it crashed or paused mid-step (a zombie)."""
+        crasher = self.crashers[i]
+        assert crasher is not None
+        task = asyncio.ensure_future(sup.step())
+        paused = asyncio.ensure_future(crasher.pausing.wait())
+        await asyncio.wait({task, paused}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            # Paused past its lease: another life starts at once (the orchestrator saw it hang) and takes
+            # the records over once the leases expire; this one wakes later and finishes its step.
+            wake_at = now + self.lease + self.extra.choice([1.0, 10.0, 60.0])
+            self.note(f"{sup.holder}: PAUSED {crasher.where} until t={wake_at - T0:.1f}")
+            self.zombies.append((sup, task, crasher, wake_at))
+            self.supervisors[i] = None
+            self.restart_at[i] = now
+            return None
+        paused.cancel()
+        try:
+            return task.result()
+        except Crash as crash:
+            self.note(f"{sup.holder}: CRASH {crash}")
+            await sup.backend.close()  # the process died: its connections with it
+            self.supervisors[i] = None
+            self.restart_at[i] = now + self.rng.choice([0.0, 5.0, 40.0])
+        except DispatchError as exc:
+            # What Supervisor.run does with a step that failed (the store went away): try again later.
+            return StepReport(errors=[f"the step failed: {type(exc).__name__}: {exc}"])
+        except Exception as exc:
+            self._violate("", f"{sup.holder} raised {type(exc).__name__}: {exc}")
+            await sup.backend.close()
+            self.supervisors[i] = None
+            self.restart_at[i] = now
+        return None
+
+    async def _wake(self, now: float) -> None:
+        """Wake the zombies whose time has come: each finishes the step it was in, then is stopped."""
+        for z in [z for z in self.zombies if z[3] <= now]:
+            self.zombies.remove(z)
+            sup, task, crasher, _ = z
+            self.note(f"{sup.holder}: WAKES (its leases have expired)")
+            if not self.lease_check:
+                # The deliberately broken variant: the zombie's writes are neither checked against its
+                # lease nor compared-and-swapped (the write computed before the pause lands as is).
+                sup._writer.holder = None
+                cast(FaultyStore, sup.store).blind = True
+            crasher.wake.set()
+            try:
+                report = await task
+            except DispatchError as exc:
+                self.note(f"{sup.holder}: the step failed: {type(exc).__name__}: {exc}")
+            except Exception as exc:
+                self._violate("", f"{sup.holder} (woken) raised {type(exc).__name__}: {exc}")
+            else:
+                self._noted(sup, report)
+            await sup.backend.close()
+            await self._check()
+
+    def _noted(self, sup: Supervisor, report: StepReport) -> None:
+        for a in report.actions:
+            self.note(f"{sup.holder}: {a}")
+        for e in report.errors:
+            self.note(f"{sup.holder}: error {e}")
+            if self.corrupt is not None and self.corrupt in e:
+                self.corrupt_reported = True
+
+    async def _absent(self, now: float) -> None:
+        """Every supervisor goes away for a long time; meanwhile the cluster preempts what runs and the
+        objects disappear, so nobody ever reads why they ended."""
+        assert self.absence is not None
+        length = self.absence[1]
+        self.absence = None
+        self.note(f"every supervisor is gone for {length:g} s")
+        for i, sup in enumerate(self.supervisors):
+            if sup is not None:
+                await sup.backend.close()
+                self.supervisors[i] = None
+            self.planned[i] = None
+            self.restart_at[i] = now + length
+        await self.cluster.disappear()
 
     async def _run(self) -> Result:
         rng = self.rng
@@ -618,40 +858,29 @@ class _Run:
             await self._submissions(now)
             if not quiet:
                 await self._events()
+            if self.absence is not None and now >= self.absence[0]:
+                await self._absent(now)
+            await self._operations(now, quiet)
+            await self._wake(now)
             for i, sup in enumerate(self.supervisors):
                 if sup is None:
                     if now >= self.restart_at[i]:
                         self._plan(i)
                         await self._open(i)
                     continue
-                try:
-                    report = await sup.step()
-                except Crash as crash:
-                    self.note(f"{sup.holder}: CRASH {crash}")
-                    await sup.backend.close()  # the process died: its connections with it
-                    self.supervisors[i] = None
-                    self.restart_at[i] = now + rng.choice([0.0, 5.0, 40.0])
-                    continue
-                except DispatchError as exc:
-                    if str(exc).startswith("store.") and "(injected" in str(exc):
-                        # The store failed the step's own read or write: Supervisor.run takes the next
-                        # step after a poll, and so does the simulation.
-                        self.note(f"{sup.holder}: step failed: {exc}")
-                        continue
-                    self._violate("", f"{sup.holder} raised {type(exc).__name__}: {exc}")
-                except Exception as exc:
-                    self._violate("", f"{sup.holder} raised {type(exc).__name__}: {exc}")
-                    await sup.backend.close()
-                    self.supervisors[i] = None
-                    self.restart_at[i] = now
+                if self.skewed and not quiet and self.extra.random() < 0.02:
+                    clock = cast(SkewedClock, sup.clock)
+                    jump = self.extra.choice([-self.lease / 4, self.lease / 4, 2 * self.lease])
+                    clock.offset = min(max(clock.offset + jump, -self.lease / 4), 2 * self.lease)
+                    self.note(f"{sup.holder}: clock jumps {jump:+.1f} s (off by {clock.offset:+.1f} s)")
+                report = await self._step(i, sup, now)
+                if report is None:
                     continue
                 self.steps += 1
-                for a in report.actions:
-                    self.note(f"{sup.holder}: {a}")
-                for e in report.errors:
-                    self.note(f"{sup.holder}: error {e}")
+                self._noted(sup, report)
                 await self._check()
-            if quiet and len(self.acked) == len(self.submits) and await self._all_final():
+            done = quiet and len(self.acked) == len(self.submits) and not self.zombies and not self.held
+            if done and await self._all_final():
                 break
             if now - T0 > FAULT_PHASE + QUIESCE_LIMIT:
                 for rec in await self.store.list():
@@ -662,6 +891,8 @@ class _Run:
                 break
             await self.cluster.advance(rng.choice([0.5, 1.0, 2.0, 5.0]) if not quiet else 2.0)
         await self._check(final=True)
+        if self.corrupt is not None and not self.corrupt_reported and self.steps:
+            self._violate(self.corrupt, f"{self.corrupt}: its row is corrupt, and no supervisor reported it")
         return Result(self.seed, self._report(), self.trace, self.steps)
 
     async def _submissions(self, now: float) -> None:
@@ -684,13 +915,70 @@ class _Run:
         rng = self.rng
         assert self.user is not None
         await self.cluster.events(rng, self.faults)
-        if rng.random() < 0.03 and self.acked:
-            job_id = rng.choice(sorted(self.acked))
-            self.note(f"user: cancel {job_id}")
-            try:
-                await self.user.cancel(job_id)
-            except DispatchError as exc:
-                self.note(f"user: cancel {job_id}: {type(exc).__name__}: {exc}")
+        if rng.random() < 0.03 and self.acked - self.purged:
+            job_id = rng.choice(sorted(self.acked - self.purged))
+            await self._user(f"cancel {job_id}", self.user.cancel(job_id))
+
+    async def _user(self, what: str, call: Awaitable[Any]) -> bool:
+        self.note(f"user: {what}")
+        try:
+            await call
+        except DispatchError as exc:
+            self.note(f"user: {what}: {type(exc).__name__}: {exc}")
+            return False
+        return True
+
+    async def _record(self, job_id: str) -> JobRecord | None:
+        try:
+            return await self.store.get(job_id)
+        except NotFoundError:  # purged (a terminal record, even one held)
+            return None
+
+    async def _operations(self, now: float, quiet: bool) -> None:
+        """The user's other operations: hold (released later), resubmit a finished job, purge finished
+        records, forget the gone cluster's record."""
+        user, extra = self.user, self.extra
+        assert user is not None
+        for job_id, at in sorted(self.held.items()):
+            if now >= at or quiet:
+                if await self._user(f"release {job_id}", user.release(job_id)):
+                    del self.held[job_id]
+                else:
+                    rec = await self._record(job_id)
+                    if rec is None or rec.outcome.terminal or rec.hold_token is None:
+                        del self.held[job_id]  # it ended (or was purged): nothing to release
+        orphan = self.orphan
+        if orphan is not None and (quiet or extra.random() < 0.02):
+            forgotten = await self._user(f"forget {orphan}", user.forget(orphan, "its cluster is gone"))
+            self.orphan = None if forgotten else orphan
+        if not self.ops or quiet:
+            return
+        mine = sorted(self.acked - self.purged)
+        roll = extra.random()
+        if roll < 0.02 and mine:
+            job_id = extra.choice(mine)
+            if job_id not in self.held:
+                await self._user(f"hold {job_id}", user.hold(job_id))
+                # Held even when the read after the hold failed: the user sees it and releases it later.
+                rec = await self._record(job_id)
+                if rec is not None and rec.hold_token is not None:
+                    self.held[job_id] = now + extra.choice([1.0, 10.0, 40.0])
+        elif roll < 0.04 and mine:
+            job_id = extra.choice(mine)
+            await self._user(f"resubmit {job_id}", user.resubmit(job_id, wait=0))
+        elif roll < 0.05:
+            before = {r.job_id: r for r in await self.store.list()}
+            cutoff = now - extra.choice([0.0, 10.0, 30.0])
+            if await self._user(f"purge older than t={cutoff - T0:.1f}", user.purge(cutoff)):
+                after = {r.job_id for r in await self.store.list()}
+                for job_id, rec in before.items():
+                    if job_id not in after:
+                        # SPEC §6: purge deletes terminal records, even one its policy would requeue.
+                        if not rec.outcome.terminal:
+                            self._violate(job_id, f"{job_id}: purge deleted a {rec.state.value} record")
+                        self.purged.add(job_id)
+                        self.histories.pop(job_id, None)
+                        self.note(f"user: purged {job_id}")
 
     async def _all_final(self) -> bool:
         now = self.clock.now()
@@ -723,7 +1011,7 @@ class _Run:
                 self._violate(
                     rec.job_id, f"{rec.job_id}: recorded lost, but {rec.job_id}@{rec.epoch} is on the cluster"
                 )
-        for job_id in self.acked:
+        for job_id in self.acked - self.purged:
             if job_id not in records:
                 self._violate(job_id, f"{job_id}: acknowledged, but its record is gone")
         for job_id, rec in records.items():
@@ -836,11 +1124,15 @@ def load_harness(name: str) -> HarnessFactory:
     return cast(HarnessFactory, factory)
 
 
-async def run_seed(seed: int, adapter: str | HarnessFactory = "memory") -> Result:
+async def run_seed(
+    seed: int, adapter: str | HarnessFactory = "memory", *, lease_check: bool = True, store: str | None = None
+) -> Result:
     """Run seed ``seed`` on ``adapter`` (a name of :data:`ADAPTERS`, ``module:attr``, or a harness
-    factory) and return what it found."""
+    factory) and return what it found. ``store``: ``memory`` or ``sqlite`` instead of the seed's draw.
+    ``lease_check=False`` is a deliberately broken variant for tests: a supervisor woken after a pause
+    past its lease writes without the lease check and without compare-and-swap."""
     harness = load_harness(adapter) if isinstance(adapter, str) else adapter
-    return await _Run(seed, harness).run()
+    return await _Run(seed, harness, lease_check=lease_check, store=store).run()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -856,6 +1148,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 0:
         parser.error("--seeds must be >= 0")
+    # The supervisors' warnings are in each run's trace already; unhandled, logging would print them.
+    logging.getLogger("dispatch").addHandler(logging.NullHandler())
     started = time.perf_counter()
     violations = 0
     try:
@@ -867,7 +1161,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             result = asyncio.run(run_seed(seed, harness))
         except DispatchError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: seed {seed}: {exc}", file=sys.stderr)
             return 2
         if args.trace:
             print(f"--- seed {seed}")

@@ -178,7 +178,9 @@ class Supervisor:
         self.capacity = capacity
         self.cursor: str | None = None
         """The watch cursor: where the next drain resumes (``None``: relist)."""
-        self._leased: dict[str, float] = {}  # job id -> our lease's expiry
+        # job id -> our lease's expiry on our clock: the time we asked for it plus its duration, so a clock
+        # that disagrees with the store's (which stamps the record's expiry) cannot make us act too long.
+        self._leased: dict[str, float] = {}
         self._fresh: set[str] = set()  # newly leased: observe before trusting the record
         self._retry: dict[str, _Retry] = {}
         self._stopped: dict[str, float] = {}  # native ref -> when we asked it to stop
@@ -188,7 +190,9 @@ class Supervisor:
         self._listing: builtins.list[Observation] | None = None
         self._capabilities: Capabilities | None = None
         self._unreadable: set[str] = set()  # job ids of unreadable records already reported
-        self._writer = RecordWriter(store, backend, self.clock, holder=self.holder, on_write=self._count)
+        self._writer = RecordWriter(
+            store, backend, self.clock, holder=self.holder, lease_until=self._leased.get, on_write=self._count
+        )
         self._closed = False
         self._starting: dict[tuple[str, int], float] = {}  # incarnation -> first seen starting
 
@@ -470,8 +474,8 @@ class Supervisor:
             return None
         now = self.clock.now()
         lease = rec.lease
-        if lease is not None and lease.holder == self.holder and lease.expires_at - now > self.lease / 2:
-            self._leased[jid] = lease.expires_at
+        ours = lease is not None and lease.holder == self.holder and self._leased.get(jid, now) > now
+        if ours and self._leased[jid] - now > self.lease / 2:
             return rec
         if lease is not None and lease.holder != self.holder and lease.live(now):
             self._forget(jid)
@@ -486,10 +490,9 @@ class Supervisor:
         assert got.lease is not None
         if lease is not None and lease.holder != self.holder:  # expired: a dead supervisor's record
             metrics.current().inc("dispatch_leases_taken_over_total")
-        ours = lease is not None and lease.holder == self.holder and lease.live(now)
-        if jid not in self._leased or not ours:
+        if not ours:
             self._fresh.add(jid)  # events may have been someone else's until now: observe before trusting
-        self._leased[jid] = got.lease.expires_at
+        self._leased[jid] = now + self.lease  # asked at ``now``: the store's lease ends no sooner
         return got
 
     def _forget(self, jid: str) -> None:
@@ -575,7 +578,9 @@ class Supervisor:
     ) -> JobRecord:
         jid = rec.job_id
         now = self.clock.now()
-        if obs.state is State.LOST and not confirmed and matches(rec, obs):
+        # A deletion seen before the record's last write may be of an object since created again with
+        # the same identity (a start whose record write failed, retried): it is not proof either.
+        if obs.state is State.LOST and (not confirmed or obs.at < rec.updated_at) and matches(rec, obs):
             # One reading that finds the incarnation gone is not proof: the identity lookup over a
             # fresh listing is the second observation that confirms it (or shows the object).
             self._listing = None

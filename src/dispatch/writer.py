@@ -9,7 +9,8 @@ failed, or unknown) is one routine too, :meth:`RecordWriter.start`.
 Who may change a record (SPEC §6.1): only a process opened on the record's own cluster
 (:func:`dispatch.decide.owned`); another process gets :class:`~dispatch.errors.OtherClusterError` and
 writes nothing. A supervisor's writer also holds a lease holder name: it writes only while that holder's
-lease on the record is live (:class:`LeaseLostError` otherwise).
+lease on the record is live (:class:`LeaseLostError` otherwise) — live by the holder's own reckoning when
+it gives one (``lease_until``), since its clock may disagree with the store's.
 """
 
 from __future__ import annotations
@@ -49,9 +50,11 @@ class LeaseLostError(ConflictError):
 class RecordWriter:
     """Writes the records of ``store`` for a process opened on ``backend``'s cluster.
 
-    ``holder``: write only under this lease holder's live lease (a supervisor). ``on_write`` is called
-    after each successful write with the record before and after, the transitions and the time (the
-    supervisor's metrics)."""
+    ``holder``: write only under this lease holder's live lease (a supervisor). ``lease_until``: when the
+    holder's lease on a job ends on the holder's own clock (``None``: it holds none); without it the
+    record's expiry, which the store stamped on its clock, is compared with ``clock``. ``on_write`` is
+    called after each successful write with the record before and after, the transitions and the time
+    (the supervisor's metrics)."""
 
     def __init__(
         self,
@@ -60,12 +63,14 @@ class RecordWriter:
         clock: Clock,
         *,
         holder: str | None = None,
+        lease_until: Callable[[str], float | None] | None = None,
         on_write: OnWrite | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
         self.clock = clock
         self.holder = holder
+        self._lease_until = lease_until
         self._on_write = on_write
 
     @property
@@ -95,7 +100,10 @@ class RecordWriter:
             now = self.clock.now()
             if self.holder is not None:
                 lease = rec.lease
-                if lease is None or lease.holder != self.holder or not lease.live(now):
+                until = lease.expires_at if lease is not None else None
+                if self._lease_until is not None:
+                    until = self._lease_until(job_id)
+                if lease is None or lease.holder != self.holder or until is None or until <= now:
                     raise LeaseLostError(f"job {job_id!r}: the lease of {self.holder!r} is gone")
             result = change(rec)
             if result is None:
@@ -127,10 +135,17 @@ class RecordWriter:
         as a "start failed" line in the history (the record stays pending, the job is not lost), raised
         — unless ``record_failures`` is false (a supervisor that retries writes nothing each time).
 
-        Each change applies only while the record still wants this incarnation (same ``N``). Returns the
+        A lease holder whose lease is gone by its own reckoning gets ``LeaseLostError`` and nothing is
+        sent. Each change applies only while the record still wants this incarnation (same ``N``). Returns the
         record after the write and the handle started (``None`` when the start's effect is unknown)."""
         identity = prepared.identity
         job_id = identity.job_id
+        if self.holder is not None and self._lease_until is not None:
+            # A placement is not a record write, so no compare-and-swap guards it: a holder that was
+            # paused past its lease (the zombie) must not place what its record wanted before the pause.
+            until = self._lease_until(job_id)
+            if until is None or until <= self.clock.now():
+                raise LeaseLostError(f"job {job_id!r}: the lease of {self.holder!r} is gone; not placing")
         try:
             handle = await self.backend.start(prepared)
         except OutcomeUnknownError as exc:

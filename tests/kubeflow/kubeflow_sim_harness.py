@@ -28,6 +28,7 @@ import tempfile
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from dispatch import AdapterConfig, Extensions, Image, JobSpec
 from dispatch.backend import Backend, HoldToken, Prepared
@@ -56,18 +57,20 @@ for good (a cluster whose every node is lost for ever can finish no job)."""
 _TERMINATED = ("Succeeded", "Failed")
 
 
-def _runtime() -> dict[str, Any]:
+def _runtime(restarts: int = 0) -> dict[str, Any]:
     """A torch runtime that does not restart in the cluster (as dispatch recommends): a failed node fails
-    the TrainJob at once, and dispatch's policy decides what comes next."""
+    the TrainJob at once, and dispatch's policy decides what comes next. With ``restarts``, a container
+    that fails is restarted in place (``restartPolicy: OnFailure``) up to that many times before the
+    TrainJob fails: dispatch then sees a running job whose pods restarted, and a cause it must remember."""
     job: dict[str, Any] = {
         "name": "node",
         "template": {
             "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
             "spec": {
-                "backoffLimit": 0,
+                "backoffLimit": restarts,
                 "template": {
                     "spec": {
-                        "restartPolicy": "Never",
+                        "restartPolicy": "OnFailure" if restarts else "Never",
                         "containers": [{"name": "node", "image": "example.org/pytorch:2"}],
                     }
                 },
@@ -135,19 +138,19 @@ class CrashingBackend:
     async def start(self, prepared: Prepared) -> Handle:
         what = f"start {prepared.identity}"
         if self.crasher is not None:
-            self.crasher.before(what)
+            await self.crasher.before(what)
         handle: Handle = await self.inner.start(prepared)
         if self.crasher is not None:
-            self.crasher.done(what)
+            await self.crasher.done(what)
         return handle
 
     async def stop(self, handle: Handle) -> None:
         what = f"stop {handle.identity}"
         if self.crasher is not None:
-            self.crasher.before(what)
+            await self.crasher.before(what)
         await self.inner.stop(handle)
         if self.crasher is not None:
-            self.crasher.done(what)
+            await self.crasher.done(what)
 
     async def observe(self, handle: Handle) -> Observation:
         return await self.inner.observe(handle)  # type: ignore[no-any-return]
@@ -189,10 +192,18 @@ class KubeflowHarness:
         self.clock = clock
         self.trace = trace
         self.nodes = rng.choice([2, 3, 4])
+        # What was added later draws from its own stream (derived without consuming the run's), so the
+        # earlier regression seeds keep their meaning.
+        extra = random.Random(repr(rng.getstate()[1][:16]))  # a str seed: the same in every process
+        self.kueue = extra.random() < 0.3  # TrainJobs queue in Kueue's LocalQueue, admitted by it
+        restarts = extra.choice([0, 0, 1, 3])  # in-place restarts (OnFailure) before the TrainJob fails
+        self.restart_rate = extra.choice([0.0, 0.0, 0.01])  # the API server restarts (same port and etcd)
         self.sim = Simulator(
-            clock=SimClock(clock.now()), kueue=False, nodes=self.nodes, install_runtimes=False
+            clock=SimClock(clock.now()), kueue=self.kueue, nodes=self.nodes, install_runtimes=False
         )
-        self.sim.store.create(CLUSTERTRAININGRUNTIMES, copy.deepcopy(_runtime()))
+        self.sim.store.create(CLUSTERTRAININGRUNTIMES, copy.deepcopy(_runtime(restarts)))
+        if self.kueue or restarts:
+            self._note(f"cluster: {'Kueue, ' if self.kueue else ''}{restarts} in-place restarts per job")
         self._dir = Path(tempfile.mkdtemp(prefix="dispatch-sim-"))
         self._kubeconfig = ""
         self._identity: dict[tuple[str, int], Identity] = {}  # (job hash, N) -> identity
@@ -249,10 +260,12 @@ class KubeflowHarness:
         self._kubeconfig = str(self.sim.write_kubeconfig(self._dir / "kubeconfig", token="admin"))
 
     async def open(self, faults: Faults, crasher: Crasher | None, who: str) -> Backend:
-        settings = {
+        settings: dict[str, Any] = {
             "kubeconfig": self._kubeconfig,
             "probeRuntime": {"kind": "ClusterTrainingRuntime", "name": RUNTIME},
         }
+        if self.kueue:
+            settings["queue"] = "user-queue"
         cfg = AdapterConfig("kubeflow", json.dumps(settings).encode())
         for attempt in range(10):
             clock = _OpeningClock(self.clock)
@@ -300,6 +313,8 @@ class KubeflowHarness:
                 self._inject(ident, event, rng)
         if not faults.on:
             return
+        if self.restart_rate and rng.random() < self.restart_rate:
+            await self._restart()
         f = self.sim.faults
         if faults.hit(faults.write):
             verb = rng.choice(["create", "delete"])
@@ -322,7 +337,33 @@ class KubeflowHarness:
                 f.compact()
         await self.sim.settle()
 
+    async def _restart(self) -> None:
+        """The API server restarts: every connection and watch ends, the watch cache starts again (old
+        cursors expire), the objects stay (etcd), and it listens on the same address."""
+        self._note("cluster: the API server restarts")
+        port = urlsplit(self.sim.url).port
+        await self.sim.stop()
+        self.sim._port = port or 0
+        await self.sim.start()
+
+    async def disappear(self) -> None:
+        for ident in sorted(self.live(), key=str):
+            if self._pods(ident):
+                self._inject(ident, "preempt", random.Random(str(ident)))
+        await self.sim.settle()
+        for ident, tj in self._trainjobs():
+            self._note(f"cluster: preempted, then gone: {ident}")
+            self._delete_behind(ident, tj)
+        self.sim.settle_now()
+
     def _inject(self, ident: Identity, event: str, rng: random.Random) -> None:
+        try:
+            self._act(ident, event, rng)
+        except ValueError as exc:  # a container waiting to restart in place (OnFailure) cannot end now
+            self._note(f"cluster: {event} {ident} does not apply now: {exc}")
+        self.sim.settle_now()
+
+    def _act(self, ident: Identity, event: str, rng: random.Random) -> None:
         pods = [p["metadata"]["name"] for p in self._pods(ident)]
         actions = self.sim.actions
         if event == "preempt":
@@ -333,7 +374,10 @@ class KubeflowHarness:
             actions.oom(NAMESPACE, rng.choice(pods))
         elif event == "exit 0":
             for pod in pods:
-                actions.exit(NAMESPACE, pod, 0)
+                try:
+                    actions.exit(NAMESPACE, pod, 0)
+                except ValueError:
+                    pass  # this pod's container is waiting to restart; the others still end
         elif event == "exit 2":
             actions.exit(NAMESPACE, rng.choice(pods), 2)
         elif event == "lose-node":
@@ -344,8 +388,15 @@ class KubeflowHarness:
         else:  # vanish: someone deletes the TrainJob behind dispatch's back
             for tj in self.sim.store.list(TRAINJOBS, NAMESPACE)[0]:
                 if identity_of(tj) == ident:
-                    self.sim.store.delete(TRAINJOBS, NAMESPACE, tj["metadata"]["name"])
-        self.sim.settle_now()
+                    self._delete_behind(ident, tj)
+
+    def _delete_behind(self, ident: Identity, tj: dict[str, Any]) -> None:
+        """Delete a TrainJob behind dispatch's back. Its creation no longer counts (as ``memory``'s
+        vanish): a start whose record write never landed is retried, and places the identity anew."""
+        self.sim.store.delete(TRAINJOBS, NAMESPACE, tj["metadata"]["name"])
+        created = self._created.get(ident.job_id, [])
+        if ident in created:
+            created.remove(ident)
 
     async def advance(self, seconds: float) -> None:
         self.sim.advance(seconds)

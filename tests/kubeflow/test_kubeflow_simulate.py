@@ -21,6 +21,17 @@ REGRESSIONS = {
     70: "an injected 500 hit a backend's preflight: its probe cleanup slept on the manual clock for ever",
     154: "pods' lose-node script steps lost both nodes for ever: the requeued job never found capacity",
     177: "the same after an eviction requeue, for two jobs",
+    247: "a TrainJob deleted behind dispatch's back before its start was recorded, placed again: not twice",
+    351: "kubesim: a container in CrashLoopBackOff woken early by another event never restarted",
+}
+
+
+FAULT_KINDS = {  # what the Kubeflow harness adds: a seed whose trace shows it hit, and that passes
+    "Kueue": (7, r"cluster: Kueue"),
+    "OnFailure in-place restarts": (0, r"[1-9] in-place restarts per job"),
+    "API server restart": (24, r"cluster: the API server restarts"),
+    "long absence, TrainJobs deleted unread": (5, r"every supervisor is gone for .*\n.*preempted, then gone"),
+    "zombie woken past its lease": (12, r"WAKES"),
 }
 
 
@@ -41,6 +52,14 @@ async def test_a_handful_of_seeds_find_no_violation() -> None:
 async def test_seeds_that_once_failed_pass(seed: int) -> None:
     async with asyncio.timeout(60):  # seed 70 hung: fail instead
         assert (await run_seed(seed, KubeflowHarness)).violations == []
+
+
+@pytest.mark.parametrize("kind", sorted(FAULT_KINDS))
+async def test_each_fault_kind_is_hit_by_its_seed_and_holds(kind: str) -> None:
+    seed, shows = FAULT_KINDS[kind]
+    result = await run_seed(seed, KubeflowHarness)
+    assert re.search(shows, "\n".join(result.trace)), f"seed {seed} no longer injects {kind}"
+    assert result.violations == []
 
 
 async def test_a_seed_replays_identically() -> None:

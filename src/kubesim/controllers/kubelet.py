@@ -269,6 +269,9 @@ class KubeletController(BaseController):
     def _advance(self, pod: dict[str, Any], run: _Run) -> None:
         now_s = self.clock.now()
         if run.wake_at is not None and now_s < run.wake_at:
+            # Woken early (an event, or an earlier timer that kept ``requeue_at`` from arming this one):
+            # ask again for the wake time, or a back-off would never end.
+            self.requeue_at(run.wake_at, run.ns, run.name)
             return
         run.wake_at = None
         if run.mode in ("new", "mounting"):
