@@ -46,10 +46,14 @@ _MAX_FINDINGS = 50
 _Items = list[dict[str, Any]]  # spelled here: inside KubeClient, ``list`` is the method
 
 
+DISTRIBUTION = "dispatch-train"
+"""The distribution dispatch is installed as (the import package is ``dispatch``)."""
+
+
 def user_agent() -> str:
     """``dispatch/<version>``: the installed distribution's version."""
     try:
-        return f"dispatch/{_package_version('dispatch')}"
+        return f"dispatch/{_package_version(DISTRIBUTION)}"
     except PackageNotFoundError:  # running from a source tree that was never installed
         return "dispatch/0+unknown"
 

@@ -129,7 +129,7 @@ async def test_every_request_carries_the_dispatch_user_agent(kc: str, sim: Simul
         await b.close()
     mine = list(sim.requests)[before - sim.requests.total :] if before < sim.requests.total else []
     assert len(mine) > 10
-    assert {r.user_agent for r in mine} == {f"dispatch/{version('dispatch')}"}
+    assert {r.user_agent for r in mine} == {f"dispatch/{version('dispatch-train')}"}
 
 
 @amod

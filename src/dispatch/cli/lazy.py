@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from dispatch.backend import Backend, OutputReader, Prepared, Watcher
+from dispatch.backend import Backend, Holder, HoldToken, OutputReader, Prepared, Watcher
 from dispatch.errors import UnavailableError, UnsupportedError
 from dispatch.model import Capabilities, Change, Handle, Identity, JobSpec, Observation
 
@@ -22,8 +22,8 @@ __all__ = ["LazyBackend"]
 class LazyBackend:
     """Stands for the backend ``open`` returns, opening it on the first call that needs the cluster.
 
-    It offers ``watch`` and ``output`` so that :class:`dispatch.Cluster` finds them; whether they work
-    is the real backend's capabilities' say (which the cluster reads first)."""
+    It offers ``watch``, ``output``, ``hold`` and ``release`` so that :class:`dispatch.Cluster` finds them;
+    whether they work is the real backend's capabilities' say (which the cluster reads first)."""
 
     def __init__(self, name: str, open: Callable[[], Awaitable[Backend]]) -> None:
         self._name = name
@@ -62,6 +62,18 @@ class LazyBackend:
 
     async def list(self) -> list[Observation]:
         return await (await self._real()).list()
+
+    async def hold(self, handle: Handle) -> HoldToken:
+        backend = await self._real()
+        if not isinstance(backend, Holder):
+            raise UnsupportedError(f"cluster {backend.name!r} cannot hold jobs (capability 'holds')")
+        return await backend.hold(handle)
+
+    async def release(self, handle: Handle, token: HoldToken) -> None:
+        backend = await self._real()
+        if not isinstance(backend, Holder):
+            raise UnsupportedError(f"cluster {backend.name!r} cannot hold jobs (capability 'holds')")
+        await backend.release(handle, token)
 
     async def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
         backend = await self._real()
