@@ -27,15 +27,13 @@ from dispatch_slurm.localslurm import LocalSlurm
 
 pytestmark = pytest.mark.timeout(400)  # Slurm keeps time limits in minutes: the timeout check waits ~1-2 min
 
-CONTROL = r"""echo "started on node $SLURM_NODEID"
-ctl="$CONTROL_DIR/$DISPATCH_JOB_ID.$DISPATCH_EPOCH"
-while [ ! -e "$ctl" ]; do sleep 0.2; done
-what=$(cat "$ctl")
-case "$what" in
-  oom) exec python3 -c 'import time; b = bytearray(600 * 1024 * 1024); time.sleep(60)' ;;
-  *) echo "exiting $what"; exit "$what" ;;
-esac
-"""
+# One line: a command item may hold no line break (no cluster can pass one to a process).
+CONTROL = (
+    'echo "started on node $SLURM_NODEID"; ctl="$CONTROL_DIR/$DISPATCH_JOB_ID.$DISPATCH_EPOCH"; '
+    'while [ ! -e "$ctl" ]; do sleep 0.2; done; what=$(cat "$ctl"); case "$what" in '
+    "oom) exec python3 -c 'import time; b = bytearray(600 * 1024 * 1024); time.sleep(60)' ;; "
+    '*) echo "exiting $what"; exit "$what" ;; esac'
+)
 
 
 def settings(slurm: LocalSlurm, sshd: Sshd | None = None) -> dict[str, Any]:
