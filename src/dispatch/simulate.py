@@ -824,7 +824,9 @@ class _Run:
             self.note(f"{sup.holder}: {a}")
         for e in report.errors:
             self.note(f"{sup.holder}: error {e}")
-            if self.corrupt is not None and self.corrupt in e:
+        for u in report.unreadable:  # named once per supervisor, apart from the errors of its actions
+            self.note(f"{sup.holder}: skipped {u}")
+            if self.corrupt is not None and self.corrupt in u:
                 self.corrupt_reported = True
 
     async def _absent(self, now: float) -> None:

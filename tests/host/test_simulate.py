@@ -34,7 +34,7 @@ FAULT_KINDS = {  # each injected fault kind: a seed whose trace shows it hit, an
     "store slow": (3, r"store fault: \w+ takes"),
     "store unknown on commit": (2, r"store fault: \w+ committed, its answer lost"),
     "SQLite store": (4, r"store: sqlite"),
-    "corrupt row reported": (4, r"error corrupt-0: unreadable record"),
+    "corrupt row reported": (4, r"skipped corrupt-0: unreadable record"),
     "clock skew": (0, r"clock off by"),
     "clock jump": (0, r"clock jumps"),
     "zombie woken past its lease": (8, r"WAKES"),

@@ -454,7 +454,7 @@ async def _interrupted(cluster: Cluster, job_id: str, where: str) -> str:
     """What Ctrl-C during ``run`` leaves behind, in words: a job waiting to be (re)started (a requeue's
     backoff) has nothing to start it until a supervisor runs, and that must be said."""
     try:
-        rec = await asyncio.shield(cluster.store.get(job_id))
+        rec = await asyncio.shield(cluster.record(job_id))
     except (DispatchError, asyncio.CancelledError):
         rec = None
     if rec is not None and rec.state is State.PENDING:

@@ -223,6 +223,10 @@ async def store_identity(store: Store) -> str:
     sharing a cluster leave each other's objects alone. ``""`` for a store without :class:`KeyValues`."""
     if not isinstance(store, KeyValues):
         return ""
+    # Read first: a role that may only read the store (a dashboard) still learns an identity made earlier.
+    known = await store.get_value(STORE_ID_KEY)
+    if known is not None:
+        return known
     import secrets  # deferred, as in new_job_id
 
     return await store.add_value(STORE_ID_KEY, f"s{secrets.token_hex(8)}")
