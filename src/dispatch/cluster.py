@@ -419,7 +419,10 @@ class Cluster:
         wanted = None if states is None else _states(states)
         listing = await self.store.list()
         records: builtins.list[JobRecord] = listing
-        live = [r for r in records if not r.outcome.terminal and await self.belongs(r)]
+        unfinished = [r for r in records if not r.outcome.terminal]
+        if unfinished:
+            await self.backend.capabilities()  # opened once (lazily opened backends), not per record
+        live = [r for r in unfinished if self.owns(r)]
         if live:
             by_id: dict[str, JobRecord] = {r.job_id: r for r in records}
             seen: set[str] = set()
