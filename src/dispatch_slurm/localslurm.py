@@ -122,6 +122,10 @@ class LocalSlurm:
     accounting: bool = False
     """With MariaDB and slurmdbd, so that ``sacct`` (and ``sacct --json``) read a real database."""
 
+    def __post_init__(self) -> None:
+        # Absolute, because the daemons hand SLURM_CONF on to their jobs and _job_processes matches it.
+        object.__setattr__(self, "root", Path(self.root).absolute())
+
     @property
     def conf(self) -> Path:
         return self.root / "slurm.conf"
@@ -362,10 +366,10 @@ class LocalSlurm:
             raise RuntimeError(f"the slurmd of {node} has no pid file")
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        for proc, cmdline, environ in _processes():
+        for proc, cmdline, environ in self._job_processes():
             stepd = any(cmdline.startswith(f"slurmstepd: [{job}.".encode()) for job in jobs)
-            task = f"SLURMD_NODENAME={node}".encode() in environ.split(b"\0") and any(
-                f"SLURM_JOB_ID={job}".encode() in environ.split(b"\0") for job in jobs
+            task = f"SLURMD_NODENAME={node}".encode() in environ and any(
+                f"SLURM_JOB_ID={job}".encode() in environ for job in jobs
             )
             if stepd or task:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -403,17 +407,26 @@ class LocalSlurm:
         self._reap_job_processes()
 
     def _reap_job_processes(self) -> None:
-        # A killed slurmd leaves its slurmstepd (and job) behind; end those of this cluster (their
-        # working directory is this cluster's log directory).
-        for proc, cmdline, _ in _processes():
-            if cmdline.startswith(b"slurmstepd:"):
-                try:
-                    cwd = os.readlink(f"/proc/{proc}/cwd")
-                except OSError:
-                    continue
-                if cwd.startswith(str(self.root)):
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(proc, signal.SIGKILL)
+        # A killed slurmd leaves its slurmstepd and the job's processes (batch script, srun, tasks) behind.
+        for proc, _, _ in self._job_processes():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(proc, signal.SIGKILL)
+
+    def _job_processes(self) -> list[tuple[int, bytes, list[bytes]]]:
+        """(pid, command line, environment entries) of the step daemons and job processes of THIS cluster.
+
+        Job ids start at 1 in every cluster, so several clusters on one host (parallel test workers)
+        share them: a process is ours only if its environment names our slurm.conf, which slurmd passes
+        to every slurmstepd and job it starts."""
+        conf = f"SLURM_CONF={self.conf}".encode()
+        ours = []
+        for proc, cmdline, environ in _processes():
+            entries = environ.split(b"\0")
+            if conf not in entries or proc == os.getpid():
+                continue
+            if cmdline.startswith(b"slurmstepd:") or any(e.startswith(b"SLURM_JOB_ID=") for e in entries):
+                ours.append((proc, cmdline, entries))
+        return ours
 
     def status(self) -> dict[str, int | None]:
         return self.pids()
