@@ -14,8 +14,16 @@ from dispatch.supervise import UnmatchedPolicy
 ADAPTER_ONLY = ("dispatch_kubeflow", "dispatch_slurm", "lightkube", "httpx2", "httpcore2", "anyio", "h11")
 """What only an adapter that talks to a cluster needs: a command that does not open one imports none."""
 
-ONE_COMMAND_ONLY = ("dispatch.supervise", "dispatch.health", "http.server", "urllib.request", "yaml")
-"""What one command needs (the supervisor; the dev cluster's health check): no other imports it."""
+ONE_COMMAND_ONLY = (
+    "dispatch.supervise",
+    "dispatch.health",
+    "http.server",
+    "urllib.request",
+    "yaml",
+    "importlib.metadata",
+)
+"""What few commands need (the supervisor; the dev cluster's health check; job files; `version` and
+`adapters`, which read the installed distributions): no read command imports them."""
 
 
 def imported(*args: str, env: dict[str, str] | None = None) -> set[str]:
@@ -96,3 +104,22 @@ def test_the_embedded_default_is_its_documented_text_decoded() -> None:
         parsed.policy,
         parsed.store,
     )
+
+
+def test_the_builtin_adapters_are_the_distributions_entry_points() -> None:
+    from importlib.metadata import distribution
+
+    from dispatch.registry import BUILTIN, ENTRY_POINT_GROUP
+
+    installed = distribution("dispatch-train").entry_points.select(group=ENTRY_POINT_GROUP)
+    assert {ep.name: ep.value for ep in installed} == BUILTIN
+
+
+def test_the_user_agent_names_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    import dispatch
+    from dispatch_kubeflow.kube import user_agent
+
+    assert dispatch.__version__ == version("dispatch-train")
+    assert user_agent() == f"dispatch/{version('dispatch-train')}"
