@@ -22,15 +22,15 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 import time
 from collections.abc import AsyncIterator, Generator, Mapping
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _package_version
 from typing import Any
 
 import httpx2 as httpx
 
+import dispatch
 from dispatch import logs, metrics
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import check_token
@@ -46,16 +46,10 @@ _MAX_FINDINGS = 50
 _Items = list[dict[str, Any]]  # spelled here: inside KubeClient, ``list`` is the method
 
 
-DISTRIBUTION = "dispatch-train"
-"""The distribution dispatch is installed as (the import package is ``dispatch``)."""
-
-
 def user_agent() -> str:
-    """``dispatch/<version>``: the installed distribution's version."""
-    try:
-        return f"dispatch/{_package_version(DISTRIBUTION)}"
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        return "dispatch/0+unknown"
+    """``dispatch/<version>``: dispatch's version (a test holds it equal to the installed distribution's,
+    read here without ``importlib.metadata``, which costs a command about 0.05 s of CPU to import)."""
+    return f"dispatch/{dispatch.__version__}"
 
 
 USER_AGENT = user_agent()
@@ -70,6 +64,29 @@ LIBRARY_LOGGERS = (
     "httpcore.proxy", "httpcore.socks", "h11", "h2", "h2.connection", "h2.stream", "hpack", "hpack.hpack",
     "hpack.table", "lightkube", "aiohttp", "aiohttp.client", "aiohttp.internal", "asyncio",
 )  # fmt: skip
+
+
+_UNUSED_BY_THE_TRANSPORT = ("trio", "h2")
+"""What httpcore2 imports when it is installed although this adapter never uses it: trio (it runs under
+asyncio) and h2 (it speaks HTTP/1.1). Installed beside dispatch by other tools (selenium brings trio),
+they would cost a command about 0.15 s of CPU to import (``python -X importtime``)."""
+
+
+def _load_transport() -> None:
+    """Import httpcore2 (which httpx2 imports when its first client is made) with trio and h2 hidden, so
+    that it falls back to what it does without them (asyncio only; HTTP/2 refused) and skips their import.
+    What another part of the process has imported already is left alone, and nothing stays hidden."""
+    if "httpcore2" in sys.modules:
+        return
+    hidden = [name for name in _UNUSED_BY_THE_TRANSPORT if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # the import system's "not installed"
+    try:
+        import httpcore2  # noqa: F401
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +218,7 @@ class KubeClient:
     ) -> KubeClient:
         """Open a client from a kubeconfig (or in-cluster configuration). ``token``, if given, is sent as
         the bearer token on every request instead of the configuration's own credentials."""
+        _load_transport()  # first: reading the configuration's TLS settings may import it
         single = _config(kubeconfig, context)
         if token is not None:
             check_token(token)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -48,9 +48,11 @@ from dispatch.logs import structured as structured_logs
 from dispatch.model import JobRecord, JobSpec, State
 from dispatch.registry import describe as describe_adapter
 from dispatch.registry import load_installed
-from dispatch.supervise import StepReport, UnmatchedPolicy
 
-__all__ = ["EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "cli", "load_spec"]
+if TYPE_CHECKING:  # the supervisor (and its health endpoint's HTTP server) loads only for `supervise`
+    from dispatch.supervise import StepReport
+
+__all__ = ["EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "UNMATCHED", "cli", "load_spec"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -66,6 +68,10 @@ DISTRIBUTION = "dispatch-train"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+UNMATCHED = ("ignore", "adopt", "delete")
+"""``supervise --unmatched``: the values of :class:`dispatch.supervise.UnmatchedPolicy`, default first
+(spelt out so that no other command imports the supervisor; a test holds them equal)."""
 
 OUTPUTS = ("text", "json", "yaml", "wide", "name")
 """``-o``: people's text (tables), JSON, YAML, a table with more columns, or only the job ids."""
@@ -606,8 +612,8 @@ RUN_LEASE = 15.0
 )
 @click.option(
     "--unmatched",
-    type=click.Choice([u.value for u in UnmatchedPolicy]),
-    default=UnmatchedPolicy.IGNORE.value,
+    type=click.Choice(UNMATCHED),
+    default=UNMATCHED[0],
     show_default=True,
     help="What to do with cluster objects that carry dispatch's identity but match no record.",
 )

@@ -26,13 +26,11 @@ import ssl
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
-import yaml
 
 from dispatch.errors import ConflictError, UnavailableError
 from dispatch.records.paths import default_store_path
@@ -119,6 +117,11 @@ def unready_nodes(found: DevCluster, *, timeout: float = 5.0) -> list[str]:
     """The dev cluster's nodes that are not Ready, as ``name (status: message)``, read with the read-only
     kubeconfig over plain HTTPS (dispatch imports no Kubernetes client here). Raises ``OSError`` or
     ``ValueError`` when they cannot be read."""
+    # Imported here: every command asks whether the dev cluster runs; only this asks it over HTTP.
+    import urllib.request
+
+    import yaml
+
     cfg = yaml.safe_load(found.readonly_kubeconfig.read_text())
     cluster = cfg["clusters"][0]["cluster"]
     token = cfg["users"][0]["user"]["token"]
