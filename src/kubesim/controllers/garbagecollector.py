@@ -84,7 +84,8 @@ class GarbageCollectorController(BaseController):
             if rt.namespaced:
                 self._work.append(("namespace", key[1]))
             return
-        if refs:
+        if refs and (old is None or _ref_uids(old) != refs):
+            # A new dependent or new references; owners' own changes re-examine theirs ("owner").
             self._work.append(("dependent", key))
         if meta.get("deletionTimestamp"):
             finalizers = meta.get("finalizers") or []
