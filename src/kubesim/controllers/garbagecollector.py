@@ -10,11 +10,15 @@ public calls, driven by its events:
 
 - a dependent whose owners are all gone (or being deleted in the foreground) is deleted — in the
   foreground when its owner waits in the foreground and it has dependents of its own, else in the
-  background; one with a surviving owner only loses the references to the others;
+  background; one with a surviving owner only loses the references to the others
+  (``attemptToDeleteItem``);
 - an owner being deleted in the foreground keeps ``foregroundDeletion`` until no dependent with
-  ``blockOwnerDeletion`` is left, then the finalizer is removed (the store removes the object);
-- an object with the ``orphan`` finalizer has its dependents' references to it removed, then the finalizer;
-- a terminating namespace has its content deleted (background) and is finalized once empty.
+  ``blockOwnerDeletion`` is left, then the finalizer is removed and the store removes the object
+  (``processDeletingDependentsItem``);
+- an object with the ``orphan`` finalizer has its dependents' references to it removed, then the
+  finalizer (``attemptToOrphanWorker``, ``orphanDependents``);
+- a terminating namespace has its content deleted (background) and is finalized once empty
+  (``NamespacedResourcesDeleter``).
 
 An owner kept by ``ObjectStore.add_foreground_hold`` (Trainer v2.3.0 re-applying its JobSet) keeps its
 finalizer, and a new dependent of it is collected ``GC_LATENCY`` seconds after it appears.
@@ -217,9 +221,14 @@ class GarbageCollectorController(BaseController):
         if held and self._collect_later(loc):
             return
         self._late.discard(loc)
-        policy = "Foreground" if waiting and self.store.dependents(dep["metadata"]["uid"]) else "Background"
-        if ORPHAN_FINALIZER in (dep["metadata"].get("finalizers") or []):
+        # attemptToDeleteItem: foreground when an owner waits for its dependents and this one has its own;
+        # otherwise a policy finalizer already on the object is honoured; else background.
+        if waiting and self.store.dependents(dep["metadata"]["uid"]):
+            policy = "Foreground"
+        elif ORPHAN_FINALIZER in (dep["metadata"].get("finalizers") or []):
             policy = "Orphan"
+        else:
+            policy = "Background"
         self.store.delete(rt, ns or None, name, propagation=policy)
 
     def _held(self, ref: dict[str, Any]) -> bool:
