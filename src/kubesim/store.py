@@ -1,12 +1,14 @@
-"""The object store: kubesim's single source of truth (the etcd + registry + garbage collector part of
-a real control plane).
+"""The object store: kubesim's single source of truth (the etcd + generic registry part of a real control
+plane; per-kind behaviour is in ``strategies``, the watch history in ``history``, and garbage collection
+is a controller's, ``controllers.garbagecollector``).
 
 Controllers call it directly and synchronously; the HTTP server calls it for API requests. It keeps
 Kubernetes semantics that clients can observe: one global resourceVersion counter, uid/generation/
 creationTimestamp, status separated from spec, no-op updates that do not bump the resourceVersion,
-finalizers and deletionTimestamp, graceful pod deletion, owner references with background, foreground
-and orphan garbage collection, namespace lifecycle, admission hooks, and a bounded per-type watch
-history (a resume from before the retained window is answered 410 Expired).
+finalizers and deletionTimestamp, graceful pod deletion, propagation policies recorded as the
+``orphan``/``foregroundDeletion`` finalizers, an index of owner references, namespace lifecycle,
+admission hooks, and a bounded per-type watch history (a resume from before the retained window is
+answered 410 Expired).
 
 Objects are plain JSON-like dicts. Every read returns a deep copy; ``WatchEvent.obj`` is one shared
 copy per change — treat it as read-only.
@@ -18,11 +20,9 @@ import builtins
 import logging
 import random
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from kubesim.clock import Clock, stamp, unstamp
 from kubesim.defaults import ephemeral_containers
@@ -32,11 +32,11 @@ from kubesim.errors import (
     already_exists,
     bad_request,
     conflict,
-    expired,
     internal,
     invalid,
     not_found,
 )
+from kubesim.history import EventType, WatchEvent, WatchHistory
 from kubesim.patch import (
     APPLY,
     JSON_PATCH,
@@ -48,17 +48,16 @@ from kubesim.patch import (
     merge_patch,
     strategic_merge_patch,
 )
-from kubesim.resources import NAMESPACES, PODS, REGISTRY, ResourceType
+from kubesim.resources import NAMESPACES, PODS, ResourceType
 from kubesim.selectors import parse_field_selector, parse_label_selector
 from kubesim.shapes import shape_causes
 from kubesim.strategies import strategy_for
 from kubesim.validation import validate_metadata
 
-__all__ = ["AdmissionHook", "ObjectStore", "WatchEvent", "check_propagation"]
+__all__ = ["AdmissionHook", "ObjectStore", "WatchEvent", "check_propagation"]  # WatchEvent: kubesim.history
 
 log = logging.getLogger(__name__)
 
-EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 AdmissionHook = Callable[[str, ResourceType, dict[str, Any], dict[str, Any] | None], dict[str, Any] | None]
 
 FOREGROUND = "foregroundDeletion"
@@ -85,33 +84,6 @@ def check_propagation(policy: str | None) -> None:
         )
 
 
-@dataclass(frozen=True)
-class WatchEvent:
-    """A committed change: ``obj`` is the object after it (for DELETED, its last state with the deletion's
-    resourceVersion); ``old`` the object before (None for ADDED). Read-only."""
-
-    type: EventType
-    rt: ResourceType
-    obj: dict[str, Any]
-    old: dict[str, Any] | None
-
-    @property
-    def resource_version(self) -> int:
-        return int(self.obj["metadata"]["resourceVersion"])
-
-    @property
-    def namespace(self) -> str | None:
-        ns = self.obj["metadata"].get("namespace")
-        return ns if isinstance(ns, str) else None
-
-    def __repr__(self) -> str:
-        m = self.obj.get("metadata", {})
-        return (
-            f"WatchEvent({self.type} {self.rt.kind} {m.get('namespace', '')}/{m.get('name')} "
-            f"rv={m.get('resourceVersion')})"
-        )
-
-
 def _copy(obj: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = deep_copy(obj)
     return out
@@ -135,8 +107,6 @@ class ObjectStore:
     """In-memory objects indexed by (type, namespace, name), with Kubernetes write semantics."""
 
     def __init__(self, clock: Clock, *, history_limit: int = 10_000) -> None:
-        if history_limit < 1:
-            raise ValueError(f"history_limit must be >= 1, got {history_limit}")
         self.clock = clock
         self.history_limit = history_limit
         self._rv = 0
@@ -144,8 +114,7 @@ class ObjectStore:
         self._objs: dict[ResourceType, dict[str, dict[str, dict[str, Any]]]] = {}
         self._by_uid: dict[str, tuple[ResourceType, str, str]] = {}
         self._dependents: dict[str, set[tuple[ResourceType, str, str]]] = {}
-        self._history: dict[ResourceType, deque[WatchEvent]] = {}
-        self._compacted: dict[ResourceType, int] = {}
+        self._history = WatchHistory(history_limit)
         self._subscribers: list[Callable[[WatchEvent], None]] = []
         self._rt_subscribers: dict[ResourceType, list[Callable[[WatchEvent], None]]] = {}
         self._mutating: dict[ResourceType, list[AdmissionHook]] = {}
@@ -229,13 +198,7 @@ class ObjectStore:
         return None if bucket is None else bucket.get(name)
 
     def _notify(self, ev: WatchEvent) -> None:
-        hist = self._history.get(ev.rt)
-        if hist is None:
-            hist = self._history[ev.rt] = deque()
-        if len(hist) >= self.history_limit:
-            dropped = hist.popleft()
-            self._compacted[ev.rt] = dropped.resource_version
-        hist.append(ev)
+        self._history.record(ev)
         for fn in list(self._rt_subscribers.get(ev.rt, ())) + list(self._subscribers):
             try:
                 fn(ev)
@@ -379,49 +342,16 @@ class ObjectStore:
 
         Raises ApiError 410 Expired ("too old resource version: N (M)") when the retained history no
         longer reaches back to it, and 504-style Timeout when it is in the future."""
-        try:
-            rv = int(resource_version)
-        except (TypeError, ValueError) as exc:
-            raise bad_request(f"invalid resource version: {resource_version!r}") from exc
-        compacted = self._compacted.get(rt, 0)
-        if rv < compacted:
-            raise expired(f"too old resource version: {rv} ({compacted})")
-        if rv > self._rv:
-            raise ApiError(
-                504,
-                "Timeout",
-                f"Timeout: Too large resource version: {rv}, current: {self._rv}",
-                details={
-                    "causes": [
-                        {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
-                    ],
-                    "retryAfterSeconds": 1,
-                },
-            )
-        hist = self._history.get(rt)
-        if not hist:
-            return []
-        out: builtins.list[WatchEvent] = []
-        # Walk backwards from the newest: cost is proportional to the events returned, not the window.
-        for ev in reversed(hist):
-            if ev.resource_version <= rv:
-                break
-            if namespace is None or ev.namespace == namespace:
-                out.append(ev)
-        out.reverse()
-        return out
+        return self._history.since(rt, namespace, resource_version, self._rv)
 
     def expire_before(self, resource_version: int) -> None:
         """Make every resourceVersion older than ``resource_version`` too old to watch from (410), as a
         watch cache that starts with a list at that version has no earlier events; history is kept."""
-        for rt in REGISTRY.values():
-            self._compacted[rt] = max(self._compacted.get(rt, 0), resource_version)
+        self._history.expire_before(resource_version)
 
     def compact(self) -> None:
         """Drop all watch history (fault injection): resuming from any earlier resourceVersion gives 410."""
-        for rt in list(self._history) + list(REGISTRY.values()):
-            self._history.pop(rt, None)
-            self._compacted[rt] = self._rv
+        self._history.compact(self._rv)
 
     # ------------------------------------------------------------------------------------ create
 
