@@ -62,6 +62,7 @@ from kubesim.resources import (
     ResourceType,
     by_plural,
 )
+from kubesim.reviews import self_subject_access_review, self_subject_review, self_subject_rules_review
 from kubesim.store import ObjectStore, check_propagation
 from kubesim.strategies import strategy_for
 from kubesim.tables import table, wants_table
@@ -113,19 +114,6 @@ _IMPERSONATED = {
     "users": ResourceType("", "v1", "User", "users", False),
     "groups": ResourceType("", "v1", "Group", "groups", False),
 }
-_DISCOVERY_URLS = (
-    "/api",
-    "/api/*",
-    "/apis",
-    "/apis/*",
-    "/healthz",
-    "/livez",
-    "/openapi",
-    "/openapi/*",
-    "/readyz",
-    "/version",
-    "/version/",
-)
 
 
 @dataclass
@@ -685,20 +673,11 @@ class ApiServer:
         assert rt is not None
         body = await self._body(request)
         if rt is SELFSUBJECTACCESSREVIEWS:
-            return _json_response(self._ssar(body, perms), 201)
+            return _json_response(self_subject_access_review(body, perms), 201)
         if rt is SELFSUBJECTRULESREVIEWS:
-            return _json_response(self._ssrr(body, perms), 201)
+            return _json_response(self_subject_rules_review(body, perms), 201)
         if rt is SELFSUBJECTREVIEWS:
-            user = {"username": perms.name, "groups": perms.groups}
-            return _json_response(
-                {
-                    "kind": "SelfSubjectReview",
-                    "apiVersion": "authentication.k8s.io/v1",
-                    "metadata": {"creationTimestamp": None},
-                    "status": {"userInfo": user},
-                },
-                201,
-            )
+            return _json_response(self_subject_review(perms), 201)
         self._check_body(rt, body, info)
         fields = _FieldValidation(rt, q.get("fieldValidation"), decoding=True)
         fields(body)
@@ -1111,91 +1090,3 @@ class ApiServer:
             }.get(reason, reason)
             raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: {detail}')
         raise bad_request(f'container "{container}" in pod "{name}" is waiting to start - no logs yet')
-
-    # ----------------------------------------------------------------------------------- SSAR
-
-    def _ssrr(self, body: Any, perms: Permissions) -> dict[str, Any]:
-        spec = body.get("spec") if isinstance(body, dict) else None
-        if not isinstance(spec, dict):
-            spec = {}
-        ns = spec.get("namespace") or None
-        if ns is not None and not isinstance(ns, str):
-            raise bad_request("the SelfSubjectRulesReview body is not valid: spec.namespace must be a string")
-        rules = perms.describe_rules(ns)
-        # system:basic-user and system:discovery, bound to every authenticated user
-        rules += [
-            {
-                "verbs": ["create"],
-                "apiGroups": ["authorization.k8s.io"],
-                "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
-            },
-            {
-                "verbs": ["create"],
-                "apiGroups": ["authentication.k8s.io"],
-                "resources": ["selfsubjectreviews"],
-            },
-        ]
-        non_resource = [
-            {"verbs": ["get"], "nonResourceURLs": sorted(_DISCOVERY_URLS)},
-        ]
-        return {
-            "kind": "SelfSubjectRulesReview",
-            "apiVersion": "authorization.k8s.io/v1",
-            "metadata": {"creationTimestamp": None},
-            "spec": spec,
-            "status": {"resourceRules": rules, "nonResourceRules": non_resource, "incomplete": False},
-        }
-
-    def _ssar(self, body: Any, perms: Permissions) -> dict[str, Any]:
-        if not isinstance(body, dict) or not isinstance(body.get("spec"), dict):
-            raise ApiError(
-                422,
-                "Invalid",
-                'SelfSubjectAccessReview.authorization.k8s.io "" is invalid: spec: Required value',
-            )
-        spec = body["spec"]
-        ra = spec.get("resourceAttributes")
-        nra = spec.get("nonResourceAttributes")
-        for field, value in (("resourceAttributes", ra), ("nonResourceAttributes", nra)):
-            if value is not None and not isinstance(value, dict):
-                raise bad_request(
-                    f"the SelfSubjectAccessReview body is not valid: spec.{field} must be an object"
-                )
-        if ra is None and nra is None:
-            raise ApiError(
-                422,
-                "Invalid",
-                'SelfSubjectAccessReview.authorization.k8s.io "" is invalid: spec.resourceAttributes: '
-                'Invalid value: "null": exactly one of nonResourceAttributes or resourceAttributes must be specified',
-            )
-        if ra is not None:
-            group = str(ra.get("group") or "")
-            resource = str(ra.get("resource") or "")
-            sub = str(ra.get("subresource") or "")
-            verb = str(ra.get("verb") or "")
-            ns = ra.get("namespace") or None
-            if (
-                group == "authorization.k8s.io"
-                and resource == "selfsubjectaccessreviews"
-                and verb == "create"
-            ):
-                allowed, reason = (
-                    True,
-                    "kubesim: every authenticated user may create selfsubjectaccessreviews",
-                )
-            else:
-                allowed, reason = perms.decide(verb, group, resource, sub, ns)
-        else:
-            allowed, reason = True, "kubesim: non-resource URLs are readable by every authenticated user"
-            if str((nra or {}).get("verb", "get")) not in ("get", "head"):
-                allowed, reason = False, ""
-        status: dict[str, Any] = {"allowed": allowed}
-        if reason:
-            status["reason"] = reason
-        return {
-            "kind": "SelfSubjectAccessReview",
-            "apiVersion": "authorization.k8s.io/v1",
-            "metadata": {"creationTimestamp": None},
-            "spec": spec,
-            "status": status,
-        }
