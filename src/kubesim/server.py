@@ -25,6 +25,7 @@ from kubesim import discovery, protobuf
 from kubesim.auth import ANONYMOUS, Authenticator, Permissions
 from kubesim.bodies import BodyError, decode_json, decode_yaml
 from kubesim.clock import Clock, parse_rfc3339, rfc3339
+from kubesim.deleteoptions import delete_options
 from kubesim.errors import (
     ApiError,
     Cause,
@@ -63,7 +64,7 @@ from kubesim.resources import (
     by_plural,
 )
 from kubesim.reviews import self_subject_access_review, self_subject_review, self_subject_rules_review
-from kubesim.store import ObjectStore, check_propagation
+from kubesim.store import ObjectStore
 from kubesim.strategies import strategy_for
 from kubesim.tables import table, wants_table
 from kubesim.watch import (
@@ -189,36 +190,6 @@ def _accepts_json(accept: str) -> bool:
 
 def _not_found_path() -> ApiError:
     return ApiError(404, "NotFound", "the server could not find the requested resource", details={})
-
-
-# DeleteOptions fields and the JSON types their Go struct decodes (anything else is a 400, as there).
-_DELETE_OPTION_TYPES: dict[str, tuple[type, ...]] = {
-    "gracePeriodSeconds": (int,),
-    "propagationPolicy": (str,),
-    "orphanDependents": (bool,),
-    "dryRun": (list,),
-    "preconditions": (dict,),
-}
-
-
-def _check_delete_options_types(body: dict[str, Any]) -> None:
-    fields: list[tuple[str, Any, tuple[type, ...]]] = [
-        (f, body.get(f), types) for f, types in _DELETE_OPTION_TYPES.items()
-    ]
-    pre = body.get("preconditions")
-    if isinstance(pre, dict):
-        fields += [(f"preconditions.{f}", pre.get(f), (str,)) for f in ("uid", "resourceVersion")]
-    for field, value, types in fields:
-        wrong_bool = isinstance(value, bool) and bool not in types
-        if value is not None and (wrong_bool or not isinstance(value, types)):
-            raise bad_request(
-                f"the DeleteOptions body is not valid: {field} must be of type {_GO_TYPE[types[0]]}, "
-                f"not {_JSON_NAME.get(type(value), 'null')}"
-            )
-
-
-_GO_TYPE = {int: "int64", str: "string", bool: "bool", list: "[]string", dict: "object"}
-_JSON_NAME = {int: "number", float: "number", str: "string", bool: "boolean", list: "array", dict: "object"}
 
 
 def _log_option_causes(q: dict[str, str]) -> list[Cause]:
@@ -705,7 +676,7 @@ class ApiServer:
         rt = info.rt
         assert rt is not None
         store = self.sim.store
-        opts = await self._delete_options(request, q)
+        opts = delete_options(await request.read() if request.can_read_body else b"", q)
         dry_run = self._dry_run(q) or opts["dry_run"]
         name = info.name or ""
         obj = store.delete(
@@ -742,7 +713,7 @@ class ApiServer:
         rt = info.rt
         assert rt is not None
         store = self.sim.store
-        opts = await self._delete_options(request, q)
+        opts = delete_options(await request.read() if request.can_read_body else b"", q)
         items, _ = store.list(
             rt, info.namespace, label_selector=q.get("labelSelector"), field_selector=q.get("fieldSelector")
         )
@@ -867,44 +838,6 @@ class ApiServer:
             prune=fields,
         )
         return fields.respond(obj, 201 if ctype == APPLY and not existed else 200)
-
-    async def _delete_options(self, request: web.Request, q: dict[str, str]) -> dict[str, Any]:
-        opts: dict[str, Any] = {
-            "propagation": None,
-            "grace": None,
-            "dry_run": False,
-            "preconditions": None,
-            "orphan_false": False,  # orphanDependents=false was sent (the only case that answers 202)
-        }
-        raw = await request.read() if request.can_read_body else b""
-        if raw.strip():
-            try:
-                body = decode_json(raw)
-            except BodyError:
-                raise bad_request("the DeleteOptions body is not valid JSON") from None
-            if isinstance(body, dict):
-                _check_delete_options_types(body)
-                opts["propagation"] = body.get("propagationPolicy")
-                opts["grace"] = body.get("gracePeriodSeconds")
-                opts["preconditions"] = body.get("preconditions")
-                dr = body.get("dryRun") or []
-                if dr and dr != ["All"]:
-                    raise bad_request(f'dryRun: Unsupported value: {dr!r}: supported values: "All"')
-                opts["dry_run"] = dr == ["All"]
-                if body.get("orphanDependents") is True and opts["propagation"] is None:
-                    opts["propagation"] = "Orphan"
-                opts["orphan_false"] = body.get("orphanDependents") is False
-        if q.get("propagationPolicy"):
-            opts["propagation"] = q["propagationPolicy"]
-        g = query_int64(q, "gracePeriodSeconds")
-        if g is not None:
-            opts["grace"] = g
-        if query_bool(q.get("orphanDependents")) and opts["propagation"] is None:
-            opts["propagation"] = "Orphan"
-        if "orphanDependents" in q and not query_bool(q["orphanDependents"]):
-            opts["orphan_false"] = True
-        check_propagation(opts["propagation"])
-        return opts
 
     # ---------------------------------------------------------------------------------- list
 
