@@ -468,12 +468,17 @@ class Snapshot:
         return State.FAILED if self.failing is not None else self.live_state()
 
     def supporting(self) -> tuple[Evidence, ...]:
-        """Evidence of *why the incarnation is failing*, to put after a pod-level cause."""
-        c = self.failing
-        if c is None:
+        """Evidence of *why the incarnation is failing*, to put after a pod-level cause: the root of the
+        chain first. A failing Job's own condition (``BackoffLimitExceeded``, ``DeadlineExceeded``…) is what
+        failed; the JobSet's ``FailedJobs`` reacts to it and the TrainJob copies the JobSet's (Trainer
+        v2.3.0's jobset plugin), each a reconcile later on a real cluster, so the Job's is the one to name."""
+        if self.failing is None:
             return ()
-        for obj in (self.trainjob, self.jobset, *self.jobs):
-            if obj is not None and c in obj.conditions:
+        for obj in (*self.jobs, self.jobset, self.trainjob):
+            if obj is None:
+                continue
+            c = obj.true("Failed") or obj.true("FailureTarget")
+            if c is not None:
                 return (obj.evidence(c),)
         return ()
 

@@ -24,10 +24,10 @@ from aiohttp import web
 from kubesim import discovery, protobuf
 from kubesim.auth import ANONYMOUS, Authenticator, Permissions
 from kubesim.bodies import BodyError, decode_json, decode_yaml
-from kubesim.clock import Clock, parse_rfc3339, rfc3339
+from kubesim.clock import Clock
+from kubesim.deleteoptions import delete_options
 from kubesim.errors import (
     ApiError,
-    Cause,
     bad_request,
     forbidden,
     internal,
@@ -39,7 +39,7 @@ from kubesim.errors import (
 from kubesim.eventsv1 import from_v1, strict_causes, to_v1, update_causes
 from kubesim.faults import Faults
 from kubesim.fields import prune_unknown
-from kubesim.logs import LogLine, PodLogs
+from kubesim.logs import PodLogs
 from kubesim.patch import (
     APPLY,
     JSON_PATCH,
@@ -49,12 +49,12 @@ from kubesim.patch import (
     merge_patch,
     strategic_merge_patch,
 )
+from kubesim.podlogs import serve_pod_log
 from kubesim.requestlog import WRITE_VERBS, RequestLog, RequestRecord
 from kubesim.resources import (
     CONFIGMAPS,
     EVENTS,
     EVENTS_V1,
-    PODS,
     REGISTRY,
     SELFSUBJECTACCESSREVIEWS,
     SELFSUBJECTREVIEWS,
@@ -62,14 +62,13 @@ from kubesim.resources import (
     ResourceType,
     by_plural,
 )
-from kubesim.store import ObjectStore, check_propagation
+from kubesim.reviews import self_subject_access_review, self_subject_review, self_subject_rules_review
+from kubesim.store import ObjectStore
 from kubesim.strategies import strategy_for
 from kubesim.tables import table, wants_table
 from kubesim.watch import (
     WatchHub,
     check_list_options,
-    invalid_options,
-    open_stream,
     parse_watch_request,
     query_bool,
     query_int64,
@@ -113,19 +112,6 @@ _IMPERSONATED = {
     "users": ResourceType("", "v1", "User", "users", False),
     "groups": ResourceType("", "v1", "Group", "groups", False),
 }
-_DISCOVERY_URLS = (
-    "/api",
-    "/api/*",
-    "/apis",
-    "/apis/*",
-    "/healthz",
-    "/livez",
-    "/openapi",
-    "/openapi/*",
-    "/readyz",
-    "/version",
-    "/version/",
-)
 
 
 @dataclass
@@ -201,52 +187,6 @@ def _accepts_json(accept: str) -> bool:
 
 def _not_found_path() -> ApiError:
     return ApiError(404, "NotFound", "the server could not find the requested resource", details={})
-
-
-# DeleteOptions fields and the JSON types their Go struct decodes (anything else is a 400, as there).
-_DELETE_OPTION_TYPES: dict[str, tuple[type, ...]] = {
-    "gracePeriodSeconds": (int,),
-    "propagationPolicy": (str,),
-    "orphanDependents": (bool,),
-    "dryRun": (list,),
-    "preconditions": (dict,),
-}
-
-
-def _check_delete_options_types(body: dict[str, Any]) -> None:
-    fields: list[tuple[str, Any, tuple[type, ...]]] = [
-        (f, body.get(f), types) for f, types in _DELETE_OPTION_TYPES.items()
-    ]
-    pre = body.get("preconditions")
-    if isinstance(pre, dict):
-        fields += [(f"preconditions.{f}", pre.get(f), (str,)) for f in ("uid", "resourceVersion")]
-    for field, value, types in fields:
-        wrong_bool = isinstance(value, bool) and bool not in types
-        if value is not None and (wrong_bool or not isinstance(value, types)):
-            raise bad_request(
-                f"the DeleteOptions body is not valid: {field} must be of type {_GO_TYPE[types[0]]}, "
-                f"not {_JSON_NAME.get(type(value), 'null')}"
-            )
-
-
-_GO_TYPE = {int: "int64", str: "string", bool: "bool", list: "[]string", dict: "object"}
-_JSON_NAME = {int: "number", float: "number", str: "string", bool: "boolean", list: "array", dict: "object"}
-
-
-def _log_option_causes(q: dict[str, str]) -> list[Cause]:
-    """The rules PodLogOptions validation applies (upstream ValidatePodLogOptions), with its messages."""
-    causes: list[Cause] = []
-    tail, limit_bytes = query_int64(q, "tailLines"), query_int64(q, "limitBytes")
-    since = query_int64(q, "sinceSeconds")
-    if tail is not None and tail < 0:
-        causes.append(Cause.invalid_value("tailLines", tail, "must be greater than or equal to 0"))
-    if limit_bytes is not None and limit_bytes < 1:
-        causes.append(Cause.invalid_value("limitBytes", limit_bytes, "must be greater than 0"))
-    if since is not None and q.get("sinceTime"):
-        causes.append(Cause.forbidden("", "at most one of `sinceTime` or `sinceSeconds` may be specified"))
-    elif since is not None and since < 1:
-        causes.append(Cause.invalid_value("sinceSeconds", since, "must be greater than 0"))
-    return causes
 
 
 class ApiServer:
@@ -553,7 +493,9 @@ class ApiServer:
                 return web.Response(status=200)
         try:
             if info.verb == "get" and info.subresource == "log":
-                return await self._log(request, info, q, record)
+                return await serve_pod_log(
+                    request, self.sim, info.namespace or "", info.name or "", q, record
+                )
             if info.verb == "watch":
                 return await self._watch(request, info, q, record)
         except ConnectionResetError:  # the client went away mid-stream
@@ -685,20 +627,11 @@ class ApiServer:
         assert rt is not None
         body = await self._body(request)
         if rt is SELFSUBJECTACCESSREVIEWS:
-            return _json_response(self._ssar(body, perms), 201)
+            return _json_response(self_subject_access_review(body, perms), 201)
         if rt is SELFSUBJECTRULESREVIEWS:
-            return _json_response(self._ssrr(body, perms), 201)
+            return _json_response(self_subject_rules_review(body, perms), 201)
         if rt is SELFSUBJECTREVIEWS:
-            user = {"username": perms.name, "groups": perms.groups}
-            return _json_response(
-                {
-                    "kind": "SelfSubjectReview",
-                    "apiVersion": "authentication.k8s.io/v1",
-                    "metadata": {"creationTimestamp": None},
-                    "status": {"userInfo": user},
-                },
-                201,
-            )
+            return _json_response(self_subject_review(perms), 201)
         self._check_body(rt, body, info)
         fields = _FieldValidation(rt, q.get("fieldValidation"), decoding=True)
         fields(body)
@@ -726,7 +659,7 @@ class ApiServer:
         rt = info.rt
         assert rt is not None
         store = self.sim.store
-        opts = await self._delete_options(request, q)
+        opts = delete_options(await request.read() if request.can_read_body else b"", q)
         dry_run = self._dry_run(q) or opts["dry_run"]
         name = info.name or ""
         obj = store.delete(
@@ -763,7 +696,7 @@ class ApiServer:
         rt = info.rt
         assert rt is not None
         store = self.sim.store
-        opts = await self._delete_options(request, q)
+        opts = delete_options(await request.read() if request.can_read_body else b"", q)
         items, _ = store.list(
             rt, info.namespace, label_selector=q.get("labelSelector"), field_selector=q.get("fieldSelector")
         )
@@ -889,44 +822,6 @@ class ApiServer:
         )
         return fields.respond(obj, 201 if ctype == APPLY and not existed else 200)
 
-    async def _delete_options(self, request: web.Request, q: dict[str, str]) -> dict[str, Any]:
-        opts: dict[str, Any] = {
-            "propagation": None,
-            "grace": None,
-            "dry_run": False,
-            "preconditions": None,
-            "orphan_false": False,  # orphanDependents=false was sent (the only case that answers 202)
-        }
-        raw = await request.read() if request.can_read_body else b""
-        if raw.strip():
-            try:
-                body = decode_json(raw)
-            except BodyError:
-                raise bad_request("the DeleteOptions body is not valid JSON") from None
-            if isinstance(body, dict):
-                _check_delete_options_types(body)
-                opts["propagation"] = body.get("propagationPolicy")
-                opts["grace"] = body.get("gracePeriodSeconds")
-                opts["preconditions"] = body.get("preconditions")
-                dr = body.get("dryRun") or []
-                if dr and dr != ["All"]:
-                    raise bad_request(f'dryRun: Unsupported value: {dr!r}: supported values: "All"')
-                opts["dry_run"] = dr == ["All"]
-                if body.get("orphanDependents") is True and opts["propagation"] is None:
-                    opts["propagation"] = "Orphan"
-                opts["orphan_false"] = body.get("orphanDependents") is False
-        if q.get("propagationPolicy"):
-            opts["propagation"] = q["propagationPolicy"]
-        g = query_int64(q, "gracePeriodSeconds")
-        if g is not None:
-            opts["grace"] = g
-        if query_bool(q.get("orphanDependents")) and opts["propagation"] is None:
-            opts["propagation"] = "Orphan"
-        if "orphanDependents" in q and not query_bool(q["orphanDependents"]):
-            opts["orphan_false"] = True
-        check_propagation(opts["propagation"])
-        return opts
-
     # ---------------------------------------------------------------------------------- list
 
     def _list(self, rt: ResourceType, namespace: str | None, q: dict[str, str]) -> dict[str, Any]:
@@ -1002,200 +897,3 @@ class ApiServer:
             rt, info.namespace, info.name, q, default_timeout=self.watch_timeout, render=render
         )
         return await self.watches.stream(request, wr, record)
-
-    # ---------------------------------------------------------------------------------- logs
-
-    async def _log(
-        self,
-        request: web.Request,
-        info: RequestInfo,
-        q: dict[str, str],
-        record: Callable[[int], RequestRecord],
-    ) -> web.StreamResponse:
-        store, logs = self.sim.store, self.sim.logs
-        ns, name = info.namespace or "", info.name or ""
-        causes = _log_option_causes(q)  # checked before the pod is looked up, as the log REST handler does
-        if causes:
-            raise invalid_options("PodLogOptions", "", name, causes)
-        pod = store.get(PODS, ns, name)
-        spec = pod.get("spec") or {}
-        containers = [c.get("name") for c in spec.get("containers") or []]
-        inits = [c.get("name") for c in spec.get("initContainers") or []]
-        container = q.get("container")
-        if not container:
-            if len(containers) != 1:
-                msg = f"a container name must be specified for pod {name}, choose one of: [{' '.join(containers)}]"
-                if inits:
-                    msg += f" or one of the init containers: [{' '.join(inits)}]"
-                raise bad_request(msg)
-            container = containers[0]
-        elif container not in containers and container not in inits:
-            raise bad_request(f"container {container} is not valid for pod {name}")
-        want_previous = query_bool(q.get("previous"))
-        if not spec.get("nodeName"):
-            # not scheduled yet: the apiserver has no kubelet to ask and answers an empty log
-            resp0 = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
-            await resp0.prepare(request)
-            record(200)
-            await resp0.write_eof()
-            return resp0
-        entries_override, running = self._log_source(ns, name, container, pod, want_previous)
-        tail = query_int64(q, "tailLines")
-        since_s = query_int64(q, "sinceSeconds")
-        since = self.sim.clock.wall(self.sim.clock.now()) - since_s if since_s is not None else None
-        if q.get("sinceTime"):
-            try:
-                since = parse_rfc3339(q["sinceTime"])
-            except ValueError as exc:
-                raise bad_request(str(exc)) from None
-        limit_bytes = query_int64(q, "limitBytes")
-        timestamps = query_bool(q.get("timestamps"))
-        follow = query_bool(q.get("follow")) and running and entries_override is None
-        resp, send = await open_stream(request, record, {"Content-Type": "text/plain"})
-
-        sent = 0
-        if follow:
-            lines = logs.follow(ns, name, container, tail=tail, since=since)
-            async for ln in lines:
-                data = ((rfc3339(ln.time) + " ") if timestamps else "") + ln.text + "\n"
-                chunk = data.encode()
-                if limit_bytes is not None and sent + len(chunk) > limit_bytes:
-                    await send(chunk[: limit_bytes - sent])
-                    break
-                await send(chunk)
-                sent += len(chunk)
-        else:
-            entries = entries_override if entries_override is not None else logs.entries(ns, name, container)
-            if since is not None:
-                entries = [e for e in entries if e.time >= since]
-            if tail is not None:
-                entries = entries[-tail:] if tail > 0 else []
-            out = "".join(
-                ((rfc3339(e.time) + " ") if timestamps else "") + e.text + "\n" for e in entries
-            ).encode()
-            if limit_bytes is not None:
-                out = out[:limit_bytes]
-            await send(out)
-        await resp.write_eof()
-        return resp
-
-    def _log_source(
-        self, ns: str, name: str, container: str, pod: dict[str, Any], previous: bool
-    ) -> tuple[list[LogLine] | None, bool]:
-        """Which instance's log to serve, decided like the kubelet does: (lines of an earlier instance or
-        None for the current one, whether the current instance runs); 400 when there is no log to serve."""
-        logs = self.sim.logs
-        status = pod.get("status") or {}
-        statuses = (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
-        cs = next((s for s in statuses if s.get("name") == container), None)
-        if cs is None:
-            raise bad_request(f'container "{container}" in pod "{name}" is not available')
-        state = cs.get("state") or {}
-        last_terminated = (cs.get("lastState") or {}).get("terminated")
-        earlier = logs.previous(ns, name, container)
-        if previous:
-            if not last_terminated and earlier is None:
-                raise bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
-            return earlier or [], False
-        if "running" in state:
-            return None, True
-        if "terminated" in state:
-            return None, False
-        if last_terminated:  # restarting (e.g. CrashLoopBackOff): the last run's log
-            return earlier or [], False
-        if "waiting" in state:
-            reason = (state.get("waiting") or {}).get("reason") or ""
-            detail = {
-                "ErrImagePull": "image can't be pulled",
-                "ImagePullBackOff": "trying and failing to pull image",
-            }.get(reason, reason)
-            raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: {detail}')
-        raise bad_request(f'container "{container}" in pod "{name}" is waiting to start - no logs yet')
-
-    # ----------------------------------------------------------------------------------- SSAR
-
-    def _ssrr(self, body: Any, perms: Permissions) -> dict[str, Any]:
-        spec = body.get("spec") if isinstance(body, dict) else None
-        if not isinstance(spec, dict):
-            spec = {}
-        ns = spec.get("namespace") or None
-        if ns is not None and not isinstance(ns, str):
-            raise bad_request("the SelfSubjectRulesReview body is not valid: spec.namespace must be a string")
-        rules = perms.describe_rules(ns)
-        # system:basic-user and system:discovery, bound to every authenticated user
-        rules += [
-            {
-                "verbs": ["create"],
-                "apiGroups": ["authorization.k8s.io"],
-                "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
-            },
-            {
-                "verbs": ["create"],
-                "apiGroups": ["authentication.k8s.io"],
-                "resources": ["selfsubjectreviews"],
-            },
-        ]
-        non_resource = [
-            {"verbs": ["get"], "nonResourceURLs": sorted(_DISCOVERY_URLS)},
-        ]
-        return {
-            "kind": "SelfSubjectRulesReview",
-            "apiVersion": "authorization.k8s.io/v1",
-            "metadata": {"creationTimestamp": None},
-            "spec": spec,
-            "status": {"resourceRules": rules, "nonResourceRules": non_resource, "incomplete": False},
-        }
-
-    def _ssar(self, body: Any, perms: Permissions) -> dict[str, Any]:
-        if not isinstance(body, dict) or not isinstance(body.get("spec"), dict):
-            raise ApiError(
-                422,
-                "Invalid",
-                'SelfSubjectAccessReview.authorization.k8s.io "" is invalid: spec: Required value',
-            )
-        spec = body["spec"]
-        ra = spec.get("resourceAttributes")
-        nra = spec.get("nonResourceAttributes")
-        for field, value in (("resourceAttributes", ra), ("nonResourceAttributes", nra)):
-            if value is not None and not isinstance(value, dict):
-                raise bad_request(
-                    f"the SelfSubjectAccessReview body is not valid: spec.{field} must be an object"
-                )
-        if ra is None and nra is None:
-            raise ApiError(
-                422,
-                "Invalid",
-                'SelfSubjectAccessReview.authorization.k8s.io "" is invalid: spec.resourceAttributes: '
-                'Invalid value: "null": exactly one of nonResourceAttributes or resourceAttributes must be specified',
-            )
-        if ra is not None:
-            group = str(ra.get("group") or "")
-            resource = str(ra.get("resource") or "")
-            sub = str(ra.get("subresource") or "")
-            verb = str(ra.get("verb") or "")
-            ns = ra.get("namespace") or None
-            if (
-                group == "authorization.k8s.io"
-                and resource == "selfsubjectaccessreviews"
-                and verb == "create"
-            ):
-                allowed, reason = (
-                    True,
-                    "kubesim: every authenticated user may create selfsubjectaccessreviews",
-                )
-            else:
-                allowed, reason = perms.decide(verb, group, resource, sub, ns)
-        else:
-            allowed, reason = True, "kubesim: non-resource URLs are readable by every authenticated user"
-            if str((nra or {}).get("verb", "get")) not in ("get", "head"):
-                allowed, reason = False, ""
-        status: dict[str, Any] = {"allowed": allowed}
-        if reason:
-            status["reason"] = reason
-        return {
-            "kind": "SelfSubjectAccessReview",
-            "apiVersion": "authorization.k8s.io/v1",
-            "metadata": {"creationTimestamp": None},
-            "spec": spec,
-            "status": status,
-        }

@@ -1,12 +1,14 @@
-"""The object store: kubesim's single source of truth (the etcd + registry + garbage collector part of
-a real control plane).
+"""The object store: kubesim's single source of truth (the etcd + generic registry part of a real control
+plane; per-kind behaviour is in ``strategies``, the watch history in ``history``, and garbage collection
+is a controller's, ``controllers.garbagecollector``).
 
 Controllers call it directly and synchronously; the HTTP server calls it for API requests. It keeps
 Kubernetes semantics that clients can observe: one global resourceVersion counter, uid/generation/
 creationTimestamp, status separated from spec, no-op updates that do not bump the resourceVersion,
-finalizers and deletionTimestamp, graceful pod deletion, owner references with background, foreground
-and orphan garbage collection, namespace lifecycle, admission hooks, and a bounded per-type watch
-history (a resume from before the retained window is answered 410 Expired).
+finalizers and deletionTimestamp, graceful pod deletion, propagation policies recorded as the
+``orphan``/``foregroundDeletion`` finalizers, an index of owner references, namespace lifecycle,
+admission hooks, and a bounded per-type watch history (a resume from before the retained window is
+answered 410 Expired).
 
 Objects are plain JSON-like dicts. Every read returns a deep copy; ``WatchEvent.obj`` is one shared
 copy per change — treat it as read-only.
@@ -18,11 +20,9 @@ import builtins
 import logging
 import random
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from kubesim.clock import Clock, stamp, unstamp
 from kubesim.defaults import ephemeral_containers
@@ -32,11 +32,11 @@ from kubesim.errors import (
     already_exists,
     bad_request,
     conflict,
-    expired,
     internal,
     invalid,
     not_found,
 )
+from kubesim.history import EventType, WatchEvent, WatchHistory
 from kubesim.patch import (
     APPLY,
     JSON_PATCH,
@@ -48,22 +48,19 @@ from kubesim.patch import (
     merge_patch,
     strategic_merge_patch,
 )
-from kubesim.resources import NAMESPACES, PODS, REGISTRY, ResourceType
+from kubesim.resources import NAMESPACES, PODS, ResourceType
 from kubesim.selectors import parse_field_selector, parse_label_selector
 from kubesim.shapes import shape_causes
 from kubesim.strategies import strategy_for
 from kubesim.validation import validate_metadata
 
-__all__ = ["AdmissionHook", "ObjectStore", "WatchEvent", "check_propagation"]
+__all__ = ["AdmissionHook", "ObjectStore", "WatchEvent", "check_propagation"]  # WatchEvent: kubesim.history
 
 log = logging.getLogger(__name__)
 
-EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 AdmissionHook = Callable[[str, ResourceType, dict[str, Any], dict[str, Any] | None], dict[str, Any] | None]
 
 FOREGROUND = "foregroundDeletion"
-GC_LATENCY = 1.0
-"""Seconds the garbage collector takes to collect a new dependent of a held owner (add_foreground_hold)."""
 ORPHAN_FINALIZER = "orphan"
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -84,33 +81,6 @@ def check_propagation(policy: str | None) -> None:
                     {"reason": "FieldValueNotSupported", "message": detail, "field": "propagationPolicy"}
                 ],
             },
-        )
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    """A committed change: ``obj`` is the object after it (for DELETED, its last state with the deletion's
-    resourceVersion); ``old`` the object before (None for ADDED). Read-only."""
-
-    type: EventType
-    rt: ResourceType
-    obj: dict[str, Any]
-    old: dict[str, Any] | None
-
-    @property
-    def resource_version(self) -> int:
-        return int(self.obj["metadata"]["resourceVersion"])
-
-    @property
-    def namespace(self) -> str | None:
-        ns = self.obj["metadata"].get("namespace")
-        return ns if isinstance(ns, str) else None
-
-    def __repr__(self) -> str:
-        m = self.obj.get("metadata", {})
-        return (
-            f"WatchEvent({self.type} {self.rt.kind} {m.get('namespace', '')}/{m.get('name')} "
-            f"rv={m.get('resourceVersion')})"
         )
 
 
@@ -137,8 +107,6 @@ class ObjectStore:
     """In-memory objects indexed by (type, namespace, name), with Kubernetes write semantics."""
 
     def __init__(self, clock: Clock, *, history_limit: int = 10_000) -> None:
-        if history_limit < 1:
-            raise ValueError(f"history_limit must be >= 1, got {history_limit}")
         self.clock = clock
         self.history_limit = history_limit
         self._rv = 0
@@ -146,18 +114,14 @@ class ObjectStore:
         self._objs: dict[ResourceType, dict[str, dict[str, dict[str, Any]]]] = {}
         self._by_uid: dict[str, tuple[ResourceType, str, str]] = {}
         self._dependents: dict[str, set[tuple[ResourceType, str, str]]] = {}
-        self._history: dict[ResourceType, deque[WatchEvent]] = {}
-        self._compacted: dict[ResourceType, int] = {}
+        self._history = WatchHistory(history_limit)
         self._subscribers: list[Callable[[WatchEvent], None]] = []
         self._rt_subscribers: dict[ResourceType, list[Callable[[WatchEvent], None]]] = {}
         self._mutating: dict[ResourceType, list[AdmissionHook]] = {}
         self._validating: dict[ResourceType, list[AdmissionHook]] = {}
         # server-side apply: the last configuration each field manager applied, per object
         self._applied: dict[tuple[ResourceType, str, str], dict[tuple[str, str], Any]] = {}
-        self._gc_queue: deque[tuple[str, Any]] = deque()
-        self._depth = 0
         self._holds: list[Callable[[dict[str, Any]], bool]] = []
-        self._late: set[tuple[ResourceType, str, str]] = set()
         self._rng = random.Random(0x5EED)
         for ns in _SYSTEM_NAMESPACES:
             self.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
@@ -200,46 +164,21 @@ class ObjectStore:
     def add_foreground_hold(self, fn: Callable[[dict[str, Any]], bool]) -> None:
         """Model a controller that re-creates the dependents of an owner being deleted in the foreground
         faster than the garbage collector can remove the owner (Trainer v2.3.0 re-applying its JobSet):
-        while ``fn(owner)`` is True, the owner keeps its ``foregroundDeletion`` finalizer although no
-        blocking dependent is left, and a new dependent of it is collected ``GC_LATENCY`` seconds after
-        its creation (the collector's reaction time) rather than at once, so its own dependents appear
-        meanwhile. ``fn`` must not write."""
+        while ``fn(owner)`` is True, the garbage collector (``controllers.garbagecollector``) leaves the
+        owner its ``foregroundDeletion`` finalizer although no blocking dependent is left, and collects a
+        new dependent of it only after its reaction time, so its own dependents appear meanwhile. ``fn``
+        must not write."""
         self._holds.append(fn)
 
-    def _held(self, owner: dict[str, Any]) -> bool:
+    def held(self, owner: dict[str, Any]) -> bool:
+        """Whether a registered foreground hold keeps ``owner`` (see ``add_foreground_hold``)."""
         return any(hold(owner) for hold in self._holds)
-
-    def _collect_later(self, rt: ResourceType, ns: str, name: str) -> None:
-        key = (rt, ns, name)
-        if key in self._late:
-            return
-
-        def collect() -> None:
-            self._late.discard(key)
-            with self._operation():
-                self._gc_dependent(rt, ns, name, ripe=True)
-
-        try:
-            self.clock.call_at(self.clock.now() + GC_LATENCY, collect)
-        except RuntimeError:
-            return  # no event loop (a real clock outside serving): collect at once, as before
-        self._late.add(key)
 
     @contextmanager
     def _operation(self) -> Iterator[None]:
-        # Garbage collection runs when the outermost operation finishes, so a cascade is complete (and
-        # its events emitted) by the time a store call returns.
-        self._depth += 1
-        try:
-            yield
-        finally:
-            self._depth -= 1
-        if self._depth == 0 and self._gc_queue:
-            self._depth += 1
-            try:
-                self._run_gc()
-            finally:
-                self._depth -= 1
+        # One store call. Garbage collection is not the store's: kube-controller-manager's collector
+        # (controllers.garbagecollector) reacts to the events afterwards, as on a cluster.
+        yield
 
     def _bucket(self, rt: ResourceType, ns: str) -> dict[str, dict[str, Any]]:
         return self._objs.setdefault(rt, {}).setdefault(ns, {})
@@ -259,13 +198,7 @@ class ObjectStore:
         return None if bucket is None else bucket.get(name)
 
     def _notify(self, ev: WatchEvent) -> None:
-        hist = self._history.get(ev.rt)
-        if hist is None:
-            hist = self._history[ev.rt] = deque()
-        if len(hist) >= self.history_limit:
-            dropped = hist.popleft()
-            self._compacted[ev.rt] = dropped.resource_version
-        hist.append(ev)
+        self._history.record(ev)
         for fn in list(self._rt_subscribers.get(ev.rt, ())) + list(self._subscribers):
             try:
                 fn(ev)
@@ -292,8 +225,6 @@ class ObjectStore:
             self._by_uid[uid] = (rt, ns, name)
         self._index_owners(rt, ns, name, new if etype != "DELETED" else None, old)
         self._notify(WatchEvent(etype, rt, deep_copy(new), old))
-        if etype == "DELETED":
-            self._after_removal(rt, new)
         return new
 
     def _index_owners(
@@ -308,11 +239,8 @@ class ObjectStore:
                 deps.discard(key)
                 if not deps:
                     del self._dependents[uid]
-                self._gc_queue.append(("owner", uid))
         for uid in new_uids - old_uids:
             self._dependents.setdefault(uid, set()).add(key)
-        if new is not None and new_uids:
-            self._gc_queue.append(("dependent", key))
 
     # --------------------------------------------------------------------------------- admission
 
@@ -414,49 +342,16 @@ class ObjectStore:
 
         Raises ApiError 410 Expired ("too old resource version: N (M)") when the retained history no
         longer reaches back to it, and 504-style Timeout when it is in the future."""
-        try:
-            rv = int(resource_version)
-        except (TypeError, ValueError) as exc:
-            raise bad_request(f"invalid resource version: {resource_version!r}") from exc
-        compacted = self._compacted.get(rt, 0)
-        if rv < compacted:
-            raise expired(f"too old resource version: {rv} ({compacted})")
-        if rv > self._rv:
-            raise ApiError(
-                504,
-                "Timeout",
-                f"Timeout: Too large resource version: {rv}, current: {self._rv}",
-                details={
-                    "causes": [
-                        {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
-                    ],
-                    "retryAfterSeconds": 1,
-                },
-            )
-        hist = self._history.get(rt)
-        if not hist:
-            return []
-        out: builtins.list[WatchEvent] = []
-        # Walk backwards from the newest: cost is proportional to the events returned, not the window.
-        for ev in reversed(hist):
-            if ev.resource_version <= rv:
-                break
-            if namespace is None or ev.namespace == namespace:
-                out.append(ev)
-        out.reverse()
-        return out
+        return self._history.since(rt, namespace, resource_version, self._rv)
 
     def expire_before(self, resource_version: int) -> None:
         """Make every resourceVersion older than ``resource_version`` too old to watch from (410), as a
         watch cache that starts with a list at that version has no earlier events; history is kept."""
-        for rt in REGISTRY.values():
-            self._compacted[rt] = max(self._compacted.get(rt, 0), resource_version)
+        self._history.expire_before(resource_version)
 
     def compact(self) -> None:
         """Drop all watch history (fault injection): resuming from any earlier resourceVersion gives 410."""
-        for rt in list(self._history) + list(REGISTRY.values()):
-            self._history.pop(rt, None)
-            self._compacted[rt] = self._rv
+        self._history.compact(self._rv)
 
     # ------------------------------------------------------------------------------------ create
 
@@ -901,6 +796,7 @@ class ObjectStore:
                     f"ResourceVersion in object meta: {cur_meta['resourceVersion']}",
                 )
         strategy = strategy_for(rt)
+        explicit = propagation is not None
         if propagation is None:
             propagation = strategy.default_propagation
         check_propagation(propagation)
@@ -911,18 +807,25 @@ class ObjectStore:
 
         new = _copy(current)
         meta = new["metadata"]
+        # As the generic registry's deletionFinalizersForGarbageCollection: the policy becomes a finalizer
+        # the garbage collector acts on (orphan: strip the dependents' references; foregroundDeletion:
+        # delete the blocking dependents first), replacing one a previous delete set.
+        # Without an explicit policy, a policy finalizer the object already carries stands.
         finalizers: list[str] = list(meta.get("finalizers") or [])
-        if propagation == "Foreground" and FOREGROUND not in finalizers:
-            finalizers.append(FOREGROUND)
+        if explicit or not {FOREGROUND, ORPHAN_FINALIZER} & set(finalizers):
+            finalizers = [f for f in finalizers if f not in (FOREGROUND, ORPHAN_FINALIZER)]
+            if propagation == "Orphan":
+                finalizers.append(ORPHAN_FINALIZER)
+            elif propagation == "Foreground":
+                finalizers.append(FOREGROUND)
         if finalizers:
             meta["finalizers"] = finalizers
+        else:
+            meta.pop("finalizers", None)
         if dry_run:
             meta.setdefault("deletionTimestamp", stamp(self.clock, now + grace))
             meta.setdefault("deletionGracePeriodSeconds", grace)
             return new
-
-        if propagation == "Orphan":
-            self._orphan_dependents(cur_meta["uid"])
 
         already = bool(cur_meta.get("deletionTimestamp"))
         if already:
@@ -934,8 +837,7 @@ class ObjectStore:
                     meta["deletionTimestamp"] = stamp(self.clock, max(started, now) + grace if grace else now)
             if new != current:
                 self._commit(rt, "MODIFIED", new, current)
-                if not self._maybe_finish_deletion(rt, new):
-                    self._gc_queue.append(("owner", cur_meta["uid"]))
+                self._maybe_finish_deletion(rt, new)
                 return _copy(self._lookup(rt, ns, name) or new)
             return _copy(current)
 
@@ -948,10 +850,6 @@ class ObjectStore:
             meta["generation"] = int(meta["generation"]) + 1
         strategy.on_deletion_start(new)
         self._commit(rt, "MODIFIED", new, current)
-        if rt is NAMESPACES:
-            self._gc_queue.append(("namespace", name))
-        if FOREGROUND in finalizers:
-            self._gc_queue.append(("owner", cur_meta["uid"]))
         return _copy(new)
 
     def finalize_pod_deletion(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -991,150 +889,20 @@ class ObjectStore:
         self._commit(rt, "DELETED", deep_copy(current), current)
         return True
 
-    # -------------------------------------------------------------------------- garbage collection
+    # ------------------------------------------------------------------------------ namespaces
 
-    def _orphan_dependents(self, owner_uid: str) -> None:
-        for rt, ns, name in list(self._dependents.get(owner_uid, ())):
-            cur = self._lookup(rt, ns, name)
-            if cur is None:
-                continue
-            new = _copy(cur)
-            refs = [r for r in new["metadata"].get("ownerReferences") or [] if r.get("uid") != owner_uid]
-            if refs:
-                new["metadata"]["ownerReferences"] = refs
-            else:
-                new["metadata"].pop("ownerReferences", None)
-            self._commit(rt, "MODIFIED", new, cur)
-
-    def _after_removal(self, rt: ResourceType, obj: dict[str, Any]) -> None:
-        meta = obj["metadata"]
-        self._gc_queue.append(("owner", meta["uid"]))
-        for ref in meta.get("ownerReferences") or []:
-            self._gc_queue.append(("owner", ref.get("uid")))
-        if rt.namespaced:
-            nsobj = self._lookup(NAMESPACES, None, meta.get("namespace", ""))
-            if nsobj is not None and nsobj["metadata"].get("deletionTimestamp"):
-                self._gc_queue.append(("namespace", meta.get("namespace")))
-
-    def _run_gc(self) -> None:
-        guard = 0
-        while self._gc_queue:
-            guard += 1
-            if guard > 1_000_000:
-                raise internal("garbage collection did not converge")
-            kind, arg = self._gc_queue.popleft()
-            if kind == "owner":
-                self._gc_owner(arg)
-            elif kind == "dependent":
-                self._gc_dependent(*arg)
-            elif kind == "namespace":
-                self._gc_namespace(arg)
-
-    def _owner(self, ref: dict[str, Any]) -> dict[str, Any]:
-        rt, ns, name = self._by_uid[str(ref.get("uid"))]
-        return self._objs[rt][ns][name]
-
-    def _owner_state(self, uid: str) -> str:
-        """ "absent", "foreground" (being deleted, waiting for dependents) or "solid"."""
-        loc = self._by_uid.get(uid)
-        if loc is None:
-            return "absent"
-        rt, ns, name = loc
-        meta = self._objs[rt][ns][name]["metadata"]
-        if meta.get("deletionTimestamp") and FOREGROUND in (meta.get("finalizers") or []):
-            return "foreground"
-        return "solid"
-
-    def _gc_owner(self, uid: str) -> None:
-        """Re-examine the dependents of ``uid`` and, if it is deleting in foreground, whether it may go."""
-        state = self._owner_state(uid)
-        deps = list(self._dependents.get(uid, ()))
-        if state != "solid":
-            for key in deps:
-                self._gc_dependent(*key)
-        if state == "foreground":
-            blocking = False
-            for rt, ns, name in self._dependents.get(uid, ()):
-                dep = self._lookup(rt, ns, name)
-                if dep is None:
-                    continue
-                for ref in dep["metadata"].get("ownerReferences") or []:
-                    if ref.get("uid") == uid and ref.get("blockOwnerDeletion"):
-                        blocking = True
-            rt, ns, name = self._by_uid[uid]
-            if not blocking and not self._held(self._objs[rt][ns][name]):
-                cur = self._objs[rt][ns][name]
-                new = _copy(cur)
-                fins = [f for f in new["metadata"].get("finalizers") or [] if f != FOREGROUND]
-                if fins:
-                    new["metadata"]["finalizers"] = fins
-                else:
-                    new["metadata"].pop("finalizers", None)
-                self._commit(rt, "MODIFIED", new, cur)
-                self._maybe_finish_deletion(rt, new)
-
-    def _gc_dependent(self, rt: ResourceType, ns: str, name: str, *, ripe: bool = False) -> None:
-        dep = self._lookup(rt, ns, name)
-        if dep is None:
-            return
-        refs = dep["metadata"].get("ownerReferences") or []
-        if not refs:
-            return
-        solid: builtins.list[dict[str, Any]] = []
-        dangling: builtins.list[dict[str, Any]] = []
-        waiting: builtins.list[dict[str, Any]] = []
-        for ref in refs:
-            state = self._owner_state(ref.get("uid", ""))
-            (solid if state == "solid" else dangling if state == "absent" else waiting).append(ref)
-        if solid:
-            if dangling or waiting:
-                drop = {r.get("uid") for r in dangling + waiting}
-                new = _copy(dep)
-                new["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") not in drop]
-                self._commit(rt, "MODIFIED", new, dep)
-            return
-        if dep["metadata"].get("deletionTimestamp"):
-            return  # already on its way out
-        if (rt, ns, name) in self._late:
-            return  # a held owner's new dependent: collected when its timer fires
-        if not ripe and waiting and not dangling and any(self._held(self._owner(r)) for r in waiting):
-            self._collect_later(rt, ns, name)
-            if (rt, ns, name) in self._late:
-                return
-        uid = dep["metadata"]["uid"]
-        policy = "Foreground" if waiting and self._dependents.get(uid) else "Background"
-        if ORPHAN_FINALIZER in (dep["metadata"].get("finalizers") or []):
-            policy = "Orphan"
-        self._delete(rt, ns or None, name, propagation=policy, grace=None, dry_run=False, preconditions=None)
-
-    def _gc_namespace(self, name: str) -> None:
-        nsobj = self._lookup(NAMESPACES, None, name)
-        if nsobj is None or not nsobj["metadata"].get("deletionTimestamp"):
-            return
-        remaining = 0
-        for rt, by_ns in list(self._objs.items()):
-            if not rt.namespaced:
-                continue
-            bucket = by_ns.get(name)
-            if not bucket:
-                continue
-            for obj_name in list(bucket):
-                obj = bucket.get(obj_name)
-                if obj is None:
-                    continue
-                if not obj["metadata"].get("deletionTimestamp"):
-                    self._delete(
-                        rt,
-                        name,
-                        obj_name,
-                        propagation="Background",
-                        grace=None,
-                        dry_run=False,
-                        preconditions=None,
-                    )
-                if obj_name in bucket:
-                    remaining += 1
-        if remaining == 0:
-            new = _copy(nsobj)
+    def finalize_namespace(self, name: str) -> dict[str, Any] | None:
+        """The namespace controller's ``finalize``: a terminating namespace's content is gone, so its
+        ``spec.finalizers`` are cleared and it is removed. Returns its last state, or None if absent;
+        400 if it is not being deleted."""
+        with self._operation():
+            current = self._lookup(NAMESPACES, None, name)
+            if current is None:
+                return None
+            if not current["metadata"].get("deletionTimestamp"):
+                raise bad_request(f'namespace "{name}" is not being deleted')
+            new = _copy(current)
             new["spec"] = {}
-            self._commit(NAMESPACES, "DELETED", new, nsobj)
+            self._commit(NAMESPACES, "MODIFIED", new, current)
+            self._maybe_finish_deletion(NAMESPACES, new)
+            return _copy(self._lookup(NAMESPACES, None, name) or new)

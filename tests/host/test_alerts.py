@@ -20,7 +20,7 @@ from dispatch.records import MemoryStore, SqliteStore
 
 from .helpers import SETTINGS, spec
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "monitoring"
 
 
 def promtool() -> str:

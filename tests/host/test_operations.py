@@ -133,7 +133,7 @@ def test_the_alert_rules_and_the_dashboard_name_only_declared_metrics() -> None:
 
     import yaml
 
-    root = DOCS.parents[1] / "deploy"
+    root = DOCS.parents[1] / "deploy" / "monitoring"
     exprs = [
         r["expr"]
         for g in yaml.safe_load((root / "prometheus-alerts.yaml").read_text())["groups"]
@@ -167,7 +167,7 @@ def test_store_wide_gauges_are_aggregated_with_max_and_every_metric_is_on_the_da
 
     import yaml
 
-    root = DOCS.parents[1] / "deploy"
+    root = DOCS.parents[1] / "deploy" / "monitoring"
     rules = yaml.safe_load((root / "prometheus-alerts.yaml").read_text())["groups"]
     dashboard = json.loads((root / "grafana-dashboard.json").read_text())
     panel_exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]

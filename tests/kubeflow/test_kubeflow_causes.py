@@ -635,6 +635,35 @@ def test_evidence_names_node_and_exit_code() -> None:
     assert ev.at == T0_S
 
 
+def test_an_exit_code_names_the_jobs_backoff_limit_not_the_copies_above_it() -> None:
+    """The real chain: the Job fails (``BackoffLimitExceeded``), JobSet reacts (``FailedJobs``, naming the
+    Job), the Trainer copies the JobSet's condition into the TrainJob; the Job's is the evidence, whether
+    the copies are there yet or not, and it outlives the pods (the cause is then honestly unknown)."""
+    job = obj(
+        "Job",
+        "tj-node-0",
+        cond("Failed", "BackoffLimitExceeded", message="Job has reached the specified backoff limit"),
+    )
+    jobset = obj("JobSet", "tj", cond("Failed", "FailedJobs"))
+    failed = pod("p0", "Failed", container(state=terminated(3)))
+    for parts in ({}, {"jobset": jobset}, {"jobset": jobset, "trainjob": FAILED_TJ}):
+        out = classify(
+            snap(parts.get("trainjob", trainjob()), jobset=parts.get("jobset"), jobs=[job], pods=[failed])
+        )
+        assert (out.state, out.cause) == (State.FAILED, Cause.EXIT_CODE), parts
+        assert [(e.kind, e.reason) for e in out.evidence[:2]] == [
+            ("Pod", "Error"),
+            ("Job", "BackoffLimitExceeded"),
+        ]
+    gone = classify(snap(FAILED_TJ, jobset=jobset, jobs=[job]))
+    assert (gone.state, gone.cause) == (State.FAILED, Cause.UNKNOWN)
+    assert (gone.evidence[0].kind, gone.evidence[0].name, gone.evidence[0].reason) == (
+        "Job",
+        "tj-node-0",
+        "BackoffLimitExceeded",
+    )
+
+
 def test_oom_while_restarting_in_place_is_not_plain_running() -> None:
     """OnFailure: the container restarts after an OOM; while the Job still tries, the job is running, but
     its cause and evidence say what keeps happening."""

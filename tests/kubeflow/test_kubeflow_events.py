@@ -96,3 +96,58 @@ async def test_describe_trainjob_shows_the_requeue_hold_and_cancel_of_a_supervis
             await sup.close()
         finally:
             await backend.close()
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_describe_and_get_events_show_the_controllers_and_the_supervisor_under_kueue(
+    tmp_path: Path,
+) -> None:
+    """Both authors side by side: Kueue's job reconciler writes on the TrainJob (CreatedWorkload, Started),
+    the Job controller, scheduler and kubelet on theirs, and the supervisor its decisions; ``kubectl
+    describe trainjob`` shows the first and the last, ``kubectl get events`` all of them."""
+    async with Simulator(install_runtimes=False, tls=True) as sim:
+        install(sim, *(make() for make in STOCK.values()))
+        kc = sim.write_kubeconfig(tmp_path / "kc")
+        backend = await open_backend(config({"kubeconfig": str(kc), "queue": "user-queue"}), probe_window=0.3)
+        try:
+            clock = ManualClock()
+            cluster = Cluster(backend, MemoryStore(clock), clock=clock, policy=POLICY)
+            script = "env:DISPATCH_EPOCH=1.0: sleep 5; env:DISPATCH_EPOCH=1.0: exit 3; sleep 600; exit 0"
+            await cluster.submit(spec(nodes=2, env={"KUBESIM_SCRIPT": script}), job_id="kq")
+            sup = cluster.supervisor(poll=1.0, lease=30.0)
+            for _ in range(150):
+                await sup.step()
+                rec = await cluster.store.get("kq")
+                if rec.state is State.RUNNING and rec.epoch == Epoch(2, 1):
+                    break
+                await sim.settle()
+                sim.advance(2)
+                clock.advance(2)
+            assert rec.state is State.RUNNING and rec.epoch == Epoch(2, 1) and rec.handle is not None
+            name = rec.handle.ref.rpartition("/")[2]
+            events = await describe(kc, name)
+            # Kueue's job reconciler (Trainer v2.3.0 itself records none) and the supervisor, on one TrainJob.
+            for reason in ("CreatedWorkload", "Started", "kueue-admission", "Requeued", "dispatch"):
+                assert reason in events, events
+            everything = await kubectl(kc, "get", "events")
+            for seen in (
+                "job/kq-1-",  # the Job controller: SuccessfulCreate ... BackoffLimitExceeded
+                "SuccessfulCreate",
+                "BackoffLimitExceeded",
+                "FailedJobs",  # JobSet
+                "Scheduled",  # the scheduler, then the kubelet
+                "Started container",
+                "QuotaReserved",  # Kueue, on the Workload
+                "CauseRead",  # the supervisor, on the first incarnation's TrainJob
+                "job kq epoch 1.0: requeued as epoch 2.1",
+                "job kq epoch 2.1: placed as a requeue",
+            ):
+                assert seen in everything, everything
+            await cluster.cancel("kq")
+            await sim.settle()
+            after = await kubectl(kc, "get", "events", "--field-selector", f"involvedObject.name={name}")
+            assert "Cancelled" in after and "job kq epoch 2.1: cancelled by the user" in after, after
+            assert "CreatedWorkload" in after, after
+            await sup.close()
+        finally:
+            await backend.close()

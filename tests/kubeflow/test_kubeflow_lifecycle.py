@@ -59,16 +59,18 @@ async def test_exit_code_is_the_cause(backend: Backend, sim: Simulator) -> None:
     obs = await backend.observe(handle)
     assert (obs.state, obs.cause) == (State.FAILED, Cause.EXIT_CODE), obs.outcome
     assert [e.exit_code for e in obs.outcome.evidence if e.kind == "Pod"] == [3]
-    assert any(e.kind == "TrainJob" and e.reason == "FailedJobs" for e in obs.outcome.evidence)
+    # The root of the failure, as on a real cluster: the Job's condition (JobSet's FailedJobs and the
+    # TrainJob's copy of it follow from it).
+    assert any(e.kind == "Job" and e.reason == "BackoffLimitExceeded" for e in obs.outcome.evidence)
 
 
 async def test_an_exit_code_nobody_read_before_cleanup_is_unknown_naming_the_failed_job(
     backend: Backend, sim: Simulator
 ) -> None:
     """Under ``restartPolicy: OnFailure`` the container restarts in place; when the Job gives up, the
-    Job controller deletes the pod and JobSet its Jobs: read only afterwards, nothing holds the exit code
-    any more, on a real cluster as here. The honest answer is failed/unknown with what is left (the
-    TrainJob's message naming the failed Job). A supervisor watching the job reads the restarts as they
+    Job controller deletes the pod (JobSet deletes only its active Jobs once it has failed): read only
+    afterwards, nothing holds the exit code any more, on a real cluster as here. The honest answer is
+    failed/unknown with what is left: the failed Job's own ``BackoffLimitExceeded``. A supervisor watching the job reads the restarts as they
     happen and reports exit_code (``test_exit_code_under_on_failure_seen_while_restarting_is_the_cause``
     in the scenarios)."""
     handle = await place(backend, spec(env={"KUBESIM_SCRIPT": "sleep 5; exit 3"}), ident("bad-exit-restart"))
@@ -78,8 +80,11 @@ async def test_an_exit_code_nobody_read_before_cleanup_is_unknown_naming_the_fai
     obs = await backend.observe(handle)
     assert (obs.state, obs.cause) == (State.FAILED, Cause.UNKNOWN), obs.outcome
     (ev,) = obs.outcome.evidence
-    assert (ev.kind, ev.reason) == ("TrainJob", "FailedJobs")
-    assert "first failed job: bad-exit-restart-1-" in ev.message
+    assert (ev.kind, ev.reason) == ("Job", "BackoffLimitExceeded")
+    assert (
+        ev.name.startswith("bad-exit-restart-1-")
+        and ev.message == "Job has reached the specified backoff limit"
+    )
 
 
 async def test_time_limit_is_a_timeout(backend: Backend, sim: Simulator) -> None:

@@ -1,5 +1,5 @@
 """kubesim's simulated controllers: Trainer, JobSet, Job, scheduler, kubelet, node lifecycle, Kueue, namespace
-defaults, persistent volumes, and the machines' own recovery (a reboot or an autoscaler's replacement).
+defaults, persistent volumes, the garbage collector, and the machines' own recovery (a reboot or an autoscaler's replacement).
 
 ``default_controllers()`` returns a fresh instance of each, in the order a settle round runs them.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kubesim.controllers.actions import Actions
 from kubesim.controllers.base import BaseController
+from kubesim.controllers.garbagecollector import GarbageCollectorController
 from kubesim.controllers.job import JobController
 from kubesim.controllers.jobset import JobSetController
 from kubesim.controllers.kubelet import KubeletController
@@ -22,6 +23,7 @@ from kubesim.controllers.volumes import PersistentVolumeController
 __all__ = [
     "Actions",
     "BaseController",
+    "GarbageCollectorController",
     "JobController",
     "JobSetController",
     "KubeletController",
@@ -49,4 +51,5 @@ def default_controllers() -> list[BaseController]:
         NodeLifecycleController(),
         NodeRecoveryController(),
         NamespaceDefaultsController(),
+        GarbageCollectorController(),
     ]

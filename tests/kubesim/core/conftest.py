@@ -1,9 +1,11 @@
-"""Fixtures: a bare simulator (no controllers) served over real HTTP on loopback, and clients for it."""
+"""Fixtures: an API server with kube-controller-manager's garbage collector and nothing else (no Trainer,
+JobSet, Job, scheduler or kubelet), served over real HTTP on loopback, and clients for it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -11,13 +13,15 @@ import pytest
 from lightkube.generic_resource import create_namespaced_resource
 
 from kubesim import Simulator
+from kubesim.controllers import GarbageCollectorController
 
 TrainJob = create_namespaced_resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
 
 
 @pytest.fixture
 async def sim() -> AsyncIterator[Simulator]:
-    async with Simulator(controllers=[], bookmark_interval=0.05) as s:
+    # The collector runs after a DELETE has been answered: a test waits for a cascade as a client does.
+    async with Simulator(controllers=[GarbageCollectorController()], bookmark_interval=0.05) as s:
         yield s
 
 
@@ -68,6 +72,19 @@ class Raw:
                     if limit is not None and len(out) >= limit:
                         break
         return out
+
+    async def until(self, path: str, done: Callable[[int, Any], bool], *, polls: int = 500) -> Any:
+        """GET ``path`` until ``done(status, body)`` holds, as a client waits for a cascade the garbage
+        collector completes after the DELETE was answered; the last body."""
+        for _ in range(polls):
+            code, body, _ = await self.request("GET", path)
+            if done(code, body):
+                return body
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"GET {path} never reached the awaited state: {code} {body}")
+
+    async def until_gone(self, path: str) -> None:
+        await self.until(path, lambda code, _: code == 404)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from .conftest import Raw, TrainJob, configmap, running_pod, trainjob
 
 TJ = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"
 POD = "/api/v1/namespaces/default/pods"
+CM = "/api/v1/namespaces/default/configmaps"
 
 
 def owned(obj: dict[str, Any], owner: dict[str, Any], *, block: bool = True) -> dict[str, Any]:
@@ -30,12 +31,14 @@ def owned(obj: dict[str, Any], owner: dict[str, Any], *, block: bool = True) -> 
     return obj
 
 
-async def test_background_is_default_and_collects_dependents(sim: Simulator, client: AsyncClient) -> None:
+async def test_background_is_default_and_collects_dependents(
+    sim: Simulator, client: AsyncClient, raw: Raw
+) -> None:
     owner = sim.store.create(TRAINJOBS, trainjob("t"))
     sim.store.create(CONFIGMAPS, owned(configmap("dep"), owner))
     await client.delete(TrainJob, "t", namespace="default")
     assert not sim.store.exists(TRAINJOBS, "default", "t")
-    assert not sim.store.exists(CONFIGMAPS, "default", "dep")
+    await raw.until_gone(CM + "/dep")  # the garbage collector's, after the DELETE was answered
 
 
 async def test_foreground_owner_lingers_until_pods_are_gone(sim: Simulator, raw: Raw) -> None:
@@ -47,15 +50,19 @@ async def test_foreground_owner_lingers_until_pods_are_gone(sim: Simulator, raw:
     pod = sim.store.get(PODS, "default", "p")
     assert pod["metadata"]["deletionGracePeriodSeconds"] == 30  # terminating, gracefully
     assert (await raw.request("GET", TJ + "/t"))[0] == 200
-    sim.store.finalize_pod_deletion("default", "p")  # what the kubelet does when the container stopped
-    assert (await raw.request("GET", TJ + "/t"))[0] == 404
+    # What the kubelet does when the container stopped; the collector then lets the owner go.
+    code, _, _ = await raw.request("DELETE", POD + "/p", params={"gracePeriodSeconds": "0"})
+    assert code == 200
+    await raw.until_gone(TJ + "/t")
 
 
-async def test_orphan_leaves_dependents(sim: Simulator, client: AsyncClient) -> None:
+async def test_orphan_leaves_dependents(sim: Simulator, client: AsyncClient, raw: Raw) -> None:
     owner = sim.store.create(TRAINJOBS, trainjob("t"))
     sim.store.create(CONFIGMAPS, owned(configmap("dep"), owner))
     await client.delete(TrainJob, "t", namespace="default", cascade=CascadeType.ORPHAN)
-    dep = sim.store.get(CONFIGMAPS, "default", "dep")
+    # The API server adds the orphan finalizer; the collector strips the references, then the finalizer.
+    await raw.until_gone(TJ + "/t")
+    dep = await raw.until(CM + "/dep", lambda code, body: code == 200)
     assert "ownerReferences" not in dep["metadata"]
 
 

@@ -1,4 +1,4 @@
-"""ObjectStore semantics (in-process): metadata, CAS, status separation, deletion, GC, watch history."""
+"""ObjectStore semantics (in-process): metadata, CAS, status separation, deletion, watch history."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kubesim.clock import ManualClock, rfc3339
 from kubesim.errors import ApiError
-from kubesim.resources import CONFIGMAPS, JOBS, NAMESPACES, PODS, TRAINJOBS
+from kubesim.resources import CONFIGMAPS, NAMESPACES, PODS, TRAINJOBS
 from kubesim.store import ObjectStore, WatchEvent
 
 
@@ -257,59 +257,29 @@ def test_unscheduled_pod_and_force_delete_go_at_once(store: ObjectStore) -> None
     assert not store.exists(PODS, "default", "q")
 
 
-def test_background_gc_deletes_dependents(store: ObjectStore) -> None:
+def test_a_bare_store_records_deletion_wishes_and_collects_nothing(store: ObjectStore) -> None:
+    """As a kube-apiserver without kube-controller-manager: the propagation policy becomes a finalizer,
+    dependents stay (tests/kubesim/controllers/test_garbage_collector.py collects them)."""
     owner = store.create(TRAINJOBS, tj("t"))
     store.create(CONFIGMAPS, cm("c", ownerReferences=[owner_ref(owner)]))
-    store.create(PODS, pod("p", owner=owner_ref(owner)))
     store.delete(TRAINJOBS, "default", "t")
     assert not store.exists(TRAINJOBS, "default", "t")
-    assert not store.exists(CONFIGMAPS, "default", "c")
-    p = store.get(PODS, "default", "p")  # pods are deleted gracefully by the GC too
-    assert p["metadata"]["deletionTimestamp"]
-
-
-def test_foreground_owner_waits_for_blocking_dependents(store: ObjectStore) -> None:
-    owner = store.create(TRAINJOBS, tj("t"))
-    store.create(PODS, pod("p", owner=owner_ref(owner)))
-    out = store.delete(TRAINJOBS, "default", "t", propagation="Foreground")
-    assert "foregroundDeletion" in out["metadata"]["finalizers"]
-    assert store.exists(TRAINJOBS, "default", "t")
-    assert store.get(PODS, "default", "p")["metadata"]["deletionTimestamp"]
-    store.finalize_pod_deletion("default", "p")
-    assert not store.exists(TRAINJOBS, "default", "t")
-
-
-def test_orphan_keeps_dependents_and_jobs_default_orphan(store: ObjectStore) -> None:
-    owner = store.create(TRAINJOBS, tj("t"))
-    store.create(CONFIGMAPS, cm("c", ownerReferences=[owner_ref(owner)]))
-    store.delete(TRAINJOBS, "default", "t", propagation="Orphan")
-    assert "ownerReferences" not in store.get(CONFIGMAPS, "default", "c")["metadata"]
-    job = store.create(
-        JOBS,
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": "j", "namespace": "default"},
-            "spec": {},
-        },
-    )
-    store.create(CONFIGMAPS, cm("d", ownerReferences=[owner_ref(job)]))
-    store.delete(JOBS, "default", "j")
-    assert store.exists(CONFIGMAPS, "default", "d")
-
-
-def test_dangling_owner_is_collected(store: ObjectStore) -> None:
-    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "no-such-uid"}
-    store.create(CONFIGMAPS, cm("c", ownerReferences=[ref]))
-    assert not store.exists(CONFIGMAPS, "default", "c")
-
-
-def test_namespace_deletion_empties_it(store: ObjectStore) -> None:
+    assert store.exists(CONFIGMAPS, "default", "c")  # nobody collects it
+    o = store.create(TRAINJOBS, tj("o"))
+    out = store.delete(TRAINJOBS, "default", "o", propagation="Orphan")
+    assert out["metadata"]["finalizers"] == ["orphan"] and out["metadata"]["deletionTimestamp"]
+    f = store.create(TRAINJOBS, tj("f"))
+    out = store.delete(TRAINJOBS, "default", "f", propagation="Foreground")
+    assert out["metadata"]["finalizers"] == ["foregroundDeletion"]
+    # A second delete without a policy keeps it; with one, replaces it rather than adding another.
+    out = store.delete(TRAINJOBS, "default", "f")
+    assert out["metadata"]["finalizers"] == ["foregroundDeletion"]
+    out = store.delete(TRAINJOBS, "default", "f", propagation="Orphan")
+    assert out["metadata"]["finalizers"] == ["orphan"]
+    assert o["metadata"]["uid"] != f["metadata"]["uid"]
     store.create(NAMESPACES, {"metadata": {"name": "team"}})
-    store.create(CONFIGMAPS, cm("c", ns="team"))
     store.delete(NAMESPACES, None, "team")
-    assert not store.exists(CONFIGMAPS, "team", "c")
-    assert not store.exists(NAMESPACES, None, "team")
+    assert store.get(NAMESPACES, None, "team")["status"]["phase"] == "Terminating"
 
 
 def test_list_selectors(store: ObjectStore) -> None:
