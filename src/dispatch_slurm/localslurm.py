@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import os
 import secrets
 import shutil
@@ -27,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -131,8 +133,24 @@ class LocalSlurm:
         return self.root / "slurm.conf"
 
     @property
+    def sockets(self) -> Path:
+        """Where the Unix sockets live: munged's, and the slurmds' spool directories, where slurmd makes
+        one per job step (``n1_<job>.<step>``, the step up to 4294967292). A socket's path holds at most
+        107 bytes, so under a deep root (pytest -n adds ``popen-gwN/``) they move to a short directory
+        named after the root in the system's temporary directory: a longer path makes every job fail to
+        launch ("could not launch job and not able to requeue it, cancelling job")."""
+        if len(str(self.root)) + len("/spool/n99/n99_99999999.4294967292") <= 107:
+            return self.root
+        digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"dispatch-slurm-{digest}"
+
+    @property
+    def spool(self) -> Path:
+        return self.sockets / "spool"
+
+    @property
     def munge_socket(self) -> Path:
-        return self.root / "munge" / "munge.sock"
+        return self.sockets / "munge" / "munge.sock"
 
     @property
     def workdir(self) -> Path:
@@ -153,8 +171,10 @@ class LocalSlurm:
 
     def write_config(self) -> None:
         """Write munge's key and slurm.conf (fresh ports each time)."""
-        for sub in ("munge", "state", "spool", "log", "run", "work"):
+        for sub in ("munge", "state", "log", "run", "work"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        for directory in (self.spool, self.munge_socket.parent):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         (self.root / "munge").chmod(0o700)
         key = self.root / "munge" / "munge.key"
         if not key.exists():
@@ -172,7 +192,7 @@ class LocalSlurm:
             f"AuthInfo=socket={self.munge_socket},cred_expire=10",
             "CommunicationParameters=NoInAddrAny",
             f"StateSaveLocation={r}/state",
-            f"SlurmdSpoolDir={r}/spool/%n",
+            f"SlurmdSpoolDir={self.spool}/%n",
             f"SlurmctldPidFile={r}/run/slurmctld.pid",
             f"SlurmdPidFile={r}/run/slurmd-%n.pid",
             f"SlurmctldLogFile={r}/log/slurmctld.log",
@@ -405,6 +425,8 @@ class LocalSlurm:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         self._reap_job_processes()
+        if self.sockets != self.root:
+            shutil.rmtree(self.sockets, ignore_errors=True)
 
     def _reap_job_processes(self) -> None:
         # A killed slurmd leaves its slurmstepd and the job's processes (batch script, srun, tasks) behind.

@@ -77,3 +77,21 @@ def test_two_clusters_share_job_ids_but_not_their_processes(tmp_path: Path) -> N
         _wait_for(lambda: not _job_processes(a), "cluster a's job processes to end after its stop")
     finally:
         a.stop()
+
+
+def test_a_cluster_under_a_deep_directory_runs_its_jobs(tmp_path: Path) -> None:
+    """slurmd makes a Unix socket per job step in its spool directory, and a socket's path holds at most
+    107 bytes: under a deep root (pytest -n adds a directory level) every job failed to launch."""
+    root = tmp_path / ("deep-" * 12) / "slurm"
+    cluster = start_slurm(root, nodes=2)
+    try:
+        assert len(str(root / "spool" / "n1" / "n1_1.4294967291")) > 107  # the case in question
+        done = subprocess.run(
+            ["sbatch", "--parsable", "--wait", "-N", "2", "-o", str(root / "out.txt"), "--wrap", "srun hostname"],
+            env=cluster.env(), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert len((root / "out.txt").read_text().split()) == 2  # one line per node
+    finally:
+        cluster.stop()
+    assert not cluster.sockets.exists()
