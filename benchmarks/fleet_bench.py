@@ -38,6 +38,7 @@ import builtins
 import json
 import math
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -72,12 +73,15 @@ from dispatch.supervise import Supervisor
 ROOT = Path(__file__).resolve().parents[1]
 POLICY = Policy({Cause.EXIT_CODE: Rule(Action.REQUEUE, max=1, backoff=0.0)})
 NAME = "memory"
+API_LATENCY = 0.0
+"""Default seconds the cluster process waits before each answer (see the module docstring)."""
 
 # --------------------------------------------------------------------------- the cluster process
 
 
-async def serve_cluster(port_file: str, jobs: int) -> None:
-    """Host one memory cluster; answer the backend protocols as JSON lines until killed."""
+async def serve_cluster(port_file: str, jobs: int, latency: float) -> None:
+    """Host one memory cluster; answer the backend protocols as JSON lines until killed, each call
+    after ``latency`` seconds (an API server's time to answer; calls of several clients overlap)."""
     backend = MemoryBackend(
         MemorySettings(
             nodes=min(100_000, 4 * jobs), start_delay=0.0, cessation_delay=0.0, watch_history=20 * jobs
@@ -101,6 +105,8 @@ async def serve_cluster(port_file: str, jobs: int) -> None:
             return await backend.ceased(Handle.from_json(req["handle"]))
         if op == "list":
             return [o.to_json() for o in await backend.list()]
+        if op == "cluster_id":
+            return backend.cluster_id
         raise errors.InvalidError(f"no operation {op!r}", path="op")
 
     async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -113,6 +119,8 @@ async def serve_cluster(port_file: str, jobs: int) -> None:
                         writer.write(json.dumps(body).encode() + b"\n")
                         await writer.drain()
                     return
+                if latency > 0:
+                    await asyncio.sleep(latency)
                 try:
                     answer: dict[str, Any] = {"ok": await call(req)}
                 except errors.DispatchError as exc:
@@ -140,10 +148,21 @@ class RemoteBackend:
         self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self._lock = asyncio.Lock()
         self._caps: Capabilities | None = None
+        self._cluster_id: str | None = None
 
     @property
     def name(self) -> str:
         return NAME
+
+    @property
+    def cluster_id(self) -> str:
+        assert self._cluster_id is not None, "connect() first"
+        return self._cluster_id
+
+    async def connect(self) -> RemoteBackend:
+        """Learn the cluster's identity (read once, as an adapter does when it opens)."""
+        self._cluster_id = str(await self._call("cluster_id"))
+        return self
 
     async def _call(self, op: str, **args: Any) -> Any:
         async with self._lock:
@@ -222,14 +241,12 @@ class RemoteBackend:
 # --------------------------------------------------------------------------- a supervisor process
 
 
-async def supervise(dsn: str, port: int, holder: str, capacity: int | None, lease: float) -> None:
-    """One supervisor until SIGTERM; then print what it counted as one JSON line."""
+async def supervise(dsn: str, port: int, holder: str, lease: float) -> None:
+    """One supervisor until SIGTERM; then print what it counted (and its CPU seconds) as one JSON line."""
     recorder = metrics.enable(daemon="supervisor")
     store = PostgresStore(dsn, max_size=4)
-    backend = RemoteBackend(port)
-    sup = Supervisor(
-        backend, store, policy=POLICY, holder=holder, lease=lease, poll=2.0, resync=60.0, capacity=capacity
-    )
+    backend = await RemoteBackend(port).connect()
+    sup = Supervisor(backend, store, policy=POLICY, holder=holder, lease=lease, poll=2.0, resync=60.0)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     steps = 0
@@ -249,7 +266,9 @@ async def supervise(dsn: str, port: int, holder: str, capacity: int | None, leas
         for line in text.splitlines()
         if line.startswith("dispatch_leases_taken_over_total ")
     )
-    print(json.dumps({"holder": holder, "steps": steps, "takeovers": takeovers}), flush=True)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime
+    print(json.dumps({"holder": holder, "steps": steps, "takeovers": takeovers, "cpu": cpu}), flush=True)
 
 
 # --------------------------------------------------------------------------- the driver
@@ -311,13 +330,15 @@ async def _requeue_latencies(store: PostgresStore, jobs: int) -> list[float]:
     return out
 
 
-async def fleet(pg: Any, n: int, jobs: int, run: float, lease: float, kill: bool) -> dict[str, Any]:
+async def fleet(
+    pg: Any, n: int, jobs: int, run: float, lease: float, kill: bool, latency: float
+) -> dict[str, Any]:
     db = f"fleet_{n}{'_kill' if kill else ''}"
     pg.admin(f"CREATE DATABASE {db} OWNER dispatch")
     dsn = pg.dsn(db)
     port_file = Path(tempfile.gettempdir()) / f"dispatch-fleet-cluster-{os.getpid()}.port"
     port_file.unlink(missing_ok=True)
-    cluster = _spawn("cluster", "--port-file", str(port_file), "--jobs", str(jobs))
+    cluster = _spawn("cluster", "--port-file", str(port_file), "--jobs", str(jobs), "--latency", str(latency))
     sups: list[subprocess.Popen[str]] = []
     try:
         while not port_file.exists() or not port_file.read_text():  # noqa: ASYNC110 - another process writes it
@@ -326,11 +347,10 @@ async def fleet(pg: Any, n: int, jobs: int, run: float, lease: float, kill: bool
         store = PostgresStore(dsn, max_size=8)
         await _write_pending(store, jobs, run)
         before = await _transitions(dsn)
-        capacity = math.ceil(jobs / n) if n > 1 else None
         start = time.perf_counter()
         for k in range(n):
             args = ["supervise", "--dsn", dsn, "--port", str(port), "--holder", f"sup-{k}"]
-            args += ["--lease", str(lease)] + (["--capacity", str(capacity)] if capacity else [])
+            args += ["--lease", str(lease)]
             sups.append(_spawn(*args))
         killed_at = None
         done = 0
@@ -373,6 +393,7 @@ async def fleet(pg: Any, n: int, jobs: int, run: float, lease: float, kill: bool
         "requeue_p50_ms": statistics.median(lat) * 1e3 if lat else math.nan,
         "requeue_p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3 if lat else math.nan,
         "takeovers": sum(r["takeovers"] for r in reports),
+        "cpu": [round(r["cpu"], 1) for r in reports],
         "killed_at_s": killed_at,
     }
 
@@ -385,7 +406,8 @@ def _row(r: dict[str, Any]) -> str:
     return (
         f"  {what:<34} {r['succeeded']:>6}/{r['jobs']} succeeded in {r['seconds']:6.1f} s: "
         f"{r['events_per_s']:7.1f} events/s ({r['events']} transitions); requeue p50 "
-        f"{r['requeue_p50_ms']:8.1f} ms p99 {r['requeue_p99_ms']:8.1f} ms; lease takeovers {r['takeovers']:.0f}"
+        f"{r['requeue_p50_ms']:8.1f} ms p99 {r['requeue_p99_ms']:8.1f} ms; lease takeovers {r['takeovers']:.0f}; "
+        f"supervisor CPU s {r['cpu']} (of {r['seconds'] * len(r['cpu']):.0f} s wall x processes)"
     )
 
 
@@ -397,6 +419,12 @@ async def main() -> None:
     )
     parser.add_argument("--run", type=float, default=20.0, help="seconds each incarnation runs (mean)")
     parser.add_argument("--lease", type=float, default=10.0)
+    parser.add_argument(
+        "--api-latency",
+        type=float,
+        default=API_LATENCY,
+        help="seconds the cluster process takes to answer each call (an API server's latency)",
+    )
     parser.add_argument("--no-kill", action="store_true", help="skip the run that kills one of three")
     parser.add_argument("--single", type=int, nargs="*", default=[100_000], help="jobs for one supervisor")
     parser.add_argument("--events", type=int, default=200)
@@ -414,7 +442,9 @@ async def main() -> None:
             print(f"fleet over one PostgreSQL ({args.jobs} jobs, each placed, failed, requeued, succeeded):")
             rows = []
             for n in args.fleet:
-                rows.append(await fleet(pg, n, args.jobs, args.run, args.lease, kill=False))
+                rows.append(
+                    await fleet(pg, n, args.jobs, args.run, args.lease, kill=False, latency=args.api_latency)
+                )
                 print(_row(rows[-1]), flush=True)
             by = {r["supervisors"]: r for r in rows}
             if 1 in by and 3 in by:
@@ -422,7 +452,7 @@ async def main() -> None:
                     f"  ratio of 3 to 1 supervisors (events/s): {by[3]['events_per_s'] / by[1]['events_per_s']:.2f}"
                 )
             if not args.no_kill:
-                r = await fleet(pg, 3, args.jobs, args.run, args.lease, kill=True)
+                r = await fleet(pg, 3, args.jobs, args.run, args.lease, kill=True, latency=args.api_latency)
                 print(_row(r))
                 print(f"  jobs lost: {r['jobs'] - r['succeeded']}")
         finally:
@@ -445,13 +475,13 @@ def _cli() -> None:
         p.add_argument("--dsn")
         p.add_argument("--port", type=int)
         p.add_argument("--holder")
-        p.add_argument("--capacity", type=int)
         p.add_argument("--lease", type=float, default=10.0)
+        p.add_argument("--latency", type=float, default=0.0)
         a = p.parse_args()
         if a.role == "cluster":
-            asyncio.run(serve_cluster(a.port_file, a.jobs))
+            asyncio.run(serve_cluster(a.port_file, a.jobs, a.latency))
         else:
-            asyncio.run(supervise(a.dsn, a.port, a.holder, a.capacity, a.lease))
+            asyncio.run(supervise(a.dsn, a.port, a.holder, a.lease))
         return
     asyncio.run(main())
 
