@@ -73,7 +73,7 @@ from dispatch.supervise import Supervisor
 ROOT = Path(__file__).resolve().parents[1]
 POLICY = Policy({Cause.EXIT_CODE: Rule(Action.REQUEUE, max=1, backoff=0.0)})
 NAME = "memory"
-API_LATENCY = 0.0
+API_LATENCY = 0.005
 """Default seconds the cluster process waits before each answer (see the module docstring)."""
 
 # --------------------------------------------------------------------------- the cluster process
@@ -274,6 +274,20 @@ async def supervise(dsn: str, port: int, holder: str, lease: float) -> None:
 # --------------------------------------------------------------------------- the driver
 
 
+def _machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far (every core, every process: /proc/stat)."""
+    fields = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields) - idle) / tick, sum(fields) / tick
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a live process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (float(fields[11]) + float(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _spawn(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), *args],
@@ -348,6 +362,7 @@ async def fleet(
         await _write_pending(store, jobs, run)
         before = await _transitions(dsn)
         start = time.perf_counter()
+        busy0, total0 = _machine_cpu()
         for k in range(n):
             args = ["supervise", "--dsn", dsn, "--port", str(port), "--holder", f"sup-{k}"]
             args += ["--lease", str(lease)]
@@ -367,6 +382,8 @@ async def fleet(
                 print("  every supervisor exited: see their errors above", flush=True)
                 break
         took = time.perf_counter() - start
+        busy1, total1 = _machine_cpu()
+        cluster_cpu = _process_cpu(cluster.pid)
         events = await _transitions(dsn) - before
         reports = []
         for p in sups:
@@ -394,6 +411,9 @@ async def fleet(
         "requeue_p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3 if lat else math.nan,
         "takeovers": sum(r["takeovers"] for r in reports),
         "cpu": [round(r["cpu"], 1) for r in reports],
+        "cluster_cpu": cluster_cpu,
+        "machine_busy": (busy1 - busy0) / (total1 - total0),
+        "cores": os.cpu_count() or 1,
         "killed_at_s": killed_at,
     }
 
@@ -407,7 +427,8 @@ def _row(r: dict[str, Any]) -> str:
         f"  {what:<34} {r['succeeded']:>6}/{r['jobs']} succeeded in {r['seconds']:6.1f} s: "
         f"{r['events_per_s']:7.1f} events/s ({r['events']} transitions); requeue p50 "
         f"{r['requeue_p50_ms']:8.1f} ms p99 {r['requeue_p99_ms']:8.1f} ms; lease takeovers {r['takeovers']:.0f}; "
-        f"supervisor CPU s {r['cpu']} (of {r['seconds'] * len(r['cpu']):.0f} s wall x processes)"
+        f"supervisor CPU s {r['cpu']}, cluster process {r['cluster_cpu']:.1f} s; machine "
+        f"{100 * r['machine_busy']:.0f} % busy of {r['cores']} cores (every process on it)"
     )
 
 
@@ -417,7 +438,7 @@ async def main() -> None:
     parser.add_argument(
         "--fleet", type=int, nargs="*", default=[1, 2, 3], help="supervisor counts; none: skip"
     )
-    parser.add_argument("--run", type=float, default=20.0, help="seconds each incarnation runs (mean)")
+    parser.add_argument("--run", type=float, default=2.0, help="seconds each incarnation runs (mean)")
     parser.add_argument("--lease", type=float, default=10.0)
     parser.add_argument(
         "--api-latency",
@@ -480,6 +501,15 @@ def _cli() -> None:
         a = p.parse_args()
         if a.role == "cluster":
             asyncio.run(serve_cluster(a.port_file, a.jobs, a.latency))
+        elif os.environ.get("FLEET_BENCH_PROFILE"):  # where a supervisor's CPU goes: a cProfile dump
+            import cProfile
+
+            cProfile.runctx(
+                "asyncio.run(supervise(a.dsn, a.port, a.holder, a.lease))",
+                globals(),
+                {"a": a},
+                f"{os.environ['FLEET_BENCH_PROFILE']}.{a.holder}",
+            )
         else:
             asyncio.run(supervise(a.dsn, a.port, a.holder, a.lease))
         return

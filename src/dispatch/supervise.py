@@ -554,7 +554,9 @@ class Supervisor:
     async def _update(
         self, jid: str, change: Callable[[JobRecord], decide.Step | None], *, current: JobRecord | None = None
     ) -> JobRecord:
-        """The one compare-and-swap loop (:meth:`RecordWriter.update`), only while we hold the lease."""
+        """The one compare-and-swap loop (:meth:`RecordWriter.update`), only while we hold the lease.
+        ``current``: the record as last read or written here, to start from without reading it again
+        (a stale one costs a compare-and-swap retry, never a wrong write)."""
         try:
             return await self._writer.update(jid, change, current=current)
         except LeaseLostError:
@@ -832,7 +834,7 @@ class Supervisor:
         action = plan.action
         if action is PlanAction.REQUEUE:
             after = await self._update(
-                jid, lambda r: decide.requeued(r, plan, now=now) if _same(rec, r) else None
+                jid, lambda r: decide.requeued(r, plan, now=now) if _same(rec, r) else None, current=rec
             )
             if after.revision != rec.revision:
                 why = f"job {jid} epoch {rec.epoch}: requeued as epoch {after.epoch}: {plan.reason}"
@@ -840,7 +842,7 @@ class Supervisor:
             return after
         if action in (PlanAction.FAIL, PlanAction.HOLD):
             after = await self._update(
-                jid, lambda r: decide.gave_up(r, plan, now=now) if _same(rec, r) else None
+                jid, lambda r: decide.gave_up(r, plan, now=now) if _same(rec, r) else None, current=rec
             )
             if after.revision != rec.revision:
                 reason = "GaveUp" if action is PlanAction.FAIL else "HeldByPolicy"
@@ -910,7 +912,7 @@ class Supervisor:
                 return None  # pods linger: check again at a later step, never block the loop
         now = self.clock.now()
         self._stopped.pop(prev.ref, None)
-        return await self._update(rec.job_id, lambda r: decide.ceased(r, prev, now=now))
+        return await self._update(rec.job_id, lambda r: decide.ceased(r, prev, now=now), current=rec)
 
     async def _cancel(self, rec: JobRecord, report: StepReport) -> JobRecord | None:
         handle = decide.current_handle(rec)
