@@ -13,19 +13,29 @@ JSON lines over loopback TCP, like an API server; each supervisor process talks 
 pure for the memory adapter). Every supervisor receives every change on its watch, as on Kubernetes.
 
 **The work.** ``--jobs`` records are written pending, each with a scripted cause: its first incarnation
-runs ``--run`` seconds (spread ±50 %) and exits 3, which the policy requeues (rule exit_code, max 1,
-no backoff); the second runs as long and exits 0. So each job is placed, fails, is requeued, its old
-incarnation confirmed gone, placed again and succeeds — all by the supervisors. Then the supervisors
-start (``--lease`` 10 s, poll 2 s, each capped at ``ceil(jobs / N)`` records so they split the work:
-leases are first come, first served, and one supervisor alone would lease every record).
+runs ``--run`` seconds (default 2, spread ±50 %: short, so that the supervisors, not the jobs, bound
+the wall time) and exits 3, which the policy requeues (rule exit_code, max 1, no backoff); the second
+runs as long and exits 0. So each job is placed, fails, is requeued, its old incarnation confirmed gone,
+placed again and succeeds — all by the supervisors. Then the supervisors start (``--lease`` 10 s, poll
+2 s, no cap: they form a fleet and split the jobs by a hash of the job id over the live members).
+
+**API latency.** The cluster process answers each call (start, observe, stop, ceased, list) after
+``--api-latency`` seconds, default 5 ms; calls of different supervisors overlap, as on a real API
+server, and watch events are not delayed. An in-process memory cluster answers in microseconds, where
+a Kubernetes API server takes milliseconds (a GET ~1–5 ms, a create or delete through etcd ~5–20 ms):
+without it, the figures would describe a cluster no supervisor meets. It applies alike to 1, 2 and 3
+supervisors; ``--api-latency 0`` measures without it.
 
 **Figures.** *events/s*: record transitions written by the supervisors (from the store's history) over
-the wall time from their start until every record succeeded. *requeue latency*: from the transition
+the wall time from their start until every record succeeded, or until ``--cap`` seconds (default 600)
+if that comes first: the row then shows fewer than all jobs succeeded, and the rate is over the cap. *requeue latency*: from the transition
 recording the failure to the one recording the new incarnation placed, p50/p99 over every job. *kill*:
 with 3 supervisors, one is SIGKILLed once a third of the jobs succeeded; its leases expire and the
 others take its records over (``dispatch_leases_taken_over_total``, summed); every job must still
 succeed. *single*: ``supervisor_bench``'s latency and memory measurements (in-process memory cluster
-and store, event → record p99, memory per job) at ``--single`` jobs.
+and store, event → record p99, memory per job) at ``--single`` jobs. *CPU*: each supervisor's CPU
+seconds (its own resource usage), the cluster process's, and how busy the whole machine was (every
+process on it: /proc/stat) — so a reader sees whether a ratio is bound by CPU.
 
 Not part of the test suite (speed is measured here, never asserted in tests).
 """
@@ -345,7 +355,7 @@ async def _requeue_latencies(store: PostgresStore, jobs: int) -> list[float]:
 
 
 async def fleet(
-    pg: Any, n: int, jobs: int, run: float, lease: float, kill: bool, latency: float
+    pg: Any, n: int, jobs: int, run: float, lease: float, kill: bool, latency: float, cap: float
 ) -> dict[str, Any]:
     db = f"fleet_{n}{'_kill' if kill else ''}"
     pg.admin(f"CREATE DATABASE {db} OWNER dispatch")
@@ -369,7 +379,7 @@ async def fleet(
             sups.append(_spawn(*args))
         killed_at = None
         done = 0
-        deadline = start + max(600.0, 60 * run)
+        deadline = start + cap
         while time.perf_counter() < deadline:
             await asyncio.sleep(1.0)
             done = await _succeeded(dsn)
@@ -441,6 +451,12 @@ async def main() -> None:
     parser.add_argument("--run", type=float, default=2.0, help="seconds each incarnation runs (mean)")
     parser.add_argument("--lease", type=float, default=10.0)
     parser.add_argument(
+        "--cap",
+        type=float,
+        default=600.0,
+        help="seconds a configuration runs at most (its rate is still measured)",
+    )
+    parser.add_argument(
         "--api-latency",
         type=float,
         default=API_LATENCY,
@@ -464,7 +480,16 @@ async def main() -> None:
             rows = []
             for n in args.fleet:
                 rows.append(
-                    await fleet(pg, n, args.jobs, args.run, args.lease, kill=False, latency=args.api_latency)
+                    await fleet(
+                        pg,
+                        n,
+                        args.jobs,
+                        args.run,
+                        args.lease,
+                        kill=False,
+                        latency=args.api_latency,
+                        cap=args.cap,
+                    )
                 )
                 print(_row(rows[-1]), flush=True)
             by = {r["supervisors"]: r for r in rows}
@@ -473,7 +498,9 @@ async def main() -> None:
                     f"  ratio of 3 to 1 supervisors (events/s): {by[3]['events_per_s'] / by[1]['events_per_s']:.2f}"
                 )
             if not args.no_kill:
-                r = await fleet(pg, 3, args.jobs, args.run, args.lease, kill=True, latency=args.api_latency)
+                r = await fleet(
+                    pg, 3, args.jobs, args.run, args.lease, kill=True, latency=args.api_latency, cap=args.cap
+                )
                 print(_row(r))
                 print(f"  jobs lost: {r['jobs'] - r['succeeded']}")
         finally:
