@@ -84,7 +84,7 @@ async def latency(jobs: int, events: int, spacing: float) -> None:
 async def _scan_time(cluster: Cluster) -> float:
     """How long one step takes when it scans every record (every ``poll`` seconds; leases are live)."""
     sup = cluster.supervisor(poll=0.0)  # every step scans
-    jobs = len(await cluster.store.list())
+    jobs = len(await cluster.store.list(states=[s for s in State if s is not State.SUCCEEDED]))
     while len(sup.leased) < jobs:  # lease every record (released when the measured supervisor stopped),
         await sup.step()  # a page of claimable ones per scan
     start = time.perf_counter()

@@ -725,7 +725,7 @@ class Supervisor:
         assert isinstance(store, Leasing)
         group = f"{self.backend.name}/{self.backend.cluster_id}"
         now = self.clock.now()
-        self._next_keepalive = now + min(self.poll, self.lease / 4)
+        self._next_keepalive = now + self.lease / 4  # not every poll: a poll of 0 would renew per record
         try:
             members = await store.heartbeat(group, self.holder, self.lease)
             self._members = tuple(sorted({*members, self.holder}))

@@ -32,7 +32,7 @@ FIXED = {
 FAULT_KINDS = {  # each injected fault kind: a seed whose trace shows it hit, and that passes
     "store unavailable": (0, r"store fault: \w+ unavailable"),
     "store slow": (3, r"store fault: \w+ takes"),
-    "store unknown on commit": (0, r"store fault: \w+ committed, its answer lost"),
+    "store unknown on commit": (7, r"store fault: \w+ committed, its answer lost"),
     "SQLite store": (4, r"store: sqlite"),
     "corrupt row reported": (4, r"skipped corrupt-0: unreadable record"),
     "clock skew": (0, r"clock off by"),
@@ -45,7 +45,7 @@ FAULT_KINDS = {  # each injected fault kind: a seed whose trace shows it hit, an
     "out-of-order watch event": (0, r"watch event of .* late"),
     "hold and release": (8, r"user: release job-\d+\n"),
     "resubmit": (8, r"user: resubmit job-\d+\n"),
-    "purge": (4, r"user: purged job-"),
+    "purge": (18, r"user: purged job-"),
     "forget": (1, r"user: forget orphan-0\n"),
 }
 
