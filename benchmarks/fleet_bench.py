@@ -13,19 +13,29 @@ JSON lines over loopback TCP, like an API server; each supervisor process talks 
 pure for the memory adapter). Every supervisor receives every change on its watch, as on Kubernetes.
 
 **The work.** ``--jobs`` records are written pending, each with a scripted cause: its first incarnation
-runs ``--run`` seconds (spread ±50 %) and exits 3, which the policy requeues (rule exit_code, max 1,
-no backoff); the second runs as long and exits 0. So each job is placed, fails, is requeued, its old
-incarnation confirmed gone, placed again and succeeds — all by the supervisors. Then the supervisors
-start (``--lease`` 10 s, poll 2 s, each capped at ``ceil(jobs / N)`` records so they split the work:
-leases are first come, first served, and one supervisor alone would lease every record).
+runs ``--run`` seconds (default 2, spread ±50 %: short, so that the supervisors, not the jobs, bound
+the wall time) and exits 3, which the policy requeues (rule exit_code, max 1, no backoff); the second
+runs as long and exits 0. So each job is placed, fails, is requeued, its old incarnation confirmed gone,
+placed again and succeeds — all by the supervisors. Then the supervisors start (``--lease`` 10 s, poll
+2 s, no cap: they form a fleet and split the jobs by a hash of the job id over the live members).
+
+**API latency.** The cluster process answers each call (start, observe, stop, ceased, list) after
+``--api-latency`` seconds, default 5 ms; calls of different supervisors overlap, as on a real API
+server, and watch events are not delayed. An in-process memory cluster answers in microseconds, where
+a Kubernetes API server takes milliseconds (a GET ~1–5 ms, a create or delete through etcd ~5–20 ms):
+without it, the figures would describe a cluster no supervisor meets. It applies alike to 1, 2 and 3
+supervisors; ``--api-latency 0`` measures without it.
 
 **Figures.** *events/s*: record transitions written by the supervisors (from the store's history) over
-the wall time from their start until every record succeeded. *requeue latency*: from the transition
+the wall time from their start until every record succeeded, or until ``--cap`` seconds (default 600)
+if that comes first: the row then shows fewer than all jobs succeeded, and the rate is over the cap. *requeue latency*: from the transition
 recording the failure to the one recording the new incarnation placed, p50/p99 over every job. *kill*:
 with 3 supervisors, one is SIGKILLed once a third of the jobs succeeded; its leases expire and the
 others take its records over (``dispatch_leases_taken_over_total``, summed); every job must still
 succeed. *single*: ``supervisor_bench``'s latency and memory measurements (in-process memory cluster
-and store, event → record p99, memory per job) at ``--single`` jobs.
+and store, event → record p99, memory per job) at ``--single`` jobs. *CPU*: each supervisor's CPU
+seconds (its own resource usage), the cluster process's, and how busy the whole machine was (every
+process on it: /proc/stat) — so a reader sees whether a ratio is bound by CPU.
 
 Not part of the test suite (speed is measured here, never asserted in tests).
 """
@@ -38,6 +48,7 @@ import builtins
 import json
 import math
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -72,12 +83,15 @@ from dispatch.supervise import Supervisor
 ROOT = Path(__file__).resolve().parents[1]
 POLICY = Policy({Cause.EXIT_CODE: Rule(Action.REQUEUE, max=1, backoff=0.0)})
 NAME = "memory"
+API_LATENCY = 0.005
+"""Default seconds the cluster process waits before each answer (see the module docstring)."""
 
 # --------------------------------------------------------------------------- the cluster process
 
 
-async def serve_cluster(port_file: str, jobs: int) -> None:
-    """Host one memory cluster; answer the backend protocols as JSON lines until killed."""
+async def serve_cluster(port_file: str, jobs: int, latency: float) -> None:
+    """Host one memory cluster; answer the backend protocols as JSON lines until killed, each call
+    after ``latency`` seconds (an API server's time to answer; calls of several clients overlap)."""
     backend = MemoryBackend(
         MemorySettings(
             nodes=min(100_000, 4 * jobs), start_delay=0.0, cessation_delay=0.0, watch_history=20 * jobs
@@ -101,6 +115,8 @@ async def serve_cluster(port_file: str, jobs: int) -> None:
             return await backend.ceased(Handle.from_json(req["handle"]))
         if op == "list":
             return [o.to_json() for o in await backend.list()]
+        if op == "cluster_id":
+            return backend.cluster_id
         raise errors.InvalidError(f"no operation {op!r}", path="op")
 
     async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -113,6 +129,8 @@ async def serve_cluster(port_file: str, jobs: int) -> None:
                         writer.write(json.dumps(body).encode() + b"\n")
                         await writer.drain()
                     return
+                if latency > 0:
+                    await asyncio.sleep(latency)
                 try:
                     answer: dict[str, Any] = {"ok": await call(req)}
                 except errors.DispatchError as exc:
@@ -140,10 +158,21 @@ class RemoteBackend:
         self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self._lock = asyncio.Lock()
         self._caps: Capabilities | None = None
+        self._cluster_id: str | None = None
 
     @property
     def name(self) -> str:
         return NAME
+
+    @property
+    def cluster_id(self) -> str:
+        assert self._cluster_id is not None, "connect() first"
+        return self._cluster_id
+
+    async def connect(self) -> RemoteBackend:
+        """Learn the cluster's identity (read once, as an adapter does when it opens)."""
+        self._cluster_id = str(await self._call("cluster_id"))
+        return self
 
     async def _call(self, op: str, **args: Any) -> Any:
         async with self._lock:
@@ -222,14 +251,12 @@ class RemoteBackend:
 # --------------------------------------------------------------------------- a supervisor process
 
 
-async def supervise(dsn: str, port: int, holder: str, capacity: int | None, lease: float) -> None:
-    """One supervisor until SIGTERM; then print what it counted as one JSON line."""
+async def supervise(dsn: str, port: int, holder: str, lease: float) -> None:
+    """One supervisor until SIGTERM; then print what it counted (and its CPU seconds) as one JSON line."""
     recorder = metrics.enable(daemon="supervisor")
     store = PostgresStore(dsn, max_size=4)
-    backend = RemoteBackend(port)
-    sup = Supervisor(
-        backend, store, policy=POLICY, holder=holder, lease=lease, poll=2.0, resync=60.0, capacity=capacity
-    )
+    backend = await RemoteBackend(port).connect()
+    sup = Supervisor(backend, store, policy=POLICY, holder=holder, lease=lease, poll=2.0, resync=60.0)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     steps = 0
@@ -249,10 +276,26 @@ async def supervise(dsn: str, port: int, holder: str, capacity: int | None, leas
         for line in text.splitlines()
         if line.startswith("dispatch_leases_taken_over_total ")
     )
-    print(json.dumps({"holder": holder, "steps": steps, "takeovers": takeovers}), flush=True)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime
+    print(json.dumps({"holder": holder, "steps": steps, "takeovers": takeovers, "cpu": cpu}), flush=True)
 
 
 # --------------------------------------------------------------------------- the driver
+
+
+def _machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far (every core, every process: /proc/stat)."""
+    fields = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields) - idle) / tick, sum(fields) / tick
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a live process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (float(fields[11]) + float(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _spawn(*args: str) -> subprocess.Popen[str]:
@@ -311,13 +354,15 @@ async def _requeue_latencies(store: PostgresStore, jobs: int) -> list[float]:
     return out
 
 
-async def fleet(pg: Any, n: int, jobs: int, run: float, lease: float, kill: bool) -> dict[str, Any]:
+async def fleet(
+    pg: Any, n: int, jobs: int, run: float, lease: float, kill: bool, latency: float, cap: float
+) -> dict[str, Any]:
     db = f"fleet_{n}{'_kill' if kill else ''}"
     pg.admin(f"CREATE DATABASE {db} OWNER dispatch")
     dsn = pg.dsn(db)
     port_file = Path(tempfile.gettempdir()) / f"dispatch-fleet-cluster-{os.getpid()}.port"
     port_file.unlink(missing_ok=True)
-    cluster = _spawn("cluster", "--port-file", str(port_file), "--jobs", str(jobs))
+    cluster = _spawn("cluster", "--port-file", str(port_file), "--jobs", str(jobs), "--latency", str(latency))
     sups: list[subprocess.Popen[str]] = []
     try:
         while not port_file.exists() or not port_file.read_text():  # noqa: ASYNC110 - another process writes it
@@ -326,15 +371,15 @@ async def fleet(pg: Any, n: int, jobs: int, run: float, lease: float, kill: bool
         store = PostgresStore(dsn, max_size=8)
         await _write_pending(store, jobs, run)
         before = await _transitions(dsn)
-        capacity = math.ceil(jobs / n) if n > 1 else None
         start = time.perf_counter()
+        busy0, total0 = _machine_cpu()
         for k in range(n):
             args = ["supervise", "--dsn", dsn, "--port", str(port), "--holder", f"sup-{k}"]
-            args += ["--lease", str(lease)] + (["--capacity", str(capacity)] if capacity else [])
+            args += ["--lease", str(lease)]
             sups.append(_spawn(*args))
         killed_at = None
         done = 0
-        deadline = start + max(600.0, 60 * run)
+        deadline = start + cap
         while time.perf_counter() < deadline:
             await asyncio.sleep(1.0)
             done = await _succeeded(dsn)
@@ -347,6 +392,8 @@ async def fleet(pg: Any, n: int, jobs: int, run: float, lease: float, kill: bool
                 print("  every supervisor exited: see their errors above", flush=True)
                 break
         took = time.perf_counter() - start
+        busy1, total1 = _machine_cpu()
+        cluster_cpu = _process_cpu(cluster.pid)
         events = await _transitions(dsn) - before
         reports = []
         for p in sups:
@@ -373,6 +420,10 @@ async def fleet(pg: Any, n: int, jobs: int, run: float, lease: float, kill: bool
         "requeue_p50_ms": statistics.median(lat) * 1e3 if lat else math.nan,
         "requeue_p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3 if lat else math.nan,
         "takeovers": sum(r["takeovers"] for r in reports),
+        "cpu": [round(r["cpu"], 1) for r in reports],
+        "cluster_cpu": cluster_cpu,
+        "machine_busy": (busy1 - busy0) / (total1 - total0),
+        "cores": os.cpu_count() or 1,
         "killed_at_s": killed_at,
     }
 
@@ -385,7 +436,9 @@ def _row(r: dict[str, Any]) -> str:
     return (
         f"  {what:<34} {r['succeeded']:>6}/{r['jobs']} succeeded in {r['seconds']:6.1f} s: "
         f"{r['events_per_s']:7.1f} events/s ({r['events']} transitions); requeue p50 "
-        f"{r['requeue_p50_ms']:8.1f} ms p99 {r['requeue_p99_ms']:8.1f} ms; lease takeovers {r['takeovers']:.0f}"
+        f"{r['requeue_p50_ms']:8.1f} ms p99 {r['requeue_p99_ms']:8.1f} ms; lease takeovers {r['takeovers']:.0f}; "
+        f"supervisor CPU s {r['cpu']}, cluster process {r['cluster_cpu']:.1f} s; machine "
+        f"{100 * r['machine_busy']:.0f} % busy of {r['cores']} cores (every process on it)"
     )
 
 
@@ -395,8 +448,20 @@ async def main() -> None:
     parser.add_argument(
         "--fleet", type=int, nargs="*", default=[1, 2, 3], help="supervisor counts; none: skip"
     )
-    parser.add_argument("--run", type=float, default=20.0, help="seconds each incarnation runs (mean)")
+    parser.add_argument("--run", type=float, default=2.0, help="seconds each incarnation runs (mean)")
     parser.add_argument("--lease", type=float, default=10.0)
+    parser.add_argument(
+        "--cap",
+        type=float,
+        default=600.0,
+        help="seconds a configuration runs at most (its rate is still measured)",
+    )
+    parser.add_argument(
+        "--api-latency",
+        type=float,
+        default=API_LATENCY,
+        help="seconds the cluster process takes to answer each call (an API server's latency)",
+    )
     parser.add_argument("--no-kill", action="store_true", help="skip the run that kills one of three")
     parser.add_argument("--single", type=int, nargs="*", default=[100_000], help="jobs for one supervisor")
     parser.add_argument("--events", type=int, default=200)
@@ -414,7 +479,18 @@ async def main() -> None:
             print(f"fleet over one PostgreSQL ({args.jobs} jobs, each placed, failed, requeued, succeeded):")
             rows = []
             for n in args.fleet:
-                rows.append(await fleet(pg, n, args.jobs, args.run, args.lease, kill=False))
+                rows.append(
+                    await fleet(
+                        pg,
+                        n,
+                        args.jobs,
+                        args.run,
+                        args.lease,
+                        kill=False,
+                        latency=args.api_latency,
+                        cap=args.cap,
+                    )
+                )
                 print(_row(rows[-1]), flush=True)
             by = {r["supervisors"]: r for r in rows}
             if 1 in by and 3 in by:
@@ -422,7 +498,9 @@ async def main() -> None:
                     f"  ratio of 3 to 1 supervisors (events/s): {by[3]['events_per_s'] / by[1]['events_per_s']:.2f}"
                 )
             if not args.no_kill:
-                r = await fleet(pg, 3, args.jobs, args.run, args.lease, kill=True)
+                r = await fleet(
+                    pg, 3, args.jobs, args.run, args.lease, kill=True, latency=args.api_latency, cap=args.cap
+                )
                 print(_row(r))
                 print(f"  jobs lost: {r['jobs'] - r['succeeded']}")
         finally:
@@ -445,13 +523,22 @@ def _cli() -> None:
         p.add_argument("--dsn")
         p.add_argument("--port", type=int)
         p.add_argument("--holder")
-        p.add_argument("--capacity", type=int)
         p.add_argument("--lease", type=float, default=10.0)
+        p.add_argument("--latency", type=float, default=0.0)
         a = p.parse_args()
         if a.role == "cluster":
-            asyncio.run(serve_cluster(a.port_file, a.jobs))
+            asyncio.run(serve_cluster(a.port_file, a.jobs, a.latency))
+        elif os.environ.get("FLEET_BENCH_PROFILE"):  # where a supervisor's CPU goes: a cProfile dump
+            import cProfile
+
+            cProfile.runctx(
+                "asyncio.run(supervise(a.dsn, a.port, a.holder, a.lease))",
+                globals(),
+                {"a": a},
+                f"{os.environ['FLEET_BENCH_PROFILE']}.{a.holder}",
+            )
         else:
-            asyncio.run(supervise(a.dsn, a.port, a.holder, a.capacity, a.lease))
+            asyncio.run(supervise(a.dsn, a.port, a.holder, a.lease))
         return
     asyncio.run(main())
 

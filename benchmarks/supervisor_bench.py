@@ -84,7 +84,9 @@ async def latency(jobs: int, events: int, spacing: float) -> None:
 async def _scan_time(cluster: Cluster) -> float:
     """How long one step takes when it scans every record (every ``poll`` seconds; leases are live)."""
     sup = cluster.supervisor(poll=0.0)  # every step scans
-    await sup.step()  # leases every record (they were released when the measured supervisor stopped)
+    jobs = len(await cluster.store.list(states=[s for s in State if s is not State.SUCCEEDED]))
+    while len(sup.leased) < jobs:  # lease every record (released when the measured supervisor stopped),
+        await sup.step()  # a page of claimable ones per scan
     start = time.perf_counter()
     await sup.step()
     took = time.perf_counter() - start
@@ -97,8 +99,10 @@ async def memory(jobs: int) -> None:
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
-    sup = cluster.supervisor()
+    sup = cluster.supervisor(poll=0.0)  # every step scans: a page of claimable records each
     await sup.step()
+    while len(sup.leased) < jobs:
+        await sup.step()
     await sup.step()
     gc.collect()
     after = tracemalloc.take_snapshot()

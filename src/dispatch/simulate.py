@@ -66,7 +66,7 @@ from dispatch.model import (
     State,
     Transition,
 )
-from dispatch.records import Listing, MemoryStore, SqliteStore, Store
+from dispatch.records import Leasing, Listing, MemoryStore, SqliteStore, Store
 from dispatch.supervise import StepReport, Supervisor
 
 __all__ = [
@@ -250,6 +250,33 @@ class FaultyStore:
     async def release_lease(self, job_id: str, holder: str) -> JobRecord:
         out: JobRecord = await self._call(
             "release_lease", lambda: self.inner.release_lease(job_id, holder), write=True
+        )
+        return out
+
+    # Leasing (the fleet's queries): the supervisors of a simulation form a fleet, faults and all.
+
+    async def heartbeat(self, group: str, holder: str, ttl: float) -> builtins.list[str]:
+        assert isinstance(self.inner, Leasing)
+        inner = self.inner
+        out: builtins.list[str] = await self._call(
+            "heartbeat", lambda: inner.heartbeat(group, holder, ttl), write=True
+        )
+        return out
+
+    async def leasable(self, holder: str, *, states: Any, limit: int, after: str = "") -> Listing:
+        assert isinstance(self.inner, Leasing)
+        inner = self.inner
+        out: Listing = await self._call(
+            "leasable", lambda: inner.leasable(holder, states=states, limit=limit, after=after), write=False
+        )
+        return out
+
+    async def renew_leases(self, holder: str, ttl: float, job_ids: Any) -> builtins.list[JobRecord]:
+        assert isinstance(self.inner, Leasing)
+        inner = self.inner
+        ids = builtins.list(job_ids)
+        out: builtins.list[JobRecord] = await self._call(
+            "renew_leases", lambda: inner.renew_leases(holder, ttl, ids), write=True
         )
         return out
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import hashlib
 import logging
 import math
 import os
@@ -71,7 +72,7 @@ from dispatch.model import (
     State,
     Transition,
 )
-from dispatch.records import Store, Unreadable
+from dispatch.records import Leasing, Listing, Store, Unreadable
 from dispatch.tally import tally
 from dispatch.writer import LeaseLostError, RecordWriter
 
@@ -81,6 +82,12 @@ log = logging.getLogger("dispatch.supervise")
 
 MAX_ACTIONS = 8
 """Actions taken for one record in one step before moving on (a requeue is four or five)."""
+
+CLAIM_BATCH = 1000
+"""Claimable records a fleet member reads per scan (a page; the next scan reads the next one)."""
+
+CLAIMABLE = frozenset(State) - {State.SUCCEEDED, State.CANCELLED}
+"""States of a record that may still need a supervisor (a failed or lost one may be requeued)."""
 
 ADOPTED_COMMAND = ("dispatch-adopted",)
 """The command of a record adopted from a cluster object: its real spec is not known to dispatch."""
@@ -122,7 +129,17 @@ class Supervisor:
     between polls (and between checks of lingering compute), in seconds of ``clock``; ``resync`` how often
     the whole cluster is listed; ``jobs`` restricts it to some job ids (``dispatch run``), ``exclude``
     leaves some alone (records of a cluster that is gone: the CLI's stopped dev cluster); ``capacity``
-    caps how many records it leases at once (so several supervisors share the work).
+    caps how many records it leases at once.
+
+    **A fleet.** Over a store with :class:`~dispatch.records.Leasing` (all three dispatch stores), a
+    supervisor that looks after every job, without a ``capacity``, is a member of a fleet: at each scan it renews its membership
+    (a heartbeat in the store, for ``lease`` seconds), and it leases only the jobs whose id hashes to it
+    among the live members (rendezvous hashing), so N members split the work evenly and a member that
+    dies has its share spread over the others once its membership and leases expire. A scan reads the
+    records it leases plus a page of ``claim_batch`` claimable ones (not every record); its leases are
+    renewed in one call; a change on a record hashed to another member is left to that member without
+    reading the store. A record is still acted on only under our live lease, with compare-and-swap: the
+    hash decides who tries, the lease who may.
     """
 
     def __init__(
@@ -140,6 +157,7 @@ class Supervisor:
         jobs: Collection[str] | None = None,
         capacity: int | None = None,
         exclude: Collection[str] = (),
+        claim_batch: int = CLAIM_BATCH,
     ) -> None:
         if not isinstance(policy, Policy):
             raise InvalidError(f"expected a Policy, got {type(policy).__name__}", path="policy")
@@ -165,6 +183,8 @@ class Supervisor:
             isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1
         ):
             raise InvalidError(f"expected a positive integer, got {capacity!r}", path="capacity")
+        if isinstance(claim_batch, bool) or not isinstance(claim_batch, int) or claim_batch < 1:
+            raise InvalidError(f"expected a positive integer, got {claim_batch!r}", path="claim_batch")
         self.backend = backend
         self.store = store
         self.policy = policy
@@ -176,6 +196,10 @@ class Supervisor:
         self.jobs = frozenset(jobs) if jobs is not None else None
         self.exclude = frozenset(exclude)
         self.capacity = capacity
+        self.claim_batch = claim_batch
+        self._members: tuple[str, ...] = ()  # the fleet's live members at the last scan (fleet mode)
+        self._after = ""  # where the next page of claimable records starts
+        self._next_keepalive = -math.inf  # when a fleet member next renews its membership and leases
         self.cursor: str | None = None
         """The watch cursor: where the next drain resumes (``None``: relist)."""
         # job id -> our lease's expiry on our clock: the time we asked for it plus its duration, so a clock
@@ -221,7 +245,7 @@ class Supervisor:
         report = StepReport()
         self._listing = None
         now = self.clock.now()
-        touched: set[str] = set()
+        touched: dict[str, JobRecord] = {}  # job id -> its record as the last fold left it
         watching = await self._watching()
         if watching:
             if self._feed is not None:
@@ -233,8 +257,10 @@ class Supervisor:
             for change in changes:
                 jid = change.handle.identity.job_id
                 try:
-                    if await self._fold_change(jid, change.observation, confirmed=True, report=report):
-                        touched.add(jid)
+                    await self._keepalive()
+                    folded = await self._fold_change(jid, change.observation, confirmed=True, report=report)
+                    if folded is not None:
+                        touched[jid] = folded
                         metrics.current().observe(
                             "dispatch_event_record_lag_seconds",
                             max(0.0, self.clock.now() - change.observation.at),
@@ -249,7 +275,8 @@ class Supervisor:
             await self._scan(report, poll=not watching)
             touched.clear()  # the scan worked on every record
         for jid in sorted(touched):
-            await self._work(jid, report)
+            await self._keepalive()
+            await self._work(jid, report, rec=touched[jid])
         report.leased = len(self._leased)
         return report
 
@@ -381,11 +408,14 @@ class Supervisor:
             self._next_resync = self.clock.now()  # try again next step
             return
         try:
-            known = {r.job_id: r for r in await self.store.list()}
+            listed_records = await self.store.list()
         except DispatchError:
             metrics.current().inc("dispatch_store_errors_total")
             raise
         health.current().mark("store")
+        known = {r.job_id: r for r in listed_records}
+        if self._fleet():
+            self._gauges(listed_records, self.clock.now())
         listed = {(o.handle.identity.job_id, o.handle.identity.epoch.n) for o in listing}
         for rec in known.values():
             # An incarnation of ours missing from the listing may be gone: observe it before trusting
@@ -482,6 +512,8 @@ class Supervisor:
             return None
         if jid not in self._leased and self.capacity is not None and len(self._leased) >= self.capacity:
             return None
+        if jid not in self._leased and not self._assigned(jid):
+            return None  # another live member's share: it takes the lease
         try:
             got = await self.store.acquire_lease(jid, self.holder, self.lease)
         except (ConflictError, NotFoundError):
@@ -494,6 +526,16 @@ class Supervisor:
             self._fresh.add(jid)  # events may have been someone else's until now: observe before trusting
         self._leased[jid] = now + self.lease  # asked at ``now``: the store's lease ends no sooner
         return got
+
+    def _fleet(self) -> bool:
+        """Whether this supervisor is a member of a fleet (see the class docstring)."""
+        return isinstance(self.store, Leasing) and self.jobs is None and self.capacity is None
+
+    def _assigned(self, jid: str) -> bool:
+        """Whether ``jid`` hashes to this supervisor among the fleet's live members (always, alone)."""
+        if len(self._members) < 2:
+            return True
+        return _owner(jid, self._members) == self.holder
 
     def _forget(self, jid: str) -> None:
         self._leased.pop(jid, None)
@@ -509,10 +551,14 @@ class Supervisor:
                 pass
         self._forget(jid)
 
-    async def _update(self, jid: str, change: Callable[[JobRecord], decide.Step | None]) -> JobRecord:
-        """The one compare-and-swap loop (:meth:`RecordWriter.update`), only while we hold the lease."""
+    async def _update(
+        self, jid: str, change: Callable[[JobRecord], decide.Step | None], *, current: JobRecord | None = None
+    ) -> JobRecord:
+        """The one compare-and-swap loop (:meth:`RecordWriter.update`), only while we hold the lease.
+        ``current``: the record as last read or written here, to start from without reading it again
+        (a stale one costs a compare-and-swap retry, never a wrong write)."""
         try:
-            return await self._writer.update(jid, change)
+            return await self._writer.update(jid, change, current=current)
         except LeaseLostError:
             if jid in self._leased:
                 metrics.current().inc("dispatch_leases_lost_total")
@@ -549,33 +595,38 @@ class Supervisor:
 
     # ------------------------------------------------------------------ folding
 
-    async def _fold_change(self, jid: str, obs: Observation, *, confirmed: bool, report: StepReport) -> bool:
-        """Fold an observation into its record if the record is ours; True when it is."""
+    async def _fold_change(
+        self, jid: str, obs: Observation, *, confirmed: bool, report: StepReport
+    ) -> JobRecord | None:
+        """Fold an observation into its record if the record is ours; the record after it when it is."""
         if not self._mine(jid):
-            return False
+            return None
+        if jid not in self._leased and not self._assigned(jid):
+            return None  # another member's: it folds the change (or observes afresh when it takes over)
         try:
             rec = await self.store.get(jid)
         except NotFoundError:
             await self._unmatched(obs, report)
-            return False
+            return None
         except InvalidError as exc:  # an unreadable record: reported once, left alone
             self._report_unreadable(Unreadable(jid, exc.detail), report)
-            return False
+            return None
         if not self._writer.owns(rec):
-            return False
+            return None
         if rec.outcome.terminal and decide.final(rec, self.policy, self.clock.now()):
             if not obs.outcome.terminal and self._unwanted(rec, obs) and await self._own(rec) is not None:
                 await self._stop(obs.handle, report, why=f"{obs.handle.identity} ended for its record")
-            return False
+            return None
         got = await self._own(rec)
         if got is None:
-            return False
-        await self._fold(got, obs, confirmed=confirmed, report=report)
-        return True
+            return None
+        return await self._fold(got, obs, confirmed=confirmed, report=report, read=True)
 
     async def _fold(
-        self, rec: JobRecord, obs: Observation, *, confirmed: bool, report: StepReport
+        self, rec: JobRecord, obs: Observation, *, confirmed: bool, report: StepReport, read: bool = False
     ) -> JobRecord:
+        """Fold ``obs`` into ``rec``; ``read``: ``rec`` was just read from the store (the write then
+        starts from it rather than reading it again; a stale one only costs a compare-and-swap retry)."""
         jid = rec.job_id
         now = self.clock.now()
         # A deletion seen before the record's last write may be of an object since created again with
@@ -590,7 +641,9 @@ class Supervisor:
             confirmed = True
         try:
             new = await self._update(
-                jid, lambda r: _changed(r, fold(r, obs, now=now, lost_confirmed=confirmed))
+                jid,
+                lambda r: _changed(r, fold(r, obs, now=now, lost_confirmed=confirmed)),
+                current=rec if read else None,
             )
         except LeaseLostError:
             return rec
@@ -630,7 +683,7 @@ class Supervisor:
         """Lease every record that needs supervising and work on it (observing first when polling)."""
         recorder = metrics.current()
         try:
-            records = await self.store.list()
+            records = await (self._fleet_records() if self._fleet() else self.store.list())
         except DispatchError as exc:
             recorder.inc("dispatch_store_errors_total")
             report.errors.append(f"store: {exc}")
@@ -639,11 +692,8 @@ class Supervisor:
         for bad in records.unreadable:  # the others are worked on regardless
             self._report_unreadable(bad, report)
         now = self.clock.now()
-        if recorder.enabled:
-            gauges = tally(records, self._starting, now)
-            self._starting = gauges.starting_since
-            recorder.set_all("dispatch_jobs", "state", gauges.counts, every=(s.value for s in State))
-            recorder.set("dispatch_jobs_starting_oldest_seconds", gauges.oldest_starting)
+        if not self._fleet():  # a fleet member sets them from the full listing of each resync
+            self._gauges(records, now)
         for rec in records:
             if not self._ours(rec):
                 continue
@@ -651,7 +701,59 @@ class Supervisor:
                 if rec.job_id in self._leased or (rec.lease is not None and rec.lease.holder == self.holder):
                     await self._let_go(rec.job_id)
                 continue
+            if not self._assigned(rec.job_id):
+                if rec.job_id in self._leased:  # a member joined: its share is handed over between actions
+                    await self._let_go(rec.job_id)
+                continue
+            await self._keepalive()
             await self._work(rec.job_id, report, rec=rec, poll=poll)
+
+    def _gauges(self, records: builtins.list[JobRecord], now: float) -> None:
+        recorder = metrics.current()
+        if recorder.enabled:
+            gauges = tally(records, self._starting, now)
+            self._starting = gauges.starting_since
+            recorder.set_all("dispatch_jobs", "state", gauges.counts, every=(s.value for s in State))
+            recorder.set("dispatch_jobs_starting_oldest_seconds", gauges.oldest_starting)
+
+    async def _keepalive(self, *, due: bool = False) -> None:
+        """A fleet member renews its membership and the leases that are half gone: at each scan, and
+        between changes when a long step would otherwise let them lapse under load."""
+        if not self._fleet() or (not due and self.clock.now() < self._next_keepalive):
+            return
+        store = self.store
+        assert isinstance(store, Leasing)
+        group = f"{self.backend.name}/{self.backend.cluster_id}"
+        now = self.clock.now()
+        self._next_keepalive = now + self.lease / 4  # not every poll: a poll of 0 would renew per record
+        try:
+            members = await store.heartbeat(group, self.holder, self.lease)
+            self._members = tuple(sorted({*members, self.holder}))
+            due_ids = [jid for jid, until in self._leased.items() if until - now <= self.lease / 2]
+            if due_ids:
+                for rec in await store.renew_leases(self.holder, self.lease, due_ids):
+                    self._leased[rec.job_id] = now + self.lease  # asked at ``now``: it ends no sooner
+        except DispatchError as exc:
+            if due:  # the scan reports it
+                raise
+            metrics.current().inc("dispatch_store_errors_total")
+            log.info("fleet keepalive failed, tried again within a poll: %s", exc)
+
+    async def _fleet_records(self) -> Listing:
+        """A fleet member's scan: heartbeat, renew the leases due, then read what it leases and a page
+        of claimable records."""
+        store = self.store
+        assert isinstance(store, Leasing)
+        await self._keepalive(due=True)
+        records = await store.leasable(
+            self.holder, states=CLAIMABLE, limit=self.claim_batch, after=self._after
+        )
+        held = {r.job_id for r in records if r.lease is not None and r.lease.holder == self.holder}
+        for jid in [j for j in self._leased if j not in held]:  # taken over or purged meanwhile
+            self._forget(jid)
+        free = len(records) - len(held)
+        self._after = records[-1].job_id if free >= self.claim_batch else ""
+        return records
 
     def _report_unreadable(self, bad: Unreadable, report: StepReport) -> None:
         """Name an unreadable record once (not at every step); it is left alone."""
@@ -732,7 +834,7 @@ class Supervisor:
         action = plan.action
         if action is PlanAction.REQUEUE:
             after = await self._update(
-                jid, lambda r: decide.requeued(r, plan, now=now) if _same(rec, r) else None
+                jid, lambda r: decide.requeued(r, plan, now=now) if _same(rec, r) else None, current=rec
             )
             if after.revision != rec.revision:
                 why = f"job {jid} epoch {rec.epoch}: requeued as epoch {after.epoch}: {plan.reason}"
@@ -740,7 +842,7 @@ class Supervisor:
             return after
         if action in (PlanAction.FAIL, PlanAction.HOLD):
             after = await self._update(
-                jid, lambda r: decide.gave_up(r, plan, now=now) if _same(rec, r) else None
+                jid, lambda r: decide.gave_up(r, plan, now=now) if _same(rec, r) else None, current=rec
             )
             if after.revision != rec.revision:
                 reason = "GaveUp" if action is PlanAction.FAIL else "HeldByPolicy"
@@ -810,7 +912,7 @@ class Supervisor:
                 return None  # pods linger: check again at a later step, never block the loop
         now = self.clock.now()
         self._stopped.pop(prev.ref, None)
-        return await self._update(rec.job_id, lambda r: decide.ceased(r, prev, now=now))
+        return await self._update(rec.job_id, lambda r: decide.ceased(r, prev, now=now), current=rec)
 
     async def _cancel(self, rec: JobRecord, report: StepReport) -> JobRecord | None:
         handle = decide.current_handle(rec)
@@ -864,6 +966,12 @@ class Supervisor:
             # Cancelled (or resubmitted) while it was being placed: the new incarnation is not wanted.
             await self._stop(handle, report, why="placed after its record moved on")
         return after
+
+
+def _owner(job_id: str, members: tuple[str, ...]) -> str:
+    """The member a job belongs to: the highest hash of member and job id (rendezvous hashing), so a
+    member joining or leaving moves only its own share."""
+    return max(members, key=lambda m: hashlib.blake2b(f"{m}\x00{job_id}".encode(), digest_size=8).digest())
 
 
 def _cause_read(rec: JobRecord) -> str:

@@ -88,13 +88,16 @@ class RecordWriter:
             raise OtherClusterError(record.job_id, record.cluster)
         return record
 
-    async def update(self, job_id: str, change: Change, *, any_cluster: bool = False) -> JobRecord:
+    async def update(
+        self, job_id: str, change: Change, *, any_cluster: bool = False, current: JobRecord | None = None
+    ) -> JobRecord:
         """Read, check, change and compare-and-swap the record; retry on ``ConflictError`` a bounded
         number of times. Returns the record as written (or as read, when ``change`` had nothing).
         ``any_cluster``: the change asks no cluster anything (``forget``), so a record of any cluster
-        may take it."""
-        for _ in range(CAS_ATTEMPTS):
-            rec = await self.store.get(job_id)
+        may take it. ``current``: the record as the caller just read it, used instead of reading it
+        again for the first attempt (the compare-and-swap still refuses it if it moved since)."""
+        for attempt in range(CAS_ATTEMPTS):
+            rec = current if attempt == 0 and current is not None else await self.store.get(job_id)
             if not any_cluster:
                 self.check_owned(rec)
             now = self.clock.now()

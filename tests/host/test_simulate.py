@@ -32,11 +32,11 @@ FIXED = {
 FAULT_KINDS = {  # each injected fault kind: a seed whose trace shows it hit, and that passes
     "store unavailable": (0, r"store fault: \w+ unavailable"),
     "store slow": (3, r"store fault: \w+ takes"),
-    "store unknown on commit": (2, r"store fault: \w+ committed, its answer lost"),
+    "store unknown on commit": (7, r"store fault: \w+ committed, its answer lost"),
     "SQLite store": (4, r"store: sqlite"),
     "corrupt row reported": (4, r"skipped corrupt-0: unreadable record"),
     "clock skew": (0, r"clock off by"),
-    "clock jump": (0, r"clock jumps"),
+    "clock jump": (1, r"clock jumps"),
     "zombie woken past its lease": (8, r"WAKES"),
     "long absence, evidence gone": (5, r"every supervisor is gone for .*\n.*preempted, then gone"),
     "API latency": (0, r"fault: .* (answers after|takes) "),
@@ -44,8 +44,8 @@ FAULT_KINDS = {  # each injected fault kind: a seed whose trace shows it hit, an
     "duplicate watch event": (0, r"watch event of .* twice"),
     "out-of-order watch event": (0, r"watch event of .* late"),
     "hold and release": (8, r"user: release job-\d+\n"),
-    "resubmit": (4, r"user: resubmit job-\d+\n"),
-    "purge": (17, r"user: purged job-"),
+    "resubmit": (8, r"user: resubmit job-\d+\n"),
+    "purge": (18, r"user: purged job-"),
     "forget": (1, r"user: forget orphan-0\n"),
 }
 

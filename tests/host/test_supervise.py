@@ -187,6 +187,27 @@ async def test_two_supervisors_never_act_on_one_record_and_split_by_capacity(
     assert {r.state for r in await pcluster.store.list()} == {State.SUCCEEDED}
 
 
+async def test_a_fleet_splits_the_jobs_by_hash_and_takes_over_a_dead_members_share(
+    pcluster: Cluster, clock: ManualClock
+) -> None:
+    for i in range(30):
+        await pcluster.submit(spec(PREEMPT_ONCE if i % 2 else "sleep 20; exit 0"), job_id=f"job-{i}")
+    sups = [pcluster.supervisor(holder=h, lease=10.0, poll=1.0) for h in ("a", "b", "c")]
+    await drive(clock, *sups, seconds=3)  # the first scan of "a" alone may lease all; then they rebalance
+    shares = [s.leased for s in sups]
+    assert all(len(x) >= 3 for x in shares), shares  # no cap: the hash splits them
+    assert not (shares[0] & shares[1]) and not (shares[1] & shares[2]) and not (shares[0] & shares[2])
+    assert set().union(*shares) == {f"job-{i}" for i in range(30)}
+    for r in await pcluster.store.list():  # what each believes it holds is what the store says
+        assert r.lease is not None and r.job_id in sups["abc".index(r.lease.holder)].leased
+    alive = sups[1:]  # "a" dies without releasing anything: its share is taken over
+    await drive(clock, *alive, seconds=400)
+    assert {r.state for r in await pcluster.store.list()} == {State.SUCCEEDED}
+    for i in range(30):  # every incarnation placed exactly once, whoever placed it
+        started = [t.epoch for t in await pcluster.history(f"job-{i}") if t.what == "started"]
+        assert started == ([Epoch(1, 0), Epoch(2, 1)] if i % 2 else [Epoch(1, 0)])
+
+
 async def test_a_dead_supervisors_records_are_taken_over_once_its_leases_expire(
     pcluster: Cluster, clock: ManualClock
 ) -> None:

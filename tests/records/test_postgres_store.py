@@ -85,7 +85,7 @@ async def test_the_schema_is_versioned_and_a_newer_one_refused(pg_dsn: str) -> N
     store = PostgresStore(pg_dsn)
     await store.list()
     with raw(pg_dsn) as conn:
-        assert conn.execute("SELECT version FROM dispatch_schema").fetchall() == [(1,), (2,)]
+        assert conn.execute("SELECT version FROM dispatch_schema").fetchall() == [(1,), (2,), (3,)]
         conn.execute("INSERT INTO dispatch_schema (version) VALUES (7)")
     newer = PostgresStore(pg_dsn)
     with pytest.raises(InvalidError, match="newer dispatch") as info:

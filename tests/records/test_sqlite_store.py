@@ -39,7 +39,7 @@ async def test_the_file_is_a_marked_wal_database_with_a_schema_version(tmp_path:
     await store.list()
     with sqlite3.connect(path) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         assert raw.execute("PRAGMA application_id").fetchone()[0] == 0x44535043
         assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     raw.close()

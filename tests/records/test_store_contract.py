@@ -27,7 +27,7 @@ from dispatch import (
     Transition,
     UnavailableError,
 )
-from dispatch.records import ChangeNotifier, Changes, KeyValues, MemoryStore, SqliteStore
+from dispatch.records import ChangeNotifier, Changes, KeyValues, Leasing, MemoryStore, SqliteStore
 from dispatch.records.store import MAX_VALUE
 
 # ---- create / get / list ------------------------------------------------------------------------
@@ -615,8 +615,10 @@ async def test_a_version_1_sqlite_store_is_migrated_and_keeps_its_records(tmp_pa
     first = SqliteStore(path)
     await first.create(simple_record("a"), note("created"))
     await first.close()
-    with sqlite3.connect(path) as raw:  # make it a version-1 file: no kv table
+    with sqlite3.connect(path) as raw:  # make it a version-1 file: no kv table, no fleet members
         raw.execute("DROP TABLE kv")
+        raw.execute("DROP TABLE members")
+        raw.execute("DROP INDEX records_by_holder")
         raw.execute("PRAGMA user_version = 1")
     raw.close()
     again = SqliteStore(path)
@@ -625,7 +627,7 @@ async def test_a_version_1_sqlite_store_is_migrated_and_keeps_its_records(tmp_pa
     assert await again.get_value("k") == "v"
     await again.close()
     with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone() == (2,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (3,)
     raw.close()
 
 
@@ -645,3 +647,62 @@ async def test_every_spec_that_decodes_is_stored_whatever_its_depth(store: Store
     assert [r.job_id for r in await store.list()] == ["deep"]
     with pytest.raises(InvalidError, match="nested too deeply"):
         JobSpec.loads(text(MAX_DEPTH - 2))
+
+
+# ---- Leasing: what a fleet of supervisors asks of the store -----------------------------------------
+
+
+async def test_fleet_members_heartbeat_and_expire(store: Store, clock: ManualClock) -> None:
+    assert isinstance(store, Leasing)
+    assert await store.heartbeat("memory/c1", "sup-b", 10) == ["sup-b"]
+    assert await store.heartbeat("memory/c1", "sup-a", 10) == ["sup-a", "sup-b"]
+    assert await store.heartbeat("memory/c2", "sup-c", 10) == ["sup-c"]  # another cluster's fleet
+    clock.advance(6)
+    assert await store.heartbeat("memory/c1", "sup-a", 10) == ["sup-a", "sup-b"]
+    clock.advance(4)  # sup-b's membership ended exactly now; sup-a renewed its own
+    assert await store.heartbeat("memory/c1", "sup-a", 10) == ["sup-a"]
+    with pytest.raises(InvalidError, match="group"):
+        await store.heartbeat("", "sup-a", 10)
+    with pytest.raises(InvalidError, match="ttl"):
+        await store.heartbeat("memory/c1", "sup-a", -1)
+
+
+async def test_leasable_is_what_a_holder_leases_then_a_page_of_claimable_records(
+    store: Store, clock: ManualClock
+) -> None:
+    assert isinstance(store, Leasing)
+    for jid in ("a", "b", "c", "d", "e"):
+        await store.create(simple_record(jid), note("created"))
+    await store.create(simple_record("f", state=State.SUCCEEDED), note("created"))
+    await store.acquire_lease("d", "sup-a", 10)
+    await store.acquire_lease("b", "sup-b", 10)  # live: not claimable
+    await store.acquire_lease("c", "sup-b", 5)
+    clock.advance(5)  # c's lease lapsed: claimable
+    pending = {State.PENDING}
+
+    def ids(listing: list[JobRecord]) -> list[str]:
+        return [r.job_id for r in listing]
+
+    assert ids(await store.leasable("sup-a", states=pending, limit=2)) == ["d", "a", "c"]
+    assert ids(await store.leasable("sup-a", states=pending, limit=2, after="c")) == ["d", "e"]
+    assert ids(await store.leasable("sup-a", states={State.SUCCEEDED}, limit=9)) == ["d", "f"]
+    # A lapsed lease that still names sup-b is sup-b's to renew: listed among its own.
+    assert ids(await store.leasable("sup-b", states=pending, limit=9)) == ["b", "c", "a", "e"]
+    with pytest.raises(InvalidError, match="limit"):
+        await store.leasable("sup-a", states=pending, limit=0)
+
+
+async def test_renew_leases_renews_only_the_holders_own_in_one_call(store: Store, clock: ManualClock) -> None:
+    assert isinstance(store, Leasing)
+    for jid in ("a", "b", "c"):
+        await store.create(simple_record(jid), note("created"))
+    await store.acquire_lease("a", "sup-a", 10)
+    await store.acquire_lease("b", "sup-a", 10)
+    await store.acquire_lease("c", "sup-b", 10)
+    clock.advance(12)  # a and b lapsed, nobody took them: still sup-a's to renew
+    await store.acquire_lease("b", "sup-b", 10)  # ... but sup-b took b
+    renewed = await store.renew_leases("sup-a", 10, ["a", "b", "c", "missing"])
+    assert [(r.job_id, r.lease) for r in renewed] == [("a", Lease("sup-a", T0 + 22))]
+    assert await store.get("a") == renewed[0] and renewed[0].revision == 3
+    assert (await store.get("b")).lease == Lease("sup-b", T0 + 22)
+    assert (await store.get("c")).lease == Lease("sup-b", T0 + 10)

@@ -227,10 +227,10 @@ async def test_processes_opening_a_new_store_at_once_all_succeed(where: str) -> 
         import psycopg
 
         with psycopg.connect(where) as conn:
-            assert conn.execute("SELECT version FROM dispatch_schema").fetchall() == [(1,), (2,)]
+            assert conn.execute("SELECT version FROM dispatch_schema").fetchall() == [(1,), (2,), (3,)]
     else:
         raw = sqlite3.connect(where)
-        assert raw.execute("PRAGMA user_version").fetchone() == (2,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (3,)
         raw.close()
 
 

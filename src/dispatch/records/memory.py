@@ -28,7 +28,7 @@ from dispatch.records._common import (
     lease_after_acquire,
     lease_after_release,
 )
-from dispatch.records.store import Listing, check_key_value
+from dispatch.records.store import Listing, check_key_value, check_leasing
 
 __all__ = ["MemoryStore"]
 
@@ -49,6 +49,7 @@ class MemoryStore:
         self._records: dict[str, JobRecord] = {}  # insertion order is creation order: oldest first
         self._history: dict[str, builtins.list[Transition]] = {}
         self._values: dict[str, str] = {}
+        self._members: dict[tuple[str, str], float] = {}  # (group, holder) -> membership expiry
         self._closed = False
         self._subscribers: set[QueueChanges] = set()
 
@@ -193,6 +194,62 @@ class MemoryStore:
                 del self._history[job_id]
                 self._notify(job_id)
             return len(doomed)
+
+    async def heartbeat(self, group: str, holder: str, ttl: float) -> builtins.list[str]:
+        """Mark ``holder`` a live member of ``group`` for ``ttl`` seconds; the live members, sorted
+        (see :class:`~dispatch.records.store.Leasing`)."""
+        check_leasing(group, holder)
+        seconds = check_ttl(ttl)
+        with self._lock:
+            self._check_open()
+            now = self._clock.now()
+            self._members[(group, holder)] = now + seconds
+            for key in [k for k, until in self._members.items() if until <= now]:
+                del self._members[key]
+            return sorted(h for g, h in self._members if g == group)
+
+    async def leasable(self, holder: str, *, states: Iterable[State], limit: int, after: str = "") -> Listing:
+        """The records ``holder`` leases, then a page of at most ``limit`` claimable ones in ``states``
+        after ``after``, by job id (see :class:`~dispatch.records.store.Leasing`)."""
+        check_leasing("-", holder, limit)
+        wanted = check_states(states) or frozenset()
+        with self._lock:
+            self._check_open()
+            now = self._clock.now()
+            held = sorted(
+                (r for r in self._records.values() if r.lease is not None and r.lease.holder == holder),
+                key=lambda r: r.job_id,
+            )
+            free = sorted(
+                (
+                    r
+                    for r in self._records.values()
+                    if r.job_id > after
+                    and r.outcome.state in wanted
+                    and (r.lease is None or (r.lease.holder != holder and not r.lease.live(now)))
+                ),
+                key=lambda r: r.job_id,
+            )
+            return Listing([*held, *free[:limit]])
+
+    async def renew_leases(self, holder: str, ttl: float, job_ids: Iterable[str]) -> builtins.list[JobRecord]:
+        """Renew ``holder``'s leases on ``job_ids`` in one call; the records renewed."""
+        check_holder(holder)
+        seconds = check_ttl(ttl)
+        ids = [check_job_id(j) for j in job_ids]
+        out: builtins.list[JobRecord] = []
+        with self._lock:
+            self._check_open()
+            now = self._clock.now()
+            for job_id in ids:
+                current = self._records.get(job_id)
+                if current is None or current.lease is None or current.lease.holder != holder:
+                    continue
+                lease = lease_after_acquire(job_id, current.lease, holder, seconds, now)
+                out.append(
+                    self._put(current.replace(lease=lease, revision=current.revision + 1, updated_at=now))
+                )
+            return out
 
     async def get_value(self, key: str) -> str | None:
         """The value kept under ``key`` (see :class:`~dispatch.records.store.KeyValues`), or ``None``."""

@@ -72,13 +72,13 @@ from dispatch.records._common import (
     record_text,
 )
 from dispatch.records.postgres_url import check_dsn, redact_dsn
-from dispatch.records.store import Changes, Listing, check_key_value, read_rows
+from dispatch.records.store import Changes, Listing, check_key_value, check_leasing, read_rows
 
 __all__ = ["CHANNEL", "SCHEMA_VERSION", "PostgresStore", "redact_dsn"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema version this code writes; older databases are migrated on first use, newer ones refused."""
 
 CHANNEL = "dispatch_records"
@@ -143,7 +143,24 @@ _SCHEMA_V2 = (
     "CREATE TABLE dispatch_kv (key text PRIMARY KEY, value text NOT NULL)",
 )
 
-_MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1, 1: _SCHEMA_V2}
+_SCHEMA_V3 = (
+    # v3: a fleet of supervisors (Leasing): its members, and records found by lease holder and expiry.
+    """CREATE TABLE dispatch_members (
+        grp text NOT NULL,
+        holder text NOT NULL,
+        expires_at double precision NOT NULL,
+        PRIMARY KEY (grp, holder)
+    )""",
+    "CREATE INDEX dispatch_records_by_holder ON dispatch_records (lease_holder)",
+    "CREATE INDEX dispatch_records_by_lease ON dispatch_records (lease_expires_at)",
+)
+
+_REPLACE_ROW = """UPDATE dispatch_records SET state = %(state)s, terminal = %(terminal)s,
+       created_at = %(created_at)s, updated_at = %(updated_at)s, revision = %(revision)s,
+       lease_holder = %(lease_holder)s, lease_expires_at = %(lease_expires_at)s, body = %(body)s
+   WHERE job_id = %(job_id)s"""
+
+_MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1, 1: _SCHEMA_V2, 2: _SCHEMA_V3}
 """The migration hook: ``_MIGRATIONS[v]`` upgrades a database from schema ``v`` to ``v + 1``. All steps
 run in one transaction, under the advisory lock, with the row recording the new version."""
 
@@ -443,13 +460,7 @@ class PostgresStore:
         }
 
     async def _replace_row(self, conn: AsyncConnection[tuple[Any, ...]], record: JobRecord) -> None:
-        await conn.execute(
-            """UPDATE dispatch_records SET state = %(state)s, terminal = %(terminal)s,
-                   created_at = %(created_at)s, updated_at = %(updated_at)s, revision = %(revision)s,
-                   lease_holder = %(lease_holder)s, lease_expires_at = %(lease_expires_at)s, body = %(body)s
-               WHERE job_id = %(job_id)s""",
-            self._columns(record),
-        )
+        await conn.execute(_REPLACE_ROW, self._columns(record))
 
     # ---- the Store protocol ------------------------------------------------------------------------
 
@@ -624,6 +635,81 @@ class PostgresStore:
             for job_id in doomed:
                 self._decoded.pop(job_id, None)
             return len(doomed)
+
+        return await self._write(body)
+
+    async def heartbeat(self, group: str, holder: str, ttl: float) -> builtins.list[str]:
+        """Mark ``holder`` a live member of ``group`` for ``ttl`` seconds, by the database's clock; the
+        live members, sorted (see :class:`~dispatch.records.store.Leasing`)."""
+        check_leasing(group, holder)
+        seconds = check_ttl(ttl)
+
+        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> builtins.list[str]:
+            now = await self._time(conn)
+            await conn.execute(
+                """INSERT INTO dispatch_members (grp, holder, expires_at) VALUES (%s, %s, %s)
+                   ON CONFLICT (grp, holder) DO UPDATE SET expires_at = EXCLUDED.expires_at""",
+                (group, holder, now + seconds),
+            )
+            await conn.execute("DELETE FROM dispatch_members WHERE expires_at <= %s", (now,))
+            cur = await conn.execute(
+                "SELECT holder FROM dispatch_members WHERE grp = %s ORDER BY holder", (group,)
+            )
+            return [str(r[0]) for r in await cur.fetchall()]
+
+        return await self._write(body)
+
+    async def leasable(self, holder: str, *, states: Iterable[State], limit: int, after: str = "") -> Listing:
+        """The records ``holder`` leases, then a page of at most ``limit`` claimable ones in ``states``
+        after ``after``, by job id; expiry judged by the database's clock (see
+        :class:`~dispatch.records.store.Leasing`)."""
+        check_leasing("-", holder, limit)
+        wanted = sorted(s.value for s in check_states(states) or ())
+
+        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> Listing:
+            held = await conn.execute(
+                "SELECT job_id, body FROM dispatch_records WHERE lease_holder = %s ORDER BY job_id", (holder,)
+            )
+            rows = await held.fetchall()
+            free = await conn.execute(
+                f"""SELECT job_id, body FROM dispatch_records
+                    WHERE state = ANY(%(states)s) AND job_id > %(after)s
+                      AND lease_holder IS DISTINCT FROM %(holder)s
+                      AND (lease_holder IS NULL OR lease_expires_at <= {_NOW})
+                    ORDER BY job_id LIMIT %(limit)s""",
+                {"states": wanted, "after": str(after), "holder": holder, "limit": limit, "now": self._now()},
+            )
+            return read_rows([*rows, *await free.fetchall()], self._decode)
+
+        return await self._read(body)
+
+    async def renew_leases(self, holder: str, ttl: float, job_ids: Iterable[str]) -> builtins.list[JobRecord]:
+        """Renew ``holder``'s leases on ``job_ids`` in one transaction, by the database's clock; the
+        records renewed."""
+        check_holder(holder)
+        seconds = check_ttl(ttl)
+        ids = sorted({check_job_id(j) for j in job_ids})  # locked in one order: no deadlock between renewals
+
+        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> builtins.list[JobRecord]:
+            cur = await conn.execute(
+                """SELECT job_id, body FROM dispatch_records WHERE job_id = ANY(%s) AND lease_holder = %s
+                   ORDER BY job_id FOR UPDATE""",
+                (ids, holder),
+            )
+            rows = await cur.fetchall()
+            now = await self._time(conn)
+            out: builtins.list[JobRecord] = []
+            for job_id, text in rows:
+                current = self._decode(job_id, text)
+                lease = lease_after_acquire(job_id, current.lease, holder, seconds, now)
+                out.append(current.replace(lease=lease, revision=current.revision + 1, updated_at=now))
+            if out:
+                async with conn.cursor() as many:
+                    await many.executemany(
+                        _REPLACE_ROW,
+                        [self._columns(r) for r in out],
+                    )
+            return out
 
         return await self._write(body)
 

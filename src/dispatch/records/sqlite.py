@@ -56,7 +56,7 @@ from dispatch.records._common import (
     record_text,
 )
 from dispatch.records.paths import expand_user
-from dispatch.records.store import Changes, Listing, check_key_value, read_rows
+from dispatch.records.store import Changes, Listing, check_key_value, check_leasing, read_rows
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SqliteStore"]
 
@@ -65,7 +65,7 @@ T = TypeVar("T")
 APPLICATION_ID = 0x44535043
 """``PRAGMA application_id`` of a dispatch store ("DSPC"): tells our files from other SQLite files."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """``PRAGMA user_version`` this code writes; older stores are migrated on open, newer ones refused."""
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -115,7 +115,16 @@ def _schema_v2(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID")
 
 
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _schema_v1, 1: _schema_v2}
+def _schema_v3(conn: sqlite3.Connection) -> None:
+    # v3: a fleet of supervisors (Leasing): its members, and records found by lease holder.
+    conn.execute(
+        """CREATE TABLE members (grp TEXT NOT NULL, holder TEXT NOT NULL, expires_at REAL NOT NULL,
+               PRIMARY KEY (grp, holder)) WITHOUT ROWID"""
+    )
+    conn.execute("CREATE INDEX records_by_holder ON records (lease_holder)")
+
+
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _schema_v1, 1: _schema_v2, 2: _schema_v3}
 """The migration hook: ``_MIGRATIONS[v]`` upgrades a store from schema ``v`` to ``v + 1``. Each runs in
 the same transaction as the ``user_version`` bump, so a crash mid-migration leaves the old schema."""
 
@@ -569,6 +578,70 @@ class SqliteStore:
         ):
             raise InvalidError(f"expected a positive number of seconds, got {interval!r}", path="interval")
         return _SqliteChanges(self, float(interval))
+
+    async def heartbeat(self, group: str, holder: str, ttl: float) -> builtins.list[str]:
+        """Mark ``holder`` a live member of ``group`` for ``ttl`` seconds; the live members, sorted
+        (see :class:`~dispatch.records.store.Leasing`)."""
+        check_leasing(group, holder)
+        seconds = check_ttl(ttl)
+
+        def body(conn: sqlite3.Connection) -> builtins.list[str]:
+            now = self._clock.now()
+            conn.execute(
+                "INSERT OR REPLACE INTO members (grp, holder, expires_at) VALUES (?, ?, ?)",
+                (group, holder, now + seconds),
+            )
+            conn.execute("DELETE FROM members WHERE expires_at <= ?", (now,))
+            rows = conn.execute("SELECT holder FROM members WHERE grp = ? ORDER BY holder", (group,))
+            return [str(r[0]) for r in rows.fetchall()]
+
+        return await self._run(lambda conn: self._transaction(conn, body, write=True))
+
+    async def leasable(self, holder: str, *, states: Iterable[State], limit: int, after: str = "") -> Listing:
+        """The records ``holder`` leases, then a page of at most ``limit`` claimable ones in ``states``
+        after ``after``, by job id (see :class:`~dispatch.records.store.Leasing`)."""
+        check_leasing("-", holder, limit)
+        wanted = sorted(s.value for s in check_states(states) or ())
+        marks = ", ".join("?" for _ in wanted)
+
+        def body(conn: sqlite3.Connection) -> Listing:
+            held = conn.execute(
+                "SELECT job_id, body FROM records WHERE lease_holder = ? ORDER BY job_id", (holder,)
+            ).fetchall()
+            free = conn.execute(
+                f"""SELECT job_id, body FROM records
+                    WHERE state IN ({marks}) AND job_id > ? AND lease_holder IS NOT ?
+                      AND (lease_holder IS NULL OR lease_expires_at <= ?)
+                    ORDER BY job_id LIMIT ?""",
+                (*wanted, str(after), holder, self._clock.now(), limit),
+            ).fetchall()
+            return read_rows([*held, *free], self._decode)
+
+        return await self._run(lambda conn: self._transaction(conn, body, write=False))
+
+    async def renew_leases(self, holder: str, ttl: float, job_ids: Iterable[str]) -> builtins.list[JobRecord]:
+        """Renew ``holder``'s leases on ``job_ids`` in one transaction; the records renewed."""
+        check_holder(holder)
+        seconds = check_ttl(ttl)
+        ids = [check_job_id(j) for j in job_ids]
+
+        def body(conn: sqlite3.Connection) -> builtins.list[JobRecord]:
+            now = self._clock.now()
+            out: builtins.list[JobRecord] = []
+            for job_id in ids:
+                row = conn.execute(
+                    "SELECT body FROM records WHERE job_id = ? AND lease_holder = ?", (job_id, holder)
+                ).fetchone()
+                if row is None:
+                    continue
+                current = self._decode(job_id, row[0])
+                lease = lease_after_acquire(job_id, current.lease, holder, seconds, now)
+                stored = current.replace(lease=lease, revision=current.revision + 1, updated_at=now)
+                self._replace_row(conn, stored)
+                out.append(stored)
+            return out
+
+        return await self._run(lambda conn: self._transaction(conn, body, write=True))
 
     async def get_value(self, key: str) -> str | None:
         """The value kept under ``key`` (see :class:`~dispatch.records.store.KeyValues`), or ``None``."""

@@ -17,6 +17,7 @@ __all__ = [
     "ChangeNotifier",
     "Changes",
     "KeyValues",
+    "Leasing",
     "Listing",
     "Store",
     "Unreadable",
@@ -211,6 +212,49 @@ class KeyValues(Protocol):
         """Store ``value`` under ``key`` unless a value is there already (atomically: of two callers,
         one wins and both see its value); return the value kept."""
         ...
+
+
+@runtime_checkable
+class Leasing(Protocol):
+    """Optional queries that let a fleet of supervisors share one store without each reading all of it
+    (all three dispatch stores have them; a supervisor over a store without them lists every record).
+
+    - :meth:`heartbeat`: the live members of a fleet, each one renewing its own membership;
+    - :meth:`leasable`: the records a supervisor leases plus a bounded page of claimable ones (an
+      indexed query by lease holder and expiry, not a listing of every record);
+    - :meth:`renew_leases`: renew many leases in one call (one transaction), so a supervisor holding
+      thousands of records keeps them without one round trip each.
+
+    Expiry is judged by the store's clock, as for :meth:`Store.acquire_lease`.
+    """
+
+    async def heartbeat(self, group: str, holder: str, ttl: float) -> builtins.list[str]:
+        """Mark ``holder`` a live member of ``group`` for ``ttl`` seconds, forget members whose
+        membership expired, and return the live members of ``group`` (``holder`` among them), sorted."""
+        ...
+
+    async def leasable(self, holder: str, *, states: Iterable[State], limit: int, after: str = "") -> Listing:
+        """Every record whose lease names ``holder`` (live or lapsed), then at most ``limit`` records
+        with no live lease, in one of ``states``, whose job id sorts after ``after``, by job id (a
+        page: the caller passes the last job id of one page as ``after`` for the next)."""
+        ...
+
+    async def renew_leases(self, holder: str, ttl: float, job_ids: Iterable[str]) -> builtins.list[JobRecord]:
+        """Renew for ``ttl`` seconds the lease ``holder`` holds on each of ``job_ids``, live or lapsed
+        but not taken by another holder, in one transaction; return the records renewed (a record
+        another holder took, or gone, is left out). Each renewal is a write (it bumps the revision)."""
+        ...
+
+
+def check_leasing(group: object, holder: object, limit: object = 1) -> None:
+    """``InvalidError`` for a group, holder or page size :class:`Leasing` does not accept."""
+    for name, value in (("group", group), ("holder", holder)):
+        if not isinstance(value, str) or not value or len(value) > 512 or "\x00" in value:
+            raise InvalidError(
+                "expected a non-empty string of at most 512 characters, without NUL", path=name
+            )
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidError(f"expected a positive integer, got {limit!r}", path="limit")
 
 
 STORE_ID_KEY = "dispatch/store-id"
