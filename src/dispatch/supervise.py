@@ -73,7 +73,7 @@ from dispatch.model import (
     Transition,
 )
 from dispatch.records import Leasing, Listing, Store, Unreadable
-from dispatch.tally import tally
+from dispatch.tally import oldest, tally
 from dispatch.writer import LeaseLostError, RecordWriter
 
 __all__ = ["LeaseLostError", "StepReport", "Supervisor", "UnmatchedPolicy"]
@@ -692,8 +692,10 @@ class Supervisor:
         for bad in records.unreadable:  # the others are worked on regardless
             self._report_unreadable(bad, report)
         now = self.clock.now()
-        if not self._fleet():  # a fleet member sets them from the full listing of each resync
+        if not self._fleet():
             self._gauges(records, now)
+        elif recorder.enabled:  # the counts come from each resync's full listing; the age moves with time
+            recorder.set("dispatch_jobs_starting_oldest_seconds", oldest(self._starting, now))
         for rec in records:
             if not self._ours(rec):
                 continue

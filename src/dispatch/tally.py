@@ -1,7 +1,8 @@
 """The store-wide gauges of the supervisor, from one listing of the records (pure).
 
-Every supervisor lists the whole store at each scan, so each exports the same store-wide figures;
-dashboards and alerts aggregate them with ``max`` (never ``sum``), see docs/operations.md.
+Every supervisor lists the whole store (at each scan; a fleet member at each resync), so each exports
+the same store-wide figures; dashboards and alerts aggregate them with ``max`` (never ``sum``), see
+docs/operations.md.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 from dispatch.model import JobRecord, State
 
-__all__ = ["Tally", "tally"]
+__all__ = ["Tally", "oldest", "tally"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,5 +35,9 @@ def tally(records: Iterable[JobRecord], since: Mapping[tuple[str, int], float], 
         if rec.state is State.STARTING:
             key = (rec.job_id, rec.epoch.n)
             starting[key] = since.get(key, now)
-    oldest = max((now - t for t in starting.values()), default=0.0)
-    return Tally(counts, starting, oldest)
+    return Tally(counts, starting, oldest(starting, now))
+
+
+def oldest(since: Mapping[tuple[str, int], float], now: float) -> float:
+    """The age of the oldest starting incarnation at ``now`` (0 when none is starting)."""
+    return max((now - t for t in since.values()), default=0.0)
