@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kubesim.controllers import GarbageCollectorController
+from kubesim.controllers.base import owner_ref as ref
 from kubesim.resources import CONFIGMAPS, JOBS, NAMESPACES, PODS, TRAINJOBS
 from kubesim.sim import Simulator
 from kubesim.store import ObjectStore
@@ -38,18 +39,6 @@ def pod(name: str, owner: dict[str, Any]) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "ownerReferences": [owner]},
         "spec": {"containers": [{"name": "node", "image": "busybox"}], "nodeName": "node-1"},
-    }
-
-
-def ref(obj: dict[str, Any], *, block: bool = True) -> dict[str, Any]:
-    meta = obj["metadata"]
-    return {
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": block,
     }
 
 
