@@ -89,7 +89,9 @@ async def test_metrics_scraped_over_http_agree_with_the_records(backend: Backend
         flaky = "env:DISPATCH_EPOCH=1.0: sleep 5; env:DISPATCH_EPOCH=1.0: exit 3; sleep 5; exit 0"
         await cluster.submit(spec(nodes=2, env={"KUBESIM_SCRIPT": flaky}), job_id="met-flaky")
         await cluster.submit(spec(env={"KUBESIM_SCRIPT": "sleep 5; exit 0"}), job_id="met-ok")
-        sup = cluster.supervisor(poll=1.0, lease=30.0)
+        # resync 2 s: every step lists the store, so the counts by state are as of that step (they are
+        # as of the last resync, docs/operations.md).
+        sup = cluster.supervisor(poll=1.0, lease=30.0, resync=2.0)
         midway: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
         for i in range(150):
             await sup.step()
@@ -101,7 +103,8 @@ async def test_metrics_scraped_over_http_agree_with_the_records(backend: Backend
             await sim.settle()
             sim.advance(2)
             clock.advance(2)
-        await sup.step()  # the step that sees both final, and counts the jobs by state
+        clock.advance(2)
+        await sup.step()  # a step that resyncs after both are final, and counts the jobs by state
         final = await asyncio.to_thread(scrape, port)
     finally:
         metrics.disable()
