@@ -44,7 +44,12 @@ DAEMONS = ("supervisor", "admission")
 _BOTH = DAEMONS
 
 METRICS: tuple[Metric, ...] = (
-    Metric("dispatch_jobs", "gauge", "Job records in the store by coarse state (store-wide).", ("state",)),
+    Metric(
+        "dispatch_jobs",
+        "gauge",
+        "Job records in the store by coarse state (store-wide; as of the last resync, every 60 s by default).",
+        ("state",),
+    ),
     Metric(
         "dispatch_jobs_starting_oldest_seconds",
         "gauge",
