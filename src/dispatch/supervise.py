@@ -197,6 +197,11 @@ class Supervisor:
         self.exclude = frozenset(exclude)
         self.capacity = capacity
         self.claim_batch = claim_batch
+        # The store's fleet calls when this supervisor is a fleet member (see the class docstring): decided
+        # once, since a runtime protocol check walks the protocol's members and the store never changes.
+        self._fleet: Leasing | None = (
+            store if isinstance(store, Leasing) and self.jobs is None and capacity is None else None
+        )
         self._members: tuple[str, ...] = ()  # the fleet's live members at the last scan (fleet mode)
         self._after = ""  # where the next page of claimable records starts
         self._next_keepalive = -math.inf  # when a fleet member next renews its membership and leases
@@ -414,7 +419,7 @@ class Supervisor:
             raise
         health.current().mark("store")
         known = {r.job_id: r for r in listed_records}
-        if self._fleet():
+        if self._fleet is not None:
             self._gauges(listed_records, self.clock.now())
         listed = {(o.handle.identity.job_id, o.handle.identity.epoch.n) for o in listing}
         for rec in known.values():
@@ -526,10 +531,6 @@ class Supervisor:
             self._fresh.add(jid)  # events may have been someone else's until now: observe before trusting
         self._leased[jid] = now + self.lease  # asked at ``now``: the store's lease ends no sooner
         return got
-
-    def _fleet(self) -> bool:
-        """Whether this supervisor is a member of a fleet (see the class docstring)."""
-        return isinstance(self.store, Leasing) and self.jobs is None and self.capacity is None
 
     def _assigned(self, jid: str) -> bool:
         """Whether ``jid`` hashes to this supervisor among the fleet's live members (always, alone)."""
@@ -683,7 +684,7 @@ class Supervisor:
         """Lease every record that needs supervising and work on it (observing first when polling)."""
         recorder = metrics.current()
         try:
-            records = await (self._fleet_records() if self._fleet() else self.store.list())
+            records = await (self._fleet_records() if self._fleet is not None else self.store.list())
         except DispatchError as exc:
             recorder.inc("dispatch_store_errors_total")
             report.errors.append(f"store: {exc}")
@@ -692,7 +693,7 @@ class Supervisor:
         for bad in records.unreadable:  # the others are worked on regardless
             self._report_unreadable(bad, report)
         now = self.clock.now()
-        if not self._fleet():
+        if self._fleet is None:
             self._gauges(records, now)
         elif recorder.enabled:  # the counts come from each resync's full listing; the age moves with time
             recorder.set("dispatch_jobs_starting_oldest_seconds", oldest(self._starting, now))
@@ -721,10 +722,9 @@ class Supervisor:
     async def _keepalive(self, *, due: bool = False) -> None:
         """A fleet member renews its membership and the leases that are half gone: at each scan, and
         between changes when a long step would otherwise let them lapse under load."""
-        if not self._fleet() or (not due and self.clock.now() < self._next_keepalive):
+        store = self._fleet
+        if store is None or (not due and self.clock.now() < self._next_keepalive):
             return
-        store = self.store
-        assert isinstance(store, Leasing)
         group = f"{self.backend.name}/{self.backend.cluster_id}"
         now = self.clock.now()
         self._next_keepalive = now + self.lease / 4  # not every poll: a poll of 0 would renew per record
@@ -744,8 +744,8 @@ class Supervisor:
     async def _fleet_records(self) -> Listing:
         """A fleet member's scan: heartbeat, renew the leases due, then read what it leases and a page
         of claimable records."""
-        store = self.store
-        assert isinstance(store, Leasing)
+        store = self._fleet
+        assert store is not None  # called only for a fleet member
         await self._keepalive(due=True)
         records = await store.leasable(
             self.holder, states=CLAIMABLE, limit=self.claim_batch, after=self._after
