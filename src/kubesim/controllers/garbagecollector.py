@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kubesim.controllers.base import BaseController, log
@@ -160,12 +161,19 @@ class GarbageCollectorController(BaseController):
         return "solid"
 
     def _without_finalizer(self, rt: ResourceType, obj: dict[str, Any], finalizer: str) -> None:
+        self._replace_without(rt, obj, "finalizers", lambda f: f == finalizer)
+
+    def _replace_without(
+        self, rt: ResourceType, obj: dict[str, Any], field: str, drop: Callable[[Any], bool]
+    ) -> None:
+        """Write ``obj`` back with the entries of ``metadata.<field>`` that ``drop`` picks removed (the
+        field itself when none is left)."""
         new = copy.deepcopy(obj)
-        fins = [f for f in new["metadata"].get("finalizers") or [] if f != finalizer]
-        if fins:
-            new["metadata"]["finalizers"] = fins
+        kept = [x for x in new["metadata"].get(field) or [] if not drop(x)]
+        if kept:
+            new["metadata"][field] = kept
         else:
-            new["metadata"].pop("finalizers", None)
+            new["metadata"].pop(field, None)
         new["metadata"].pop("resourceVersion", None)
         self.store.replace(rt, new)
 
@@ -256,14 +264,7 @@ class GarbageCollectorController(BaseController):
             dep = self.get_or_none(dep_rt, ns or None, name)
             if dep is None:
                 continue
-            new = copy.deepcopy(dep)
-            refs = [r for r in new["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
-            if refs:
-                new["metadata"]["ownerReferences"] = refs
-            else:
-                new["metadata"].pop("ownerReferences", None)
-            new["metadata"].pop("resourceVersion", None)
-            self.store.replace(dep_rt, new)
+            self._replace_without(dep_rt, dep, "ownerReferences", lambda r: r.get("uid") == uid)
         found = self._locate(uid)
         if found is not None:
             self._without_finalizer(found[0], found[1], ORPHAN_FINALIZER)
