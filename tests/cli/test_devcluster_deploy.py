@@ -30,11 +30,8 @@ spec:
 
 @pytest.fixture
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
-    s = Session(tmp_path_factory.mktemp("deploy"))
-    try:
+    with Session(tmp_path_factory.mktemp("deploy")) as s:
         yield s
-    finally:
-        s.run("dev-cluster", "stop", timeout=30)
 
 
 def kubectl(session: Session, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -17,11 +17,8 @@ OUTCOME = re.compile(r"outcome: (\S+) / (\S+)\s+\((job-[0-9a-f]+)@(\d+)\.\d+\)")
 
 @pytest.fixture
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
-    s = Session(tmp_path_factory.mktemp("heals"))
-    try:
+    with Session(tmp_path_factory.mktemp("heals")) as s:
         yield s
-    finally:
-        s.run("dev-cluster", "stop", timeout=30)
 
 
 @pytest.mark.timeout(400)

@@ -44,6 +44,12 @@ class Session:
     def dev(self) -> Path:
         return self.home / "state" / "dev-cluster"
 
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.run("dev-cluster", "stop", timeout=30)  # whatever the test started
+
     def run(self, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(BIN / "dispatch"), *args],
@@ -67,11 +73,8 @@ class Session:
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
-    s = Session(tmp_path_factory.mktemp("embedded"))
-    try:
+    with Session(tmp_path_factory.mktemp("embedded")) as s:
         yield s
-    finally:
-        s.run("dev-cluster", "stop", timeout=30)
 
 
 def _readme_quick_start() -> list[str]:
