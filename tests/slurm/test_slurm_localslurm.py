@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from slurm_fixtures import start_slurm
@@ -37,8 +38,7 @@ def _submit_sleeper(cluster: LocalSlurm) -> str:
     return done.stdout.strip().split(";")[0]
 
 
-def _wait_for(predicate: object, what: str) -> None:
-    assert callable(predicate)
+def _wait_for(predicate: Callable[[], bool], what: str) -> None:
     for _ in range(600):
         if predicate():
             return
