@@ -35,7 +35,7 @@ from dispatch.model import (
     Observation,
 )
 from dispatch_slurm import naming
-from dispatch_slurm.causes import Facts, classify, is_final
+from dispatch_slurm.causes import Facts, awaits_memory_word, classify, is_final
 from dispatch_slurm.errors import StaleHoldError
 from dispatch_slurm.jobs import SACCT_FIELDS, SlurmJob, parse_sacct, parse_squeue
 from dispatch_slurm.preflight import ClusterInfo, read_cluster
@@ -54,6 +54,10 @@ from dispatch_slurm.transport import LocalTransport, Result, SshTransport, open_
 __all__ = ["NAME", "SlurmBackend", "factory", "open_backend"]
 
 NAME = "slurm"
+MEMORY_WORD_WAIT = 15.0
+"""Seconds an ended job whose step was SIGKILLed is read again for slurmstepd's "exceeded memory limit"
+before it is taken for an exit code: on a loaded machine Slurm can report the job's end before
+slurmstepd's line reaches the output file (one run of issue 21's fault series read it so)."""
 _ACTIVE = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING"})
 _HISTORY = 10_000
 _ids = itertools.count(1)
@@ -138,6 +142,9 @@ class SlurmBackend:
         self.store_id = store_id
         self._poller: _Poller | None = None
         self._output_cache: dict[str, tuple[str, ...]] = {}
+        self._awaiting_since: dict[
+            str, float
+        ] = {}  # Slurm job id → when it was first seen awaiting the memory word
 
     # --- identity -------------------------------------------------------------------------------
 
@@ -255,28 +262,39 @@ class SlurmBackend:
         result = await self._run(["tail", "-n", str(lines), path])
         return tuple(result.stdout.splitlines()) if result.ok else ()
 
-    async def _failure_output(self, identity: Identity, job: SlurmJob) -> tuple[str, ...]:
-        """The last lines of the job's output (every node's, then the batch script's), read once per
-        ended job: they are evidence, and they say whether Slurm killed a step for its memory."""
-        if job.job_id in self._output_cache:
-            return self._output_cache[job.job_id]
+    async def _failure_output(
+        self, identity: Identity, job: SlurmJob, now: float
+    ) -> tuple[tuple[str, ...], bool]:
+        """The last lines of the job's output (every node's, then the batch script's) — evidence, and
+        whether Slurm killed a step for its memory — and whether they may still change.
+
+        They are read once per ended job, except while the job :func:`awaits_memory_word`: then they
+        are read again on every observation, for at most :data:`MEMORY_WORD_WAIT` seconds from the
+        first reading that saw the job so, and only what holds after that is kept."""
+        if (kept := self._output_cache.get(job.job_id)) is not None:
+            return kept, False
         n = self.settings.output_tail_lines
-        lines: list[str] = []
+        lines: tuple[str, ...] = ()
         if n:
             directory = node_output(self.info.workdir, identity, 0).rsplit("/", 1)[0]
             result = await self._run(
                 ["sh", "-c", 'for f in "$1"/node-*.out "$1"/batch.out; do [ -f "$f" ] && tail -n "$2" "$f"; done',
                  "dispatch-tail", directory, str(n)]
             )  # fmt: skip
-            lines = result.stdout.splitlines()[-n:] if result.ok else []
-        self._output_cache[job.job_id] = tuple(lines)
-        return tuple(lines)
+            lines = tuple(result.stdout.splitlines()[-n:]) if result.ok else ()
+        awaiting = n > 0 and awaits_memory_word(job, lines)
+        if awaiting and now - self._awaiting_since.setdefault(job.job_id, now) < MEMORY_WORD_WAIT:
+            return lines, True
+        self._awaiting_since.pop(job.job_id, None)
+        self._output_cache[job.job_id] = lines
+        return lines, False
 
     async def _facts(self, identity: Identity, ref: str, job: SlurmJob | None, now: float) -> Facts:
         marks = naming.parse_comment(job.comment) if job is not None else None
         output: tuple[str, ...] = ()
+        settling = False
         if job is not None and job.state in ("FAILED", "OUT_OF_MEMORY"):
-            output = await self._failure_output(identity, job)
+            output, settling = await self._failure_output(identity, job, now)
         cancelled_by_us = marks is not None and marks.cancelled
         if job is not None and job.source == "sacct" and job.state == "CANCELLED":
             cancelled_by_us = (await self._run(["test", "-e", self._cancel_marker(identity)])).ok
@@ -287,6 +305,7 @@ class SlurmBackend:
             held_by_us=job is not None and job.state == "PENDING" and job.eligible_time - now > HOLD_BASE / 2,
             requeue_by_slurm=self.settings.requeue == "slurm",
             output=output,
+            settling=settling,
         )
 
     async def _observation(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from dispatch.model import Cause, Evidence, Outcome, State
 from dispatch_slurm.jobs import SlurmJob
 
-__all__ = ["NEVER_CLEARS", "RULES", "Facts", "Rule", "classify", "rules_table"]
+__all__ = ["NEVER_CLEARS", "RULES", "Facts", "Rule", "awaits_memory_word", "classify", "rules_table"]
 
 NEVER_CLEARS = frozenset(
     {
@@ -58,6 +58,9 @@ class Facts:
     held_by_us: bool = False
     requeue_by_slurm: bool = False
     output: tuple[str, ...] = ()
+    settling: bool = False
+    """The job ended FAILED with a SIGKILLed step and no memory message yet, moments ago
+    (:func:`awaits_memory_word`): slurmstepd may still be writing why it killed the step."""
 
     @property
     def state(self) -> str:
@@ -77,6 +80,15 @@ def _killed(f: Facts) -> bool:
     # The step was SIGKILLed: the batch script reports srun's 128+9, or the raw status shows signal 9.
     j = f.job
     return j is not None and (j.signal == _SIGKILL or j.exit_code == 128 + _SIGKILL)
+
+
+def awaits_memory_word(job: SlurmJob, output: tuple[str, ...]) -> bool:
+    """Whether an ended job could still turn out to be a memory kill: Slurm reports it FAILED with a
+    SIGKILLed step, and its output holds no memory message yet. slurmstepd writes "exceeded memory
+    limit" to the step's output as it kills the step, and under load that line can reach the file after
+    the job's end is already reported."""
+    f = Facts(job=job, job_ref=job.job_id, output=output)
+    return f.state == "FAILED" and (_killed(f) or f.reason == "JobLaunchFailure") and not _oom_in_output(f)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +131,14 @@ RULES: tuple[Rule, ...] = (
         Cause.OUT_OF_MEMORY,
         "the cgroup memory limit killed it",
         lambda f: f.state == "OUT_OF_MEMORY",
+    ),
+    Rule(
+        "FAILED, a step SIGKILLed, no memory message in the output yet, ended moments ago",
+        State.RUNNING,
+        Cause.NONE,
+        "its end is still being written: slurmstepd may yet say it killed the step for its memory "
+        "(read again until the message comes, or the wait passes: then the next rules decide)",
+        lambda f: f.settling,
     ),
     Rule(
         'FAILED, a step SIGKILLed with "exceeded memory limit" in the output (OverMemoryKill)',

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dispatch.model import Cause, State
-from dispatch_slurm.causes import Facts, classify, rules_table
+from dispatch_slurm.causes import Facts, awaits_memory_word, classify, rules_table
 from dispatch_slurm.jobs import parse_sacct, parse_squeue
 from dispatch_slurm.naming import parse_comment
 from dispatch_slurm.settings import HOLD_BASE
@@ -76,6 +76,20 @@ def test_memory_kill_without_the_output_is_an_exit_code() -> None:
     facts = facts_of(load("over_memory"))
     bare = Facts(job=facts.job, job_ref=facts.job_ref, output=("Killed",))
     assert classify(bare).cause is Cause.EXIT_CODE
+
+
+def test_a_memory_kill_whose_message_is_not_written_yet_is_still_running() -> None:
+    """Until slurmstepd's "exceeded memory limit" reaches the output, a SIGKILLed step's job is read as
+    still ending, not settled as an exit code (the backend bounds how long: test_slurm_scenarios)."""
+    facts = facts_of(load("over_memory"))
+    assert facts.job is not None and any("exceeded memory limit" in line for line in facts.output)
+    assert not awaits_memory_word(facts.job, facts.output)
+    assert awaits_memory_word(facts.job, ("Killed",))
+    waiting = classify(Facts(job=facts.job, job_ref=facts.job_ref, output=("Killed",), settling=True))
+    assert (waiting.state, waiting.cause) == (State.RUNNING, Cause.NONE)
+    assert waiting.evidence[0].reason == "FAILED/NonZeroExitCode"
+    exit3 = facts_of(load("exit3_two_nodes"))
+    assert exit3.job is not None and not awaits_memory_word(exit3.job, ())  # not killed: nothing to wait for
 
 
 @pytest.mark.parametrize("name", sorted(n for n in EXPECTED if load(n)["sacct"]))

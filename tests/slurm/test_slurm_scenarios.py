@@ -16,6 +16,7 @@ from dispatch.backend import place
 from dispatch.model import Cause, Identity, Observation, State
 from dispatch_slurm import SlurmBackend, StaleHoldError, open_backend, parse_settings
 from dispatch_slurm.localslurm import LocalSlurm
+from dispatch_slurm.script import node_output
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -88,6 +89,35 @@ async def test_over_the_memory_limit(backend: SlurmBackend) -> None:
     ev = evidence(obs, h)
     assert str(ev["reason"]).startswith("FAILED")
     assert any("exceeded memory limit" in line for line in ev["output"])  # type: ignore[attr-defined]
+
+
+def _append(path: str, line: str) -> None:
+    with open(path, "a") as out:
+        out.write(line + "\n")
+
+
+async def test_a_memory_message_written_after_the_job_ended_still_names_the_memory(
+    backend: SlurmBackend, slurm: LocalSlurm
+) -> None:
+    """slurmstepd's "exceeded memory limit" can reach the output after Slurm reports the job FAILED (seen
+    under load): a SIGKILLed step's job stays running while the line may still come, and is read
+    out_of_memory when it does; with no line, it is an exit code once the wait (MEMORY_WORD_WAIT) passed.
+    Here the step kills itself, and the test writes the line late, as a loaded slurmstepd would."""
+    late = await place(backend, sh("kill -9 $$"), ident("late-oom"))
+    never = await place(backend, sh("kill -9 $$"), ident("plain-kill"))
+    ending = await until(backend, late, lambda o: o.outcome.evidence[0].reason.startswith("FAILED"))
+    assert (ending.state, ending.cause) == (State.RUNNING, Cause.NONE), ending.outcome
+    assert "memory" in ending.outcome.evidence[0].message
+    _append(
+        node_output(str(slurm.workdir), late.identity, 0),
+        f"slurmstepd: error: Step {late.ref}.0 exceeded memory limit (614400 > 524288), being killed",
+    )
+    obs = await final(backend, late)
+    assert (obs.state, obs.cause) == (State.FAILED, Cause.OUT_OF_MEMORY), obs.outcome
+    assert any("exceeded memory limit" in line for line in evidence(obs, late)["output"])  # type: ignore[attr-defined]
+    plain = await final(backend, never)
+    assert (plain.state, plain.cause) == (State.FAILED, Cause.EXIT_CODE), plain.outcome
+    assert evidence(plain, never)["exit"] == 128 + 9
 
 
 async def test_time_limit(backend: SlurmBackend) -> None:
