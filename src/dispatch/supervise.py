@@ -217,6 +217,7 @@ class Supervisor:
         self._next_scan = -math.inf
         self._next_resync = -math.inf
         self._listing: builtins.list[Observation] | None = None
+        self._index: tuple[builtins.list[Observation], dict[tuple[str, int], Observation]] | None = None
         self._capabilities: Capabilities | None = None
         self._unreadable: set[str] = set()  # job ids of unreadable records already reported
         self._writer = RecordWriter(
@@ -673,10 +674,16 @@ class Supervisor:
         return rec
 
     async def _find(self, rec: JobRecord) -> Observation | None:
-        for obs in await self._list():
-            if matches(rec, obs):
-                return obs
-        return None
+        """The listed observation of the record's current incarnation: the first that
+        :func:`~dispatch.fold.matches` it, looked up in an index of the listing (a poll asks this for
+        every record placed nowhere yet: a scan of the listing each would be quadratic)."""
+        listing = await self._list()
+        if self._index is None or self._index[0] is not listing:
+            first: dict[tuple[str, int], Observation] = {}
+            for obs in listing:
+                first.setdefault((obs.handle.identity.job_id, obs.handle.identity.epoch.n), obs)
+            self._index = (listing, first)
+        return self._index[1].get((rec.job_id, rec.epoch.n))
 
     # ------------------------------------------------------------------ deciding and acting
 
