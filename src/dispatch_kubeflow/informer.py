@@ -7,7 +7,8 @@ An opened Kubeflow cluster keeps **one** list+watch per kind — TrainJobs, JobS
 (:func:`~dispatch_kubeflow.watching.continuous_watch`): a thousand concurrent watches cost the requests one
 does, and the requests and bytes per job stay constant as the number of jobs grows.
 
-The informer starts on the first read (in the running event loop) and stops with the backend. A watch of
+The informer starts on the first read (in the running event loop) and stops with the backend (a read-only
+backend's first read is a one-time listing instead, :meth:`Informer.snapshot`). A watch of
 it is a *subscription*: it is told which incarnations an event touched and folds only those, from the
 shared cache, through one memo of folded outcomes (each incarnation is folded once per change, however
 many subscribers read it). An incarnation whose TrainJob is deleted leaves a tombstone (the
