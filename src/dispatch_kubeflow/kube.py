@@ -39,6 +39,7 @@ from dispatch.errors import InvalidError, ReadOnlyError, UnavailableError, Unsup
 from dispatch_kubeflow import http
 from dispatch_kubeflow.credentials import CredentialError, Credentials
 from dispatch_kubeflow.errors import is_retryable, map_status, map_transport, unavailable_webhook
+from dispatch_kubeflow.kubeconfig import load as load_kubeconfig
 from dispatch_kubeflow.resources import SELF_SUBJECT_ACCESS_REVIEWS, group_version_path
 
 __all__ = ["USER_AGENT", "KubeClient", "Retry", "user_agent"]
@@ -126,11 +127,9 @@ class KubeClient:
     ) -> KubeClient:
         """Open a client from a kubeconfig (or in-cluster configuration). ``token``, if given, is sent as
         the bearer token on every request instead of the configuration's own credentials."""
-        from dispatch_kubeflow import kubeconfig as kc
-
         if token is not None:
             check_token(token)
-        ctx = kc.load(kubeconfig, context)
+        ctx = load_kubeconfig(kubeconfig, context)
         if ctx.token is not None:
             check_token(ctx.token, path="kubeconfig")
         tls = None
