@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import dispatch
+import dispatch_kubeflow.http as http
 from dispatch import logs, metrics
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import check_token
 from dispatch.errors import InvalidError, ReadOnlyError, UnavailableError, UnsupportedError
-from dispatch_kubeflow import http
 from dispatch_kubeflow.credentials import CredentialError, Credentials
 from dispatch_kubeflow.errors import is_retryable, map_status, map_transport, unavailable_webhook
 from dispatch_kubeflow.kubeconfig import load as load_kubeconfig
