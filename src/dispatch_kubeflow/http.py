@@ -3,9 +3,11 @@
 One server per client; a pool of keep-alive connections to it; ``Content-Length``, chunked and
 read-to-close bodies; streaming answers (watches, followed logs) as lines; a connect timeout and a
 timeout on every read. TLS is the stdlib's :mod:`ssl`, with the context the caller builds
-(:mod:`dispatch_kubeflow.tls`). No redirects, no compression, no HTTP/2, no proxies: an API server
-needs none of them, and each would cost a read command import time (httpx2 + httpcore2 + anyio + h11
-cost one about 0.06 s of CPU).
+(:mod:`dispatch_kubeflow.tls`). No redirects, no compression, no HTTP/2: an API server needs none of
+them, and each would cost a read command import time (httpx2 + httpcore2 + anyio + h11
+cost one about 0.06 s of CPU). An HTTP proxy is supported as kubectl supports one (the kubeconfig's
+``proxy-url``, else ``$HTTPS_PROXY``/``$HTTP_PROXY`` minus ``$NO_PROXY``, see
+:func:`dispatch_kubeflow.kubeconfig.proxy_for`).
 
 Failures are three exceptions, which :mod:`dispatch_kubeflow.kube` maps to dispatch's errors:
 :class:`ConnectFailed` (nothing was sent), :class:`ConnectionLost` (the request may have reached the
@@ -140,10 +142,28 @@ class Client:
         server_hostname: str | None = None,
         timeout: float = 10.0,
         headers: Mapping[str, str] | None = None,
+        proxy: str | None = None,
     ) -> None:
         url = urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"expected an http:// or https:// server address, got {base_url!r}")
+        self._proxy: tuple[str, int, str | None] | None = None
+        """The HTTP proxy's host, port and ``Proxy-Authorization`` (an https server is reached through a
+        CONNECT tunnel, an http one with absolute request targets)."""
+        if proxy:
+            p = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+            if p.scheme != "http" or not p.hostname:
+                raise ValueError(
+                    "expected an http:// proxy address (the address is not shown: it may hold a password)"
+                )
+            auth = None
+            if p.username is not None:
+                from base64 import b64encode
+                from urllib.parse import unquote
+
+                raw = f"{unquote(p.username)}:{unquote(p.password or '')}".encode()
+                auth = f"Basic {b64encode(raw).decode()}"
+            self._proxy = (p.hostname, p.port or 80, auth)
         self._tls = url.scheme == "https"
         self._host = url.hostname
         self._port = url.port or (443 if self._tls else 80)
@@ -159,27 +179,53 @@ class Client:
         return f"<dispatch_kubeflow.http.Client {'https' if self._tls else 'http'}://{self._authority}>"
 
     async def _connect(self, connect_timeout: float) -> _Conn:
-        tls: ssl.SSLContext | bool | None = None
+        tls: ssl.SSLContext | None = None
         if self._tls:
             if self._ssl is None:
                 import ssl
 
                 self._ssl = ssl.create_default_context()
             tls = self._ssl
+        hostname = (self._server_hostname or self._host) if tls else None
         try:
             async with asyncio.timeout(connect_timeout):
-                reader, writer = await asyncio.open_connection(
-                    self._host,
-                    self._port,
-                    ssl=tls,
-                    server_hostname=(self._server_hostname or self._host) if tls else None,
-                    limit=_MAX_HEAD,
-                )
+                if self._proxy is None:
+                    reader, writer = await asyncio.open_connection(
+                        self._host, self._port, ssl=tls, server_hostname=hostname, limit=_MAX_HEAD
+                    )
+                else:
+                    host, port, _ = self._proxy
+                    reader, writer = await asyncio.open_connection(host, port, limit=_MAX_HEAD)
+                    if tls:
+                        try:
+                            await self._tunnel(reader, writer, connect_timeout)
+                            await writer.start_tls(tls, server_hostname=hostname)
+                        except BaseException:
+                            writer.close()
+                            raise
         except TimeoutError:
             raise ConnectFailed(f"no connection within {connect_timeout:g} s") from None
         except OSError as exc:  # refused, unreachable, and ssl.SSLError (a certificate not trusted)
             raise ConnectFailed(str(exc) or type(exc).__name__) from None
         return _Conn(reader, writer)
+
+    async def _tunnel(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, seconds: float
+    ) -> None:
+        """Ask the proxy for a tunnel to the server (``CONNECT``); its refusal is a failed connection."""
+        assert self._proxy is not None
+        target = f"{self._host}:{self._port}" if ":" not in self._host else f"[{self._host}]:{self._port}"
+        lines = [f"CONNECT {target} HTTP/1.1", f"Host: {target}"]
+        if self._proxy[2] is not None:
+            lines.append(f"Proxy-Authorization: {self._proxy[2]}")
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        await writer.drain()
+        try:
+            status, _ = await _read_head(reader, seconds)
+        except (_NothingBack, ConnectionLost, asyncio.IncompleteReadError) as exc:
+            raise ConnectFailed(f"the proxy closed the tunnel to {target}: {exc}") from None
+        if not 200 <= status < 300:
+            raise ConnectFailed(f"the proxy refused a tunnel to {target}: HTTP {status}")
 
     def _head(
         self,
@@ -192,7 +238,12 @@ class Client:
         target = self._prefix + path
         if params:
             target += ("&" if "?" in target else "?") + urlencode(params)
-        lines = [f"{method} {target} HTTP/1.1", f"Host: {self._authority}"]
+        lines = []
+        if self._proxy is not None and not self._tls:  # a plain-HTTP proxy is sent the whole URL
+            target = f"http://{self._authority}{target}"
+            if self._proxy[2] is not None:
+                lines.append(f"Proxy-Authorization: {self._proxy[2]}")
+        lines = [f"{method} {target} HTTP/1.1", f"Host: {self._authority}", *lines]
         merged = {**self._headers, **headers}
         for name, value in merged.items():
             if "\r" in value or "\n" in value or "\r" in name or "\n" in name:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -40,6 +41,7 @@ from dispatch.errors import InvalidError, ReadOnlyError, UnavailableError, Unsup
 from dispatch_kubeflow.credentials import CredentialError, Credentials
 from dispatch_kubeflow.errors import is_retryable, map_status, map_transport, unavailable_webhook
 from dispatch_kubeflow.kubeconfig import load as load_kubeconfig
+from dispatch_kubeflow.kubeconfig import proxy_for
 from dispatch_kubeflow.resources import SELF_SUBJECT_ACCESS_REVIEWS, group_version_path
 
 __all__ = ["USER_AGENT", "KubeClient", "Retry", "user_agent"]
@@ -144,9 +146,10 @@ class KubeClient:
                 server_hostname=ctx.tls_server_name,
                 timeout=timeout,
                 headers={"User-Agent": USER_AGENT},
+                proxy=proxy_for(ctx, os.environ),
             )
         except ValueError as exc:
-            raise InvalidError(f"{ctx.source}: the cluster's server: {exc}", path="kubeconfig") from None
+            raise InvalidError(f"{ctx.source}: {exc}", path="kubeconfig") from None
         client = cls(transport, server=ctx.server, retry=retry, clock=clock)
         client._credentials = Credentials(ctx, token=token, reveal=client._keep_secret)
         if ctx.ca_data is not None or ctx.ca_file is not None:

@@ -3,7 +3,8 @@ service account (in-cluster) — read as kubectl reads them, without a Kubernete
 
 What is understood (what kubectl users put in a kubeconfig, and what dispatch's tests and docs rely on):
 ``current-context`` or a named context; the context's ``namespace``; the cluster's ``server``,
-``certificate-authority`` / ``-data``, ``insecure-skip-tls-verify`` and ``tls-server-name``; the user's
+``certificate-authority`` / ``-data``, ``insecure-skip-tls-verify``, ``tls-server-name`` and
+``proxy-url`` (an ``http://`` proxy; else the environment's, :func:`proxy_for`); the user's
 ``token``, ``tokenFile``, ``client-certificate`` / ``-data`` with ``client-key`` / ``-data``,
 ``username`` / ``password`` and ``exec`` credential plugins (``client.authentication.k8s.io`` v1 and
 v1beta1). File paths in a kubeconfig are relative to its directory. ``auth-provider`` (removed from
@@ -31,7 +32,7 @@ from typing import Any
 
 from dispatch.errors import InvalidError
 
-__all__ = ["SERVICE_ACCOUNT", "Context", "ExecPlugin", "in_cluster", "load", "parse"]
+__all__ = ["SERVICE_ACCOUNT", "Context", "ExecPlugin", "in_cluster", "load", "parse", "proxy_for"]
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 """Where Kubernetes mounts a pod's service account: ``token``, ``ca.crt``, ``namespace``."""
@@ -62,6 +63,7 @@ class Context:
     ca_data: bytes | None = field(default=None, repr=False)
     insecure: bool = False
     tls_server_name: str | None = None
+    proxy_url: str | None = field(default=None, repr=False)
     token: str | None = field(default=None, repr=False)
     token_file: str | None = None
     username: str | None = field(default=None, repr=False)
@@ -237,6 +239,7 @@ def parse(doc: Any, source: str, context: str | None) -> Context:
         ca_data=d.data(cluster, "certificate-authority-data", cwhere),
         insecure=insecure,
         tls_server_name=d.text(cluster, "tls-server-name", cwhere),
+        proxy_url=d.text(cluster, "proxy-url", cwhere),
         token=d.text(user, "token", uwhere),
         token_file=d.file(user, "tokenFile", uwhere),
         username=d.text(user, "username", uwhere),
@@ -272,3 +275,62 @@ def _exec(d: _Doc, value: Any, where: str) -> ExecPlugin | None:
             raise d.fail(f"{where}.env[{i}]", "expected a name and a value, both strings")
         env.append((name, val))
     return ExecPlugin(command, tuple(args), tuple(env), version, d.text(m, "installHint", where) or "")
+
+
+def proxy_for(ctx: Context, environ: Mapping[str, str]) -> str | None:
+    """The HTTP proxy to reach ``ctx.server`` through, as kubectl (Go's ``net/http``) chooses it: the
+    kubeconfig's ``proxy-url``; else ``$HTTPS_PROXY`` for an https server, ``$HTTP_PROXY`` for an http
+    one (either spelling), unless the server is this machine (``localhost``, a loopback address) or
+    ``$NO_PROXY`` names it (``*``; a host, which also covers its subdomains; ``.domain``; an address; a
+    CIDR block; each optionally with ``:port``)."""
+    if ctx.proxy_url:
+        return ctx.proxy_url
+    from urllib.parse import urlsplit
+
+    url = urlsplit(ctx.server)
+    name = "https_proxy" if url.scheme == "https" else "http_proxy"
+    proxy = environ.get(name.upper()) or environ.get(name)
+    host = (url.hostname or "").lower()
+    if not proxy or host == "localhost":
+        return None
+    port = url.port or (443 if url.scheme == "https" else 80)
+    ip = _address(host)
+    if ip is not None and ip.is_loopback:
+        return None
+    for entry in (environ.get("NO_PROXY") or environ.get("no_proxy") or "").split(","):
+        entry = entry.strip().lower()
+        if entry == "*":
+            return None
+        if not entry:
+            continue
+        name_part, _, port_part = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
+        if port_part and port_part != str(port):
+            continue
+        if _no_proxy_match(host, ip, name_part or entry):
+            return None
+    return proxy
+
+
+def _address(host: str) -> Any:
+    if not host or not (host[0].isdigit() or ":" in host):
+        return None
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _no_proxy_match(host: str, ip: Any, entry: str) -> bool:
+    if "/" in entry:
+        import ipaddress
+
+        try:
+            return ip is not None and ip in ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            return False
+    entry = entry.strip("[]")
+    if entry.startswith("."):
+        return host.endswith(entry)
+    return host == entry or host.endswith("." + entry)

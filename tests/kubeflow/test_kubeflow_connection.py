@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -231,3 +233,48 @@ async def test_insecure_skip_tls_verify_and_client_certificate_data(tmp_path: Pa
         # A good pair loads (kubesim asks for no client certificate: the token still identifies).
         _set_tls(path, {}, {"client-key-data": base64.b64encode(key_pem).decode()})
         await _reads_as(tls_sim, path, "admin")
+
+
+class _TunnelProxy:
+    """An HTTP proxy that only tunnels (CONNECT), and remembers what it was asked for and how."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []  # (target, Proxy-Authorization)
+        self.port = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        target = head[0].split(" ")[1]
+        auth = next(
+            (h.split(":", 1)[1].strip() for h in head if h.lower().startswith("proxy-authorization")), ""
+        )
+        self.asked.append((target, auth))
+        host, port = target.rsplit(":", 1)
+        up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+async def test_an_https_cluster_through_the_kubeconfigs_proxy(tmp_path: Path) -> None:
+    import base64
+
+    proxy = _TunnelProxy()
+    server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
+    proxy.port = server.sockets[0].getsockname()[1]
+    try:
+        async with Simulator(install_runtimes=False, tls=True) as tls_sim:
+            path = tls_sim.write_kubeconfig(tmp_path / "kc")
+            _set_tls(path, {"proxy-url": f"http://me:s3cr3t@127.0.0.1:{proxy.port}"}, {})
+            await _reads_as(tls_sim, path, "admin")  # TLS to the server, verified, inside the tunnel
+            port = tls_sim.url.rsplit(":", 1)[1]
+            assert proxy.asked[0] == (f"127.0.0.1:{port}", "Basic " + base64.b64encode(b"me:s3cr3t").decode())
+    finally:
+        server.close()

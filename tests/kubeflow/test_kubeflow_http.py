@@ -21,6 +21,7 @@ class Server:
         self.connections = 0
         self.answers: dict[str, bytes] = {}
         self.close_after: set[str] = set()
+        self.heads: list[str] = []
         self.port = 0
         self._server: asyncio.Server | None = None
 
@@ -29,6 +30,7 @@ class Server:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                self.heads.append(head.decode("latin-1"))
                 target = head.split(b" ")[1].decode()
                 length = next(
                     (
@@ -143,3 +145,18 @@ async def test_silence_not_http_and_refused(server: Server) -> None:
     await server.stop()
     with pytest.raises(ConnectFailed):
         await _client(server).request("GET", "/x")
+
+
+async def test_a_plain_http_server_through_a_proxy_gets_the_whole_url(server: Server) -> None:
+    """The raw server plays the proxy: it is sent the absolute URL, the proxy's credentials and the
+    server's own Host."""
+    server.answers = {"http://api.example:8080/api": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"}
+    client = Client("http://api.example:8080", proxy=f"http://u:p%40ss@127.0.0.1:{server.port}")
+    try:
+        assert (await client.request("GET", "/api")).body == b"ok"
+    finally:
+        await client.close()
+    assert server.heads[-1].startswith(
+        "GET http://api.example:8080/api HTTP/1.1\r\nHost: api.example:8080\r\n"
+    )
+    assert "Proxy-Authorization: Basic dTpwQHNz\r\n" in server.heads[-1]  # u:p@ss

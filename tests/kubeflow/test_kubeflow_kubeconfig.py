@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dispatch import InvalidError
-from dispatch_kubeflow.kubeconfig import in_cluster, parse
+from dispatch_kubeflow.kubeconfig import in_cluster, parse, proxy_for
 
 DOC = {
     "current-context": "c",
@@ -66,3 +66,30 @@ def test_the_pods_service_account(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert (ctx.server, ctx.namespace, ctx.source) == ("https://[fd00::1]:6443", "jobs", "in-cluster")
     assert (ctx.token_file, ctx.ca_file) == (str(tmp_path / "token"), str(tmp_path / "ca.crt"))
     assert ctx.token is None  # read per request from the file, which Kubernetes rotates
+
+
+@pytest.mark.parametrize(
+    ("server", "environ", "proxy"),
+    [
+        ("https://api.example:6443", {"HTTPS_PROXY": "http://p:3128"}, "http://p:3128"),
+        (
+            "https://api.example:6443",
+            {"https_proxy": "http://p:3128", "HTTP_PROXY": "http://q"},
+            "http://p:3128",
+        ),
+        ("http://api.example", {"HTTPS_PROXY": "http://p:3128"}, None),
+        ("http://api.example", {"HTTP_PROXY": "http://q:8080"}, "http://q:8080"),
+        ("https://127.0.0.1:6443", {"HTTPS_PROXY": "http://p"}, None),  # this machine: never proxied
+        ("https://localhost:6443", {"HTTPS_PROXY": "http://p"}, None),
+        ("https://api.example:6443", {"HTTPS_PROXY": "http://p", "NO_PROXY": "other, example"}, None),
+        ("https://api.example:6443", {"HTTPS_PROXY": "http://p", "NO_PROXY": ".api.example"}, "http://p"),
+        ("https://10.1.2.3:6443", {"HTTPS_PROXY": "http://p", "no_proxy": "10.0.0.0/8"}, None),
+        ("https://10.1.2.3:6443", {"HTTPS_PROXY": "http://p", "NO_PROXY": "10.1.2.3:443"}, "http://p"),
+        ("https://10.1.2.3:6443", {"HTTPS_PROXY": "http://p", "NO_PROXY": "*"}, None),
+    ],
+)
+def test_the_proxy_is_kubectls(server: str, environ: dict[str, str], proxy: str | None) -> None:
+    doc = {**DOC, "clusters": [{"name": "k", "cluster": {"server": server}}]}
+    assert proxy_for(parse(doc, "/k/config", None), environ) == proxy
+    with_url = {**DOC, "clusters": [{"name": "k", "cluster": {"server": server, "proxy-url": "http://kc:1"}}]}
+    assert proxy_for(parse(with_url, "/k/config", None), environ) == "http://kc:1"  # the kubeconfig's wins
