@@ -76,18 +76,30 @@ class Response:
 class _Conn:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
 
     def usable(self) -> bool:
-        """Still open (an idle connection the server closed shows EOF once the loop saw its FIN)."""
-        return not self.writer.is_closing() and not self.reader.at_eof()
+        """Still open (an idle connection the server closed shows EOF once the loop saw its FIN), and of
+        the running event loop (a client used from a new ``asyncio.run`` cannot use the old one's)."""
+        return (
+            self.loop is asyncio.get_running_loop()
+            and not self.writer.is_closing()
+            and not self.reader.at_eof()
+        )
 
     def close(self) -> None:
+        """Close it, from its own event loop's thread (a transport is not thread-safe)."""
         with contextlib.suppress(Exception):
-            self.writer.close()
+            if self.loop is asyncio.get_running_loop():
+                self.writer.close()
+            elif not self.loop.is_closed():
+                self.loop.call_soon_threadsafe(self.writer.close)
 
     async def aclose(self) -> None:
         """Close, and wait a moment for the transport to finish (TLS sends its close_notify)."""
         self.close()
+        if self.loop is not asyncio.get_running_loop():
+            return
         with contextlib.suppress(Exception):
             async with asyncio.timeout(1.0):
                 await self.writer.wait_closed()

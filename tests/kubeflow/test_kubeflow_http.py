@@ -160,3 +160,17 @@ async def test_a_plain_http_server_through_a_proxy_gets_the_whole_url(server: Se
         "GET http://api.example:8080/api HTTP/1.1\r\nHost: api.example:8080\r\n"
     )
     assert "Proxy-Authorization: Basic dTpwQHNz\r\n" in server.heads[-1]  # u:p@ss
+
+
+async def test_a_client_used_from_another_event_loop_connects_anew(server: Server) -> None:
+    """``dispatch.sync`` and tests run a client's calls in more than one event loop: a kept-alive
+    connection of another loop is dropped, not reused."""
+    server.answers = {"/ok": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"}
+    client = _client(server)
+    try:
+        assert (await client.request("GET", "/ok")).body == b"ok"
+        elsewhere = await asyncio.to_thread(asyncio.run, client.request("GET", "/ok"))  # a new loop
+        assert elsewhere.body == b"ok" and server.connections == 2
+        assert (await client.request("GET", "/ok")).body == b"ok"
+    finally:
+        await client.close()
