@@ -43,7 +43,6 @@ from dispatch.model import (
 )
 from dispatch.probecache import ProbeCache
 from dispatch_kubeflow import cessation, naming, output, probecache
-from dispatch_kubeflow.causes import Snapshot, classify
 from dispatch_kubeflow.errors import AlreadyExistsError, StaleHoldError
 from dispatch_kubeflow.events import decision_event, events_path
 from dispatch_kubeflow.holds import held_by_us, new_token, pointer
@@ -570,6 +569,8 @@ class Backend:
                 raise NotFoundError(f"{what}: the TrainJob no longer exists; nothing to hold")
             self._check_owner(obj, handle)
             # The TrainJob alone says whether the job ended (Complete, Failed, being deleted).
+            from dispatch_kubeflow.causes import Snapshot, classify
+
             outcome = classify(
                 Snapshot.of(name, obj, stopped=handle.ref in self._stopped, now=self._clock.now())
             )
@@ -685,6 +686,10 @@ class Backend:
         deletion that does not complete, and the output tails of failed nodes read while their pods were
         there. (What was seen earlier — a cause seen while a pod restarted, a stop — is kept in the host's
         record and applied by the host's fold, so a fresh process reads what a long-running one does.)"""
+        # Imported here: its rule table is a tenth of the adapter's import time, and a command that folds
+        # nothing (`logs` of a finished job) never needs it.
+        from dispatch_kubeflow.causes import Snapshot, classify
+
         now = self._clock.now()
         stopped = f"{self.settings.namespace}/{name}" in self._stopped
         snapshot = Snapshot.of(
