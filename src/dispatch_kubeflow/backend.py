@@ -43,7 +43,6 @@ from dispatch.model import (
 )
 from dispatch.probecache import ProbeCache
 from dispatch_kubeflow import cessation, naming, output, probecache
-from dispatch_kubeflow.causes import Snapshot, classify
 from dispatch_kubeflow.errors import AlreadyExistsError, StaleHoldError
 from dispatch_kubeflow.events import decision_event, events_path
 from dispatch_kubeflow.holds import held_by_us, new_token, pointer
@@ -251,6 +250,7 @@ class Backend:
         self._deletions = DeletionClock()
         # Events read for a failure nothing cached explains (pods gone), per TrainJob name: read once.
         self._events: dict[str, list[dict[str, Any]]] = {}
+        self._listed_once = False
         # The one reading path (SPEC §9.6): every reader of this process shares this cache.
         self.informer = Informer(
             client,
@@ -569,6 +569,8 @@ class Backend:
                 raise NotFoundError(f"{what}: the TrainJob no longer exists; nothing to hold")
             self._check_owner(obj, handle)
             # The TrainJob alone says whether the job ended (Complete, Failed, being deleted).
+            from dispatch_kubeflow.causes import Snapshot, classify
+
             outcome = classify(
                 Snapshot.of(name, obj, stopped=handle.ref in self._stopped, now=self._clock.now())
             )
@@ -684,6 +686,10 @@ class Backend:
         deletion that does not complete, and the output tails of failed nodes read while their pods were
         there. (What was seen earlier — a cause seen while a pod restarted, a stop — is kept in the host's
         record and applied by the host's fold, so a fresh process reads what a long-running one does.)"""
+        # Imported here: its rule table is a tenth of the adapter's import time, and a command that folds
+        # nothing (`logs` of a finished job) never needs it.
+        from dispatch_kubeflow.causes import Snapshot, classify
+
         now = self._clock.now()
         stopped = f"{self.settings.namespace}/{name}" in self._stopped
         snapshot = Snapshot.of(
@@ -753,13 +759,24 @@ class Backend:
             self._tails.setdefault(name, {})[tail.pod] = tail
             self.informer.invalidate(name)
 
+    async def _current(self) -> None:
+        """The shared cache, current for a read. A read-only backend's first read, when no feed runs,
+        lists the incarnation kinds once and watches nothing (a read command asks once: list+watch of
+        seven kinds cost it twice the requests and CPU of its answer); every later read starts the feed,
+        as every read of a backend that writes (the supervisor) does from the first."""
+        if self.mode is Mode.READ_ONLY and not self._listed_once and not self.informer.running:
+            self._listed_once = True
+            await self.informer.snapshot({k.key for k in self._incarnation_kinds()})
+            return
+        await self.informer.sync()
+
     async def observe(self, handle: Handle) -> Observation:
         """The outcome of the incarnation, classified by the cause table (:mod:`dispatch_kubeflow.causes`)
         from the shared cache, as of the last event it received (what this process wrote itself shows at
         once). A TrainJob the cache does not hold is read from the cluster, and told gone only after a
         second, differently routed read: ``cancelled`` if this backend stopped it, else ``lost``."""
         name = self._name_of(handle)
-        await self.informer.sync()
+        await self._current()
         parts = self.informer.parts(name)
         obj = parts.trainjob
         if obj is None:
@@ -814,7 +831,7 @@ class Backend:
         """An observation of every TrainJob in the namespace that carries dispatch's identity, from the
         shared cache (one list+watch per kind for the whole process, never a request per job). Objects whose
         marks are inconsistent are skipped with a warning."""
-        await self.informer.sync()
+        await self._current()
         out: list[Observation] = []
         now = self._clock.now()
         for name, identity in sorted(self.informer.identities().items()):

@@ -7,7 +7,8 @@ An opened Kubeflow cluster keeps **one** list+watch per kind — TrainJobs, JobS
 (:func:`~dispatch_kubeflow.watching.continuous_watch`): a thousand concurrent watches cost the requests one
 does, and the requests and bytes per job stay constant as the number of jobs grows.
 
-The informer starts on the first read (in the running event loop) and stops with the backend. A watch of
+The informer starts on the first read (in the running event loop) and stops with the backend (a read-only
+backend's first read is a one-time listing instead, :meth:`Informer.snapshot`). A watch of
 it is a *subscription*: it is told which incarnations an event touched and folds only those, from the
 shared cache, through one memo of folded outcomes (each incarnation is folded once per change, however
 many subscribers read it). An incarnation whose TrainJob is deleted leaves a tombstone (the
@@ -20,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 from dispatch.clock import Clock
@@ -113,27 +114,43 @@ class Informer:
             if self.running:
                 return
             self.kinds = list(self._all_kinds)
-            for kind in list(self.kinds):
-                try:
-                    items, rv = await list_kind(self.client, kind)
-                except (PermissionDeniedError, NotFoundError) as exc:
-                    if kind.key == "trainjobs":
-                        raise
-                    _log.warning("watch: %s; following the other kinds without it", exc)
-                    self._drop(kind.key)
-                    continue
-                self._replace(kind.key, items, rv)
-            self.start_rvs = dict(self.rvs)
-            self._memo.clear()
-            for key in sorted(self.view.identities):  # what must be read before the first fold of each
-                parts = self.view.parts(key)
-                if parts.trainjob is not None:
-                    await self.tails(key, parts)
+            await self._list_all()
             streams = Streams()
             for kind in self.kinds:
                 streams.start(self.client, kind, self.rvs[kind.key], clock=self.clock)
             streams.tick(TICK_SECONDS, clock=self.clock)
             self._task = asyncio.ensure_future(self._pump(streams))
+
+    async def snapshot(self, keys: Collection[str]) -> None:
+        """List the kinds ``keys`` once into the cache and watch nothing: the reading of a process that
+        asks once (a read command) — seven watch streams opened to be closed at once cost it more than
+        its answer. Nothing when the feed runs already (the cache is current); a later :meth:`sync`
+        lists again and starts the feed."""
+        if self.running:
+            return
+        self.kinds = [k for k in self._all_kinds if k.key in keys]
+        await self._list_all()
+
+    async def _list_all(self) -> None:
+        """List every kind followed (a kind the credentials may not read, or the cluster does not serve,
+        is left out with a warning; TrainJobs themselves are required), then read what must be read
+        before the first fold of each incarnation."""
+        for kind in list(self.kinds):
+            try:
+                items, rv = await list_kind(self.client, kind)
+            except (PermissionDeniedError, NotFoundError) as exc:
+                if kind.key == "trainjobs":
+                    raise
+                _log.warning("watch: %s; following the other kinds without it", exc)
+                self._drop(kind.key)
+                continue
+            self._replace(kind.key, items, rv)
+        self.start_rvs = dict(self.rvs)
+        self._memo.clear()
+        for key in sorted(self.view.identities):
+            parts = self.view.parts(key)
+            if parts.trainjob is not None:
+                await self.tails(key, parts)
 
     async def close(self) -> None:
         task, self._task = self._task, None

@@ -1,12 +1,16 @@
 """The one Kubernetes layer: every request the adapter sends goes through :class:`KubeClient`.
 
-It uses lightkube (``<2``) for what is hard to get right — kubeconfig and in-cluster configuration, TLS,
-exec/token-file authentication — and its httpx2 client for plain JSON requests. It owns, in one place:
+It reads the kubeconfig (or in-cluster configuration) with :mod:`dispatch_kubeflow.kubeconfig`, builds
+TLS with :mod:`dispatch_kubeflow.tls`, obtains credentials per request with
+:mod:`dispatch_kubeflow.credentials` and sends over :mod:`dispatch_kubeflow.http`, a small HTTP/1.1
+client of dispatch's own (httpx2 + httpcore2 + lightkube cost a read command about 0.1 s of CPU to
+import, more than the rest of the adapter). It owns, in one place:
 
 - the mapping of transport failures and HTTP error answers to dispatch's errors (:func:`_send` catches
   the transport's exceptions, :func:`dispatch_kubeflow.errors.map_status` maps answers; no other module
   catches an HTTP error — they catch dispatch's);
-- the bounded retries (429, 5xx, lost connections, with doubling backoff and ``Retry-After``);
+- the bounded retries (429, 5xx, lost connections, with doubling backoff and ``Retry-After``), and one
+  more attempt after a 401 when the credential can be obtained anew (a token file, an exec plugin);
 - what every request carries: ``User-Agent: dispatch/<version>`` (so a cluster's audit log shows who
   acted) and, on writes, ``fieldValidation=Strict`` (so a field the cluster's CRD lacks is refused, not
   silently pruned);
@@ -21,21 +25,23 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
-import sys
 import time
-from collections.abc import AsyncIterator, Generator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx2 as httpx
-
 import dispatch
+import dispatch_kubeflow.http as http
 from dispatch import logs, metrics
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import check_token
 from dispatch.errors import InvalidError, ReadOnlyError, UnavailableError, UnsupportedError
+from dispatch_kubeflow.credentials import CredentialError, Credentials
 from dispatch_kubeflow.errors import is_retryable, map_status, map_transport, unavailable_webhook
+from dispatch_kubeflow.kubeconfig import load as load_kubeconfig
+from dispatch_kubeflow.kubeconfig import proxy_for
 from dispatch_kubeflow.resources import SELF_SUBJECT_ACCESS_REVIEWS, group_version_path
 
 __all__ = ["USER_AGENT", "KubeClient", "Retry", "user_agent"]
@@ -54,39 +60,16 @@ def user_agent() -> str:
 
 USER_AGENT = user_agent()
 
-# The libraries below this module that log: none of them logs request headers today (httpcore2 logs
-# a request as ``<Request [b'GET']>``), but hpack logs the header fields it encodes and decodes, and
-# an HTTP library refusing a header may quote it in the exception it logs. Every token in use is cut
-# out of their records, at every level, whatever logging configuration the application has.
+# Libraries that log HTTP traffic. The adapter's own transport logs no header; these, when a process
+# uses them beside dispatch (a host's own HTTP client, hpack logging the header fields it encodes), get
+# every token in use cut out of their records, at every level, whatever logging configuration it has.
 LIBRARY_LOGGERS = (
     "httpx2", "httpcore2", "httpcore2.connection", "httpcore2.http11", "httpcore2.http2", "httpcore2.proxy",
     "httpcore2.socks", "httpx", "httpcore", "httpcore.connection", "httpcore.http11", "httpcore.http2",
     "httpcore.proxy", "httpcore.socks", "h11", "h2", "h2.connection", "h2.stream", "hpack", "hpack.hpack",
     "hpack.table", "lightkube", "aiohttp", "aiohttp.client", "aiohttp.internal", "asyncio",
+    "dispatch_kubeflow",
 )  # fmt: skip
-
-
-_UNUSED_BY_THE_TRANSPORT = ("trio", "h2")
-"""What httpcore2 imports when it is installed although this adapter never uses it: trio (it runs under
-asyncio) and h2 (it speaks HTTP/1.1). Installed beside dispatch by other tools (selenium brings trio),
-they would cost a command about 0.15 s of CPU to import (``python -X importtime``)."""
-
-
-def _load_transport() -> None:
-    """Import httpcore2 (which httpx2 imports when its first client is made) with trio and h2 hidden, so
-    that it falls back to what it does without them (asyncio only; HTTP/2 refused) and skips their import.
-    What another part of the process has imported already is left alone, and nothing stays hidden."""
-    if "httpcore2" in sys.modules:
-        return
-    hidden = [name for name in _UNUSED_BY_THE_TRANSPORT if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]  # the import system's "not installed"
-    try:
-        import httpcore2  # noqa: F401
-    finally:
-        for name in hidden:
-            if sys.modules.get(name, 0) is None:
-                del sys.modules[name]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,95 +84,20 @@ class Retry:
         return float(min(self.cap, self.base * (2**attempt)))
 
 
-def _config(kubeconfig: str | None, context: str | None) -> Any:
-    from lightkube import ConfigError, KubeConfig
-
-    try:
-        config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
-    except ConfigError as exc:
-        where = f"kubeconfig {kubeconfig!r}" if kubeconfig else "in-cluster, $KUBECONFIG or ~/.kube/config"
-        raise InvalidError(f"no usable cluster configuration ({where}): {exc}", path="kubeconfig") from None
-    except Exception as exc:
-        # Never echo the file's text: a kubeconfig holds credentials. Name the problem and the line.
-        mark = getattr(exc, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InvalidError(
-            f"{kubeconfig or 'the kubeconfig'} could not be read as a kubeconfig ({type(exc).__name__}{line})",
-            path="kubeconfig",
-        ) from None
-    try:
-        single = config.get(context)
-    except ConfigError as exc:
-        raise InvalidError(str(exc), path="context" if context else "kubeconfig") from None
-    except KeyError as exc:
-        raise InvalidError(f"the kubeconfig refers to a missing entry {exc}", path="kubeconfig") from None
-    return single
-
-
-def _http_options(single: Any, timeout: float) -> dict[str, Any]:
-    """The httpx2 client options (server, TLS, credentials) of one kubeconfig context.
-
-    lightkube's public API (``KubeConfig``, ``SingleConfig``, ``AsyncClient``) gives no HTTP client with a
-    configuration's authentication except inside its own ``AsyncClient``, whose typed request methods
-    cannot carry the query parameters and headers dispatch must send. Re-implementing exec plugins, token
-    files and client certificates would be worse, so this one function uses
-    ``lightkube.config.client_adapter.ConnectionParams.httpx_params`` (lightkube 1.x; the dependency is
-    pinned ``<2`` and ``test_kubeflow_connection`` fails loudly if the hook moves). Nothing else in
-    dispatch reaches past lightkube's public names.
-    """
-    from lightkube import ConfigError
-    from lightkube.config.client_adapter import ConnectionParams
-
-    params = ConnectionParams(timeout=httpx.Timeout(timeout))
-    try:
-        options: dict[str, Any] = params.httpx_params(single)
-    except (ConfigError, OSError, AssertionError, ValueError) as exc:  # ValueError: bad base64 data
-        raise InvalidError(
-            f"the cluster configuration is incomplete ({type(exc).__name__}: {exc})", path="kubeconfig"
-        ) from None
-    return options
-
-
-def _ca_fingerprint(single: Any) -> str:
-    import base64
-    import hashlib
-
-    cluster = getattr(single, "cluster", None)
-    data = getattr(cluster, "certificate_auth_data", None)
-    try:
-        if isinstance(data, str) and data:
-            raw = base64.b64decode(data)
-        elif isinstance(getattr(cluster, "certificate_auth", None), str):
-            with open(cluster.certificate_auth, "rb") as f:  # type: ignore[union-attr]
-                raw = f.read()
-        else:
-            return ""
-    except (OSError, ValueError):
-        return ""
-    return hashlib.sha256(raw).hexdigest()[:16]
-
-
-class _Bearer(httpx.Auth):
-    """``Authorization: Bearer <token>`` on every request (the token is never shown)."""
-
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    def __repr__(self) -> str:
-        return "<bearer token>"
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["Authorization"] = f"Bearer {self._token}"
-        yield request
-
-
 class KubeClient:
     """JSON requests to one API server, with retries, raising dispatch's errors; see the module docstring."""
 
     def __init__(
-        self, http: Any, *, server: str, retry: Retry | None = None, clock: Clock | None = None
+        self,
+        transport: http.Client,
+        *,
+        server: str,
+        credentials: Credentials | None = None,
+        retry: Retry | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        self._http = http
+        self._http = transport
+        self._credentials = credentials
         self.server = server
         self.retry = retry or Retry()
         self._clock = clock or SystemClock()
@@ -205,6 +113,9 @@ class KubeClient:
         self.context_namespace = "default"
         """The namespace the kubeconfig's context names (``default`` when none), as kubectl uses it."""
 
+    def __repr__(self) -> str:
+        return f"<dispatch_kubeflow.KubeClient {self.server}>"
+
     @classmethod
     def connect(
         cls,
@@ -218,34 +129,51 @@ class KubeClient:
     ) -> KubeClient:
         """Open a client from a kubeconfig (or in-cluster configuration). ``token``, if given, is sent as
         the bearer token on every request instead of the configuration's own credentials."""
-        _load_transport()  # first: reading the configuration's TLS settings may import it
-        single = _config(kubeconfig, context)
         if token is not None:
             check_token(token)
-        static = getattr(getattr(single, "user", None), "token", None)
-        if isinstance(static, str):
-            check_token(static, path="kubeconfig")
-        options = _http_options(single, timeout)
-        if token is not None:
-            options["auth"] = _Bearer(token)
-        headers = dict(options.pop("headers", None) or {})
-        headers["User-Agent"] = USER_AGENT
-        http = httpx.AsyncClient(headers=headers, **options)
-        client = cls(http, server=str(single.cluster.server), retry=retry, clock=clock)
-        client.ca_fingerprint = _ca_fingerprint(single)
-        # The context's namespace (lightkube: "default" when it names none), kubectl's default namespace.
-        client.context_namespace = str(getattr(single, "namespace", None) or "default")
-        for secret in (token, static):
+        ctx = load_kubeconfig(kubeconfig, context)
+        if ctx.token is not None:
+            check_token(ctx.token, path="kubeconfig")
+        tls = None
+        if ctx.server.startswith("https:"):
+            from dispatch_kubeflow import tls as tls_
+
+            tls = tls_.context_for(ctx)
+        try:
+            transport = http.Client(
+                ctx.server,
+                ssl_context=tls,
+                server_hostname=ctx.tls_server_name,
+                timeout=timeout,
+                headers={"User-Agent": USER_AGENT},
+                proxy=proxy_for(ctx, os.environ),
+            )
+        except ValueError as exc:
+            raise InvalidError(f"{ctx.source}: {exc}", path="kubeconfig") from None
+        client = cls(transport, server=ctx.server, retry=retry, clock=clock)
+        client._credentials = Credentials(ctx, token=token, reveal=client._keep_secret)
+        if ctx.ca_data is not None or ctx.ca_file is not None:
+            from dispatch_kubeflow.tls import ca_fingerprint
+
+            client.ca_fingerprint = ca_fingerprint(ctx)
+        client.context_namespace = ctx.namespace  # kubectl's default namespace ("default" when none)
+        for secret in (token, ctx.token, ctx.password):
             if isinstance(secret, str):
-                logs.redact_loggers(LIBRARY_LOGGERS)
-                logs.SECRETS.add(secret)
-                client._tokens.append(secret)
+                client._keep_secret(secret)
         return client
+
+    def _keep_secret(self, secret: str) -> None:
+        """Cut ``secret`` out of every log record for as long as this client is open."""
+        if secret in self._tokens:
+            return
+        logs.redact_loggers(LIBRARY_LOGGERS)
+        logs.SECRETS.add(secret)
+        self._tokens.append(secret)
 
     async def close(self) -> None:
         self._closed = True
         try:
-            await self._http.aclose()
+            await self._http.close()
         finally:
             while self._tokens:
                 logs.SECRETS.remove(self._tokens.pop())
@@ -291,40 +219,61 @@ class KubeClient:
         last_refusal: tuple[int, dict[str, Any] | None] | None = (
             None  # the last answer, if a webhook's refusal
         )
-        for attempt in range(self.retry.attempts):
+        renewed = False  # a credential obtained anew after a 401, once
+        attempt = 0
+        while attempt < self.retry.attempts:
             if attempt:
                 await self._clock.sleep(self._backoff(attempt - 1, server_wait))
                 server_wait = None
+            attempt += 1
             self.requests += 1
             started = time.monotonic()
             resp, failure = await self._send(method, path, query, content, headers, what)
-            _count(method, path, resp.status_code if resp is not None else 0, time.monotonic() - started)
+            _count(method, path, resp.status if resp is not None else 0, time.monotonic() - started)
             if resp is None:
                 # The request may have reached the server: a write's effect is now unknown.
                 ambiguous = ambiguous or (failure.ambiguous and method != "GET")
                 detail = failure.detail
-                _log.debug("%s %s: %s (attempt %d)", method, path, detail, attempt + 1)
+                _log.debug("%s %s: %s (attempt %d)", method, path, detail, attempt)
                 continue
-            _log.debug("%s %s -> %d", method, path, resp.status_code)
-            if resp.status_code < 400:
+            _log.debug("%s %s -> %d", method, path, resp.status)
+            if resp.status < 400:
                 if method != "GET":
                     self._warnings(resp, what)
                 return _answer(resp, self.server, method, accept_text, what)
             status = _status_body(resp)
-            if is_retryable(resp.status_code):
+            if resp.status == 401 and not renewed and self._credentials and self._credentials.renewable:
+                renewed = True  # the token file rotated, the plugin's credential expired early: once more
+                self._credentials.expire()
+                attempt -= 1
+                continue
+            if is_retryable(resp.status):
                 refused = unavailable_webhook(_message_of(status)) is not None
                 # A webhook the server could not call refused the write before it was stored: no effect.
-                ambiguous = ambiguous or (method != "GET" and resp.status_code != 429 and not refused)
-                detail = f"HTTP {resp.status_code} {status.get('reason', '') if status else ''}".strip()
+                ambiguous = ambiguous or (method != "GET" and resp.status != 429 and not refused)
+                detail = f"HTTP {resp.status} {status.get('reason', '') if status else ''}".strip()
                 server_wait = _retry_after(resp)
-                last_refusal = (resp.status_code, status) if refused else None
+                last_refusal = (resp.status, status) if refused else None
                 continue
-            raise map_status(resp.status_code, status, what=what)
+            raise map_status(resp.status, status, what=what)
         if last_refusal is not None and not ambiguous:
             raise map_status(*last_refusal, what=what)
         raise map_transport(
             what, f"{detail} (after {self.retry.attempts} attempts)", ambiguous_write=ambiguous
         )
+
+    async def _authorized(self, headers: dict[str, str], what: str) -> dict[str, str]:
+        """``headers`` with the credential's ``Authorization``; a credential that cannot be obtained (a
+        token file, an exec plugin) is the configuration's fault, said before anything is sent."""
+        if self._credentials is None:
+            return headers
+        try:
+            value = await self._credentials.header()
+        except CredentialError as exc:
+            raise InvalidError(
+                f"{what}: the kubeconfig's credentials could not be obtained ({exc})", path="kubeconfig"
+            ) from None
+        return headers if value is None else {**headers, "Authorization": value}
 
     async def _send(
         self,
@@ -334,32 +283,24 @@ class KubeClient:
         content: bytes | None,
         headers: dict[str, str],
         what: str,
-    ) -> tuple[Any, _Failure]:
+    ) -> tuple[http.Response | None, _Failure]:
         """One attempt: the response, or ``None`` and why no answer came. The one place that catches the
-        transport's exceptions (as httpx's own ``map_httpcore_exceptions`` does one layer down)."""
-        from lightkube import ConfigError
-
+        transport's exceptions."""
+        sent = await self._authorized(headers, what)
         try:
-            resp = await self._http.request(method, path, params=query, content=content, headers=headers)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            resp = await self._http.request(method, path, params=query, body=content, headers=sent)
+        except http.ConnectFailed as exc:
             # The reason (refused, TLS certificate not trusted, ...) says what to fix; it holds no credential.
-            return None, _Failure(f"{type(exc).__name__}: cannot connect to {self.server}: {exc}", False)
-        except (ConfigError, OSError, ValueError, KeyError) as exc:
-            # The kubeconfig's credentials are obtained per request (token file, exec plugin), before
-            # anything is sent: like a missing client certificate, the configuration is at fault.
-            raise InvalidError(
-                f"{what}: the kubeconfig's credentials could not be obtained ({type(exc).__name__}: {exc})",
-                path="kubeconfig",
-            ) from None
-        except httpx.TransportError as exc:
-            detail = f"{type(exc).__name__}: the connection to {self.server} failed before an answer"
+            return None, _Failure(f"ConnectError: cannot connect to {self.server}: {exc}", False)
+        except http.ConnectionLost as exc:
+            detail = f"{type(exc).__name__}: the connection to {self.server} failed before an answer ({exc})"
             return None, _Failure(detail, True)
         return resp, _NO_FAILURE
 
-    def _warnings(self, resp: Any, what: str) -> None:
+    def _warnings(self, resp: http.Response, what: str) -> None:
         """Record the ``Warning`` headers of a write's answer; an unknown field pruned by the server is an
         error (the object lost part of what dispatch sent)."""
-        texts = [w for h in resp.headers.get_list("warning") for w in _split_warnings(h)]
+        texts = [w for h in resp.header_all("warning") for w in _split_warnings(h)]
         if not texts:
             return
         for text in texts:
@@ -440,23 +381,24 @@ class KubeClient:
         connection broke mid-stream. ``read_timeout`` bounds the silence between two chunks (``None``: as
         long as the server keeps the stream open)."""
         self._check_open(what)
-        headers = {"Accept": "application/json"}
-        timeout = httpx.Timeout(10.0, read=read_timeout)
+        headers = await self._authorized({"Accept": "application/json"}, what)
+        query = dict(params or {})
         self.requests += 1
         try:
             async with self._http.stream(
-                "GET", path, params=dict(params or {}), headers=headers, timeout=timeout
+                path, params=query, headers=headers, read_timeout=read_timeout
             ) as resp:
-                _log.debug("GET %s (stream) -> %d", path, resp.status_code)
-                _count("WATCH" if dict(params or {}).get("watch") else "GET", path, resp.status_code, None)
-                if resp.status_code >= 400:
-                    await resp.aread()
-                    raise map_status(resp.status_code, _status_body(resp), what=what)
-                async for line in resp.aiter_lines():
+                _log.debug("GET %s (stream) -> %d", path, resp.status)
+                _count("WATCH" if query.get("watch") else "GET", path, resp.status, None)
+                if resp.status >= 400:
+                    raise map_status(resp.status, _status_body(await resp.read()), what=what)
+                async for line in resp.lines():
                     yield line
-        except httpx.TransportError as exc:
+        except http.HTTPError as exc:
             raise map_transport(
-                what, f"{type(exc).__name__}: the stream from {self.server} broke", ambiguous_write=False
+                what,
+                f"{type(exc).__name__}: the stream from {self.server} broke ({exc})",
+                ambiguous_write=False,
             ) from None
 
     async def served(self, group: str, version: str) -> set[str] | None:
@@ -555,20 +497,20 @@ def _split_warnings(header: str) -> list[str]:
     return out or [header.strip()]
 
 
-def _answer(resp: Any, server: str, method: str, accept_text: bool, what: str) -> Any:
+def _answer(resp: http.Response, server: str, method: str, accept_text: bool, what: str) -> Any:
     if accept_text:
         return resp.text
-    if not resp.content:
+    if not resp.body:
         return None
     try:
-        return resp.json()
+        return json.loads(resp.body)
     except ValueError:
         # Not an API server (a login page, a redirect to one, a proxy): say so, do not crash.
         raise map_transport(
             what,
-            f"{server} answered HTTP {resp.status_code} with something that is not a Kubernetes API answer "
+            f"{server} answered HTTP {resp.status} with something that is not a Kubernetes API answer "
             "(not JSON): is the kubeconfig's server address right?",
-            ambiguous_write=method != "GET" and resp.status_code < 300,
+            ambiguous_write=method != "GET" and resp.status < 300,
         ) from None
 
 
@@ -605,11 +547,11 @@ def _count(method: str, path: str, code: int, seconds: float | None) -> None:
         )
 
 
-def _status_body(resp: Any) -> dict[str, Any] | None:
+def _status_body(resp: http.Response) -> dict[str, Any] | None:
     try:
-        body = resp.json()
+        body = json.loads(resp.body)
     except ValueError:
-        return {"message": resp.text[:500]} if resp.text else None
+        return {"message": resp.text[:500]} if resp.body else None
     return body if isinstance(body, dict) else None
 
 
@@ -618,8 +560,8 @@ def _message_of(status: Mapping[str, Any] | None) -> str:
     return message if isinstance(message, str) else ""
 
 
-def _retry_after(resp: Any) -> float | None:
-    value = resp.headers.get("Retry-After")
+def _retry_after(resp: http.Response) -> float | None:
+    value = resp.header("Retry-After")
     try:
         return float(value) if value is not None else None
     except ValueError:

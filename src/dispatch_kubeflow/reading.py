@@ -9,7 +9,6 @@ import logging
 from typing import Any
 
 from dispatch.errors import DispatchError, NotFoundError, UnavailableError
-from dispatch_kubeflow.causes import TrainJob
 from dispatch_kubeflow.kube import KubeClient
 from dispatch_kubeflow.resources import EVENTS, TRAINJOBS
 
@@ -38,6 +37,8 @@ async def confirm_gone(client: KubeClient, namespace: str, name: str) -> dict[st
         raise UnavailableError(
             f"{what}: the answer is not a list of TrainJobs; not calling the job lost — try again"
         )
+    from dispatch_kubeflow.causes import TrainJob  # not at the top: see Backend._fold
+
     for item in items:
         if isinstance(item, dict) and TrainJob.parse(item).name == name:
             return item

@@ -63,27 +63,43 @@ def test_a_read_command_answered_from_the_records_imports_no_adapter(tmp_path: P
     assert roots(names, ADAPTER_ONLY + ONE_COMMAND_ONLY) == set()
 
 
-def test_the_kubernetes_client_imports_no_trio_and_no_http2(tmp_path: Path) -> None:
-    """httpcore2 imports trio and h2 when they are installed (selenium brings trio to a dev environment);
-    the adapter needs neither, so connecting does not import them, and leaves them importable."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:9', insecure-skip-tls-verify: true}}]\n"
-        "users: [{name: u, user: {token: not-a-real-token}}]\n"
-        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+HTTP_LIBRARIES = (
+    "lightkube",
+    "httpx2",
+    "httpcore2",
+    "httpx",
+    "httpcore",
+    "anyio",
+    "h11",
+    "h2",
+    "trio",
+    "yaml",
+)
+"""Third-party HTTP and Kubernetes libraries: the adapter speaks HTTP/1.1 with its own small client."""
+
+
+def test_connecting_imports_no_http_library_and_yaml_only_for_a_yaml_kubeconfig(tmp_path: Path) -> None:
+    """A kubeconfig written as JSON (kubesim and the dev cluster write theirs so) is read without YAML;
+    one written as YAML imports it. No third-party HTTP or Kubernetes library is imported either way."""
+    doc = (
+        '{"apiVersion": "v1", "kind": "Config", "current-context": "c",'
+        ' "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:9", "insecure-skip-tls-verify": true}}],'
+        ' "users": [{"name": "u", "user": {"token": "not-a-real-token"}}],'
+        ' "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}'
     )
-    script = (
-        "import sys\n"
-        "from dispatch_kubeflow.kube import KubeClient\n"
-        f"KubeClient.connect(kubeconfig={str(kubeconfig)!r})\n"
-        "assert 'httpcore2' in sys.modules\n"
-        "assert 'trio' not in sys.modules and 'h2' not in sys.modules, sorted(sys.modules)\n"
-        "import importlib.util\n"
-        "print(importlib.util.find_spec('trio') is not None)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
+    as_json, as_yaml = tmp_path / "kubeconfig.json", tmp_path / "kubeconfig.yaml"
+    as_json.write_text(doc)
+    as_yaml.write_text("# a comment makes it YAML\n" + doc)
+    for path, yaml_expected in ((as_json, False), (as_yaml, True)):
+        script = (
+            "import sys\n"
+            "from dispatch_kubeflow.kube import KubeClient\n"
+            f"KubeClient.connect(kubeconfig={str(path)!r})\n"
+            f"loaded = sorted({{n.split('.')[0] for n in sys.modules}} & {set(HTTP_LIBRARIES)!r})\n"
+            f"assert loaded == {['yaml'] if yaml_expected else []!r}, loaded\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_the_unmatched_choices_are_the_supervisors() -> None:

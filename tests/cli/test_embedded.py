@@ -215,3 +215,22 @@ def test_the_dev_cluster_writes_kubeconfigs_and_a_cluster_config(session: Sessio
         )
         assert denied.returncode != 0 and denied.stdout.strip() == "no", denied.stdout + denied.stderr
     assert shutil.which("kubectl", path=str(BIN))
+
+
+@pytest.mark.timeout(600)
+def test_a_read_command_asking_the_dev_cluster_imports_no_yaml_and_no_http_library(
+    session: Session, tmp_path: Path
+) -> None:
+    """The structure behind a fast `status` of a running job (SPEC §11.1; the CPU is measured in
+    benchmarks/cli_bench.py): the adapter is imported and asks the cluster, but the dev cluster's
+    kubeconfig is JSON and the embedded default is kept decoded, so no YAML parser is loaded; and the
+    adapter's own HTTP client replaces every third-party one."""
+    from .test_cli_imports import HTTP_LIBRARIES, imported
+
+    session.run("dev-cluster", "start")
+    job = tmp_path / "long.yaml"
+    job.write_text(LONG)
+    assert session.run("submit", str(job), "--job-id", "asks").returncode == 0
+    names = imported("-m", "dispatch.cli", "status", "asks", env=session.env)
+    assert "dispatch_kubeflow.http" in names  # it asked the cluster
+    assert {n.split(".")[0] for n in names} & set(HTTP_LIBRARIES) == set()

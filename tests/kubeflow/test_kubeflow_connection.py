@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import inspect
+import asyncio
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,9 @@ from kubeflow_fixtures import STOCK, config, install, kubeconfig
 from dispatch import InvalidError, Mode, UnavailableError
 from dispatch_kubeflow.backend import open_backend
 from dispatch_kubeflow.kube import Retry
+from kubesim.auth import Permissions
 from kubesim.sim import Simulator
+from kubesim.tls import make_self_signed
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -67,7 +70,7 @@ def _set_user(path: Path, user: dict[str, object]) -> None:
 @pytest.mark.parametrize(
     ("user", "words"),
     [
-        ({"tokenFile": "/nonexistent/token"}, "Token file /nonexistent/token not found"),
+        ({"tokenFile": "/nonexistent/token"}, "token file /nonexistent/token not found"),
         ({"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "false"}}, "returned 1"),
         (
             {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "/nonexistent/x"}},
@@ -139,12 +142,139 @@ async def test_tls_with_the_cluster_ca(tmp_path: Path) -> None:
             await b.close()
 
 
-async def test_the_one_lightkube_hook_beyond_its_public_api_is_still_there() -> None:
-    """dispatch_kubeflow.kube builds its HTTP client from lightkube's ConnectionParams.httpx_params (no
-    public lightkube API gives a client with a kubeconfig's authentication): fail here, loudly, if a
-    lightkube release moves it, rather than at a user's first request."""
-    from lightkube.config import client_adapter
+async def _reads_as(sim: Simulator, path: Path, identity: str) -> None:
+    """A read-only open and one listing through kubeconfig ``path`` reach the cluster as ``identity``."""
+    b = await open_backend(config({"kubeconfig": str(path)}, read_only=True))
+    try:
+        await b.list()
+    finally:
+        await b.close()
+    assert sim.requests.filter(identity=identity, status=200)
 
-    params = client_adapter.ConnectionParams
-    assert callable(getattr(params, "httpx_params", None))
-    assert list(inspect.signature(params.httpx_params).parameters) == ["self", "config"]
+
+async def test_a_token_file(sim: Simulator, tmp_path: Path) -> None:
+    token = sim.add_identity(Permissions.admin("from-a-file"))
+    (tmp_path / "token").write_text(token + "\n")
+    path = Path(kubeconfig(tmp_path / "kc", sim.url, "unused"))
+    _set_user(path, {"tokenFile": "token"})  # relative to the kubeconfig's directory, as kubectl reads it
+    await _reads_as(sim, path, "from-a-file")
+
+
+EXEC_PLUGIN = """#!{python}
+import json, os, pathlib, sys
+info = json.loads(os.environ["KUBERNETES_EXEC_INFO"])
+assert info["kind"] == "ExecCredential" and info["spec"]["interactive"] is False, info
+assert os.environ["FROM_KUBECONFIG"] == "yes"
+runs = pathlib.Path(sys.argv[1])
+runs.write_text(runs.read_text() + "x" if runs.exists() else "x")
+status = {{"token": "{token}", "expirationTimestamp": "{expires}"}}
+print(json.dumps({{"apiVersion": info["apiVersion"], "kind": "ExecCredential", "status": status}}))
+"""
+
+
+@pytest.mark.parametrize(("expires", "runs"), [("2999-01-01T00:00:00Z", 1), ("2000-01-01T00:00:00Z", None)])
+async def test_an_exec_plugin_runs_again_only_when_its_credential_expires(
+    sim: Simulator, tmp_path: Path, expires: str, runs: int | None
+) -> None:
+    import sys
+
+    token = sim.add_identity(Permissions.admin(f"exec-{runs}"))
+    plugin = tmp_path / "plugin"
+    plugin.write_text(EXEC_PLUGIN.format(python=sys.executable, token=token, expires=expires))
+    plugin.chmod(0o700)
+    path = Path(kubeconfig(tmp_path / "kc", sim.url, "unused"))
+    exec_ = {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "command": "./plugin",
+        "args": [str(tmp_path / "runs")],
+        "env": [{"name": "FROM_KUBECONFIG", "value": "yes"}],
+    }
+    _set_user(path, {"exec": exec_})
+    await _reads_as(sim, path, f"exec-{runs}")
+    requests = len(sim.requests.filter(identity=f"exec-{runs}"))
+    ran = len((tmp_path / "runs").read_text())
+    # A credential valid for years is obtained once; one already expired, for every request.
+    assert ran == (runs if runs is not None else requests) and requests > 1
+
+
+async def test_a_context_that_is_not_there_names_those_that_are(sim: Simulator, tmp_path: Path) -> None:
+    path = Path(kubeconfig(tmp_path / "kc", sim.url, sim.token("admin")))
+    with pytest.raises(InvalidError, match=r"no context 'prod' \(contexts there: kubesim\)") as info:
+        await open_backend(config({"kubeconfig": str(path), "context": "prod"}))
+    assert info.value.path == "context" and str(path) in str(info.value)
+
+
+def _set_tls(path: Path, cluster: dict[str, object], user: dict[str, object]) -> None:
+    doc = yaml.safe_load(path.read_text())
+    doc["clusters"][0]["cluster"].update(cluster)
+    doc["users"][0]["user"].update(user)
+    path.write_text(yaml.safe_dump(doc))
+
+
+async def test_insecure_skip_tls_verify_and_client_certificate_data(tmp_path: Path) -> None:
+    import base64
+
+    async with Simulator(install_runtimes=False, tls=True) as tls_sim:
+        path = Path(kubeconfig(tmp_path / "kc", tls_sim.url, tls_sim.token("admin")))
+        _set_tls(path, {"insecure-skip-tls-verify": True}, {})
+        await _reads_as(tls_sim, path, "admin")
+        # A client key that is not one: the kubeconfig is named, the key is not shown.
+        pair = make_self_signed()
+        cert_pem, key_pem = pair.cert_pem, pair.key_pem
+        cert = base64.b64encode(cert_pem).decode()
+        _set_tls(
+            path,
+            {},
+            {"client-certificate-data": cert, "client-key-data": base64.b64encode(b"nokey").decode()},
+        )
+        with pytest.raises(InvalidError, match="client certificate and key could not be loaded") as info:
+            await open_backend(config({"kubeconfig": str(path)}, read_only=True))
+        assert info.value.path == "kubeconfig"
+        # A good pair loads (kubesim asks for no client certificate: the token still identifies).
+        _set_tls(path, {}, {"client-key-data": base64.b64encode(key_pem).decode()})
+        await _reads_as(tls_sim, path, "admin")
+
+
+class _TunnelProxy:
+    """An HTTP proxy that only tunnels (CONNECT), and remembers what it was asked for and how."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []  # (target, Proxy-Authorization)
+        self.port = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        target = head[0].split(" ")[1]
+        auth = next(
+            (h.split(":", 1)[1].strip() for h in head if h.lower().startswith("proxy-authorization")), ""
+        )
+        self.asked.append((target, auth))
+        host, port = target.rsplit(":", 1)
+        up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+async def test_an_https_cluster_through_the_kubeconfigs_proxy(tmp_path: Path) -> None:
+    import base64
+
+    proxy = _TunnelProxy()
+    server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
+    proxy.port = server.sockets[0].getsockname()[1]
+    try:
+        async with Simulator(install_runtimes=False, tls=True) as tls_sim:
+            path = tls_sim.write_kubeconfig(tmp_path / "kc")
+            _set_tls(path, {"proxy-url": f"http://me:s3cr3t@127.0.0.1:{proxy.port}"}, {})
+            await _reads_as(tls_sim, path, "admin")  # TLS to the server, verified, inside the tunnel
+            port = tls_sim.url.rsplit(":", 1)[1]
+            assert proxy.asked[0] == (f"127.0.0.1:{port}", "Basic " + base64.b64encode(b"me:s3cr3t").decode())
+    finally:
+        server.close()

@@ -92,7 +92,7 @@ async def test_no_library_logs_the_token_at_debug(
     finally:
         await b.close()
     text = everything_at_debug.getvalue()
-    assert "httpcore2" in text, "the HTTP library logged nothing: DEBUG was not on"
+    assert "dispatch_kubeflow.kube DEBUG GET" in text, "the Kubernetes layer logged nothing: DEBUG was not on"
     assert token not in text
     assert {r.identity for r in list(sim.requests) if r.identity == "debug-logged"}
 
