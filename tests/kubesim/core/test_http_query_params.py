@@ -5,6 +5,7 @@ broken is 422 Invalid with field causes; a boolean is false only for ``0``/``fal
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 from pathlib import Path
@@ -202,7 +203,8 @@ def test_kubeconfig_over_a_wider_file_is_0600_before_the_token_is_written(tmp_pa
     assert path.stat().st_mode & 0o777 == 0o600
     text = path.read_text()
     assert "s3cret-token" in text and "old: content" not in text
-    assert "server: https://127.0.0.1:1" in text
+    (cluster,) = json.loads(text)["clusters"]  # JSON, which is YAML: kubectl reads it too
+    assert cluster["cluster"]["server"] == "https://127.0.0.1:1"
 
 
 def test_kubeconfig_token_is_never_written_into_a_wider_file(tmp_path: Path) -> None:
