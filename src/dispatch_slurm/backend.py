@@ -486,7 +486,11 @@ class SlurmBackend:
                 f"the hold token of {handle.identity} no longer matches what Slurm shows "
                 f"({'gone' if job is None else job.state + ', start time ' + str(job.eligible_time)})"
             )
-        updated = await self._update(job.job_id, "StartTime=now")
+        # now+1, not now: a hold of a running job requeued it, which revokes its launch credential, and
+        # slurmd refuses a credential made in the same second as a revocation ("Killing non-startable
+        # batch JobId=N: Job credential revoked": the job ends FAILED, exit 1). Seen when a release came
+        # within a second of the hold (issue 21's fault series); a second later costs a held job nothing.
+        updated = await self._update(job.job_id, "StartTime=now+1")
         if not updated.ok:
             raise ConflictError(f"Slurm refused to release job {job.job_id}: {updated.error()}")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -15,6 +16,7 @@ from dispatch import ConflictError, JobSpec
 from dispatch.backend import place
 from dispatch.model import Cause, Identity, Observation, State
 from dispatch_slurm import SlurmBackend, StaleHoldError, open_backend, parse_settings
+from dispatch_slurm.jobs import parse_squeue
 from dispatch_slurm.localslurm import LocalSlurm
 from dispatch_slurm.script import node_output
 
@@ -179,6 +181,24 @@ async def test_hold_release_and_a_stale_release(backend: SlurmBackend) -> None:
     await until(backend, h, lambda o: o.state is State.RUNNING)
     with pytest.raises(ConflictError):
         await backend.release(h, fresh)
+    await backend.stop(h)
+
+
+async def test_a_release_right_after_holding_a_running_job_starts_it_again(
+    backend: SlurmBackend, slurm: LocalSlurm
+) -> None:
+    """Holding a running job requeues it, which revokes its launch credential; slurmd refuses a credential
+    made in the same second as that revocation and kills the relaunch (FAILED, exit 1: "Job credential
+    revoked"). So a release never lets the job start in the second of its hold."""
+    h = await place(backend, sh("sleep 600"), ident("rehold"))
+    await until(backend, h, lambda o: o.state is State.RUNNING)
+    token = await backend.hold(h)
+    held_until = int(time.time())  # the requeue happened at this second or before
+    await backend.release(h, token)
+    (job,) = [j for j in parse_squeue(slurm_cmd(slurm, "squeue", "--json")) if j.job_id == h.ref]
+    assert job.eligible_time > held_until, (job.eligible_time, held_until)
+    obs = await until(backend, h, lambda o: o.state is State.RUNNING or o.outcome.terminal)
+    assert obs.state is State.RUNNING, obs.outcome
     await backend.stop(h)
 
 
