@@ -135,7 +135,9 @@ async def _running(harness: Harness, backend: Backend, handle: Handle) -> list[O
     seen = await _until(
         harness, backend, handle, lambda o: o.state is State.RUNNING or o.outcome.terminal, "running"
     )
-    assert seen[-1].state is State.RUNNING, f"the job ended before running: {seen[-1].outcome}"
+    assert seen[-1].state is State.RUNNING, (
+        f"the job ended before running: {seen[-1].outcome}; evidence: {seen[-1].outcome.evidence}"
+    )
     return seen
 
 
@@ -335,7 +337,9 @@ async def test_conformance_injected_cause(harness: Harness, event: str, cause: C
         harness, backend, handle, lambda o: o.cause is cause or o.outcome.terminal, str(cause)
     )
     obs = seen[-1]
-    assert obs.cause is cause, f"{event}: expected cause {cause}, got {obs.outcome}"
+    assert obs.cause is cause, (
+        f"{event}: expected cause {cause}, got {obs.outcome}; evidence: {obs.outcome.evidence}"
+    )
     assert obs.outcome.evidence, f"{event}: {obs.outcome} carries no evidence"
     if cause in _REQUEUEABLE:
         allowed = _REQUEUED if (await backend.capabilities()).queueing else {State.FAILED, State.QUEUED}
