@@ -8,6 +8,7 @@ is its hold, the last lines of output).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -69,6 +70,23 @@ class Facts:
     @property
     def reason(self) -> str:
         return self.job.reason if self.job else ""
+
+
+_TASK_EXITED = re.compile(r": tasks? [0-9,\-]+: Exited with exit code (\d+)")
+"""srun's line for tasks that exited by themselves ("srun: error: n1: task 0: Exited with exit code 3")."""
+
+
+def _exit_code(f: Facts) -> int | None:
+    """The job's exit code as the command gave it. srun reports the highest of its tasks' (a signal as
+    128 + N), so when a failing task made srun (``--kill-on-bad-exit``) terminate the others, the job
+    shows their 143, not the failure's code: that is in srun's own line for the task that exited."""
+    j = f.job
+    if j is None or j.exit_code is None or j.exit_code <= 128:
+        return j.exit_code if j is not None else None
+    for line in f.output:
+        if (m := _TASK_EXITED.search(line)) is not None and int(m.group(1)) != 0:
+            return int(m.group(1))
+    return j.exit_code
 
 
 def _oom_in_output(f: Facts) -> bool:
@@ -246,7 +264,7 @@ def _evidence(f: Facts, rule: Rule) -> Evidence:
         j.job_id,
         reason=reason,
         message=message,
-        exit_code=j.exit_code if (failed or rule.state is State.SUCCEEDED) else None,
+        exit_code=_exit_code(f) if (failed or rule.state is State.SUCCEEDED) else None,
         node=j.nodes or None,
         output=f.output if failed else (),
     )

@@ -5,6 +5,7 @@ and the generated docs table kept equal to the rules."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,29 @@ def test_a_memory_kill_whose_message_is_not_written_yet_is_still_running() -> No
     assert waiting.evidence[0].reason == "FAILED/NonZeroExitCode"
     exit3 = facts_of(load("exit3_two_nodes"))
     assert exit3.job is not None and not awaits_memory_word(exit3.job, ())  # not killed: nothing to wait for
+
+
+def test_the_exit_code_is_the_failing_tasks_not_the_signal_of_the_tasks_srun_stopped() -> None:
+    """srun returns the highest exit code of its tasks: when task 0 exits 3 and srun (--kill-on-bad-exit)
+    terminates task 1 before it ends by itself, the job shows 143. The exit code is the one srun names
+    for the task that exited (seen under load in issue 21's series: a two-node `exit 3` read as 143)."""
+    facts = facts_of(load("exit3_two_nodes"))
+    assert facts.job is not None
+    output = (
+        "srun: error: n1: task 0: Exited with exit code 3",
+        "srun: launch/slurm: _step_signal: Terminating StepId=16.0",
+        "srun: error: n2: task 1: Terminated",
+    )
+    job = replace(facts.job, exit_code=143, signal=0)
+    outcome = classify(Facts(job=job, job_ref=facts.job_ref, output=output))
+    assert (outcome.state, outcome.cause, outcome.evidence[0].exit_code) == (State.FAILED, Cause.EXIT_CODE, 3)
+    both = ("srun: error: n[1-2]: tasks 0-1: Exited with exit code 3",)
+    assert classify(Facts(job=job, job_ref=facts.job_ref, output=both)).evidence[0].exit_code == 3
+    killed = ("srun: error: n1: task 0: Killed",)  # no task exited by itself: the signal is the answer
+    assert (
+        classify(Facts(job=replace(job, exit_code=137), job_ref="1", output=killed)).evidence[0].exit_code
+        == 137
+    )
 
 
 @pytest.mark.parametrize("name", sorted(n for n in EXPECTED if load(n)["sacct"]))

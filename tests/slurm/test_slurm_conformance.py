@@ -78,7 +78,12 @@ class SlurmHarness(BaseHarness):
         return JobSpec(command=("sh", "-c", CONTROL), env={"CONTROL_DIR": str(self.control)})
 
     def _say(self, handle: Handle, what: str) -> None:
-        (self.control / f"{handle.identity.job_id}.{handle.identity.epoch}").write_text(what)
+        # Written aside and renamed: the job waits for the file to exist, then reads it, and could read
+        # it empty between a write_text's create and its write (seen under load: "exit: Illegal number").
+        final = self.control / f"{handle.identity.job_id}.{handle.identity.epoch}"
+        aside = final.with_name(final.name + ".tmp")
+        aside.write_text(what)
+        aside.replace(final)
 
     async def fail(self, backend: Backend, handle: Handle, exit_code: int) -> None:
         self._say(handle, str(exit_code))
