@@ -14,8 +14,9 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from dispatch.clock import Clock
 from dispatch.errors import (
@@ -93,8 +94,7 @@ async def cluster_identity(client: KubeClient) -> str:
     return f"kubernetes:{client.server}{ca}"
 
 
-@dataclass(slots=True)
-class ClusterFacts:
+class ClusterFacts(Struct):
     """What preflight learned about the cluster. ``None``: not checked (read-only, observe-only)."""
 
     kueue: bool = False
@@ -488,7 +488,11 @@ async def _watch(
     # The access review said what we may do; the probe shows what the cluster does. Keep the review's
     # answer about logs only if no probe pod appears to try them on.
     allowed_logs = facts.logs_readable
-    facts.pods_visible = False
+    # Whether pods can be read is what listing them answers (a denial says no), never whether a probe pod
+    # appeared in the window: under Kueue the probe may wait in its queue the whole window (a loaded or
+    # full cluster), and a job's pods must be followed all the same — not following them, every job
+    # would read "starting" for good. Unknown until a listing answers.
+    facts.pods_visible = None
     facts.logs_readable = None
     interval = max(0.05, min(1.0, window / 10))
     deadline = clock.now() + window
@@ -514,9 +518,12 @@ async def _watch(
         facts.notes.append("Kueue suspended the probe on creation, as it does with every job it queues")
     if facts.logs_readable is None:
         facts.logs_readable = allowed_logs
-    if not facts.pods_visible:
+    if facts.pods_visible is False:
+        facts.notes.append("pods cannot be read with these credentials: no cessation, no output")
+    elif facts.pods_visible is None:
         facts.notes.append(
-            "no pod of the probe was visible: pods cannot be read, or the JobSet/Job controllers are not running"
+            f"no pod of the probe appeared within {window:g}s (Kueue kept it queued, or the JobSet/Job "
+            "controllers are slow or not running); pods are followed all the same"
         )
 
 

@@ -411,3 +411,36 @@ async def test_the_controller_counts_the_check_states_it_writes_and_says_it_lead
     }
     assert samples[("dispatch_admission_leader", ())] == 1.0
     assert samples[("dispatch_admission_checks_total", (("state", "Pending"),))] >= 1.0
+
+
+async def test_a_probe_queued_through_its_window_still_follows_pods(tmp_path: Path) -> None:
+    """Under Kueue the probe can wait in its queue the whole window and show no pod (here: nobody serves
+    the queue's admission check while the backend opens). Pods are followed all the same: a job admitted
+    later reads running. (Under load the probe saw no pod in its window, the backend stopped following
+    pods, and every job read "starting" for good.)"""
+    async with Simulator(install_runtimes=False, tls=True) as sim:
+        install(sim, torch_runtime(), _runtime())
+        install_check(sim)
+        kc = str(sim.write_kubeconfig(tmp_path / "kc"))
+        backend = await open_backend(
+            config({"kubeconfig": kc, "queue": "user-queue", "admissionCheck": CHECK}), probe_window=0.2
+        )
+        try:
+            async with running(kc) as ctl:
+                world = World(sim, kc, ctl, backend)
+                handle = await place(backend, _spec(), ident("kq-late"))
+                states = []
+                for _ in range(20):
+                    await world.settle(5)
+                    obs = await backend.observe(handle)
+                    states.append(obs.state)
+                    if obs.state is State.RUNNING:
+                        break
+                assert states[-1] is State.RUNNING, states
+                assert world.pods(handle), "the job's pods exist"
+            assert backend.facts.pods_visible is None, backend.facts  # unknown, not "cannot be read"
+            caps = await backend.capabilities()
+            assert caps.cessation and caps.output
+            assert any("no pod of the probe appeared" in n for n in caps.notes), caps.notes
+        finally:
+            await backend.close()
