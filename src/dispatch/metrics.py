@@ -14,8 +14,9 @@ library users pay nothing and need no extra package. ``prometheus-client`` is th
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct
 
 from dispatch.errors import InvalidError, UnsupportedError
 
@@ -28,8 +29,7 @@ __all__ = ["DAEMONS", "METRICS", "Metric", "Metrics", "current", "disable", "ena
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
-@dataclass(frozen=True, slots=True)
-class Metric:
+class Metric(Struct, frozen=True):
     """One metric's declaration (Prometheus naming: ``dispatch_`` prefix, ``_total`` counters, seconds)."""
 
     name: str

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from msgspec import Struct
+
 from dispatch.model import Cause, Evidence, Outcome, State
 from dispatch_kubeflow.holds import held_by_us
 from dispatch_kubeflow.names import ANNOTATION_HOLD, LABEL_QUEUE, NODE_CONTAINER
@@ -98,8 +100,7 @@ def _time(value: Any) -> float | None:
 # --- the typed snapshot ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Condition:
+class Condition(Struct, frozen=True):
     """One ``status.conditions[]`` entry."""
 
     type: str
@@ -140,8 +141,7 @@ def _find(conditions: Iterable[Condition], type_: str) -> Condition | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class _Object:
+class _Object(Struct, frozen=True):
     kind: str
     name: str
     conditions: tuple[Condition, ...] = ()
@@ -158,8 +158,7 @@ class _Object:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class TrainJob(_Object):
+class TrainJob(_Object, frozen=True):
     """The TrainJob: its conditions, suspension, node count, Kueue queue label and dispatch's hold."""
 
     suspended: bool = False
@@ -185,8 +184,7 @@ class TrainJob(_Object):
         )
 
 
-@dataclass(frozen=True, slots=True)
-class JobSet(_Object):
+class JobSet(_Object, frozen=True):
     """The JobSet the Trainer made of the TrainJob: its conditions and restart count."""
 
     restarts: int = 0
@@ -203,8 +201,7 @@ class JobSet(_Object):
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Job(_Object):
+class Job(_Object, frozen=True):
     """One of the JobSet's batch/v1 Jobs."""
 
     @classmethod
@@ -218,8 +215,7 @@ class Job(_Object):
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Termination:
+class Termination(Struct, frozen=True):
     """A container's ``terminated`` state (current or last)."""
 
     reason: str
@@ -240,8 +236,7 @@ class Termination:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Container:
+class Container(Struct, frozen=True):
     """One ``status.containerStatuses[]`` entry (init containers included, flagged)."""
 
     name: str
@@ -270,8 +265,7 @@ class Container:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Pod(_Object):
+class Pod(_Object, frozen=True):
     """A pod of the incarnation: phase, node, status reason, conditions and container states."""
 
     phase: str = ""
@@ -323,8 +317,7 @@ class Pod(_Object):
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Workload(_Object):
+class Workload(_Object, frozen=True):
     """The Kueue Workload of the TrainJob: conditions, ``spec.active`` and eviction history."""
 
     active: bool = True
@@ -353,8 +346,7 @@ class Workload(_Object):
         return self.true("Finished") is not None
 
 
-@dataclass(frozen=True, slots=True)
-class KubeEvent:
+class KubeEvent(Struct, frozen=True):
     """A Kubernetes Event about one of the incarnation's objects (kept by the API server about an hour,
     after its pods are gone): what it is about, its reason and message."""
 
@@ -379,8 +371,7 @@ class KubeEvent:
         return Evidence(kind=self.kind, name=self.name, reason=self.reason, message=self.message, at=self.at)
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
+class Snapshot(Struct, frozen=True):
     """One incarnation as its objects show it at ``now`` (epoch seconds).
 
     ``trainjob`` is ``None`` when the TrainJob is confirmed gone. ``stopped`` is true when dispatch itself

@@ -14,8 +14,9 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from dispatch.model import Identity
 from dispatch_kubeflow.names import ANNOTATION_HOLD
@@ -54,8 +55,7 @@ def pointer(key: str) -> str:
     return "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
 
 
-@dataclass(frozen=True, slots=True)
-class CheckState:
+class CheckState(Struct, frozen=True):
     """What ``dispatch-admission`` writes for one admission check of one Workload."""
 
     state: str

@@ -9,8 +9,9 @@ deletion that does not complete (:func:`with_stuck_deletion`) and the output tai
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from dispatch.model import Evidence, Outcome, State
 from dispatch_kubeflow.names import NODE_CONTAINER
@@ -41,8 +42,7 @@ def _name(obj: Mapping[str, Any] | None) -> str:
     return str(meta_of(obj).get("name", ""))
 
 
-@dataclass(frozen=True, slots=True)
-class Remains:
+class Remains(Struct, frozen=True):
     """What of an incarnation is still on the cluster (empty: it has ceased). Times are the server's
     ``deletionTimestamp`` values as written (never compared with the local clock: clocks differ)."""
 
@@ -171,8 +171,7 @@ def failed_node_pods(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any
     return [p for p in pods if terminated_node(p) is not None]
 
 
-@dataclass(frozen=True, slots=True)
-class Tail:
+class Tail(Struct, frozen=True):
     """The last lines of a failed node's ``node`` container, read while its pod was still there."""
 
     pod: str

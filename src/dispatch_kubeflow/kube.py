@@ -29,8 +29,9 @@ import os
 import re
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 import dispatch
 import dispatch_kubeflow.http as http
@@ -72,8 +73,7 @@ LIBRARY_LOGGERS = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
-class Retry:
+class Retry(Struct, frozen=True):
     """Bounded retries: ``attempts`` tries in all, sleeping ``base`` seconds doubling up to ``cap``."""
 
     attempts: int = 5
@@ -480,8 +480,7 @@ class KubeClient:
         return good, rv if isinstance(rv, str) else ""
 
 
-@dataclass(frozen=True, slots=True)
-class _Failure:
+class _Failure(Struct, frozen=True):
     detail: str
     ambiguous: bool
 

@@ -6,8 +6,9 @@ group, version, plural and scope of each kind live in one place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
+
+from msgspec import Struct
 
 from dispatch_kubeflow.names import (
     JOBSET_GROUP,
@@ -41,8 +42,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Resource:
+class Resource(Struct, frozen=True):
     """One served resource: API group ("" for core), version, plural, kind and scope."""
 
     group: str

@@ -8,8 +8,9 @@ nothing here trusts its shape.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from dispatch.model import JobSpec
 from dispatch_kubeflow.names import DOMAIN, LABEL_ANCESTOR_STEP, NODE_CONTAINER, TRAINER_STEP
@@ -53,8 +54,7 @@ def describe(runtime: Mapping[str, Any], kind: str | None = None) -> str:
     return f'{kind or runtime.get("kind") or "runtime"} "{name}"'
 
 
-@dataclass(frozen=True, slots=True)
-class RuntimeInfo:
+class RuntimeInfo(Struct, frozen=True):
     """What the adapter needs to know of a runtime to build a TrainJob on it."""
 
     framework: str | None

@@ -22,8 +22,9 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from dispatch import metrics
 from dispatch.clock import Clock
@@ -108,8 +109,7 @@ def _owner_key(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class Kind:
+class Kind(Struct, frozen=True):
     """One watched collection: its cursor ``key``, REST ``path``, label ``selector`` and how an object of it
     names the incarnation it belongs to (``key_of``: the TrainJob's name, or ``None`` for none of ours)."""
 
@@ -219,8 +219,7 @@ def newer(rv: Any, than: Any) -> bool | None:
 # --- the folded view ----------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Parts:
+class Parts(Struct):
     """The cached objects of one incarnation (keyed by its TrainJob's name)."""
 
     trainjob: dict[str, Any] | None = None
@@ -388,8 +387,7 @@ def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
 # --- the streams ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(Struct, frozen=True):
     """What a kind's stream hands the fold: an object event, a bookmark, a relist, or a failure."""
 
     kind: str

@@ -14,11 +14,11 @@ import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from msgspec import Struct
 
 from dispatch import decide
 from dispatch.cli import devcluster
@@ -81,8 +81,7 @@ WRITE = "write"
 """How a command opens the cluster: read-only (no probe, no write request) or for writing."""
 
 
-@dataclass(slots=True)
-class Options:
+class Options(Struct):
     """The options every command takes."""
 
     config: str | None

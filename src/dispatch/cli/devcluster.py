@@ -27,10 +27,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
+from msgspec import Struct
 
 from dispatch.errors import ConflictError, UnavailableError
 from dispatch.records.paths import default_store_path
@@ -70,8 +70,7 @@ def dev_dir() -> Path:
     return default_store_path().parent / "dev-cluster"
 
 
-@dataclass(frozen=True, slots=True)
-class DevCluster:
+class DevCluster(Struct, frozen=True):
     """A running dev cluster, as its ``state.json`` describes it."""
 
     pid: int

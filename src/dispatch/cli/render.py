@@ -11,8 +11,9 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
 from typing import Any, TextIO
+
+from msgspec import Struct, field
 
 from dispatch.model import (
     TERMINAL_STATES,
@@ -482,8 +483,7 @@ def probe_progress(renderer: Renderer, text: str, quiet: bool = False) -> Iterat
             root.setLevel(level)
 
 
-@dataclass
-class Incarnation:
+class Incarnation(Struct):
     """One incarnation as the history tells it: its epoch, how it ended (or where it is), what came next,
     when it began and ended, the cluster objects it was placed as, and the evidence of its states."""
 

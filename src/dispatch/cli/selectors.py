@@ -10,7 +10,8 @@ Pure: parsing and matching, no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from dispatch.errors import InvalidError
 from dispatch.model import JobRecord
@@ -20,8 +21,7 @@ __all__ = ["KEYS", "Requirement", "labels_of", "matches", "parse_selector"]
 KEYS = ("state", "cause", "epoch", "adapter", "env.NAME")
 
 
-@dataclass(frozen=True, slots=True)
-class Requirement:
+class Requirement(Struct, frozen=True):
     key: str
     value: str
     equal: bool

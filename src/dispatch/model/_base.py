@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, TypeVar
 
 import msgspec
+from msgspec import Struct
 
 from dispatch.errors import InvalidError
 
@@ -174,8 +174,7 @@ class Model(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="cam
 # --- custom types: values whose JSON form is not an object of their fields ------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Custom:
+class _Custom(Struct, frozen=True):
     decode: Callable[[Any, str], Any]  # (JSON value, path) -> value; raises InvalidError
     encode: Callable[[Any], Any]
     schema: Callable[[], dict[str, Any]]

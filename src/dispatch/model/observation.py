@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from dispatch.model._base import Model
 from dispatch.model.identity import Handle
@@ -27,8 +27,7 @@ class Observation(Model, frozen=True):
         return self.outcome.cause
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
+class Change(Struct, frozen=True):
     """One watch event: the new observation of an incarnation and the cursor to resume after it."""
 
     observation: Observation

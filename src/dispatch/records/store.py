@@ -5,9 +5,10 @@ from __future__ import annotations
 import abc
 import builtins
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, runtime_checkable
+
+from msgspec import Struct
 
 from dispatch.errors import InvalidError
 from dispatch.model import JobRecord, State, Transition
@@ -26,8 +27,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Unreadable:
+class Unreadable(Struct, frozen=True):
     """A stored record this process cannot read (corrupt, or written by a newer dispatch): reported on
     its own, never stopping the others."""
 
