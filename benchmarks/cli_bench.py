@@ -209,16 +209,20 @@ def main() -> None:
                     args.runs,
                 )
             )
+        # kubectl's CPU on the same machine in the same run: a yardstick for comparing runs on machines of
+        # different speed (the 0.2 s line itself is absolute).
+        yardstick = statistics.median(rows[-1][4]) if kubectl else None
         print(
             f"\n{'command':<26} {'cpu med s':>9} {'cpu min s':>9} {'wall med s':>10} {'wall min s':>10}"
-            f" {'requests':>9} {'writes':>7} {'exit':>5}"
+            f" {'requests':>9} {'writes':>7} {'exit':>5} {'cpu/kubectl':>11}"
         )
         for name, times, per_run, code, cpu in rows:
             reqs = statistics.median(len(r) for r in per_run)
             writes = statistics.median(sum(1 for x in r if x["verb"] in WRITES) for r in per_run)
+            ratio = f"{statistics.median(cpu) / yardstick:.2f}" if yardstick else "-"
             print(
                 f"{name:<26} {statistics.median(cpu):>9.3f} {min(cpu):>9.3f} {statistics.median(times):>10.3f}"
-                f" {min(times):>10.3f} {reqs:>9g} {writes:>7g} {code:>5}"
+                f" {min(times):>10.3f} {reqs:>9g} {writes:>7g} {code:>5} {ratio:>11}"
             )
         submit = rows[0][2]
         ok_submit = all(trainjob_creates(r) == 1 and probes(r) == 0 for r in submit)
