@@ -29,8 +29,10 @@ __all__ = ["FORMAT", "apply", "cache_key", "findings", "fingerprint", "lookup", 
 
 _log = logging.getLogger(__name__)
 
-FORMAT = 1
-"""The shape of a cached entry; an entry of another format is ignored (and overwritten)."""
+FORMAT = 2
+"""The shape of a cached entry; an entry of another format is ignored (and overwritten). 2: "pods visible:
+no" means a refused listing only (format 1 also wrote it when no probe pod appeared in the window, which
+left every job reading "starting"; such findings must not be reused)."""
 
 _LEARNED = ("trainer_reconciles", "kueue_takes_jobs", "pods_visible", "logs_readable")
 

@@ -98,7 +98,16 @@ async def test_refresh_an_expired_ttl_or_a_corrupt_entry_probe_again(sim: Simula
     b = await _open(_cfg(kc, StoreProbeCache(store)))
     await b.close()
     assert not b.facts.from_cache
-    assert json.loads(await store.get_value(key) or "")["format"] == 1
+    assert json.loads(await store.get_value(key) or "")["format"] == 2
+    # A format-1 entry is not reused: its "pods visible: no" may only mean that no probe pod appeared in
+    # the window, which stopped the backend following pods.
+    old = json.loads(await store.get_value(key) or "")
+    old["format"] = 1
+    old["facts"]["pods_visible"] = False
+    await store.put_value(key, json.dumps(old))
+    b = await _open(_cfg(kc, StoreProbeCache(store)))
+    await b.close()
+    assert not b.facts.from_cache and b.facts.pods_visible is True
 
 
 async def test_read_only_never_touches_the_cache(sim: Simulator, tmp_path: Path) -> None:
