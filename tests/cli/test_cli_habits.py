@@ -123,6 +123,48 @@ def test_a_closed_pipe_ends_quietly(config: Path, tmp_path: Path) -> None:
     assert proc.returncode == EXIT_BROKEN_PIPE == 141
 
 
+ENDING = """
+import atexit, sys, threading, time
+atexit.register(lambda: print("exit handler ran", file=sys.stderr))
+print("written before the command, not flushed")  # stdout is a pipe: block-buffered
+if "--with-thread" in sys.argv:
+    sys.argv.remove("--with-thread")
+    threading.Thread(target=lambda: (time.sleep(0.5), print("thread finished", file=sys.stderr))).start()
+from dispatch.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("thread", [False, True])
+def test_the_console_script_ends_as_the_interpreter_would(config: Path, tmp_path: Path, thread: bool) -> None:
+    """The console script skips tearing its modules down at exit (docs/cli.md, "Fast reads"); what the
+    interpreter's exit does that matters still happens: buffered output is written whole, exit handlers
+    run, the exit code is the command's, and a thread still working is waited for."""
+    submit(config, tmp_path, "hang", "e1")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout buffered, as usual
+    env["DISPATCH_STATE_DIR"] = str(tmp_path / "state")
+    extra = ["--with-thread"] if thread else []
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-c", ENDING, "--config", str(config), *args, *extra]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=120)
+
+    shown = run("status", "e1", "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    first, rest = shown.stdout.split("\n", 1)
+    assert first == "written before the command, not flushed"
+    assert json.loads(rest)["jobId"] == "e1"
+    assert "exit handler ran" in shown.stderr
+    assert ("thread finished" in shown.stderr) == thread
+    missing = run("status", "no-such-job")
+    assert missing.returncode == 1
+    assert missing.stdout == "written before the command, not flushed\n"  # nothing else flushed stdout
+    assert "error: no record for job 'no-such-job'" in missing.stderr
+    assert "exit handler ran" in missing.stderr
+    usage = run("status", "e1", "-o", "nonsense")
+    assert usage.returncode == 2 and "Invalid value for '-o'" in usage.stderr
+
+
 # ---------------------------------------------------------------------- kubectl's habits
 
 
