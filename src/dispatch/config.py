@@ -15,7 +15,7 @@ from dispatch.records.store import Store
 
 __all__ = ["STORE_ID", "AdapterConfig", "Config", "check_token"]
 
-STORE_ID = re.compile(r"([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?")
+STORE_ID = r"([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?"
 """A store identity: empty, or a DNS-1123 label (it goes into a Kubernetes label value as it is)."""
 
 
@@ -78,7 +78,7 @@ class AdapterConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.backend, str) or not self.backend:
             raise InvalidError("expected the adapter's name", path="backend")
-        if not isinstance(self.store_id, str) or not STORE_ID.fullmatch(self.store_id):
+        if not isinstance(self.store_id, str) or not re.fullmatch(STORE_ID, self.store_id):
             raise InvalidError(
                 f"expected up to 63 characters from a-z 0-9 -, got {self.store_id!r}", path="store_id"
             )

@@ -38,7 +38,7 @@ FIELDS = ("job_id", "epoch", "action", "cause")
 
 # Loggers of the libraries under us that log request headers (tokens) at DEBUG.
 _WIRE_LOGGERS = ("httpx", "httpcore", "httpx2", "httpcore2", "hpack", "h2", "aiohttp.client", "urllib3")
-_BEARER = re.compile(r"(?i)(bearer\s+)[^\s'\",]+")
+_BEARER = r"(?i)(bearer\s+)[^\s'\",]+"
 MARK = "***"
 """What a secret is replaced with, everywhere."""
 
@@ -71,7 +71,7 @@ class Secrets:
         for value in self._live:
             if value in text:
                 text = text.replace(value, MARK)
-        return _BEARER.sub(rf"\1{MARK}", text)
+        return re.sub(_BEARER, rf"\1{MARK}", text)
 
 
 SECRETS = Secrets()

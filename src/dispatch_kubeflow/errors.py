@@ -74,14 +74,14 @@ def _webhook_denial(message: str) -> bool:
     return "admission webhook" in message and "denied the request" in message
 
 
-_WEBHOOK_CALL = re.compile(r'failed calling webhook "([^"]+)"')
+_WEBHOOK_CALL = r'failed calling webhook "([^"]+)"'
 
 
 def unavailable_webhook(message: str) -> str | None:
     """The webhook an API server could not call (HTTP 500 ``failed calling webhook "<name>": ...``), or
     ``None``. The server refused the request before storing anything: a write it answers so had no
     effect, unlike a lost answer."""
-    found = _WEBHOOK_CALL.search(message)
+    found = re.search(_WEBHOOK_CALL, message)
     return found.group(1) if found else None
 
 

@@ -17,12 +17,12 @@ __all__ = ["RuntimeRef", "check_runtime_name"]
 
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 """A Kubernetes object name (DNS-1123 subdomain); shared with the settings' schema."""
-_SUBDOMAIN = re.compile(DNS_SUBDOMAIN)
+_SUBDOMAIN = DNS_SUBDOMAIN
 
 
 def check_runtime_name(name: str, path: str) -> str:
     """A runtime is a Kubernetes object: its name is a DNS-1123 subdomain of at most 253 characters."""
-    if not name or len(name) > 253 or not _SUBDOMAIN.match(name):
+    if not name or len(name) > 253 or not re.match(_SUBDOMAIN, name):
         raise InvalidError(
             f"invalid runtime name {name[:80]!r}: a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', "
             "starting and ending with a letter or digit, at most 253 characters)",

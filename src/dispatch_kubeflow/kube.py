@@ -307,7 +307,7 @@ class KubeClient:
             _log.warning("%s: the API server warned: %s", what, text)
             self.findings.append(f"{what}: the API server warned: {text}")
         del self.findings[:-_MAX_FINDINGS]
-        pruned = [m.group(1) for t in texts for m in [_UNKNOWN_FIELD.search(t)] if m is not None]
+        pruned = [m.group(1) for t in texts for m in [re.search(_UNKNOWN_FIELD, t)] if m is not None]
         if pruned:
             raise UnsupportedError(
                 f"{what}: the API server accepted it but dropped {', '.join(pruned)} (its schema lacks "
@@ -486,13 +486,13 @@ class _Failure(Struct, frozen=True):
 
 
 _NO_FAILURE = _Failure("", False)
-_UNKNOWN_FIELD = re.compile(r'unknown field "([^"]+)"')
-_WARNING = re.compile(r'\s*\d{3}\s+\S+\s+"((?:[^"\\]|\\.)*)"')
+_UNKNOWN_FIELD = r'unknown field "([^"]+)"'
+_WARNING = r'\s*\d{3}\s+\S+\s+"((?:[^"\\]|\\.)*)"'
 
 
 def _split_warnings(header: str) -> list[str]:
     """The texts of one ``Warning`` header (RFC 7234: ``299 - "text"``, several comma-separated)."""
-    out = [m.group(1).replace('\\"', '"').replace("\\\\", "\\") for m in _WARNING.finditer(header)]
+    out = [m.group(1).replace('\\"', '"').replace("\\\\", "\\") for m in re.finditer(_WARNING, header)]
     return out or [header.strip()]
 
 

@@ -37,7 +37,7 @@ MAX_NAME = 40
 """Native names stay well under the 63-character RFC 1035 limit: Trainer and JobSet derive Job, pod and
 host names from them by appending ``-<replicatedJob>-<index>-<index>`` (and pods a random suffix)."""
 
-_NOT_NAME = re.compile(r"[^a-z0-9-]+")
+_NOT_NAME = r"[^a-z0-9-]+"
 
 
 def _digest(text: str) -> str:
@@ -55,7 +55,7 @@ def native_name(identity: Identity) -> str:
     n = identity.epoch.n
     digest = _digest(f"{identity.job_id}\n{n}")[:10]
     suffix = f"-{n}-{digest}"
-    slug = _NOT_NAME.sub("-", identity.job_id.lower()).strip("-")
+    slug = re.sub(_NOT_NAME, "-", identity.job_id.lower()).strip("-")
     slug = re.sub("-{2,}", "-", slug)
     if not slug or not slug[0].isalpha():
         slug = "j" + (f"-{slug}" if slug else "")

@@ -140,7 +140,7 @@ _DECIMAL = {
     "P": Decimal(10**15),
     "E": Decimal(10**18),
 }
-_QUANTITY_SPLIT = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)$")
+_QUANTITY_SPLIT = r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)$"
 
 
 def parse_quantity(value: Any, path: str) -> Decimal:
@@ -161,7 +161,7 @@ def parse_quantity(value: Any, path: str) -> Decimal:
     text = str(value)
     if len(text) > 64 or not re.match(QUANTITY, text):
         raise InvalidError(f'{text[:80]!r} is not a Kubernetes quantity (e.g. "500m", "4Gi", "2")', path=path)
-    m = _QUANTITY_SPLIT.match(text)
+    m = re.match(_QUANTITY_SPLIT, text)
     assert m is not None  # the pattern above guarantees it
     number, suffix = m.group(1), m.group(2)
     try:

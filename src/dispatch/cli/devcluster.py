@@ -62,7 +62,7 @@ as Trainer v2.3.0 does (``kubesim serve --recreate-jobset-while-deleting``). On:
 START_TIMEOUT = 30.0
 """How long ``start`` waits for kubesim to serve and write its kubeconfig."""
 
-_SERVING = re.compile(r"kubesim serving (\S+)")
+_SERVING = r"kubesim serving (\S+)"
 
 
 def dev_dir() -> Path:
@@ -278,7 +278,7 @@ def _wait_serving(proc: subprocess.Popen[bytes], log_path: Path, kubeconfig: Pat
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         text = log_path.read_text(errors="replace")
-        m = _SERVING.search(text)
+        m = re.search(_SERVING, text)
         written = "kubeconfig written" in text and kubeconfig.exists()
         if m and written and "read-only kubeconfig written" in text:
             return m.group(1)

@@ -268,10 +268,10 @@ def _plain(value: Any) -> bool:
         text = msgspec.json.encode(value)
     except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
         return False
-    return b"null" not in text and _LONG_NUMBER.search(text) is None
+    return b"null" not in text and re.search(_LONG_NUMBER, text) is None
 
 
-_LONG_NUMBER = re.compile(rb"[0-9]{19}")
+_LONG_NUMBER = rb"[0-9]{19}"
 
 
 _INFO: dict[type, Any] = {}

@@ -38,7 +38,7 @@ __all__ = [
 T = TypeVar("T")
 E = TypeVar("E", bound=Enum)
 
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*\Z"
 
 
 class _Object(dict[str, Any]):
@@ -59,7 +59,7 @@ def join(path: str, key: str | int) -> str:
     """The path of ``key`` inside the value at ``path``."""
     if isinstance(key, int):
         return f"{path}[{key}]"
-    if _IDENT.match(key):
+    if re.match(_IDENT, key):
         return f"{path}.{key}" if path else key
     return f"{path}[{json.dumps(key)}]"
 
@@ -203,7 +203,7 @@ INT_MAX = 2**63 - 1
 INT_MIN = -(2**63)
 """Integers in a document are 64-bit, as JSON tools and Kubernetes read them."""
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE = "[\ud800-\udfff]"
 
 
 def check_tree(value: Any, path: str = "", *, max_depth: int | None = None) -> None:
@@ -219,7 +219,7 @@ def _check_tree(value: Any, path: str, depth: int, max_depth: int) -> None:
                 f"integer out of range (a literal of {len(value)} characters); {_INT_RANGE}",
                 path=_where(path),
             )
-        if _SURROGATE.search(value):
+        if re.search(_SURROGATE, value):
             raise InvalidError("not Unicode text: the string holds an unpaired surrogate", path=_where(path))
     elif isinstance(value, bool):
         pass
@@ -237,7 +237,7 @@ def _check_tree(value: Any, path: str, depth: int, max_depth: int) -> None:
             if dups:
                 raise InvalidError(f"duplicate key {json.dumps(dups[0])}", path=_where(path))
             for k, v in value.items():
-                if isinstance(k, str) and _SURROGATE.search(k):
+                if isinstance(k, str) and re.search(_SURROGATE, k):
                     raise InvalidError(
                         "not Unicode text: a key holds an unpaired surrogate", path=_where(path)
                     )

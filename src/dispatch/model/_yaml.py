@@ -18,14 +18,14 @@ from dispatch.errors import InvalidError
 __all__ = ["read_yaml"]
 
 _CORE = "tag:yaml.org,2002:"
-_NULL = re.compile(r"(?:null|Null|NULL|~|)\Z")
+_NULL = r"(?:null|Null|NULL|~|)\Z"
 _BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
-_INT10 = re.compile(r"[-+]?[0-9]+\Z")
-_INT8 = re.compile(r"0o([0-7]+)\Z")
-_INT16 = re.compile(r"0x([0-9a-fA-F]+)\Z")
-_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?\Z")
-_INF = re.compile(r"([-+]?)\.(?:inf|Inf|INF)\Z")
-_NAN = re.compile(r"\.(?:nan|NaN|NAN)\Z")
+_INT10 = r"[-+]?[0-9]+\Z"
+_INT8 = r"0o([0-7]+)\Z"
+_INT16 = r"0x([0-9a-fA-F]+)\Z"
+_FLOAT = r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?\Z"
+_INF = r"([-+]?)\.(?:inf|Inf|INF)\Z"
+_NAN = r"\.(?:nan|NaN|NAN)\Z"
 # Longer literals are out of int64 whatever they say; they are kept as text and refused with their
 # path by check_tree, before Python's 4,300-digit limit on int() can raise ValueError.
 _MAX_INT_CHARS = 24
@@ -39,13 +39,13 @@ def _line(event: Any) -> str:
 def _core_int(text: str) -> Any:
     from dispatch.model._decode import _OutOfRange
 
-    if _INT10.match(text):
+    if re.match(_INT10, text):
         digits = text.lstrip("+-").lstrip("0")
         if len(digits) > _MAX_INT_CHARS:
             return _OutOfRange(text)
         return int(text)
     for rx, base in ((_INT8, 8), (_INT16, 16)):
-        m = rx.match(text)
+        m = re.match(rx, text)
         if m:
             if len(m.group(1).lstrip("0")) > _MAX_INT_CHARS:
                 return _OutOfRange(text)
@@ -54,19 +54,19 @@ def _core_int(text: str) -> Any:
 
 
 def _core_float(text: str) -> float | None:
-    if _FLOAT.match(text):
+    if re.match(_FLOAT, text):
         return float(text)
-    m = _INF.match(text)
+    m = re.match(_INF, text)
     if m:
         return float(f"{m.group(1)}inf")
-    if _NAN.match(text):
+    if re.match(_NAN, text):
         return float("nan")
     return None
 
 
 def _plain(text: str) -> Any:
     """A plain (unquoted, untagged) scalar by the YAML 1.2 core schema."""
-    if _NULL.match(text):
+    if re.match(_NULL, text):
         return None
     if text in _BOOL:
         return _BOOL[text]
@@ -86,7 +86,7 @@ def _tagged(tag: str, text: str, event: Any, what: str) -> Any:
     if kind == "str":
         return text
     if kind == "null":
-        if _NULL.match(text):
+        if re.match(_NULL, text):
             return None
     elif kind == "bool":
         if text in _BOOL:
@@ -137,7 +137,7 @@ class _Frame:
 
 
 _NO_KEY = object()
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE = "[\ud800-\udfff]"
 # libyaml's parser when PyYAML was built with it (about 7 times faster), else PyYAML's own. Only the
 # event stream is used, and both produce the same one.
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -155,7 +155,7 @@ def read_yaml(text: str, *, what: str, max_depth: int, budget: int) -> Any:
     stack: list[_Frame] = []
     docs: list[Any] = []
     total = 0
-    if _SURROGATE.search(text):  # not Unicode text (only a str can hold one): libyaml would raise
+    if re.search(_SURROGATE, text):  # not Unicode text (only a str can hold one): libyaml would raise
         raise InvalidError("not Unicode text: the document holds an unpaired surrogate", path=what)
     loader = _Loader(text)
     try:
@@ -197,7 +197,7 @@ def read_yaml(text: str, *, what: str, max_depth: int, budget: int) -> Any:
                 else:
                     value = _tagged(tag, event.value, event, what)
                 if type(value) is str:
-                    if _SURROGATE.search(value):
+                    if re.search(_SURROGATE, value):
                         value = _unicode(value)
                     size += len(value)
             elif isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):

@@ -33,19 +33,19 @@ __all__ = [
 DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 """The pattern of a duration string (shared by the parser and the schema, so the two agree)."""
 
-_DURATION_RE = re.compile(DURATION)
+_DURATION_RE = DURATION
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_DURATION_PART = r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)"
 
 
 def parse_duration(text: str, path: str = "duration") -> float:
     """Seconds in a duration string such as ``"10s"``, ``"1m"``, ``"1m30s"``, ``"1500ms"``."""
-    if len(text) > 64 or not _DURATION_RE.match(text):
+    if len(text) > 64 or not re.match(_DURATION_RE, text):
         raise InvalidError(
             f'{text[:80]!r} is not a duration: write a number and a unit (ms, s, m, h), e.g. "10s", "1m30s"',
             path=path,
         )
-    return sum(float(n) * _UNITS[u] for n, u in _DURATION_PART.findall(text))
+    return sum(float(n) * _UNITS[u] for n, u in re.findall(_DURATION_PART, text))
 
 
 class Duration(float):

@@ -26,7 +26,7 @@ __all__ = [
     "register_extension",
 ]
 
-_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?/[A-Z][A-Za-z0-9]*\Z")
+_NAME = r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?/[A-Z][A-Za-z0-9]*\Z"
 
 X = TypeVar("X", bound="Extension")
 
@@ -53,7 +53,7 @@ def register_extension(cls: type[X]) -> type[X]:
     """Register an extension type (usable as a class decorator). Re-registering the same class is a
     no-op; registering another class under a taken name is refused."""
     name = getattr(cls, "NAME", None)
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not re.match(_NAME, name):
         raise InvalidError(
             f'extension name {name!r} must look like "<namespace>/<Type>" (e.g. "acme/Thing")',
             path=f"{cls.__qualname__}.NAME",
@@ -212,7 +212,7 @@ class Extensions(Mapping[str, Extension]):
         for name in list(f.obj):
             where = key_path(path, name)
             raw = f.obj[name]
-            if not _NAME.match(name):
+            if not re.match(_NAME, name):
                 raise InvalidError(
                     'extension names look like "<namespace>/<Type>" (e.g. "dispatch/Image")', path=where
                 )
@@ -234,6 +234,6 @@ custom_type(
     schema=lambda: {
         "type": "object",
         "description": 'Extensions by name ("<namespace>/<Type>"): each value is that type\'s JSON form.',
-        "propertyNames": {"pattern": _NAME.pattern.removesuffix("\\Z").join("^$")},
+        "propertyNames": {"pattern": _NAME.removesuffix("\\Z").join("^$")},
     },
 )

@@ -26,7 +26,7 @@ EPOCH_BOUND = 1_000_000
 ENV_PREFIX = "DISPATCH_"
 """Environment variables with this prefix are reserved to dispatch."""
 
-_JOB_ID = re.compile(r"[A-Za-z0-9._-]{1,253}\Z")
+_JOB_ID = r"[A-Za-z0-9._-]{1,253}\Z"
 # A job id is a command-line argument too (``dispatch cancel <id>``): one that starts with "-" reads as
 # an option there, so it could be submitted but never addressed again.
 
@@ -34,7 +34,7 @@ _JOB_ID = re.compile(r"[A-Za-z0-9._-]{1,253}\Z")
 def check_job_id(job_id: Any, path: str = "job_id") -> str:
     """Return ``job_id`` if it is a valid job id, else raise :class:`InvalidError`."""
     text = as_str(job_id, path)
-    if not _JOB_ID.match(text):
+    if not re.match(_JOB_ID, text):
         raise InvalidError(
             f"invalid job id {text[:60]!r}: use 1 to 253 characters from A-Z a-z 0-9 . _ -", path=path
         )
@@ -103,7 +103,7 @@ class Epoch(Frozen):
     def parse(cls, text: Any, path: str = "epoch") -> Epoch:
         """Parse the ``"N.R"`` form that jobs see as ``DISPATCH_EPOCH``."""
         value = as_str(text, path)
-        m = _EPOCH.fullmatch(value)
+        m = re.fullmatch(_EPOCH, value)
         if not m:
             raise InvalidError(f'expected "N.R" (two integers), got {value!r}', path=path)
         try:
@@ -112,7 +112,7 @@ class Epoch(Frozen):
             raise InvalidError(exc.detail, path=path) from None
 
 
-_EPOCH = re.compile(r"(\d{1,7})\.(\d{1,7})")
+_EPOCH = r"(\d{1,7})\.(\d{1,7})"
 custom_type(
     Epoch,
     decode=lambda value, path: Epoch.parse(value, path or "epoch"),

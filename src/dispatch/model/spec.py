@@ -16,7 +16,7 @@ from dispatch.model.identity import ENV_PREFIX
 
 __all__ = ["ENV_NAME", "JobSpec"]
 
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*\Z"
 
 
 class JobSpec(Model, frozen=True):
@@ -52,7 +52,7 @@ class JobSpec(Model, frozen=True):
             raise InvalidError("expected a mapping of names to strings", path="env")
         for name, value in self.env.items():
             where = key_path("env", str(name))
-            if not isinstance(name, str) or not ENV_NAME.match(name):
+            if not isinstance(name, str) or not re.match(ENV_NAME, name):
                 raise InvalidError("not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", path=where)
             if name.startswith(ENV_PREFIX):
                 raise InvalidError(f"names starting {ENV_PREFIX} are reserved to dispatch", path=where)
@@ -84,12 +84,12 @@ class JobSpec(Model, frozen=True):
 
 # No cluster can run these: NUL ends a C string (execve, environ), and a line break splits the line-based
 # forms that carry commands and environments to nodes (sbatch scripts, env files, `--export`).
-_UNRUNNABLE = re.compile(r"[\x00\n\r]")
+_UNRUNNABLE = r"[\x00\n\r]"
 _UNRUNNABLE_NAMES = {"\x00": "NUL", "\n": "a newline", "\r": "a carriage return"}
 
 
 def _check_runnable(text: str, path: str) -> None:
-    found = _UNRUNNABLE.search(text)
+    found = re.search(_UNRUNNABLE, text)
     if found:
         raise InvalidError(
             f"must not contain {_UNRUNNABLE_NAMES[found.group()]} (at character {found.start()}): "
