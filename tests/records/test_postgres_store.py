@@ -17,8 +17,9 @@ from pgserver import PASSWORD, PgServer
 from records_samples import counter_of, note, simple_record, with_counter
 from test_store_contract import seen_until
 
-from dispatch import ConflictError, InvalidError, PermissionDeniedError, UnavailableError
+from dispatch import ConflictError, InvalidError, Lease, PermissionDeniedError, UnavailableError
 from dispatch.cli.config import parse_config
+from dispatch.model._base import encode_text
 from dispatch.records import PostgresStore, SqliteStore, Store
 
 
@@ -85,13 +86,86 @@ async def test_the_schema_is_versioned_and_a_newer_one_refused(pg_dsn: str) -> N
     store = PostgresStore(pg_dsn)
     await store.list()
     with raw(pg_dsn) as conn:
-        assert conn.execute("SELECT version FROM dispatch_schema").fetchall() == [(1,), (2,), (3,)]
+        assert conn.execute("SELECT version FROM dispatch_schema").fetchall() == [(1,), (2,), (3,), (4,)]
         conn.execute("INSERT INTO dispatch_schema (version) VALUES (7)")
     newer = PostgresStore(pg_dsn)
     with pytest.raises(InvalidError, match="newer dispatch") as info:
         await newer.list()
     assert PASSWORD not in str(info.value)
     await newer.close()
+    await store.close()
+
+
+async def test_a_lease_change_writes_the_lease_columns_not_the_document(pg_dsn: str) -> None:
+    store = PostgresStore(pg_dsn)
+    await store.create(simple_record("a"), note("created"))
+    await store.create(simple_record("b"), note("created"))
+    with raw(pg_dsn) as conn:
+        doc_of = {r[0]: r[1] for r in conn.execute("SELECT job_id, doc FROM dispatch_records").fetchall()}
+    a = await store.acquire_lease("a", "sup", 30)
+    await store.acquire_lease("b", "sup", 30)
+    renewed = await store.renew_leases("sup", 60, ["a", "b"])
+    released = await store.release_lease("b", "sup")
+    with raw(pg_dsn) as conn:
+        rows = conn.execute(
+            "SELECT job_id, doc, revision, lease_holder FROM dispatch_records ORDER BY job_id"
+        ).fetchall()
+    assert [(j, d == doc_of[j], r, h) for j, d, r, h in rows] == [("a", True, 3, "sup"), ("b", True, 4, None)]
+    # Every reader sees the columns: revision, updated_at and lease as the lease writes left them.
+    assert [r.revision for r in renewed] == [3, 3]
+    assert (
+        renewed[0].lease is not None
+        and a.lease is not None
+        and renewed[0].lease.expires_at > a.lease.expires_at
+    )
+    assert await store.get("a") == renewed[0]
+    assert await store.get("b") == released and released.lease is None
+    other = PostgresStore(pg_dsn)  # another process: nothing cached
+    assert await other.list() == [renewed[0], released]
+    # A record write after them starts from the columns and writes the whole row again.
+    written = await other.update(with_counter(released, 5), expected_revision=4)
+    assert written.revision == 5 and written.lease is None and counter_of(await store.get("b")) == 5
+    await other.close()
+    await store.close()
+
+
+async def test_a_version_3_database_is_migrated_and_a_reader_of_its_old_column_fails(pg_dsn: str) -> None:
+    from dispatch.records.postgres import _MIGRATIONS
+
+    with raw(pg_dsn) as conn, conn.transaction():
+        conn.execute("CREATE TABLE dispatch_schema (version integer PRIMARY KEY, applied_at timestamptz)")
+        for version in (0, 1, 2):
+            for statement in _MIGRATIONS[version]:
+                conn.execute(statement.encode())
+            conn.execute("INSERT INTO dispatch_schema (version) VALUES (%s)", (version + 1,))
+    old = PostgresStore(pg_dsn)
+    # What a version 3 dispatch wrote: the whole record in ``body``, its lease included.
+    held = simple_record("job").replace(revision=2, lease=Lease("sup", 1e12))
+    with raw(pg_dsn) as conn:
+        conn.execute(
+            """INSERT INTO dispatch_records (job_id, state, terminal, created_at, updated_at, revision,
+                   lease_holder, lease_expires_at, body) VALUES (%s, 'pending', false, %s, %s, 2, 'sup', 1e12, %s)""",
+            ("job", held.created_at, held.updated_at, encode_text(held).decode()),
+        )
+    assert await old.get("job") == held
+    with raw(pg_dsn) as conn:
+        assert conn.execute("SELECT max(version) FROM dispatch_schema").fetchone() == (4,)
+        with pytest.raises(psycopg.errors.UndefinedColumn):  # what a dispatch before v4 would read
+            conn.execute("SELECT body FROM dispatch_records")
+    await old.close()
+
+
+async def test_a_lease_holder_without_an_expiry_is_an_unreadable_record(pg_dsn: str) -> None:
+    store = PostgresStore(pg_dsn)
+    await store.create(simple_record("bad"), note("created"))
+    await store.create(simple_record("good"), note("created"))
+    with raw(pg_dsn) as conn:
+        conn.execute("UPDATE dispatch_records SET lease_holder = 'sup' WHERE job_id = 'bad'")
+    listing = await store.list()
+    assert [r.job_id for r in listing] == ["good"]
+    assert [u.job_id for u in listing.unreadable] == ["bad"] and "expiry" in listing.unreadable[0].reason
+    with pytest.raises(InvalidError, match="bad"):
+        await store.get("bad")
     await store.close()
 
 

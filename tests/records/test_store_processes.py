@@ -227,7 +227,7 @@ async def test_processes_opening_a_new_store_at_once_all_succeed(where: str) -> 
         import psycopg
 
         with psycopg.connect(where) as conn:
-            assert conn.execute("SELECT version FROM dispatch_schema").fetchall() == [(1,), (2,), (3,)]
+            assert conn.execute("SELECT version FROM dispatch_schema").fetchall() == [(1,), (2,), (3,), (4,)]
     else:
         raw = sqlite3.connect(where)
         assert raw.execute("PRAGMA user_version").fetchone() == (3,)

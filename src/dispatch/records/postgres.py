@@ -16,6 +16,13 @@ Design, and why:
 - **Append-only history, enforced by the database**: a trigger refuses ``UPDATE`` and ``TRUNCATE`` on
   ``dispatch_history``, and ``DELETE`` while the entry's record exists; :meth:`purge` deletes the record
   first, in the same transaction.
+- **A lease is a write of three columns, not of the record.** A record's row holds its JSON document
+  (``doc``) and, in columns, its ``revision``, ``created_at``, ``updated_at`` and lease; the columns are
+  what the record *is* (the document's copies of those four fields are as of its last full write, and a
+  read overlays the columns on it). So taking, renewing or releasing a lease updates the lease columns,
+  the revision and ``updated_at`` — no record encoded, no document rewritten — and a fleet member renews
+  all its leases that are due in one ``UPDATE`` statement. (Schema v4; the rename of ``body`` to ``doc``
+  makes a dispatch that read the document alone, written before v4, fail instead of misread the row.)
 - **Versioned schema**: ``dispatch_schema`` holds one row per applied migration. Migrating takes a
   transaction-level advisory lock, re-reads the version under it, and applies each step in that one
   transaction: several processes starting together migrate exactly once, and a crash mid-migration
@@ -55,7 +62,7 @@ from dispatch.errors import (
     PermissionDeniedError,
     UnavailableError,
 )
-from dispatch.model import JobRecord, State, Transition, check_job_id
+from dispatch.model import JobRecord, Lease, State, Transition, check_job_id
 from dispatch.records._common import (
     check_cutoff,
     check_holder,
@@ -78,7 +85,7 @@ __all__ = ["CHANNEL", "SCHEMA_VERSION", "PostgresStore", "redact_dsn"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema version this code writes; older databases are migrated on first use, newer ones refused."""
 
 CHANNEL = "dispatch_records"
@@ -155,12 +162,28 @@ _SCHEMA_V3 = (
     "CREATE INDEX dispatch_records_by_lease ON dispatch_records (lease_expires_at)",
 )
 
+_SCHEMA_V4 = (
+    # v4: the columns revision, created_at, updated_at, lease_holder and lease_expires_at are the record's
+    # (a lease change writes them alone); the JSON document's copies of those fields may be older. The
+    # column is renamed so that a dispatch from before v4 still running against the database (it checks
+    # the version only when it connects) fails every call instead of reading a lease or revision that is
+    # out of date from the document.
+    "ALTER TABLE dispatch_records RENAME COLUMN body TO doc",
+)
+
+_ROW = "doc, revision, created_at, updated_at, lease_holder, lease_expires_at"
+"""The columns a record is read from: its document, then the columns that override the document's."""
+
 _REPLACE_ROW = """UPDATE dispatch_records SET state = %(state)s, terminal = %(terminal)s,
        created_at = %(created_at)s, updated_at = %(updated_at)s, revision = %(revision)s,
-       lease_holder = %(lease_holder)s, lease_expires_at = %(lease_expires_at)s, body = %(body)s
+       lease_holder = %(lease_holder)s, lease_expires_at = %(lease_expires_at)s, doc = %(doc)s
    WHERE job_id = %(job_id)s"""
 
-_MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1, 1: _SCHEMA_V2, 2: _SCHEMA_V3}
+_SET_LEASE = """UPDATE dispatch_records SET lease_holder = %(lease_holder)s,
+       lease_expires_at = %(lease_expires_at)s, revision = %(revision)s, updated_at = %(updated_at)s
+   WHERE job_id = %(job_id)s"""
+
+_MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1, 1: _SCHEMA_V2, 2: _SCHEMA_V3, 3: _SCHEMA_V4}
 """The migration hook: ``_MIGRATIONS[v]`` upgrades a database from schema ``v`` to ``v + 1``. All steps
 run in one transaction, under the advisory lock, with the row recording the new version."""
 
@@ -233,8 +256,8 @@ class PostgresStore:
         self._pool: AsyncConnectionPool[AsyncConnection[tuple[Any, ...]]] | None = None
         self._open_lock = asyncio.Lock()
         self._closed = False
-        # Decoded records by job id with the exact stored text they came from (see SqliteStore):
-        # used only when the row still holds that text, so never stale.
+        # Decoded documents by job id with the exact stored text they came from (see SqliteStore):
+        # used only when the row still holds that text, so never stale; the row's columns are laid over.
         self._decoded: dict[str, tuple[str, JobRecord]] = {}
 
     def __repr__(self) -> str:
@@ -415,13 +438,13 @@ class PostgresStore:
     async def _locked(self, conn: AsyncConnection[tuple[Any, ...]], job_id: str) -> tuple[JobRecord, float]:
         """The record, its row locked until the transaction ends, and the time read after the lock."""
         cur = await conn.execute(
-            f"SELECT body, {_NOW} FROM dispatch_records WHERE job_id = %(job_id)s FOR UPDATE",
+            f"SELECT {_ROW}, {_NOW} FROM dispatch_records WHERE job_id = %(job_id)s FOR UPDATE",
             {"job_id": job_id, "now": self._now()},
         )
         row = await cur.fetchone()
         if row is None:
             raise NotFoundError(f"no record for job {job_id!r}")
-        return self._decode(job_id, row[0]), float(row[1])
+        return self._decode(job_id, row), float(row[6])
 
     async def _time(self, conn: AsyncConnection[tuple[Any, ...]]) -> float:
         if self._clock is not None:
@@ -432,13 +455,36 @@ class PostgresStore:
 
     # ---- rows --------------------------------------------------------------------------------------
 
-    def _decode(self, job_id: str, text: str) -> JobRecord:
+    def _decode(self, job_id: str, row: Sequence[Any]) -> JobRecord:
+        """The record of a row read as ``_ROW``: its document, with the row's revision, times and lease."""
+        text, revision, created_at, updated_at, holder, expires_at = row[:6]
         hit = self._decoded.get(job_id)
         if hit is not None and hit[0] == text:
-            return hit[1]
-        record = decode_record(job_id, text, self._where)
-        self._remember(text, record)
-        return record
+            doc = hit[1]
+        else:
+            doc = decode_record(job_id, text, self._where)
+            self._remember(text, doc)
+        lease = doc.lease
+        if holder is None:
+            lease = None
+        elif lease is None or lease.holder != holder or lease.expires_at != expires_at:
+            if not isinstance(expires_at, float):
+                raise InvalidError(
+                    f"the stored record of job {job_id!r} in {self._where} has a lease holder without an expiry"
+                )
+            lease = Lease(holder, expires_at)
+        if (
+            doc.revision == revision
+            and doc.updated_at == updated_at
+            and doc.created_at == created_at
+            and lease is doc.lease
+        ):
+            return doc
+        return doc.replace(revision=revision, created_at=created_at, updated_at=updated_at, lease=lease)
+
+    def _rows(self, rows: Iterable[Sequence[Any]]) -> Listing:
+        """The records of rows read as ``job_id, _ROW``; one that does not decode is set aside."""
+        return read_rows(((str(row[0]), row[1:]) for row in rows), self._decode)
 
     def _remember(self, text: str, record: JobRecord) -> None:
         self._decoded[record.job_id] = (text, record)
@@ -456,11 +502,29 @@ class PostgresStore:
             "revision": record.revision,
             "lease_holder": lease.holder if lease is not None else None,
             "lease_expires_at": lease.expires_at if lease is not None else None,
-            "body": text,
+            "doc": text,
         }
 
     async def _replace_row(self, conn: AsyncConnection[tuple[Any, ...]], record: JobRecord) -> None:
         await conn.execute(_REPLACE_ROW, self._columns(record))
+
+    async def _set_lease(
+        self, conn: AsyncConnection[tuple[Any, ...]], current: JobRecord, lease: Lease | None, now: float
+    ) -> JobRecord:
+        """Write a lease change of the locked record ``current``: its lease columns, revision and
+        ``updated_at``; the document stays as it is (see the module docstring)."""
+        stored = current.replace(lease=lease, revision=current.revision + 1, updated_at=now)
+        await conn.execute(
+            _SET_LEASE,
+            {
+                "job_id": stored.job_id,
+                "lease_holder": lease.holder if lease is not None else None,
+                "lease_expires_at": lease.expires_at if lease is not None else None,
+                "revision": stored.revision,
+                "updated_at": now,
+            },
+        )
+        return stored
 
     # ---- the Store protocol ------------------------------------------------------------------------
 
@@ -474,9 +538,9 @@ class PostgresStore:
             stored = checked.replace(revision=1, updated_at=await self._time(conn))
             cur = await conn.execute(
                 """INSERT INTO dispatch_records (job_id, state, terminal, created_at, updated_at, revision,
-                       lease_holder, lease_expires_at, body)
+                       lease_holder, lease_expires_at, doc)
                    VALUES (%(job_id)s, %(state)s, %(terminal)s, %(created_at)s, %(updated_at)s,
-                       %(revision)s, %(lease_holder)s, %(lease_expires_at)s, %(body)s)
+                       %(revision)s, %(lease_holder)s, %(lease_expires_at)s, %(doc)s)
                    ON CONFLICT (job_id) DO NOTHING""",
                 self._columns(stored),
             )
@@ -494,11 +558,11 @@ class PostgresStore:
         check_job_id(job_id)
 
         async def body(conn: AsyncConnection[tuple[Any, ...]]) -> JobRecord:
-            cur = await conn.execute("SELECT body FROM dispatch_records WHERE job_id = %s", (job_id,))
+            cur = await conn.execute(f"SELECT {_ROW} FROM dispatch_records WHERE job_id = %s", (job_id,))
             row = await cur.fetchone()
             if row is None:
                 raise NotFoundError(f"no record for job {job_id!r}")
-            return self._decode(job_id, row[0])
+            return self._decode(job_id, row)
 
         return await self._read(body)
 
@@ -508,13 +572,13 @@ class PostgresStore:
 
         async def body(conn: AsyncConnection[tuple[Any, ...]]) -> Listing:
             if wanted is None:
-                cur = await conn.execute("SELECT job_id, body FROM dispatch_records ORDER BY seq")
+                cur = await conn.execute(f"SELECT job_id, {_ROW} FROM dispatch_records ORDER BY seq")
             else:
                 cur = await conn.execute(
-                    "SELECT job_id, body FROM dispatch_records WHERE state = ANY(%s) ORDER BY seq",
+                    f"SELECT job_id, {_ROW} FROM dispatch_records WHERE state = ANY(%s) ORDER BY seq",
                     (sorted(s.value for s in wanted),),
                 )
-            return read_rows(await cur.fetchall(), self._decode)
+            return self._rows(await cur.fetchall())
 
         return await self._read(body)
 
@@ -590,9 +654,7 @@ class PostgresStore:
         async def body(conn: AsyncConnection[tuple[Any, ...]]) -> JobRecord:
             current, now = await self._locked(conn, job_id)
             lease = lease_after_acquire(job_id, current.lease, holder, seconds, now)
-            stored = current.replace(lease=lease, revision=current.revision + 1, updated_at=now)
-            await self._replace_row(conn, stored)
-            return stored
+            return await self._set_lease(conn, current, lease, now)
 
         return await self._write(body)
 
@@ -607,9 +669,7 @@ class PostgresStore:
             changed, lease = lease_after_release(job_id, current.lease, holder, now)
             if not changed:
                 return current
-            stored = current.replace(lease=lease, revision=current.revision + 1, updated_at=now)
-            await self._replace_row(conn, stored)
-            return stored
+            return await self._set_lease(conn, current, lease, now)
 
         return await self._write(body)
 
@@ -668,18 +728,19 @@ class PostgresStore:
 
         async def body(conn: AsyncConnection[tuple[Any, ...]]) -> Listing:
             held = await conn.execute(
-                "SELECT job_id, body FROM dispatch_records WHERE lease_holder = %s ORDER BY job_id", (holder,)
+                f"SELECT job_id, {_ROW} FROM dispatch_records WHERE lease_holder = %s ORDER BY job_id",
+                (holder,),
             )
             rows = await held.fetchall()
             free = await conn.execute(
-                f"""SELECT job_id, body FROM dispatch_records
+                f"""SELECT job_id, {_ROW} FROM dispatch_records
                     WHERE state = ANY(%(states)s) AND job_id > %(after)s
                       AND lease_holder IS DISTINCT FROM %(holder)s
                       AND (lease_holder IS NULL OR lease_expires_at <= {_NOW})
                     ORDER BY job_id LIMIT %(limit)s""",
                 {"states": wanted, "after": str(after), "holder": holder, "limit": limit, "now": self._now()},
             )
-            return read_rows([*rows, *await free.fetchall()], self._decode)
+            return self._rows([*rows, *await free.fetchall()])
 
         return await self._read(body)
 
@@ -691,27 +752,24 @@ class PostgresStore:
         ids = sorted({check_job_id(j) for j in job_ids})  # locked in one order: no deadlock between renewals
 
         async def body(conn: AsyncConnection[tuple[Any, ...]]) -> builtins.list[JobRecord]:
+            # One statement (atomic on its own): the rows still ours are locked in job id order (no
+            # deadlock between renewals), then their lease columns written; no document is rewritten.
+            # The time is read per row, once it is locked.
             cur = await conn.execute(
-                """SELECT job_id, body FROM dispatch_records WHERE job_id = ANY(%s) AND lease_holder = %s
-                   ORDER BY job_id FOR UPDATE""",
-                (ids, holder),
+                f"""UPDATE dispatch_records
+                    SET lease_expires_at = {_NOW} + %(ttl)s, revision = revision + 1, updated_at = {_NOW}
+                    WHERE job_id IN (SELECT job_id FROM dispatch_records
+                                     WHERE job_id = ANY(%(ids)s) AND lease_holder = %(holder)s
+                                     ORDER BY job_id FOR UPDATE)
+                      AND lease_holder = %(holder)s
+                    RETURNING job_id, {_ROW}""",
+                {"ids": ids, "holder": holder, "ttl": seconds, "now": self._now()},
             )
-            rows = await cur.fetchall()
-            now = await self._time(conn)
-            out: builtins.list[JobRecord] = []
-            for job_id, text in rows:
-                current = self._decode(job_id, text)
-                lease = lease_after_acquire(job_id, current.lease, holder, seconds, now)
-                out.append(current.replace(lease=lease, revision=current.revision + 1, updated_at=now))
-            if out:
-                async with conn.cursor() as many:
-                    await many.executemany(
-                        _REPLACE_ROW,
-                        [self._columns(r) for r in out],
-                    )
-            return out
+            rows = sorted(await cur.fetchall(), key=lambda row: str(row[0]))
+            return [self._decode(str(row[0]), row[1:]) for row in rows]
 
-        return await self._write(body)
+        # Autocommit: one statement is one transaction.
+        return await self._call(body, write=False)
 
     async def get_value(self, key: str) -> str | None:
         """The value kept under ``key`` (see :class:`~dispatch.records.KeyValues`), or ``None``."""

@@ -6,7 +6,7 @@ import abc
 import builtins
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from msgspec import Struct
 
@@ -25,6 +25,8 @@ __all__ = [
     "read_rows",
     "store_identity",
 ]
+
+R = TypeVar("R")
 
 
 class Unreadable(Struct, frozen=True):
@@ -49,9 +51,10 @@ class Listing(builtins.list[JobRecord]):
         self.unreadable: tuple[Unreadable, ...] = tuple(unreadable)
 
 
-def read_rows(rows: Iterable[tuple[str, str]], decode: Callable[[str, str], JobRecord]) -> Listing:
-    """Decode stored ``(job_id, text)`` rows into a :class:`Listing`: a row that does not decode is set
-    aside as :class:`Unreadable` with the decoder's reason, and the others are read."""
+def read_rows(rows: Iterable[tuple[str, R]], decode: Callable[[str, R], JobRecord]) -> Listing:
+    """Decode stored ``(job_id, row)`` rows (``row``: the record's text, or whatever ``decode`` reads it
+    from) into a :class:`Listing`: a row that does not decode is set aside as :class:`Unreadable` with
+    the decoder's reason, and the others are read."""
     records: builtins.list[JobRecord] = []
     bad: builtins.list[Unreadable] = []
     for job_id, text in rows:
