@@ -30,6 +30,7 @@ __all__ = [
     "configure",
     "redact_loggers",
     "secret",
+    "shown",
     "structured",
 ]
 
@@ -175,3 +176,10 @@ def structured() -> bool:
     """True while dispatch's logs go out as JSON lines (``--log-format json``): then a daemon writes
     everything else it says on stderr — probe steps, its final error — as JSON lines too."""
     return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger("dispatch").handlers)
+
+
+def shown(value: Any, hidden: frozenset[str]) -> str:
+    """``Type(field=value, ...)`` of a msgspec ``Struct`` without its ``hidden`` fields: the repr of a value
+    that holds a token, a password, key material or a bulky body (as ``field(repr=False)`` of a dataclass)."""
+    fields = ", ".join(f"{n}={getattr(value, n)!r}" for n in value.__struct_fields__ if n not in hidden)
+    return f"{type(value).__name__}({fields})"

@@ -18,12 +18,12 @@ happening — a job whose node keeps failing never reads as plain ``running``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
 from msgspec import Struct
 
+from dispatch.logs import shown
 from dispatch.model import Cause, Evidence, Outcome, State
 from dispatch_kubeflow.holds import held_by_us
 from dispatch_kubeflow.names import ANNOTATION_HOLD, LABEL_QUEUE, NODE_CONTAINER
@@ -479,8 +479,7 @@ class Snapshot(Struct, frozen=True):
 Match = Callable[[Snapshot], Outcome | None]
 
 
-@dataclass(frozen=True, slots=True)
-class Rule:
+class Rule(Struct, frozen=True):
     """One row of the cause table: the signal it reads (as the docs show it), the objects it reads,
     the state/cause it yields (as the docs show it) and the matcher."""
 
@@ -488,7 +487,10 @@ class Rule:
     signal: str
     reads: str
     yields: str
-    match: Match = field(repr=False)
+    match: Match
+
+    def __repr__(self) -> str:
+        return shown(self, frozenset({"match"}))  # a function: its repr says nothing
 
 
 def _we_cancelled(s: Snapshot) -> Outcome | None:

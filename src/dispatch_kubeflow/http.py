@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode, urlsplit
+
+from msgspec import Struct, field
 
 if TYPE_CHECKING:
     import ssl
@@ -50,13 +51,15 @@ class ProtocolError(ConnectionLost):
     """The server answered something that is not HTTP/1.1."""
 
 
-@dataclass(frozen=True, slots=True)
-class Response:
+class Response(Struct, frozen=True):
     """A whole answer: status, headers (names in lower case, in order, repeated as sent) and body."""
 
     status: int
     headers: tuple[tuple[str, str], ...]
-    body: bytes = field(repr=False)
+    body: bytes
+
+    def __repr__(self) -> str:
+        return f"Response(status={self.status!r}, headers={self.headers!r}, body=<{len(self.body)} bytes>)"
 
     def header(self, name: str) -> str | None:
         """The first value of header ``name`` (case-insensitive), or ``None``."""
@@ -72,8 +75,7 @@ class Response:
         return self.body.decode("utf-8", "replace")
 
 
-@dataclass(slots=True)
-class _Conn:
+class _Conn(Struct):
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)

@@ -26,11 +26,13 @@ import base64
 import binascii
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from dispatch.errors import InvalidError
+from dispatch.logs import shown
 
 __all__ = ["SERVICE_ACCOUNT", "Context", "ExecPlugin", "in_cluster", "load", "parse", "proxy_for"]
 
@@ -39,19 +41,24 @@ SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 _EXEC_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
 
 
-@dataclass(frozen=True, slots=True)
-class ExecPlugin:
+class ExecPlugin(Struct, frozen=True):
     """A credential plugin: a command that prints an ``ExecCredential`` (kubectl's ``users[].user.exec``)."""
 
     command: str
     args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    env: tuple[tuple[str, str], ...] = ()
     api_version: str = _EXEC_VERSIONS[0]
     install_hint: str = ""
 
+    def __repr__(self) -> str:
+        return shown(self, frozenset({"env"}))  # the environment may hold credentials
 
-@dataclass(frozen=True, slots=True)
-class Context:
+
+_SECRET_FIELDS = frozenset({"ca_data", "proxy_url", "token", "username", "password", "cert_data", "key_data"})
+"""Kept out of :class:`Context`'s repr (a proxy URL may carry a password; the CA is only bulky)."""
+
+
+class Context(Struct, frozen=True):
     """One resolved context: where the server is and how to prove who we are. Secrets stay out of repr."""
 
     source: str
@@ -60,19 +67,22 @@ class Context:
     namespace: str = "default"
     name: str = ""
     ca_file: str | None = None
-    ca_data: bytes | None = field(default=None, repr=False)
+    ca_data: bytes | None = None
     insecure: bool = False
     tls_server_name: str | None = None
-    proxy_url: str | None = field(default=None, repr=False)
-    token: str | None = field(default=None, repr=False)
+    proxy_url: str | None = None
+    token: str | None = None
     token_file: str | None = None
-    username: str | None = field(default=None, repr=False)
-    password: str | None = field(default=None, repr=False)
+    username: str | None = None
+    password: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
-    cert_data: bytes | None = field(default=None, repr=False)
-    key_data: bytes | None = field(default=None, repr=False)
+    cert_data: bytes | None = None
+    key_data: bytes | None = None
     exec: ExecPlugin | None = None
+
+    def __repr__(self) -> str:
+        return shown(self, _SECRET_FIELDS)
 
 
 def load(kubeconfig: str | None, context: str | None) -> Context:

@@ -30,6 +30,42 @@ def test_paths_are_relative_to_the_kubeconfig_and_the_namespace_is_the_contexts(
     )
 
 
+def test_no_secret_of_a_context_is_in_its_repr() -> None:
+    secrets = {
+        "token": "tok-3e1c9a",
+        "username": "user-77ab",
+        "password": "pw-5d02f1",
+        "client-key-data": "a2V5LWRhdGEtOWY0Yg==",  # key-data-9f4b
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": "get-token",
+            "env": [{"name": "CLOUD_SECRET", "value": "env-secret-c4e2"}],
+        },
+    }
+    users = [{"name": "u", "user": {"client-certificate": "/abs/cert.pem", **secrets}}]
+    clusters = [
+        {
+            "name": "k",
+            "cluster": {"server": "https://10.0.0.1:6443", "proxy-url": "http://me:proxy-pw-81@p:3128"},
+        }
+    ]
+    ctx = parse({**DOC, "users": users, "clusters": clusters}, "/home/me/.kube/config", None)
+    assert (ctx.token, ctx.password, ctx.key_data) == ("tok-3e1c9a", "pw-5d02f1", b"key-data-9f4b")
+    assert ctx.exec is not None and ctx.exec.env == (("CLOUD_SECRET", "env-secret-c4e2"),)
+    shown = repr(ctx) + str(ctx) + repr(ctx.exec)
+    for secret in (
+        "tok-3e1c9a",
+        "user-77ab",
+        "pw-5d02f1",
+        "key-data-9f4b",
+        "a2V5",
+        "env-secret-c4e2",
+        "proxy-pw-81",
+    ):
+        assert secret not in shown, secret
+    assert "server='https://10.0.0.1:6443'" in shown and "command='get-token'" in shown
+
+
 @pytest.mark.parametrize(
     ("user", "where"),
     [
