@@ -29,6 +29,7 @@ __all__ = [
     "check_states",
     "check_ttl",
     "checked_record",
+    "checked_record_text",
     "checked_transition",
     "checked_transitions",
     "decode_record",
@@ -63,9 +64,14 @@ def checked_record(record: JobRecord) -> JobRecord:
     NaN timestamp) is refused with ``InvalidError`` naming the job and the field, before anything is
     written. Returning the decoded copy means the caller sees exactly what a later ``get`` returns.
     """
+    return checked_record_text(record)[0]
+
+
+def checked_record_text(record: JobRecord) -> tuple[JobRecord, str]:
+    """:func:`checked_record`, with the canonical text it was checked in (:func:`record_text` of it)."""
     what = f"record of job {getattr(record, 'job_id', '?')!r}"
     try:
-        return _round_trip(JobRecord, record, "record")[0]
+        return _round_trip(JobRecord, record, "record")
     except InvalidError as exc:
         if exc.path == "record" and not isinstance(record, JobRecord):
             raise

@@ -3,10 +3,11 @@
 Design, and why:
 
 - **psycopg 3, async, with its pool** (``pip install 'dispatch-train[postgres]'``). Reads run in autocommit
-  (one round trip); every write is one transaction that first locks the record's row
-  (``SELECT ... FOR UPDATE``), decides with the same functions as the other stores (``_common``), and
-  writes the row and its history together. Under ``READ COMMITTED`` a second writer waits for the
-  lock and then reads the committed row, so compare-and-swap is exact.
+  (one round trip); every write is one transaction that first locks the record's row (a lease change:
+  ``SELECT ... FOR UPDATE``, then decides with the same functions as the other stores, ``_common``; a
+  record update: the ``UPDATE ... WHERE revision = expected`` itself), and writes the row and its
+  history together. Under ``READ COMMITTED`` a second writer waits for the lock and then reads (or, in
+  an ``UPDATE``, judges) the committed row, so compare-and-swap is exact.
 - **The database's clock.** Hosts' clocks differ; a lease judged by each supervisor's own clock would
   let two supervisors disagree about whether it expired. Every time a write stamps (``updated_at``,
   lease expiry) or judges (is this lease live? may this record be purged?) is read from the server:
@@ -18,8 +19,8 @@ Design, and why:
   first, in the same transaction.
 - **A lease is a write of three columns, not of the record.** A record's row holds its JSON document
   (``doc``) and, in columns, its ``revision``, ``created_at``, ``updated_at`` and lease; the columns are
-  what the record *is* (the document's copies of those four fields are as of its last full write, and a
-  read overlays the columns on it). So taking, renewing or releasing a lease updates the lease columns,
+  what the record *is* (the document's copies of those fields may be out of date: a read lays the
+  columns over it). So taking, renewing or releasing a lease updates the lease columns,
   the revision and ``updated_at`` — no record encoded, no document rewritten — and a fleet member renews
   all its leases that are due in one ``UPDATE`` statement. (Schema v4; the rename of ``body`` to ``doc``
   makes a dispatch that read the document alone, written before v4, fail instead of misread the row.)
@@ -70,6 +71,7 @@ from dispatch.records._common import (
     check_states,
     check_ttl,
     checked_record,
+    checked_record_text,
     checked_transition,
     checked_transitions,
     decode_record,
@@ -173,11 +175,6 @@ _SCHEMA_V4 = (
 
 _ROW = "doc, revision, created_at, updated_at, lease_holder, lease_expires_at"
 """The columns a record is read from: its document, then the columns that override the document's."""
-
-_REPLACE_ROW = """UPDATE dispatch_records SET state = %(state)s, terminal = %(terminal)s,
-       created_at = %(created_at)s, updated_at = %(updated_at)s, revision = %(revision)s,
-       lease_holder = %(lease_holder)s, lease_expires_at = %(lease_expires_at)s, doc = %(doc)s
-   WHERE job_id = %(job_id)s"""
 
 _SET_LEASE = """UPDATE dispatch_records SET lease_holder = %(lease_holder)s,
        lease_expires_at = %(lease_expires_at)s, revision = %(revision)s, updated_at = %(updated_at)s
@@ -505,9 +502,6 @@ class PostgresStore:
             "doc": text,
         }
 
-    async def _replace_row(self, conn: AsyncConnection[tuple[Any, ...]], record: JobRecord) -> None:
-        await conn.execute(_REPLACE_ROW, self._columns(record))
-
     async def _set_lease(
         self, conn: AsyncConnection[tuple[Any, ...]], current: JobRecord, lease: Lease | None, now: float
     ) -> JobRecord:
@@ -590,24 +584,43 @@ class PostgresStore:
 
         The stored ``created_at`` and lease are kept: the lease changes only through
         :meth:`acquire_lease` and :meth:`release_lease`."""
-        checked = checked_record(record)
+        checked, text = checked_record_text(record)
         added = checked_transitions(checked.job_id, transitions)
         check_revision(expected_revision)
+        job_id = checked.job_id
 
         async def body(conn: AsyncConnection[tuple[Any, ...]]) -> JobRecord:
-            current, now = await self._locked(conn, checked.job_id)
-            if current.revision != expected_revision:
+            # Compare-and-swap in the UPDATE itself: it locks the row, and a writer that waited for the
+            # lock finds the revision moved. The document is the caller's record as checked; its
+            # revision, times and lease are the columns', which this write moves (revision, updated_at,
+            # the time read once the row is locked) or keeps (created_at, the lease).
+            cur = await conn.execute(
+                f"""UPDATE dispatch_records SET state = %(state)s, terminal = %(terminal)s, doc = %(doc)s,
+                        revision = revision + 1, updated_at = {_NOW}
+                    WHERE job_id = %(job_id)s AND revision = %(expected)s
+                    RETURNING {_ROW}""",
+                {
+                    "job_id": job_id,
+                    "state": checked.outcome.state.value,
+                    "terminal": checked.outcome.state.terminal,
+                    "doc": text,
+                    "expected": expected_revision,
+                    "now": self._now(),
+                },
+            )
+            row = await cur.fetchone()
+            if row is None:
+                found = await (
+                    await conn.execute("SELECT revision FROM dispatch_records WHERE job_id = %s", (job_id,))
+                ).fetchone()
+                if found is None:
+                    raise NotFoundError(f"no record for job {job_id!r}")
                 raise ConflictError(
-                    f"job {checked.job_id!r} is at revision {current.revision}, not {expected_revision}: "
+                    f"job {job_id!r} is at revision {found[0]}, not {expected_revision}: "
                     "it changed since it was read"
                 )
-            stored = checked.replace(
-                revision=current.revision + 1,
-                updated_at=now,
-                created_at=current.created_at,
-                lease=current.lease,
-            )
-            await self._replace_row(conn, stored)
+            self._remember(text, checked)  # harmless if the transaction rolls back: keyed by text
+            stored = self._decode(job_id, row)
             if added:
                 # The row lock serialises writers of this job, so max(seq) cannot move under us.
                 await conn.execute(
@@ -616,7 +629,7 @@ class PostgresStore:
                        FROM (SELECT coalesce(max(seq), 0) AS n FROM dispatch_history
                              WHERE job_id = %(job_id)s) AS base,
                             unnest(%(bodies)s::text[]) WITH ORDINALITY AS t(body, ord)""",
-                    {"job_id": checked.job_id, "bodies": [text for _, text in added]},
+                    {"job_id": job_id, "bodies": [t for _, t in added]},
                 )
             return stored
 
