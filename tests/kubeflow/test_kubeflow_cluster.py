@@ -376,6 +376,9 @@ async def test_a_submit_reads_its_runtime_from_the_shared_cache(backend: Backend
     # The host prepares (every check, the runtime read from the informer's cache: the runtimes are
     # watched, not read per submit) and starts what was prepared.
     cluster = dispatch.Cluster(backend, dispatch.MemoryStore())  # not closed: the backend is shared
+    # The cache filled first: run alone (or first on an xdist worker), this test opened the module's
+    # backend itself, and the informer's first listing of the runtimes was counted as the submit's read.
+    await caught_up(backend, sim)
     sim.requests.clear()
     rec = await cluster.submit(spec(), job_id="runtime-once")
     runtime_reads = [r for r in sim.requests if r.resource == "clustertrainingruntimes"]
