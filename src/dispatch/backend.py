@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, NewType, Protocol, runtime_checkable
+
+import msgspec.structs
+from msgspec import Struct
 
 from dispatch.errors import DispatchError, InvalidError, NotFoundError
 from dispatch.model import Capabilities, Change, Handle, Identity, JobSpec, Observation, State
@@ -37,8 +39,7 @@ HoldToken = NewType("HoldToken", str)
 """Proof of one hold, returned by :meth:`Holder.hold` and required by :meth:`Holder.release`."""
 
 
-@dataclass(frozen=True, slots=True)
-class Prepared:
+class Prepared(Struct, frozen=True):
     """One incarnation, checked and ready to send: what :meth:`Backend.prepare` returns and
     :meth:`Backend.start` sends.
 
@@ -62,6 +63,10 @@ class Prepared:
             raise InvalidError(f"expected True or False, got {self.held!r}", path="held")
         if not isinstance(self.request, Mapping):
             raise InvalidError(f"expected a mapping, got {type(self.request).__name__}", path="request")
+
+    def replace(self, **changes: Any) -> Prepared:
+        """A copy with ``changes`` applied, checked like a new one."""
+        return msgspec.structs.replace(self, **changes)
 
     def check(self, backend: str) -> Prepared:
         """This request, if it was prepared by adapter ``backend``; else ``InvalidError``."""

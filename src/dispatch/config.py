@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
+from msgspec.structs import force_setattr
 
 from dispatch.errors import InvalidError
 from dispatch.model import DEFAULT_POLICY, Policy
@@ -55,8 +57,7 @@ def _redacted(token: str | None) -> str:
     return "None" if token is None else "'***'"
 
 
-@dataclass(frozen=True, slots=True)
-class AdapterConfig:
+class AdapterConfig(Struct, frozen=True):
     """What an adapter's factory receives: its name, its settings as JSON bytes, read-only mode and an
     optional bearer token. The token never appears in ``repr`` or ``str``.
 
@@ -71,9 +72,9 @@ class AdapterConfig:
     backend: str
     settings: bytes = b"{}"
     read_only: bool = False
-    token: str | None = field(default=None, repr=False)
-    probe_cache: ProbeCache | None = field(default=None, repr=False, compare=False, kw_only=True)
-    store_id: str = field(default="", kw_only=True)
+    token: str | None = None
+    probe_cache: ProbeCache | None = None
+    store_id: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.backend, str) or not self.backend:
@@ -83,7 +84,7 @@ class AdapterConfig:
                 f"expected up to 63 characters from a-z 0-9 -, got {self.store_id!r}", path="store_id"
             )
         if isinstance(self.settings, str):
-            object.__setattr__(self, "settings", self.settings.encode("utf-8", "surrogatepass"))
+            force_setattr(self, "settings", self.settings.encode("utf-8", "surrogatepass"))
         if not isinstance(self.settings, bytes):
             raise InvalidError("expected JSON bytes", path="settings")
         if not isinstance(self.read_only, bool):
@@ -101,8 +102,7 @@ class AdapterConfig:
     __str__ = __repr__
 
 
-@dataclass(frozen=True, slots=True)
-class Config:
+class Config(Struct, frozen=True):
     """How :func:`dispatch.open` opens a cluster.
 
     ``adapter`` (the adapter's settings) is serialised to JSON and handed to the adapter as bytes.
@@ -115,8 +115,8 @@ class Config:
     store: Store | None = None
     policy: Policy = DEFAULT_POLICY
     read_only: bool = False
-    token: str | None = field(default=None, repr=False)
-    probe_cache: ProbeCache | None = field(default=None, repr=False, compare=False)
+    token: str | None = None
+    probe_cache: ProbeCache | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.adapter, Mapping):

@@ -13,8 +13,10 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct
+from msgspec.structs import force_setattr
 
 from dispatch.backend import Backend
 from dispatch.config import AdapterConfig
@@ -50,8 +52,7 @@ Factory = Callable[[AdapterConfig], Awaitable[Backend]]
 """An adapter's factory: opens a backend from an :class:`AdapterConfig`."""
 
 
-@dataclass(frozen=True, slots=True)
-class Adapter:
+class Adapter(Struct, frozen=True):
     """An adapter, described once.
 
     ``parse_settings`` decodes and checks the settings bytes without touching a cluster (``InvalidError``
@@ -84,7 +85,7 @@ class Adapter:
             isinstance(e, str) for e in self.extensions
         ):
             raise InvalidError(f"expected extension names, got {self.extensions!r}", path="extensions")
-        object.__setattr__(self, "extensions", frozenset(self.extensions))
+        force_setattr(self, "extensions", frozenset(self.extensions))
 
     def settings_schema(self) -> dict[str, Any]:
         """The settings schema; ``UnsupportedError`` when the adapter publishes none."""

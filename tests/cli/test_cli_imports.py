@@ -63,6 +63,20 @@ def test_a_read_command_answered_from_the_records_imports_no_adapter(tmp_path: P
     assert roots(names, ADAPTER_ONLY + ONE_COMMAND_ONLY) == set()
 
 
+def test_the_read_path_builds_no_dataclass() -> None:
+    """A dataclass compiles its generated methods at import: what a read command of a Kubernetes cluster
+    loads (the CLI, the store, the adapter, its cause table) holds msgspec Structs instead
+    (docs/architecture.md, "A value type on a read command's path")."""
+    script = (
+        "import sys\n"
+        "import dispatch.cli.commands, dispatch.cli.lazy, dispatch.cli.render, dispatch.records.sqlite\n"
+        "import dispatch_kubeflow.backend, dispatch_kubeflow.causes, dispatch_kubeflow.output\n"
+        "assert 'dataclasses' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 HTTP_LIBRARIES = (
     "lightkube",
     "httpx2",

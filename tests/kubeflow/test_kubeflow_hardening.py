@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import json
 from collections.abc import AsyncIterator
 from importlib.metadata import version
@@ -312,7 +311,7 @@ async def test_a_field_the_cluster_does_not_know_is_refused_not_pruned(
     request = copy.deepcopy(dict(prepared.request))
     request["spec"]["notAFieldOfTrainJob"] = True
     with pytest.raises(InvalidError, match=r'unknown field "spec\.notAFieldOfTrainJob"'):
-        await backend.start(dataclasses.replace(prepared, request=request))
+        await backend.start(prepared.replace(request=request))
     assert (
         sim.store.list(TRAINJOBS, "default", field_selector=f"metadata.name={request['metadata']['name']}")[0]
         == []

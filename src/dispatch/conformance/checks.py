@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import functools
 import itertools
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -684,7 +683,7 @@ async def test_conformance_prepare_creates_nothing_and_start_sends_it(harness: H
             _with_extensions(harness.spec(), OpaqueExtension("acme.example/Thing", {})), identity
         )
     assert _refs(await backend.list()) == before
-    foreign = dataclasses.replace(prepared, backend=f"not-{harness.name}")
+    foreign = prepared.replace(backend=f"not-{harness.name}")
     with pytest.raises(InvalidError):
         await backend.start(foreign)
     assert _refs(await backend.list()) == before
