@@ -211,6 +211,10 @@ class Supervisor:
         # that disagrees with the store's (which stamps the record's expiry) cannot make us act too long.
         self._leased: dict[str, float] = {}
         self._fresh: set[str] = set()  # newly leased: observe before trusting the record
+        # job id -> the record as our last write, lease change or read of it left it, for the records we
+        # lease: a change folds from it without reading the store (stale only if another process wrote
+        # meanwhile, which the compare-and-swap refuses; see _fold_change).
+        self._known: dict[str, JobRecord] = {}
         self._retry: dict[str, _Retry] = {}
         self._stopped: dict[str, float] = {}  # native ref -> when we asked it to stop
         self._feed: WatchFeed | None = None
@@ -221,7 +225,12 @@ class Supervisor:
         self._capabilities: Capabilities | None = None
         self._unreadable: set[str] = set()  # job ids of unreadable records already reported
         self._writer = RecordWriter(
-            store, backend, self.clock, holder=self.holder, lease_until=self._leased.get, on_write=self._count
+            store,
+            backend,
+            self.clock,
+            holder=self.holder,
+            lease_until=self._leased.get,
+            on_write=self._written,
         )
         self._closed = False
         self._starting: dict[tuple[str, int], float] = {}  # incarnation -> first seen starting
@@ -366,6 +375,7 @@ class Supervisor:
             except DispatchError as exc:
                 log.info("lease on %s not released: %s", jid, exc)
         self._leased.clear()
+        self._known.clear()
 
     # ------------------------------------------------------------------ observing
 
@@ -531,6 +541,7 @@ class Supervisor:
         if not ours:
             self._fresh.add(jid)  # events may have been someone else's until now: observe before trusting
         self._leased[jid] = now + self.lease  # asked at ``now``: the store's lease ends no sooner
+        self._known[jid] = got
         return got
 
     def _assigned(self, jid: str) -> bool:
@@ -541,6 +552,7 @@ class Supervisor:
 
     def _forget(self, jid: str) -> None:
         self._leased.pop(jid, None)
+        self._known.pop(jid, None)
         self._fresh.discard(jid)
         self._retry.pop(jid, None)
 
@@ -560,12 +572,23 @@ class Supervisor:
         ``current``: the record as last read or written here, to start from without reading it again
         (a stale one costs a compare-and-swap retry, never a wrong write)."""
         try:
-            return await self._writer.update(jid, change, current=current)
+            after = await self._writer.update(jid, change, current=current)
         except LeaseLostError:
             if jid in self._leased:
                 metrics.current().inc("dispatch_leases_lost_total")
             self._forget(jid)
             raise
+        if jid in self._leased:
+            self._known[jid] = after
+        return after
+
+    def _written(
+        self, before: JobRecord, after: JobRecord, transitions: builtins.list[Transition], now: float
+    ) -> None:
+        """After each record write of ours: remember the record as written, and count it."""
+        if after.job_id in self._leased:
+            self._known[after.job_id] = after
+        self._count(before, after, transitions, now)
 
     def _count(
         self, before: JobRecord, after: JobRecord, transitions: builtins.list[Transition], now: float
@@ -605,6 +628,17 @@ class Supervisor:
             return None
         if jid not in self._leased and not self._assigned(jid):
             return None  # another member's: it folds the change (or observes afresh when it takes over)
+        known = self._known.get(jid) if jid in self._leased else None
+        if known is not None:
+            # Folded from the record as we last wrote or read it, without reading the store: if another
+            # process wrote it since, the compare-and-swap refuses the write and the fold is retried on
+            # the record read afresh. When the fold writes nothing, nothing is worked on from a copy
+            # that may be stale (the next scan reads the record).
+            got = await self._own(known)
+            if got is None:
+                return None
+            new = await self._fold(got, obs, confirmed=confirmed, report=report, read=True)
+            return None if new is got else new
         try:
             rec = await self.store.get(jid)
         except NotFoundError:
@@ -715,6 +749,8 @@ class Supervisor:
                 if rec.job_id in self._leased:  # a member joined: its share is handed over between actions
                     await self._let_go(rec.job_id)
                 continue
+            if rec.job_id in self._leased:
+                self._known[rec.job_id] = rec
             await self._keepalive()
             await self._work(rec.job_id, report, rec=rec, poll=poll)
 
@@ -742,6 +778,7 @@ class Supervisor:
             if due_ids:
                 for rec in await store.renew_leases(self.holder, self.lease, due_ids):
                     self._leased[rec.job_id] = now + self.lease  # asked at ``now``: it ends no sooner
+                    self._known[rec.job_id] = rec
         except DispatchError as exc:
             if due:  # the scan reports it
                 raise
@@ -964,7 +1001,9 @@ class Supervisor:
                 lambda r: decide.start_refused(r, identity, refused, now=now) if _same(rec, r) else None,
             )
         # A failed start is retried at a later step: nothing is written for it (record_failures).
-        after, handle = await self._writer.start(prepared, actor=Actor.SUPERVISOR, record_failures=False)
+        after, handle = await self._writer.start(
+            prepared, actor=Actor.SUPERVISOR, record_failures=False, current=rec
+        )
         if handle is not None and identity.epoch.r > 0 and after.handle == handle:
             # The requeue told on the new incarnation too: the old TrainJob is usually deleted by now.
             why = f"job {rec.job_id} epoch {identity.epoch}: placed as a requeue"

@@ -129,7 +129,12 @@ class RecordWriter:
         )
 
     async def start(
-        self, prepared: Prepared, *, actor: Actor, record_failures: bool = True
+        self,
+        prepared: Prepared,
+        *,
+        actor: Actor,
+        record_failures: bool = True,
+        current: JobRecord | None = None,
     ) -> tuple[JobRecord, Handle | None]:
         """Send what was prepared and write what happened into the record of ``prepared``'s job:
         ``started`` with the handle; a start whose effect could not be known (a lost answer, or cancelled
@@ -140,7 +145,9 @@ class RecordWriter:
 
         A lease holder whose lease is gone by its own reckoning gets ``LeaseLostError`` and nothing is
         sent. Each change applies only while the record still wants this incarnation (same ``N``). Returns the
-        record after the write and the handle started (``None`` when the start's effect is unknown)."""
+        record after the write and the handle started (``None`` when the start's effect is unknown).
+        ``current``: the record the start was decided on, from which recording the handle starts (as in
+        :meth:`update`)."""
         identity = prepared.identity
         job_id = identity.job_id
         if self.holder is not None and self._lease_until is not None:
@@ -179,7 +186,7 @@ class RecordWriter:
                 )
             raise
         after = await self.update(
-            job_id, lambda r: decide.started(r, handle, actor=actor, now=self.clock.now())
+            job_id, lambda r: decide.started(r, handle, actor=actor, now=self.clock.now()), current=current
         )
         return after, handle
 

@@ -30,7 +30,7 @@ FIXED = {
 }
 
 FAULT_KINDS = {  # each injected fault kind: a seed whose trace shows it hit, and that passes
-    "store unavailable": (0, r"store fault: \w+ unavailable"),
+    "store unavailable": (2, r"store fault: \w+ unavailable"),
     "store slow": (3, r"store fault: \w+ takes"),
     "store unknown on commit": (7, r"store fault: \w+ committed, its answer lost"),
     "SQLite store": (4, r"store: sqlite"),

@@ -170,6 +170,23 @@ async def test_a_cancel_during_the_backoff_ends_the_job_without_a_new_incarnatio
     assert [o.handle.identity.epoch.n for o in await backend.list()] == [1]
 
 
+async def test_a_change_folded_from_the_supervisors_copy_sees_a_write_made_meanwhile(
+    pcluster: Cluster, backend: MemoryBackend, clock: ManualClock
+) -> None:
+    # A fleet member folds a watch change into the record as it last wrote it, without reading the
+    # store; another process's write since (the user's cancel) must not be lost to that copy.
+    await pcluster.submit(spec("sleep 30; exit 0"), job_id="job-a")
+    sup = pcluster.supervisor(holder="a", lease=100.0, poll=40.0)  # one scan at 0 s, the next at 40 s
+    await drive(clock, sup, seconds=5)
+    assert (await pcluster.store.get("job-a")).state is State.RUNNING
+    await pcluster.cancel("job-a")  # the intent recorded, and a stop that the watch reports
+    await drive(clock, sup, seconds=10)  # only watch changes: no scan reads the record meanwhile
+    rec = await pcluster.store.get("job-a")
+    assert (rec.state, rec.outcome.cause, rec.cancel_requested) == (State.CANCELLED, Cause.CANCELLED, True)
+    assert rec.lease is None and sup.leased == frozenset()  # final: let go
+    assert [t.what for t in await pcluster.history("job-a")].count("cancel requested") == 1
+
+
 async def test_two_supervisors_never_act_on_one_record_and_split_by_capacity(
     pcluster: Cluster, clock: ManualClock
 ) -> None:
