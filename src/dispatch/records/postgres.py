@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -179,6 +180,37 @@ _ROW = "doc, revision, created_at, updated_at, lease_holder, lease_expires_at"
 _SET_LEASE = """UPDATE dispatch_records SET lease_holder = %(lease_holder)s,
        lease_expires_at = %(lease_expires_at)s, revision = %(revision)s, updated_at = %(updated_at)s
    WHERE job_id = %(job_id)s"""
+
+
+@functools.cache
+def _update_statement(transitions: int) -> str:
+    """The one statement of :meth:`PostgresStore.update` appending ``transitions`` history entries.
+
+    The compare-and-swap is the ``UPDATE`` itself: it locks the row, and a writer that waited for the
+    lock judges the committed row, so it finds the revision moved. The document is the caller's record
+    as checked; its revision, times and lease are the columns', which the write moves (``revision``,
+    ``updated_at``, the time read once the row is locked) or keeps (``created_at``, the lease). The
+    history rows (parameters ``h0``, ``h1``, ...) are inserted only if the row was updated, numbered after
+    the last entry in the statement's snapshot: every entry was committed by a writer that moved the
+    revision, and the revision the caller expects was read after that writer committed, so the
+    snapshot holds them all (a caller that guessed a revision can at worst collide on the primary key:
+    ``ConflictError``, nothing written)."""
+    update = f"""UPDATE dispatch_records SET state = %(state)s, terminal = %(terminal)s, doc = %(doc)s,
+            revision = revision + 1, updated_at = {_NOW}
+        WHERE job_id = %(job_id)s AND revision = %(expected)s
+        RETURNING {_ROW}"""
+    if not transitions:
+        return update
+    rows = ", ".join(f"({i + 1}, %(h{i})s::text)" for i in range(transitions))
+    return f"""WITH updated AS ({update}),
+        added AS (INSERT INTO dispatch_history (job_id, seq, body)
+            SELECT %(job_id)s, base.n + t.ord, t.body
+            FROM (SELECT count(*) AS c FROM updated) AS u,
+                 (SELECT coalesce(max(seq), 0) AS n FROM dispatch_history WHERE job_id = %(job_id)s) AS base,
+                 (VALUES {rows}) AS t(ord, body)
+            WHERE u.c = 1)
+        SELECT * FROM updated"""
+
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1, 1: _SCHEMA_V2, 2: _SCHEMA_V3, 3: _SCHEMA_V4}
 """The migration hook: ``_MIGRATIONS[v]`` upgrades a database from schema ``v`` to ``v + 1``. All steps
@@ -589,25 +621,18 @@ class PostgresStore:
         check_revision(expected_revision)
         job_id = checked.job_id
 
+        params: dict[str, Any] = {
+            "job_id": job_id,
+            "state": checked.outcome.state.value,
+            "terminal": checked.outcome.state.terminal,
+            "doc": text,
+            "expected": expected_revision,
+            "now": self._now(),
+        }
+        params.update((f"h{i}", t) for i, (_, t) in enumerate(added))
+
         async def body(conn: AsyncConnection[tuple[Any, ...]]) -> JobRecord:
-            # Compare-and-swap in the UPDATE itself: it locks the row, and a writer that waited for the
-            # lock finds the revision moved. The document is the caller's record as checked; its
-            # revision, times and lease are the columns', which this write moves (revision, updated_at,
-            # the time read once the row is locked) or keeps (created_at, the lease).
-            cur = await conn.execute(
-                f"""UPDATE dispatch_records SET state = %(state)s, terminal = %(terminal)s, doc = %(doc)s,
-                        revision = revision + 1, updated_at = {_NOW}
-                    WHERE job_id = %(job_id)s AND revision = %(expected)s
-                    RETURNING {_ROW}""",
-                {
-                    "job_id": job_id,
-                    "state": checked.outcome.state.value,
-                    "terminal": checked.outcome.state.terminal,
-                    "doc": text,
-                    "expected": expected_revision,
-                    "now": self._now(),
-                },
-            )
+            cur = await conn.execute(_update_statement(len(added)), params)
             row = await cur.fetchone()
             if row is None:
                 found = await (
@@ -620,18 +645,7 @@ class PostgresStore:
                     "it changed since it was read"
                 )
             self._remember(text, checked)  # harmless if the transaction rolls back: keyed by text
-            stored = self._decode(job_id, row)
-            if added:
-                # The row lock serialises writers of this job, so max(seq) cannot move under us.
-                await conn.execute(
-                    """INSERT INTO dispatch_history (job_id, seq, body)
-                       SELECT %(job_id)s, base.n + t.ord, t.body
-                       FROM (SELECT coalesce(max(seq), 0) AS n FROM dispatch_history
-                             WHERE job_id = %(job_id)s) AS base,
-                            unnest(%(bodies)s::text[]) WITH ORDINALITY AS t(body, ord)""",
-                    {"job_id": job_id, "bodies": [t for _, t in added]},
-                )
-            return stored
+            return self._decode(job_id, row)
 
         return await self._write(body)
 
