@@ -298,6 +298,23 @@ def _process_cpu(pid: int) -> float:
     return (float(fields[11]) + float(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds a live process, its live children and the children it reaped have used so far:
+    PostgreSQL's postmaster and its backends (a backend that exited is counted in its parent's)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited meanwhile
+            continue
+        if int(entry.name) == pid or int(fields[1]) == pid:
+            total += sum(float(f) for f in fields[11:15]) / tick  # utime, stime, cutime, cstime
+    return total
+
+
 def _spawn(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), *args],
@@ -371,8 +388,10 @@ async def fleet(
         store = PostgresStore(dsn, max_size=8)
         await _write_pending(store, jobs, run)
         before = await _transitions(dsn)
+        postmaster = int((pg.data / "postmaster.pid").read_text().split()[0])
         start = time.perf_counter()
         busy0, total0 = _machine_cpu()
+        pg0 = _tree_cpu(postmaster)
         for k in range(n):
             args = ["supervise", "--dsn", dsn, "--port", str(port), "--holder", f"sup-{k}"]
             args += ["--lease", str(lease)]
@@ -393,6 +412,7 @@ async def fleet(
                 break
         took = time.perf_counter() - start
         busy1, total1 = _machine_cpu()
+        pg_cpu = _tree_cpu(postmaster) - pg0
         cluster_cpu = _process_cpu(cluster.pid)
         events = await _transitions(dsn) - before
         reports = []
@@ -422,6 +442,7 @@ async def fleet(
         "takeovers": sum(r["takeovers"] for r in reports),
         "cpu": [round(r["cpu"], 1) for r in reports],
         "cluster_cpu": cluster_cpu,
+        "postgres_cpu": pg_cpu,
         "machine_busy": (busy1 - busy0) / (total1 - total0),
         "cores": os.cpu_count() or 1,
         "killed_at_s": killed_at,
@@ -437,7 +458,9 @@ def _row(r: dict[str, Any]) -> str:
         f"  {what:<34} {r['succeeded']:>6}/{r['jobs']} succeeded in {r['seconds']:6.1f} s: "
         f"{r['events_per_s']:7.1f} events/s ({r['events']} transitions); requeue p50 "
         f"{r['requeue_p50_ms']:8.1f} ms p99 {r['requeue_p99_ms']:8.1f} ms; lease takeovers {r['takeovers']:.0f}; "
-        f"supervisor CPU s {r['cpu']}, cluster process {r['cluster_cpu']:.1f} s; machine "
+        f"supervisor CPU s {r['cpu']}, cluster process {r['cluster_cpu']:.1f} s, "
+        f"PostgreSQL {r['postgres_cpu']:.1f} s; supervisor CPU per transition "
+        f"{1e3 * sum(r['cpu']) / max(1, r['events']):.2f} ms; machine "
         f"{100 * r['machine_busy']:.0f} % busy of {r['cores']} cores (every process on it)"
     )
 
