@@ -244,6 +244,13 @@ class Supervisor:
         """Whether this supervisor looks after ``job_id`` at all (``jobs``, ``exclude``)."""
         return (self.jobs is None or job_id in self.jobs) and job_id not in self.exclude
 
+    def _wanted(self, change: Change) -> bool:
+        """Whether a watch change may concern this supervisor: of one of its jobs that it leases or that
+        hashes to it (the rule of :meth:`_fold_change`, which skips the others). A fleet member's watch
+        delivers every member's changes; the kept watch buffers, and wakes the loop for, only these."""
+        jid = change.handle.identity.job_id
+        return self._mine(jid) and (jid in self._leased or self._assigned(jid))
+
     def _ours(self, rec: JobRecord) -> bool:
         """Whether this supervisor looks after ``rec``: one of its jobs, on its own cluster (SPEC §6.1)."""
         return self._mine(rec.job_id) and self._writer.owns(rec)
@@ -359,7 +366,7 @@ class Supervisor:
         if self._feed is None:
             if not isinstance(self.backend, Watcher):
                 raise UnsupportedError(f"backend {self.backend.name!r} has no watch to keep open")
-            self._feed = WatchFeed(self.backend, self.cursor, self.clock)
+            self._feed = WatchFeed(self.backend, self.cursor, self.clock, keep=self._wanted)
 
     async def close(self) -> None:
         """Release every lease this supervisor holds (another one may take them at once). Idempotent."""
@@ -1045,15 +1052,24 @@ def _changed(rec: JobRecord, result: tuple[JobRecord, builtins.list[Transition]]
 
 
 class WatchFeed:
-    """One watch kept open: a task reads it into a buffer that :meth:`take` empties. When the watch ends
+    """One watch kept open: a task reads it into a buffer that :meth:`take` empties (only the changes
+    ``keep`` accepts, when given: the others are read past, the cursor moving on). When the watch ends
     or drops, it is opened again from the last change's cursor (the kopf ``continuous_watch`` model),
     after a doubling pause (0.5 s to 30 s) when it failed."""
 
-    def __init__(self, backend: Watcher, cursor: str | None, clock: Clock) -> None:
+    def __init__(
+        self,
+        backend: Watcher,
+        cursor: str | None,
+        clock: Clock,
+        *,
+        keep: Callable[[Change], bool] | None = None,
+    ) -> None:
         self.cursor = cursor
-        """The cursor of the last change read."""
+        """The cursor of the last change read (kept or not)."""
         self._backend = backend
         self._clock = clock
+        self._keep = keep
         self._buffer: builtins.list[Change] = []
         self._ready = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._read(), name="dispatch-watch-feed")
@@ -1076,10 +1092,11 @@ class WatchFeed:
             try:
                 async for change in changes:
                     health.current().mark("cluster")
-                    self._buffer.append(change)
                     self.cursor = change.cursor
-                    self._ready.set()
                     delivered = True
+                    if self._keep is None or self._keep(change):
+                        self._buffer.append(change)
+                        self._ready.set()
             except DispatchError as exc:
                 failed = True
                 log.info("watch interrupted, resuming from the last cursor: %s", exc)

@@ -17,6 +17,7 @@ from dispatch.model import (
     Action,
     Capabilities,
     Cause,
+    Change,
     Epoch,
     Handle,
     Identity,
@@ -444,6 +445,51 @@ async def test_run_until_finishes_and_releases(pcluster: Cluster) -> None:
         ticker.cancel()
     rec = await pcluster.store.get("job-a")
     assert rec.state is State.SUCCEEDED and rec.lease is None
+
+
+async def test_a_fleet_member_takes_from_its_kept_watch_only_the_changes_of_its_own_jobs(
+    pcluster: Cluster, backend: MemoryBackend, store: MemoryStore
+) -> None:
+    """A fleet member's watch delivers every member's changes; its steps take only those of the jobs it
+    leases or that hash to it (the others wake nobody and are read past)."""
+    for i in range(20):
+        await pcluster.submit(spec("exit 0"), job_id=f"job-{i}")
+    await store.heartbeat(f"{backend.name}/{backend.cluster_id}", "b", 3600.0)  # a live member "b"
+    clock = pcluster.clock
+    assert isinstance(clock, ManualClock)
+    taken = 0
+
+    async def count(report: Any) -> None:
+        nonlocal taken
+        taken += report.changes
+
+    async def done() -> bool:
+        return all(r.state is State.SUCCEEDED for r in await store.list() if r.job_id in mine)
+
+    sup = pcluster.supervisor(holder="a", lease=10.0, poll=1.0)
+    await sup.step()  # the first scan: it learns the members and leases its share
+    mine = set(sup.leased)
+    assert 0 < len(mine) < 20
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(0.001)
+            clock.advance(0.5)
+
+    everything: builtins.list[Change] = []  # what the watch delivers, read beside the supervisor
+
+    async def collect() -> None:
+        async for change in backend.watch(None):
+            everything.append(change)
+
+    tasks = [asyncio.create_task(tick()), asyncio.create_task(collect())]
+    try:
+        await asyncio.wait_for(sup.run(until=done, on_step=count), 10)
+    finally:
+        for t in tasks:
+            t.cancel()
+    theirs = [c for c in everything if c.handle.identity.job_id not in mine]
+    assert theirs and 0 < taken <= len(everything) - len(theirs)
 
 
 def test_keep_watching_without_a_watch_is_unsupported(store: MemoryStore, clock: ManualClock) -> None:
