@@ -252,3 +252,13 @@ def test_env_names_must_be_variable_names() -> None:
     with pytest.raises(InvalidError) as info:
         JobSpec(command=("x",), env={"A B": "1"})
     assert info.value.path == 'env["A B"]'
+
+
+@pytest.mark.parametrize("bad", ["", "-leading-dash", "has space", "x" * 254, ["job-a"], 7, None])
+def test_a_job_id_is_checked_the_same_after_valid_ones_were_seen(bad: object) -> None:
+    from dispatch.model import check_job_id
+
+    for _ in range(3):  # the valid ids seen are remembered; the answer never changes
+        assert check_job_id("job-a") == "job-a"
+        with pytest.raises(InvalidError):
+            check_job_id(bad)

@@ -31,8 +31,16 @@ _JOB_ID = r"[A-Za-z0-9._-]{1,253}\Z"
 # an option there, so it could be submitted but never addressed again.
 
 
+_VALID: set[str] = set()
+"""Job ids already found valid: a supervisor checks the same few thousand at every record it builds
+(each decode and ``replace`` of a record checks its id). Emptied when it reaches ``_VALID_MAX``."""
+_VALID_MAX = 1 << 17
+
+
 def check_job_id(job_id: Any, path: str = "job_id") -> str:
     """Return ``job_id`` if it is a valid job id, else raise :class:`InvalidError`."""
+    if type(job_id) is str and job_id in _VALID:
+        return job_id
     text = as_str(job_id, path)
     if not re.match(_JOB_ID, text):
         raise InvalidError(
@@ -43,6 +51,10 @@ def check_job_id(job_id: Any, path: str = "job_id") -> str:
             f"invalid job id {text[:60]!r}: must not start with '-' (the CLI would read it as an option)",
             path=path,
         )
+    if type(text) is str:
+        if len(_VALID) >= _VALID_MAX:
+            _VALID.clear()
+        _VALID.add(text)
     return text
 
 
