@@ -823,6 +823,11 @@ class Supervisor:
         retry = self._retry.get(jid)
         if retry is not None and self.clock.now() < retry.not_before:
             return
+        known = self._known.get(jid)
+        if rec is not None and known is not None and known.revision > rec.revision:
+            # Read (or folded) before a lease renewal of ours that moved the revision: start from the
+            # record as the renewal left it, not from a copy the compare-and-swap would refuse.
+            rec = known
         try:
             await self._work_on(jid, report, rec, poll)
             self._retry.pop(jid, None)
