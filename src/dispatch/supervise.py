@@ -557,6 +557,17 @@ class Supervisor:
             return True
         return _owner(jid, self._members) == self.holder
 
+    def _newest(self, rec: JobRecord) -> JobRecord:
+        """``rec`` or, if newer, the copy of it our last write or lease change left (a scan's records
+        are read before the renewals made during the scan, which move their revision: a write from
+        the listed copy would only be refused by the compare-and-swap); the newer one is kept."""
+        known = self._known.get(rec.job_id)
+        if known is not None and known.revision > rec.revision:
+            return known
+        if rec.job_id in self._leased:
+            self._known[rec.job_id] = rec
+        return rec
+
     def _forget(self, jid: str) -> None:
         self._leased.pop(jid, None)
         self._known.pop(jid, None)
@@ -756,8 +767,6 @@ class Supervisor:
                 if rec.job_id in self._leased:  # a member joined: its share is handed over between actions
                     await self._let_go(rec.job_id)
                 continue
-            if rec.job_id in self._leased:
-                self._known[rec.job_id] = rec
             await self._keepalive()
             await self._work(rec.job_id, report, rec=rec, poll=poll)
 
@@ -823,11 +832,8 @@ class Supervisor:
         retry = self._retry.get(jid)
         if retry is not None and self.clock.now() < retry.not_before:
             return
-        known = self._known.get(jid)
-        if rec is not None and known is not None and known.revision > rec.revision:
-            # Read (or folded) before a lease renewal of ours that moved the revision: start from the
-            # record as the renewal left it, not from a copy the compare-and-swap would refuse.
-            rec = known
+        if rec is not None:
+            rec = self._newest(rec)
         try:
             await self._work_on(jid, report, rec, poll)
             self._retry.pop(jid, None)
