@@ -146,10 +146,22 @@ def measure(cluster: Cluster, name: str, argv: list[str], runs: int) -> Row:
         done = subprocess.run(argv, env=cluster.env, capture_output=True, text=True, timeout=120, cwd=ROOT)
         times.append(time.perf_counter() - started)
         cpu.append(children_cpu() - cpu_before)
-        time.sleep(0.05)  # let the log's last lines land
-        per_run.append(cluster.read_requests()[before:])
+        per_run.append(settled(cluster)[before:])
         code = done.returncode
     return name, times, per_run, code, cpu
+
+
+def settled(cluster: Cluster) -> list[dict[str, Any]]:
+    """The request log once no line came for 0.3 s: a request still open when the command's process
+    ended (it ends without closing its connections) is logged when the server sees the connection go,
+    and would otherwise be counted as the next command's."""
+    seen = cluster.read_requests()
+    while True:
+        time.sleep(0.3)
+        now = cluster.read_requests()
+        if len(now) == len(seen):
+            return now
+        seen = now
 
 
 def trainjob_creates(reqs: list[dict[str, Any]]) -> int:
