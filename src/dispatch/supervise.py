@@ -244,12 +244,16 @@ class Supervisor:
         """Whether this supervisor looks after ``job_id`` at all (``jobs``, ``exclude``)."""
         return (self.jobs is None or job_id in self.jobs) and job_id not in self.exclude
 
-    def _wanted(self, change: Change) -> bool:
-        """Whether a watch change may concern this supervisor: of one of its jobs that it leases or that
-        hashes to it (the rule of :meth:`_fold_change`, which skips the others). A fleet member's watch
-        delivers every member's changes; the kept watch buffers, and wakes the loop for, only these."""
-        jid = change.handle.identity.job_id
+    def _concerns(self, jid: str) -> bool:
+        """Whether a change of job ``jid`` is this supervisor's to fold: one of its jobs that it leases
+        or that hashes to it. Another member's is skipped (that member folds it, or observes the job
+        afresh when it takes over)."""
         return self._mine(jid) and (jid in self._leased or self._assigned(jid))
+
+    def _wanted(self, change: Change) -> bool:
+        """:meth:`_concerns` for a watch change. A fleet member's watch delivers every member's changes;
+        the kept watch buffers, and wakes the loop for, only these."""
+        return self._concerns(change.handle.identity.job_id)
 
     def _ours(self, rec: JobRecord) -> bool:
         """Whether this supervisor looks after ``rec``: one of its jobs, on its own cluster (SPEC §6.1)."""
@@ -642,10 +646,8 @@ class Supervisor:
         self, jid: str, obs: Observation, *, confirmed: bool, report: StepReport
     ) -> JobRecord | None:
         """Fold an observation into its record if the record is ours; the record after it when it is."""
-        if not self._mine(jid):
+        if not self._concerns(jid):
             return None
-        if jid not in self._leased and not self._assigned(jid):
-            return None  # another member's: it folds the change (or observes afresh when it takes over)
         known = self._known.get(jid) if jid in self._leased else None
         if known is not None:
             # Folded from the record as we last wrote or read it, without reading the store: if another
