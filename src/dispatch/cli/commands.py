@@ -228,50 +228,39 @@ def _output(as_json: bool, output: str | None) -> str:
     return "json" if as_json else output or "text"
 
 
-def _common_params() -> list[click.Parameter]:
-    """The common options, built once: every command shares these objects (click only reads them), where
-    a decorator per command built 230 of them at every start."""
-    holder = click.Command("common")
-    for option in [
-        click.option(
-            "--config",
-            "config",
-            metavar="PATH",
-            help="Cluster config file (YAML). Default: $DISPATCH_CONFIG, else the embedded default.",
-        ),
-        click.option(
-            "--token-file", metavar="PATH", help="File holding the bearer token (else $DISPATCH_TOKEN)."
-        ),
-        click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output (-o json)."),
-        click.option(
-            "-o",
-            "--output",
-            type=click.Choice(OUTPUTS),
-            default=None,
-            help="Output format: text (default), json, yaml, wide (more columns), name (job ids only).",
-        ),
-        click.option("--no-headers", is_flag=True, help="Tables without their header line."),
-        click.option("--quiet", "-q", is_flag=True, help="No notes or progress on stderr; only results."),
-        click.option(
-            "--epoch-times", is_flag=True, help="Times in JSON/YAML as epoch seconds, not RFC 3339 text."
-        ),
-        click.option(
-            "--cluster",
-            metavar="NAME",
-            help="One of the clusters the config file names (`clusters:`); default: its `default`.",
-        ),
-        click.option(
-            "-n", "--namespace", metavar="NS", help="Kubernetes: the namespace (settings.namespace)."
-        ),
-        click.option(
-            "--context", metavar="NAME", help="Kubernetes: the kubeconfig context (settings.context)."
-        ),
-    ]:
-        option(holder)
-    return holder.params
-
-
-_COMMON_PARAMS = _common_params()
+_COMMON_PARAMS: list[click.Parameter] = [
+    click.Option(
+        ["--config", "config"],
+        metavar="PATH",
+        help="Cluster config file (YAML). Default: $DISPATCH_CONFIG, else the embedded default.",
+    ),
+    click.Option(
+        ["--token-file"], metavar="PATH", help="File holding the bearer token (else $DISPATCH_TOKEN)."
+    ),
+    click.Option(["--json", "as_json"], is_flag=True, help="Machine-readable JSON output (-o json)."),
+    click.Option(
+        ["-o", "--output"],
+        type=click.Choice(OUTPUTS),
+        default=None,
+        help="Output format: text (default), json, yaml, wide (more columns), name (job ids only).",
+    ),
+    click.Option(["--no-headers"], is_flag=True, help="Tables without their header line."),
+    click.Option(["--quiet", "-q"], is_flag=True, help="No notes or progress on stderr; only results."),
+    click.Option(
+        ["--epoch-times"], is_flag=True, help="Times in JSON/YAML as epoch seconds, not RFC 3339 text."
+    ),
+    click.Option(
+        ["--cluster"],
+        metavar="NAME",
+        help="One of the clusters the config file names (`clusters:`); default: its `default`.",
+    ),
+    click.Option(["-n", "--namespace"], metavar="NS", help="Kubernetes: the namespace (settings.namespace)."),
+    click.Option(
+        ["--context"], metavar="NAME", help="Kubernetes: the kubeconfig context (settings.context)."
+    ),
+]
+"""The common options, built once: every command shares these objects (click only reads them), where
+a decorator per command built 230 of them at every start."""
 
 
 def _common_options(fn: F) -> F:
