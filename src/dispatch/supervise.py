@@ -1113,6 +1113,12 @@ class WatchFeed:
             except DispatchError as exc:
                 failed = True
                 log.info("watch interrupted, resuming from the last cursor: %s", exc)
+            except Exception:
+                # A bug (an adapter's), not a dropped watch: said loudly, with its traceback, and the
+                # watch opened again like a dropped one. Ending the task instead would leave the
+                # supervisor on its polls alone, slower, and silent about why.
+                failed = True
+                log.exception("watch failed unexpectedly, resuming from the last cursor")
             finally:
                 await _aclose(changes)
             # A watch that delivered and then ended (a server timeout) is resumed at once.

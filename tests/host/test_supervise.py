@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
@@ -445,6 +445,44 @@ async def test_run_until_finishes_and_releases(pcluster: Cluster) -> None:
         ticker.cancel()
     rec = await pcluster.store.get("job-a")
     assert rec.state is State.SUCCEEDED and rec.lease is None
+
+
+class WatchBugOnce(MemoryBackend):
+    """An adapter whose first watch fails with an error of its own making (a bug, not a dropped watch)."""
+
+    opened = 0
+
+    def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
+        self.opened += 1
+        return self._bug() if self.opened == 1 else super().watch(cursor)
+
+    async def _bug(self) -> AsyncIterator[Change]:
+        raise KeyError("observation")
+        yield  # an async generator, as a watch is
+
+
+async def test_a_watch_that_fails_unexpectedly_is_logged_and_opened_again(
+    clock: ManualClock, store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = WatchBugOnce(SETTINGS, clock=clock)
+    async with Cluster(backend, store, clock=clock, policy=POLICY) as c:
+        await c.submit(spec("exit 0"), job_id="job-a")
+
+        async def done() -> bool:
+            return backend.opened >= 2 and (await store.get("job-a")).state is State.SUCCEEDED
+
+        async def tick() -> None:
+            while True:
+                await asyncio.sleep(0.001)
+                clock.advance(0.1)
+
+        ticker = asyncio.create_task(tick())
+        try:
+            await asyncio.wait_for(c.supervisor(poll=1.0).run(until=done), 10)
+        finally:
+            ticker.cancel()
+    failed = [r for r in caplog.records if r.levelname == "ERROR" and "watch failed" in r.getMessage()]
+    assert failed and failed[0].exc_info is not None and failed[0].exc_info[0] is KeyError
 
 
 async def test_a_fleet_member_takes_from_its_kept_watch_only_the_changes_of_its_own_jobs(
