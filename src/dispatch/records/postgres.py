@@ -7,7 +7,9 @@ Design, and why:
   ``SELECT ... FOR UPDATE``, then decides with the same functions as the other stores, ``_common``; a
   record update: the ``UPDATE ... WHERE revision = expected`` itself), and writes the row and its
   history together. Under ``READ COMMITTED`` a second writer waits for the lock and then reads (or, in
-  an ``UPDATE``, judges) the committed row, so compare-and-swap is exact.
+  an ``UPDATE``, judges) the committed row, so compare-and-swap is exact. A record update is a single
+  statement (the row and its history in one ``WITH``), so it runs in autocommit, a transaction of its
+  own, in one round trip instead of three; the one a supervisor makes at every transition.
 - **The database's clock.** Hosts' clocks differ; a lease judged by each supervisor's own clock would
   let two supervisors disagree about whether it expired. Every time a write stamps (``updated_at``,
   lease expiry) or judges (is this lease live? may this record be purged?) is read from the server:
@@ -44,12 +46,13 @@ import asyncio
 import builtins
 import functools
 import math
+import select
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import psycopg
-from psycopg import AsyncConnection, errors
+from psycopg import AsyncConnection, errors, pq
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
@@ -215,6 +218,18 @@ def _update_statement(transitions: int) -> str:
 _MIGRATIONS: dict[int, tuple[str, ...]] = {0: _SCHEMA_V1, 1: _SCHEMA_V2, 2: _SCHEMA_V3, 3: _SCHEMA_V4}
 """The migration hook: ``_MIGRATIONS[v]`` upgrades a database from schema ``v`` to ``v + 1``. All steps
 run in one transaction, under the advisory lock, with the row recording the new version."""
+
+
+def _quiet(conn: AsyncConnection[tuple[Any, ...]]) -> bool:
+    """Whether a pooled connection is open, idle, and has nothing from the server waiting to be read.
+    On an idle connection the server speaks only to end it (a ``FATAL`` message, then the socket
+    closes: a restart, ``pg_terminate_backend``, an idle timeout) or for what dispatch never asks of a
+    pooled connection (``LISTEN``); so a readable socket means a connection not to send a write on.
+    One poll of the socket, no round trip."""
+    if conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+        return False
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    return not readable
 
 
 class PostgresStore:
@@ -425,15 +440,25 @@ class PostgresStore:
 
     async def _read(self, body: Callable[[AsyncConnection[tuple[Any, ...]]], Awaitable[T]]) -> T:
         """Run ``body`` on a pooled connection in autocommit: each statement sees committed data."""
-        return await self._call(body, write=False)
+        return await self._call(body, "read")
 
     async def _write(self, body: Callable[[AsyncConnection[tuple[Any, ...]]], Awaitable[T]]) -> T:
         """Run ``body`` in one transaction: applied whole or not at all. A cancelled call is settled
         (committed or rolled back) before the cancellation propagates; psycopg waits for the server."""
-        return await self._call(body, write=True)
+        return await self._call(body, "transaction")
+
+    async def _statement(self, body: Callable[[AsyncConnection[tuple[Any, ...]]], Awaitable[T]]) -> T:
+        """Run ``body``, whose first statement is the whole write, in autocommit: that statement is a
+        transaction of its own, so the write costs one round trip instead of three (``BEGIN``, it,
+        ``COMMIT``). Once it is sent it may have been applied, so a connection lost from then on is
+        ``OutcomeUnknownError``; a pooled connection the server ended meanwhile is found before (see
+        :func:`_quiet`) and another one taken."""
+        return await self._call(body, "statement")
 
     async def _call(
-        self, body: Callable[[AsyncConnection[tuple[Any, ...]]], Awaitable[T]], *, write: bool
+        self,
+        body: Callable[[AsyncConnection[tuple[Any, ...]]], Awaitable[T]],
+        how: Literal["read", "transaction", "statement"],
     ) -> T:
         pool = await self._ready()
         # A pooled connection the server dropped (restart, idle timeout, pg_terminate_backend) is
@@ -446,7 +471,13 @@ class PostgresStore:
             try:
                 async with pool.connection() as conn:
                     used = conn
-                    if not write:
+                    if how == "read":
+                        return await body(conn)
+                    if how == "statement":
+                        if not _quiet(conn):
+                            await conn.close()  # the pool drops a closed connection
+                            continue
+                        stage = "commit"  # the statement commits itself
                         return await body(conn)
                     async with conn.transaction():
                         result = await body(conn)
@@ -647,7 +678,7 @@ class PostgresStore:
             self._remember(text, checked)  # harmless if the transaction rolls back: keyed by text
             return self._decode(job_id, row)
 
-        return await self._write(body)
+        return await self._statement(body)
 
     async def history(self, job_id: str) -> builtins.list[Transition]:
         """The record's transitions, oldest first. ``NotFoundError`` if there is no record."""
@@ -795,8 +826,9 @@ class PostgresStore:
             rows = sorted(await cur.fetchall(), key=lambda row: str(row[0]))
             return [self._decode(str(row[0]), row[1:]) for row in rows]
 
-        # Autocommit: one statement is one transaction.
-        return await self._call(body, write=False)
+        # Autocommit: one statement is one transaction. Run again after a lost connection, it renews
+        # the same leases (a lease is renewed from the time it is written), so it is a read's retry.
+        return await self._read(body)
 
     async def get_value(self, key: str) -> str | None:
         """The value kept under ``key`` (see :class:`~dispatch.records.KeyValues`), or ``None``."""
