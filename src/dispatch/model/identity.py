@@ -115,16 +115,27 @@ class Epoch(Frozen):
     def parse(cls, text: Any, path: str = "epoch") -> Epoch:
         """Parse the ``"N.R"`` form that jobs see as ``DISPATCH_EPOCH``."""
         value = as_str(text, path)
+        if type(value) is str:
+            found = _EPOCHS.get(value)
+            if found is not None:
+                return found
         m = re.fullmatch(_EPOCH, value)
         if not m:
             raise InvalidError(f'expected "N.R" (two integers), got {value!r}', path=path)
         try:
-            return cls(int(m.group(1)), int(m.group(2)))
+            epoch = cls(int(m.group(1)), int(m.group(2)))
         except InvalidError as exc:
             raise InvalidError(exc.detail, path=path) from None
+        if type(value) is str and len(_EPOCHS) < _EPOCHS_MAX:
+            _EPOCHS[value] = epoch
+        return epoch
 
 
 _EPOCH = r"(\d{1,7})\.(\d{1,7})"
+_EPOCHS: dict[str, Epoch] = {}
+"""Epochs already parsed, by their text: an epoch is immutable and jobs share a few ("1.0", "2.1"), and
+a supervisor decodes several in every record it reads or writes. At most ``_EPOCHS_MAX`` are kept."""
+_EPOCHS_MAX = 4096
 custom_type(
     Epoch,
     decode=lambda value, path: Epoch.parse(value, path or "epoch"),
