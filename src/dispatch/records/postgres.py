@@ -474,9 +474,9 @@ class PostgresStore:
                     if how == "read":
                         return await body(conn)
                     if how == "statement":
-                        if not _quiet(conn):
+                        if not _quiet(conn) and attempt < self._max_size:
                             await conn.close()  # the pool drops a closed connection
-                            continue
+                            continue  # (on the last attempt it is sent: its error is reported)
                         stage = "commit"  # the statement commits itself
                         return await body(conn)
                     async with conn.transaction():
