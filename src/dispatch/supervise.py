@@ -86,6 +86,9 @@ MAX_ACTIONS = 8
 CLAIM_BATCH = 1000
 """Claimable records a fleet member reads per scan (a page; the next scan reads the next one)."""
 
+OWNED_CACHE = 100_000
+"""How many job ids' fleet assignment a member keeps at most (see ``Supervisor._assigned``)."""
+
 CLAIMABLE = frozenset(State) - {State.SUCCEEDED, State.CANCELLED}
 """States of a record that may still need a supervisor (a failed or lost one may be requeued)."""
 
@@ -203,6 +206,9 @@ class Supervisor:
             store if isinstance(store, Leasing) and self.jobs is None and capacity is None else None
         )
         self._members: tuple[str, ...] = ()  # the fleet's live members at the last scan (fleet mode)
+        # job id -> whether it hashes to us among ``_members``: asked for every watch change of every
+        # member, so computed once per job while the membership stands (cleared when it changes).
+        self._owned: dict[str, bool] = {}
         self._after = ""  # where the next page of claimable records starts
         self._next_keepalive = -math.inf  # when a fleet member next renews its membership and leases
         self.cursor: str | None = None
@@ -559,7 +565,12 @@ class Supervisor:
         """Whether ``jid`` hashes to this supervisor among the fleet's live members (always, alone)."""
         if len(self._members) < 2:
             return True
-        return _owner(jid, self._members) == self.holder
+        owned = self._owned.get(jid)
+        if owned is None:
+            if len(self._owned) >= OWNED_CACHE:  # a long-lived daemon sees ever new ids: bounded
+                self._owned.clear()
+            owned = self._owned[jid] = _owner(jid, self._members) == self.holder
+        return owned
 
     def _newest(self, rec: JobRecord) -> JobRecord:
         """``rec`` or, if newer, the copy of it our last write or lease change left (a scan's records
@@ -791,7 +802,9 @@ class Supervisor:
         self._next_keepalive = now + self.lease / 4  # not every poll: a poll of 0 would renew per record
         try:
             members = await store.heartbeat(group, self.holder, self.lease)
-            self._members = tuple(sorted({*members, self.holder}))
+            now_members = tuple(sorted({*members, self.holder}))
+            if now_members != self._members:
+                self._members, self._owned = now_members, {}
             due_ids = [jid for jid, until in self._leased.items() if until - now <= self.lease / 2]
             if due_ids:
                 for rec in await store.renew_leases(self.holder, self.lease, due_ids):
