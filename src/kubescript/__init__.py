@@ -29,6 +29,7 @@ the runtime's message) does; the rank never runs (its plan never ends).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -121,6 +122,13 @@ def parse_script(script: str) -> tuple[Step, ...]:
     """Parse a behaviour script; :class:`ScriptError` names the bad step and what is allowed."""
     if not isinstance(script, str):
         raise ScriptError(f"expected a script (text), got {type(script).__name__}")
+    return _parse_text(script)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_text(script: str) -> tuple[Step, ...]:
+    # The steps are immutable, so a script is parsed once (each start checks its job's); an error is
+    # not kept.
     steps: list[Step] = []
     parts = [p.replace("\\;", ";") for p in re.split(r"(?<!\\);", script)]
     for i, raw in enumerate(parts, start=1):
