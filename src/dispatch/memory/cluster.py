@@ -693,10 +693,15 @@ class MemoryCluster:
         pos = _parse_cursor(cursor)
         emitted: dict[str, Outcome] = {}
         relist = pos is None
+        self.sync()  # a cursor is judged against the log as of now
         while True:
-            now = self.sync()
+            if relist or pos is None or pos >= self._log_seq:
+                # Advanced again only once what is logged is read: every watcher would otherwise run
+                # the simulation once per change it reads, and sync adds changes only after those.
+                self.sync()
             oldest = self._log_seq - len(self._log)  # the last sequence number no longer kept
             if relist or pos is None or pos < oldest or pos > self._log_seq:
+                now = self.sync()
                 head = self._log_seq
                 current = [
                     (j.handle, self.outcome_of(j)) for j in sorted(self._jobs.values(), key=lambda j: j.seq)
@@ -775,8 +780,8 @@ def native_object(
         "spec": body,
     }
     if status is not None:
-        obj["status"] = dict(status)
-    return copy.deepcopy(obj)  # independent of the spec's own mappings
+        obj["status"] = copy.deepcopy(dict(status))
+    return obj  # built afresh (the env too: job_env copies it), so independent of the spec's mappings
 
 
 @dataclass
