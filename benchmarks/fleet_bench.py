@@ -107,8 +107,9 @@ async def serve_cluster(port_file: str, jobs: int, latency: float) -> None:
         if op == "capabilities":
             return (await backend.capabilities()).to_json()
         if op == "start":
-            spec = JobSpec.from_json(req["spec"])
-            prepared = await backend.prepare(spec, Identity.from_json(req["identity"]), held=req["held"])
+            # The object as the client prepared it, as an API server receives it (not rendered again).
+            spec, identity = JobSpec.from_json(req["spec"]), Identity.from_json(req["identity"])
+            prepared = Prepared(NAME, spec, identity, req["held"], req["request"])
             return (await backend.start(prepared)).to_json()
         if op == "observe":
             return (await backend.observe(Handle.from_json(req["handle"]))).to_json()
@@ -240,6 +241,7 @@ class RemoteBackend:
             "spec": prepared.spec.to_json(),
             "identity": prepared.identity.to_json(),
             "held": prepared.held,
+            "request": prepared.request,
         }
         return Handle.from_json(await self._call("start", **body))
 
