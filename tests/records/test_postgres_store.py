@@ -183,7 +183,8 @@ async def test_pooled_connections_the_server_ended_are_replaced_without_an_error
 ) -> None:
     """The server ends idle pooled connections (a restart, an idle timeout, an administrator): the next
     read and the next writes each take a live connection. Writes included: a record update runs as
-    one autocommit statement, and a connection the server already ended is found before it is sent."""
+    one autocommit statement, and a connection the server already ended is found before it is sent; a
+    lease change, one statement with the same effect when run again, is run again."""
     store = PostgresStore(pg_dsn)
     rec = await store.create(simple_record("job"), note("created"))
     await store.get("job")
@@ -203,6 +204,20 @@ async def test_pooled_connections_the_server_ended_are_replaced_without_an_error
     rec = await store.update(with_counter(rec, counter_of(rec) + 1), expected_revision=rec.revision)
     got = await store.get("job")
     assert got.revision == rec.revision and counter_of(got) == 4
+    # Lease changes too (each one statement, run again on another connection when the first is gone).
+    pg_server.admin(
+        f"SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = '{dbname}' "
+        "AND pid <> pg_backend_pid()"
+    )
+    leased = await store.acquire_lease("job", "sup-a", 30)
+    assert leased.lease is not None and leased.lease.holder == "sup-a"
+    assert leased.revision == got.revision + 1
+    pg_server.admin(
+        f"SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = '{dbname}' "
+        "AND pid <> pg_backend_pid()"
+    )
+    released = await store.release_lease("job", "sup-a")
+    assert released.lease is None and released.revision == leased.revision + 1
     await store.close()
 
 

@@ -4,9 +4,9 @@ Design, and why:
 
 - **psycopg 3, async, with its pool** (``pip install 'dispatch-train[postgres]'``). Reads run in autocommit
   (one round trip); every write is one transaction that first locks the record's row (a lease change:
-  ``SELECT ... FOR UPDATE``, then decides with the same functions as the other stores, ``_common``; a
-  record update: the ``UPDATE ... WHERE revision = expected`` itself), and writes the row and its
-  history together. Under ``READ COMMITTED`` a second writer waits for the lock and then reads (or, in
+  an ``UPDATE`` whose ``WHERE`` is the lease rule, and when it changes nothing the same functions as
+  the other stores, ``_common``, say why; a record update: the ``UPDATE ... WHERE revision = expected``
+  itself), and writes the row and its history together. Under ``READ COMMITTED`` a second writer waits for the lock and then reads (or, in
   an ``UPDATE``, judges) the committed row, so compare-and-swap is exact. A record update is a single
   statement (the row and its history in one ``WITH``), so it runs in autocommit, a transaction of its
   own, in one round trip instead of three; the one a supervisor makes at every transition.
@@ -180,9 +180,20 @@ _SCHEMA_V4 = (
 _ROW = "doc, revision, created_at, updated_at, lease_holder, lease_expires_at"
 """The columns a record is read from: its document, then the columns that override the document's."""
 
-_SET_LEASE = """UPDATE dispatch_records SET lease_holder = %(lease_holder)s,
-       lease_expires_at = %(lease_expires_at)s, revision = %(revision)s, updated_at = %(updated_at)s
-   WHERE job_id = %(job_id)s"""
+_ACQUIRE = f"""UPDATE dispatch_records
+    SET lease_holder = %(holder)s, lease_expires_at = {_NOW} + %(ttl)s, revision = revision + 1,
+        updated_at = {_NOW}
+    WHERE job_id = %(job_id)s
+      AND (lease_holder IS NULL OR lease_holder = %(holder)s OR lease_expires_at <= {_NOW})
+    RETURNING {_ROW}"""
+"""A lease taken or renewed (:func:`~dispatch.records._common.lease_after_acquire`'s rule, in the
+statement): the lease columns, revision and ``updated_at``; the document stays as it is."""
+
+_RELEASE = f"""UPDATE dispatch_records
+    SET lease_holder = NULL, lease_expires_at = NULL, revision = revision + 1, updated_at = {_NOW}
+    WHERE job_id = %(job_id)s AND lease_holder = %(holder)s
+    RETURNING {_ROW}"""
+"""A lease given up by its holder (:func:`~dispatch.records._common.lease_after_release`)."""
 
 
 @functools.cache
@@ -495,10 +506,10 @@ class PostgresStore:
     def _now(self) -> float | None:
         return self._clock.now() if self._clock is not None else None
 
-    async def _locked(self, conn: AsyncConnection[tuple[Any, ...]], job_id: str) -> tuple[JobRecord, float]:
-        """The record, its row locked until the transaction ends, and the time read after the lock."""
+    async def _current(self, conn: AsyncConnection[tuple[Any, ...]], job_id: str) -> tuple[JobRecord, float]:
+        """The record as committed now, and the time it was read at."""
         cur = await conn.execute(
-            f"SELECT {_ROW}, {_NOW} FROM dispatch_records WHERE job_id = %(job_id)s FOR UPDATE",
+            f"SELECT {_ROW}, {_NOW} FROM dispatch_records WHERE job_id = %(job_id)s",
             {"job_id": job_id, "now": self._now()},
         )
         row = await cur.fetchone()
@@ -564,24 +575,6 @@ class PostgresStore:
             "lease_expires_at": lease.expires_at if lease is not None else None,
             "doc": text,
         }
-
-    async def _set_lease(
-        self, conn: AsyncConnection[tuple[Any, ...]], current: JobRecord, lease: Lease | None, now: float
-    ) -> JobRecord:
-        """Write a lease change of the locked record ``current``: its lease columns, revision and
-        ``updated_at``; the document stays as it is (see the module docstring)."""
-        stored = current.replace(lease=lease, revision=current.revision + 1, updated_at=now)
-        await conn.execute(
-            _SET_LEASE,
-            {
-                "job_id": stored.job_id,
-                "lease_holder": lease.holder if lease is not None else None,
-                "lease_expires_at": lease.expires_at if lease is not None else None,
-                "revision": stored.revision,
-                "updated_at": now,
-            },
-        )
-        return stored
 
     # ---- the Store protocol ------------------------------------------------------------------------
 
@@ -710,11 +703,22 @@ class PostgresStore:
         seconds = check_ttl(ttl)
 
         async def body(conn: AsyncConnection[tuple[Any, ...]]) -> JobRecord:
-            current, now = await self._locked(conn, job_id)
-            lease = lease_after_acquire(job_id, current.lease, holder, seconds, now)
-            return await self._set_lease(conn, current, lease, now)
+            params: dict[str, Any] = {"job_id": job_id, "holder": holder, "ttl": seconds}
+            while True:
+                params["now"] = self._now()
+                # One statement (atomic on its own): the row is taken if it is free, expired or already
+                # the holder's, with the time read once the row is locked, as renew_leases does.
+                row = await (await conn.execute(_ACQUIRE, params)).fetchone()
+                if row is not None:
+                    return self._decode(job_id, row)
+                # Refused or gone: the shared rule names the holder (read as of now). Should the lease
+                # have lapsed in between, it is asked for again.
+                current, now = await self._current(conn, job_id)
+                lease_after_acquire(job_id, current.lease, holder, seconds, now)
 
-        return await self._write(body)
+        # Autocommit; run again after a lost connection, it takes the same lease (the holder's own
+        # is renewed), so it is a read's retry.
+        return await self._read(body)
 
     async def release_lease(self, job_id: str, holder: str) -> JobRecord:
         """Give up a lease held by ``holder``. ``ConflictError`` if another holder has it now.
@@ -723,13 +727,20 @@ class PostgresStore:
         check_holder(holder)
 
         async def body(conn: AsyncConnection[tuple[Any, ...]]) -> JobRecord:
-            current, now = await self._locked(conn, job_id)
-            changed, lease = lease_after_release(job_id, current.lease, holder, now)
-            if not changed:
-                return current
-            return await self._set_lease(conn, current, lease, now)
+            params: dict[str, Any] = {"job_id": job_id, "holder": holder}
+            while True:
+                params["now"] = self._now()
+                row = await (await conn.execute(_RELEASE, params)).fetchone()
+                if row is not None:
+                    return self._decode(job_id, row)
+                # Not the holder's: the shared rule says whether that is nothing to do or a conflict.
+                current, now = await self._current(conn, job_id)
+                changed, _ = lease_after_release(job_id, current.lease, holder, now)
+                if not changed:
+                    return current
 
-        return await self._write(body)
+        # Autocommit; run again after a lost connection, it finds the lease already given up: a no-op.
+        return await self._read(body)
 
     async def purge(self, older_than: float) -> int:
         """Delete terminal records (and their history) last updated before ``older_than`` (epoch
