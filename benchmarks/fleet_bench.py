@@ -119,7 +119,10 @@ async def serve_cluster(port_file: str, jobs: int, latency: float) -> None:
         if op == "ceased":
             return await backend.ceased(Handle.from_json(req["handle"]))
         if op == "list":
-            return [o.to_json() for o in await backend.list()]
+            # Each observation encoded straight to its canonical text (not through a dict of it): a
+            # listing of 20,000 takes the loop a tenth of the time, as an API server serves a LIST
+            # without holding up every other request.
+            return msgspec.Raw(b"[" + b",".join(encode_text(o) for o in await backend.list()) + b"]")
         if op == "cluster_id":
             return backend.cluster_id
         raise errors.InvalidError(f"no operation {op!r}", path="op")
@@ -180,6 +183,15 @@ class _WatchLine(msgspec.Struct):
 _WATCH_LINE = msgspec.json.Decoder(_WatchLine)
 
 
+class _ListAnswer(msgspec.Struct):
+    ok: list[msgspec.Raw] | None = None  # each decoded by the model's own strict decoder
+    error: str | None = None
+    message: str = ""
+
+
+_LIST_ANSWER = msgspec.json.Decoder(_ListAnswer)
+
+
 class RemoteBackend:
     """The memory cluster of another process, through the backend protocols (Backend, Watcher,
     CessationSignal). Calls share one connection, one at a time (a supervisor's calls are sequential)."""
@@ -207,6 +219,14 @@ class RemoteBackend:
         return self
 
     async def _call(self, op: str, **args: Any) -> Any:
+        answer = msgspec.json.decode(await self._exchange(op, **args))
+        if "error" in answer:
+            cls = getattr(errors, answer["error"], errors.DispatchError)
+            raise cls(answer["message"])
+        return answer["ok"]
+
+    async def _exchange(self, op: str, **args: Any) -> bytes:
+        """Send one call, return its answer's line."""
         async with self._lock:
             if self._conn is None:
                 self._conn = await asyncio.open_connection("127.0.0.1", self.port, limit=2**26)
@@ -221,11 +241,7 @@ class RemoteBackend:
         if not line:
             self._conn = None
             raise errors.UnavailableError("memory cluster: connection closed")
-        answer = msgspec.json.decode(line)
-        if "error" in answer:
-            cls = getattr(errors, answer["error"], errors.DispatchError)
-            raise cls(answer["message"])
-        return answer["ok"]
+        return line
 
     async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
         if self._caps is None:
@@ -252,7 +268,10 @@ class RemoteBackend:
         await self._call("stop", handle=handle.to_json())
 
     async def list(self) -> builtins.list[Observation]:
-        return [Observation.from_json(o) for o in await self._call("list")]
+        answer = _LIST_ANSWER.decode(await self._exchange("list"))
+        if answer.ok is None:
+            raise getattr(errors, answer.error or "", errors.DispatchError)(answer.message)
+        return [decode_text(Observation, bytes(o), "observation", max_depth=STORED_DEPTH) for o in answer.ok]
 
     async def ceased(self, handle: Handle) -> bool:
         return bool(await self._call("ceased", handle=handle.to_json()))
