@@ -34,6 +34,7 @@ import hashlib
 import logging
 import math
 import os
+import random
 import secrets
 import socket
 import time
@@ -85,6 +86,9 @@ MAX_ACTIONS = 8
 
 CLAIM_BATCH = 1000
 """Claimable records a fleet member reads per scan (a page; the next scan reads the next one)."""
+
+RESYNC_JITTER = 0.9
+"""The shortest interval between two resyncs, as a fraction of ``resync`` (see ``Supervisor.step``)."""
 
 OWNED_CACHE = 100_000
 """How many job ids' fleet assignment a member keeps at most (see ``Supervisor._assigned``)."""
@@ -300,7 +304,9 @@ class Supervisor:
                 except DispatchError as exc:  # this change is seen again at the next resync
                     report.errors.append(f"{jid}: {type(exc).__name__}: {exc}")
         if now >= self._next_resync:
-            self._next_resync = now + self.resync
+            # 90-100 % of the interval, drawn each time (controller-runtime jitters its SyncPeriod the
+            # same way): members started together do not list the store and the cluster all at once.
+            self._next_resync = now + self.resync * random.uniform(RESYNC_JITTER, 1.0)
             await self._reconcile(report)
         if now >= self._next_scan:
             self._next_scan = now + self.poll

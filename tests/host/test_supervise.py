@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import itertools
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -537,3 +538,38 @@ def test_keep_watching_without_a_watch_is_unsupported(store: MemoryStore, clock:
     sup = Supervisor(NoWatch(), store, policy=DEFAULT_POLICY, clock=clock)  # type: ignore[arg-type]
     with pytest.raises(UnsupportedError, match="no watch"):
         sup.keep_watching()
+
+
+class CountedLists(MemoryBackend):
+    """An adapter that counts the full listings asked of it (a resync is one)."""
+
+    lists = 0
+
+    async def list(self) -> builtins.list[Observation]:
+        self.lists += 1
+        return await super().list()
+
+
+async def test_resyncs_come_between_nine_tenths_and_the_whole_interval_apart(
+    clock: ManualClock, store: MemoryStore
+) -> None:
+    """Supervisors started together do not all list the cluster and the store at once: each interval
+    is drawn between 90 % and 100 % of ``resync`` (never longer than asked)."""
+    backends = [CountedLists(SETTINGS, clock=clock) for _ in range(8)]
+    sups = [
+        Supervisor(b, store, clock=clock, poll=1.0, resync=100.0, holder=f"s{i}")
+        for i, b in enumerate(backends)
+    ]
+    at: list[list[float]] = [[] for _ in sups]
+    for second in range(0, 400):
+        for i, (b, s) in enumerate(zip(backends, sups, strict=True)):
+            before = b.lists
+            await s.step()
+            if b.lists > before:
+                at[i].append(float(second))
+        clock.advance(1.0)
+    gaps = [b - a for times in at for a, b in itertools.pairwise(times)]
+    assert len(gaps) >= 8 * 3 and all(89.0 <= g <= 100.0 for g in gaps), at
+    assert len({tuple(times) for times in at}) > 1, "eight supervisors, every resync at the same moments"
+    for s in sups:
+        await s.close()
