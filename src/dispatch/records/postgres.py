@@ -702,23 +702,14 @@ class PostgresStore:
         check_holder(holder)
         seconds = check_ttl(ttl)
 
-        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> JobRecord:
-            params: dict[str, Any] = {"job_id": job_id, "holder": holder, "ttl": seconds}
-            while True:
-                params["now"] = self._now()
-                # One statement (atomic on its own): the row is taken if it is free, expired or already
-                # the holder's, with the time read once the row is locked, as renew_leases does.
-                row = await (await conn.execute(_ACQUIRE, params)).fetchone()
-                if row is not None:
-                    return self._decode(job_id, row)
-                # Refused or gone: the shared rule names the holder (read as of now). Should the lease
-                # have lapsed in between, it is asked for again.
-                current, now = await self._current(conn, job_id)
-                lease_after_acquire(job_id, current.lease, holder, seconds, now)
+        def refused(current: JobRecord, now: float) -> JobRecord | None:
+            lease_after_acquire(job_id, current.lease, holder, seconds, now)  # names the holder
+            return None  # it lapsed in between: asked for again
 
-        # Autocommit; run again after a lost connection, it takes the same lease (the holder's own
-        # is renewed), so it is a read's retry.
-        return await self._read(body)
+        # Run again after a lost connection, it takes the same lease (the holder's own is renewed).
+        return await self._lease_change(
+            _ACQUIRE, {"job_id": job_id, "holder": holder, "ttl": seconds}, refused
+        )
 
     async def release_lease(self, job_id: str, holder: str) -> JobRecord:
         """Give up a lease held by ``holder``. ``ConflictError`` if another holder has it now.
@@ -726,20 +717,37 @@ class PostgresStore:
         check_job_id(job_id)
         check_holder(holder)
 
+        def refused(current: JobRecord, now: float) -> JobRecord | None:
+            changed, _ = lease_after_release(job_id, current.lease, holder, now)  # or ConflictError
+            return None if changed else current  # nothing to give up: the record as it is
+
+        # Run again after a lost connection, it finds the lease already given up: nothing to do.
+        return await self._lease_change(_RELEASE, {"job_id": job_id, "holder": holder}, refused)
+
+    async def _lease_change(
+        self,
+        statement: str,
+        params: dict[str, Any],
+        refused: Callable[[JobRecord, float], JobRecord | None],
+    ) -> JobRecord:
+        """Run a lease change, one statement with the lease rule in its ``WHERE`` (atomic on its own,
+        the time read once the row is locked, as renew_leases does), in autocommit. When it changes no
+        row, the record as committed now goes to ``refused``, the shared rule of ``_common``: it raises
+        why (``ConflictError`` naming the holder), returns the record (nothing to change), or ``None``
+        (the lease moved in between: the statement runs again)."""
+        job_id = str(params["job_id"])
+
         async def body(conn: AsyncConnection[tuple[Any, ...]]) -> JobRecord:
-            params: dict[str, Any] = {"job_id": job_id, "holder": holder}
             while True:
-                params["now"] = self._now()
-                row = await (await conn.execute(_RELEASE, params)).fetchone()
+                row = await (await conn.execute(statement, {**params, "now": self._now()})).fetchone()
                 if row is not None:
                     return self._decode(job_id, row)
-                # Not the holder's: the shared rule says whether that is nothing to do or a conflict.
                 current, now = await self._current(conn, job_id)
-                changed, _ = lease_after_release(job_id, current.lease, holder, now)
-                if not changed:
-                    return current
+                result = refused(current, now)
+                if result is not None:
+                    return result
 
-        # Autocommit; run again after a lost connection, it finds the lease already given up: a no-op.
+        # Having the same effect when run again, a lease change is retried like a read.
         return await self._read(body)
 
     async def purge(self, older_than: float) -> int:
