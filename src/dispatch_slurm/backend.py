@@ -58,6 +58,8 @@ MEMORY_WORD_WAIT = 15.0
 """Seconds an ended job whose step was SIGKILLed is read again for slurmstepd's "exceeded memory limit"
 before it is taken for an exit code: on a loaded machine Slurm can report the job's end before
 slurmstepd's line reaches the output file (one run of issue 21's fault series read it so)."""
+REQUEUE_SETTLE = 30.0
+"""Seconds a release waits for a held (requeued) running job to leave COMPLETING for PENDING."""
 _ACTIVE = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING"})
 _HISTORY = 10_000
 _ids = itertools.count(1)
@@ -481,6 +483,18 @@ class SlurmBackend:
         self._check(handle)
         self._writable("release a job")
         job = await self._find(handle)
+        # A running job that was held is requeued: it stays COMPLETING, with the held start time, until
+        # its nodes have cleaned up, then is PENDING. A release in that window waits for it (seen under
+        # load: a release right after the hold found it COMPLETING and called the token stale).
+        settled = time.monotonic() + REQUEUE_SETTLE
+        while (
+            job is not None
+            and job.state == "COMPLETING"
+            and token == f"{job.job_id}@{job.eligible_time}"
+            and time.monotonic() < settled
+        ):
+            await asyncio.sleep(0.2)
+            job = await self._find(handle)
         if job is None or job.state != "PENDING" or token != f"{job.job_id}@{job.eligible_time}":
             raise StaleHoldError(
                 f"the hold token of {handle.identity} no longer matches what Slurm shows "
