@@ -810,7 +810,9 @@ class Supervisor:
             members = await store.heartbeat(group, self.holder, self.lease)
             now_members = tuple(sorted({*members, self.holder}))
             if now_members != self._members:
-                self._members, self._owned = now_members, {}
+                # The shares moved: what this member now owns (a dead member's records, ones another
+                # member handed over) may lie anywhere in the claimable pages, so they start over.
+                self._members, self._owned, self._after = now_members, {}, ""
             due_ids = [jid for jid, until in self._leased.items() if until - now <= self.lease / 2]
             if due_ids:
                 for rec in await store.renew_leases(self.holder, self.lease, due_ids):
