@@ -192,6 +192,12 @@ class _ListAnswer(msgspec.Struct):
 _LIST_ANSWER = msgspec.json.Decoder(_ListAnswer)
 
 
+def _refusal(name: str, message: str) -> errors.DispatchError:
+    """The error the cluster process answered, as the dispatch error of that name."""
+    cls: type[errors.DispatchError] = getattr(errors, name, errors.DispatchError)
+    return cls(message)
+
+
 class RemoteBackend:
     """The memory cluster of another process, through the backend protocols (Backend, Watcher,
     CessationSignal). Calls share one connection, one at a time (a supervisor's calls are sequential)."""
@@ -221,8 +227,7 @@ class RemoteBackend:
     async def _call(self, op: str, **args: Any) -> Any:
         answer = msgspec.json.decode(await self._exchange(op, **args))
         if "error" in answer:
-            cls = getattr(errors, answer["error"], errors.DispatchError)
-            raise cls(answer["message"])
+            raise _refusal(answer["error"], answer["message"])
         return answer["ok"]
 
     async def _exchange(self, op: str, **args: Any) -> bytes:
@@ -270,7 +275,7 @@ class RemoteBackend:
     async def list(self) -> builtins.list[Observation]:
         answer = _LIST_ANSWER.decode(await self._exchange("list"))
         if answer.ok is None:
-            raise getattr(errors, answer.error or "", errors.DispatchError)(answer.message)
+            raise _refusal(answer.error or "", answer.message)
         return [decode_text(Observation, bytes(o), "observation", max_depth=STORED_DEPTH) for o in answer.ok]
 
     async def ceased(self, handle: Handle) -> bool:

@@ -66,6 +66,11 @@ _ids = itertools.count(1)
 _CHECK_IDENTITY = Identity("dispatch-capabilities-check")
 
 
+def _hold_token(job: SlurmJob) -> str:
+    """The hold token a held job carries: its id and the start time Slurm shows for it."""
+    return f"{job.job_id}@{job.eligible_time}"
+
+
 def _handle(identity: Identity, ref: str, cluster: str) -> Handle:
     return Handle(NAME, identity, ref, cluster=cluster)
 
@@ -464,7 +469,7 @@ class SlurmBackend:
             again = await self._find(handle)
             if again is None:
                 raise ConflictError(f"incarnation {handle.identity} vanished while being held")
-            token = f"{job.job_id}@{again.eligible_time}"
+            token = _hold_token(again)
             if again.eligible_time != before:
                 break
         return HoldToken(token)
@@ -490,12 +495,12 @@ class SlurmBackend:
         while (
             job is not None
             and job.state == "COMPLETING"
-            and token == f"{job.job_id}@{job.eligible_time}"
+            and token == _hold_token(job)
             and time.monotonic() < settled
         ):
             await asyncio.sleep(0.2)
             job = await self._find(handle)
-        if job is None or job.state != "PENDING" or token != f"{job.job_id}@{job.eligible_time}":
+        if job is None or job.state != "PENDING" or token != _hold_token(job):
             raise StaleHoldError(
                 f"the hold token of {handle.identity} no longer matches what Slurm shows "
                 f"({'gone' if job is None else job.state + ', start time ' + str(job.eligible_time)})"

@@ -5,9 +5,9 @@ Design, and why:
 - **psycopg 3, async, with its pool** (``pip install 'dispatch-train[postgres]'``). Reads run in autocommit
   (one round trip); every write is one transaction that first locks the record's row (a lease change:
   an ``UPDATE`` whose ``WHERE`` is the lease rule, and when it changes nothing the same functions as
-  the other stores, ``_common``, say why; a record update: the ``UPDATE ... WHERE revision = expected``
-  itself), and writes the row and its history together. Under ``READ COMMITTED`` a second writer waits for the lock and then reads (or, in
-  an ``UPDATE``, judges) the committed row, so compare-and-swap is exact. A record update is a single
+  the other stores, ``_common``, say why; a record update: the ``UPDATE ... WHERE revision =
+  expected`` itself), and writes the row and its history together. Under ``READ COMMITTED`` a second
+  writer waits for the lock and then reads (or, in an ``UPDATE``, judges) the committed row, so compare-and-swap is exact. A record update is a single
   statement (the row and its history in one ``WITH``), so it runs in autocommit, a transaction of its
   own, in one round trip instead of three; the one a supervisor makes at every transition.
 - **The database's clock.** Hosts' clocks differ; a lease judged by each supervisor's own clock would
@@ -707,9 +707,7 @@ class PostgresStore:
             return None  # it lapsed in between: asked for again
 
         # Run again after a lost connection, it takes the same lease (the holder's own is renewed).
-        return await self._lease_change(
-            _ACQUIRE, {"job_id": job_id, "holder": holder, "ttl": seconds}, refused
-        )
+        return await self._lease_change(_ACQUIRE, job_id, {"holder": holder, "ttl": seconds}, refused)
 
     async def release_lease(self, job_id: str, holder: str) -> JobRecord:
         """Give up a lease held by ``holder``. ``ConflictError`` if another holder has it now.
@@ -722,11 +720,12 @@ class PostgresStore:
             return None if changed else current  # nothing to give up: the record as it is
 
         # Run again after a lost connection, it finds the lease already given up: nothing to do.
-        return await self._lease_change(_RELEASE, {"job_id": job_id, "holder": holder}, refused)
+        return await self._lease_change(_RELEASE, job_id, {"holder": holder}, refused)
 
     async def _lease_change(
         self,
         statement: str,
+        job_id: str,
         params: dict[str, Any],
         refused: Callable[[JobRecord, float], JobRecord | None],
     ) -> JobRecord:
@@ -735,11 +734,11 @@ class PostgresStore:
         row, the record as committed now goes to ``refused``, the shared rule of ``_common``: it raises
         why (``ConflictError`` naming the holder), returns the record (nothing to change), or ``None``
         (the lease moved in between: the statement runs again)."""
-        job_id = str(params["job_id"])
 
         async def body(conn: AsyncConnection[tuple[Any, ...]]) -> JobRecord:
             while True:
-                row = await (await conn.execute(statement, {**params, "now": self._now()})).fetchone()
+                args = {**params, "job_id": job_id, "now": self._now()}
+                row = await (await conn.execute(statement, args)).fetchone()
                 if row is not None:
                     return self._decode(job_id, row)
                 current, now = await self._current(conn, job_id)
