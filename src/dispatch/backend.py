@@ -14,8 +14,8 @@ from typing import Any, NewType, Protocol, runtime_checkable
 import msgspec.structs
 from msgspec import Struct
 
-from dispatch.errors import DispatchError, InvalidError, NotFoundError
-from dispatch.model import Capabilities, Change, Handle, Identity, JobSpec, Observation, State
+from dispatch.errors import DispatchError, InvalidError
+from dispatch.model import Absent, Capabilities, Change, Compute, Handle, Identity, JobSpec, Observation
 
 __all__ = [
     "Backend",
@@ -121,9 +121,13 @@ class Backend(Protocol):
         Raises ``ReadOnlyError`` on a read-only or observe-only backend."""
         ...
 
-    async def observe(self, handle: Handle) -> Observation:
-        """The folded state, cause and evidence of the incarnation as of now. An incarnation that
-        vanished without us is reported as ``lost``, not raised."""
+    async def observe(self, handle: Handle) -> Observation | Absent:
+        """A typed reading of the incarnation as of now (SPEC §5): seen — an :class:`Observation` of its
+        state, cause and evidence with whether its ``compute`` remains —, or :class:`Absent` when a
+        complete answer of the cluster does not list it (nor any compute of it). An answer that cannot be
+        trusted (an error, a timeout, a partial answer, an answer carrying errors) raises
+        ``UnavailableError``: the host reads it as *unreachable* and changes nothing. Never ``lost``:
+        only the host concludes that, from two absent readings."""
         ...
 
     async def stop(self, handle: Handle) -> None:
@@ -132,7 +136,8 @@ class Backend(Protocol):
         ...
 
     async def list(self) -> list[Observation]:
-        """An observation of every object that carries dispatch's identity (for reconciliation)."""
+        """An observation of every incarnation of this store's that the cluster shows (an object, or
+        compute left of one), from one complete answer; ``UnavailableError`` when there is none."""
         ...
 
     async def close(self) -> None:
@@ -159,10 +164,10 @@ class Watcher(Protocol):
     """A stream of changes for every incarnation carrying dispatch's identity."""
 
     def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
-        """Yield a :class:`~dispatch.model.Change` only when the folded observation of an incarnation
-        changes. Resumable from the cursor of any change; survives dropped connections and expired
-        cursors by relisting, without losing a transition (a relist emits the current state of every
-        incarnation whose observation differs from the last one emitted)."""
+        """Yield a :class:`~dispatch.model.Change` only when the reading of an incarnation changes.
+        Resumable from the cursor of any change; survives dropped connections and expired cursors by
+        relisting, without losing a transition. An adapter implements it with the host's
+        :class:`dispatch.feed.Feed` (``return self.feed.watch(cursor)``), which it only fills."""
         ...
 
 
@@ -273,17 +278,15 @@ async def compute_gone(
     supervisor both follow before they start the next incarnation.
 
     With ``cessation`` (the backend is a :class:`CessationSignal` and the cluster reports the
-    capability) the backend says. Without, the incarnation is gone once no object of it is left (an
-    adapter removes an object only after its compute, e.g. Kubernetes' foreground deletion): observing
-    it says so (``lost``, or not found), or else a fresh ``listing`` (default ``backend.list``) no
-    longer shows it."""
+    capability) the backend says. Without, a reading says: absent, or seen with its compute gone; a
+    reading that cannot tell (compute unknown) is settled by a fresh ``listing`` (default
+    ``backend.list``) that no longer shows the incarnation. An unreachable cluster raises."""
     if cessation and isinstance(backend, CessationSignal):
         return await backend.ceased(handle)
-    try:
-        obs = await backend.observe(handle)
-    except NotFoundError:
+    obs = await backend.observe(handle)
+    if isinstance(obs, Absent) or obs.compute is Compute.GONE:
         return True
-    if obs.state is State.LOST:
-        return True
+    if obs.compute is Compute.PRESENT:
+        return False
     listed = await (listing() if listing is not None else backend.list())
     return not any(o.handle.identity.same_incarnation(handle.identity) for o in listed)

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import random
 from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from dispatch import decide
+from dispatch import chance, decide
 from dispatch.backend import (
     Backend,
     CessationSignal,
@@ -38,6 +39,7 @@ from dispatch.config import Config
 from dispatch.errors import (
     BusyError,
     ConflictError,
+    DispatchError,
     InvalidError,
     NotFoundError,
     OtherClusterError,
@@ -47,8 +49,11 @@ from dispatch.errors import (
 from dispatch.fold import fold, matches
 from dispatch.model import (
     DEFAULT_POLICY,
+    Absent,
     Actor,
     Capabilities,
+    Change,
+    Compute,
     Epoch,
     Identity,
     JobRecord,
@@ -57,13 +62,16 @@ from dispatch.model import (
     Policy,
     State,
     Transition,
+    Unreachable,
     check_job_id,
     new_job_id,
 )
 from dispatch.model._decode import as_enum
+from dispatch.reader import Reader
 from dispatch.records import KeyValues, Listing, Store, store_identity
 from dispatch.registry import new_backend
-from dispatch.writer import CAS_ATTEMPTS, Change, RecordWriter
+from dispatch.writer import CAS_ATTEMPTS, RecordWriter
+from dispatch.writer import Change as RecordChange
 
 if TYPE_CHECKING:
     from dispatch.supervise import Supervisor
@@ -80,13 +88,15 @@ CESSATION_WAIT = 60.0
 _Step = tuple[JobRecord, list[Transition]]
 
 
-async def open(name: str, config: Config | None = None, *, clock: Clock | None = None) -> Cluster:
+async def open(
+    name: str, config: Config | None = None, *, clock: Clock | None = None, rng: random.Random | None = None
+) -> Cluster:
     """Open the cluster of adapter ``name`` with ``config`` and return a :class:`Cluster`.
 
     The adapter is found in the registry (by import or through the ``dispatch.adapters`` entry points).
     Without ``config.store`` the records go to a :class:`~dispatch.records.SqliteStore` under the user's
     state directory. ``clock`` (tests: a :class:`~dispatch.clock.ManualClock`) times the records and the
-    polling of :meth:`Cluster.watch`.
+    polling of :meth:`Cluster.watch`; ``rng`` draws the records' nonces (the simulation seeds it).
     """
     config = config if config is not None else Config()
     if not isinstance(config, Config):
@@ -102,7 +112,7 @@ async def open(name: str, config: Config | None = None, *, clock: Clock | None =
         if config.store is None:
             await store.close()
         raise
-    return Cluster(backend, store, policy=config.policy, clock=clock)
+    return Cluster(backend, store, policy=config.policy, clock=clock, rng=rng)
 
 
 async def backend_for(name: str, config: Config, store: Store) -> Backend:
@@ -137,13 +147,22 @@ class Cluster:
         *,
         policy: Policy = DEFAULT_POLICY,
         clock: Clock | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.backend = backend
         self.store = store
         self.policy = policy
         self.clock: Clock = clock if clock is not None else SystemClock()
+        self.rng = chance.source(rng)
         self._writer = RecordWriter(store, backend, self.clock)
+        self._reader = Reader(backend, self.clock)
         self._closed = False
+
+    @property
+    def unreachable(self) -> Unreachable | None:
+        """Since when, and why, this process has not been able to read the cluster (``None``: its last
+        read succeeded). While it lasts, reads answer with the records as last stored."""
+        return self._reader.unreachable
 
     @property
     def cluster_id(self) -> str:
@@ -242,12 +261,27 @@ class Cluster:
         if held and not (caps.holds and isinstance(self.backend, Holder)):
             raise self._cannot_hold(caps)
         # Every check, before the record exists: a job the cluster cannot run leaves nothing behind.
-        prepared = await self.backend.prepare(spec, Identity(job_id, Epoch()), held=held)
+        nonce = chance.token(self.rng, 8)
+        prepared = await self.backend.prepare(spec, Identity(job_id, Epoch(), nonce), held=held)
         record, first = decide.submitted(
-            job_id, spec, policy=policy, held=held, now=self.clock.now(), cluster=self.cluster_id
+            job_id, spec, policy=policy, held=held, now=self.clock.now(), cluster=self.cluster_id, nonce=nonce
         )
         await self.store.create(record, first)
-        return await self._start(job_id, prepared)
+        try:
+            return await self._start(job_id, prepared)
+        except ConflictError as exc:
+            # The native name is another object's (another store's, or not dispatch's): no start of this
+            # identity can succeed, so the record must not wait for one for ever.
+            refused = exc
+            await self._update(
+                job_id,
+                lambda r: (
+                    decide.start_refused(r, prepared.identity, refused, now=self.clock.now())
+                    if r.epoch == Epoch() and not r.outcome.terminal
+                    else None
+                ),
+            )
+            raise
 
     async def _start(self, job_id: str, prepared: Prepared) -> JobRecord:
         """Send what was prepared and write the outcome of the start into the record."""
@@ -267,6 +301,7 @@ class Cluster:
         # being folded to "cancelled" because the intent was recorded before its end was read.
         rec = await self.get(job_id)
         if rec.outcome.terminal:
+            await self._stop_leftovers(rec)
             return rec
         self._writer.check_owned(rec)
         await self._check_writable()
@@ -276,7 +311,9 @@ class Cluster:
             return rec
         handle = decide.current_handle(rec)
         if handle is None:
-            found = await self._find(rec)
+            found = await self._reader.find(rec)
+            if isinstance(found, Unreachable):
+                return rec  # the cancel is recorded; the stop waits until the cluster answers
             handle = found.handle if found is not None else None
         if handle is None:
             # Never placed on the cluster (or its start is unknown and nothing carries its identity).
@@ -288,6 +325,35 @@ class Cluster:
         await record_decision(self.backend, handle, "Cancelled", why)
         await self.backend.stop(handle)
         return await self.get(job_id)
+
+    async def _stop_leftovers(self, rec: JobRecord) -> None:
+        """A finished job whose incarnation still has compute on the cluster (a Trainer re-creating the
+        JobSet of a TrainJob being deleted; pods of a job that failed for its configuration): stop it,
+        and say so in the history. Its outcome stays as it is."""
+        handle = decide.current_handle(rec)
+        if handle is None or not self.owns(rec):
+            return
+        got = await self._reader.observe(handle)
+        if not isinstance(got, Observation) or got.compute is not Compute.PRESENT:
+            return
+        await self._check_writable()
+        await self.backend.stop(handle)
+        why = f"{handle.identity} ended {rec.outcome} and its compute was still there: stopped it"
+        await self._update(
+            rec.job_id,
+            lambda r: (
+                r,
+                [
+                    Transition(
+                        at=self.clock.now(),
+                        actor=Actor.USER,
+                        what="stopped leftovers",
+                        why=why,
+                        epoch=r.epoch,
+                    )
+                ],
+            ),
+        )
 
     async def hold(self, job_id: str) -> JobRecord:
         """Hold the job's current incarnation (keep it from running, or stop it running) until
@@ -344,7 +410,7 @@ class Cluster:
         new_spec = spec if spec is not None else rec.spec
         await self._check_writable()
         epoch = rec.epoch.resubmitted()
-        prepared = await self.backend.prepare(new_spec, Identity(job_id, epoch))
+        prepared = await self.backend.prepare(new_spec, Identity(job_id, epoch, rec.nonce))
         await self._retire(rec, wait)
         expected = rec.revision
 
@@ -361,7 +427,9 @@ class Cluster:
         if it has not gone within ``wait`` seconds."""
         handle = decide.current_handle(rec)
         if handle is None:
-            found = await self._find(rec)
+            found = await self._reader.find(rec)
+            if isinstance(found, Unreachable):
+                raise BusyError(f"job {rec.job_id!r}: the cluster does not answer ({found}); retry")
             handle = found.handle if found is not None else None
         if handle is None:
             return  # never placed on the cluster: nothing can remain
@@ -397,20 +465,33 @@ class Cluster:
         # prepare refuses a held job the cluster could not hold once writable.
         if held and not (isinstance(self.backend, Holder) and (caps.holds or not caps.writable)):
             raise self._cannot_hold(caps)
-        prepared = await self.backend.prepare(spec, Identity(job_id, Epoch()), held=held)
+        prepared = await self.backend.prepare(
+            spec, Identity(job_id, Epoch(), chance.token(self.rng, 8)), held=held
+        )
         return prepared.request
 
     # ------------------------------------------------------------------ observer
 
     async def get(self, job_id: str) -> JobRecord:
-        """The job's record, refreshed from the cluster when it is not terminal."""
+        """The job's record, refreshed from the cluster when it is not terminal. While the cluster does
+        not answer, the record as last stored (:attr:`unreachable` says since when and why)."""
         rec = await self.store.get(job_id)
-        if rec.outcome.terminal or not await self.belongs(rec):
+        if rec.outcome.terminal or not await self._belongs(rec):
             return rec  # final, or another cluster's: shown as last known
-        obs = await self._observe(rec)
-        if obs is None:
+        got = await self._reader.read(rec)
+        if got is None or isinstance(got, Unreachable):
             return rec
-        return await self._fold(job_id, obs)
+        return await self._fold(job_id, got, confirmed=True)
+
+    async def _belongs(self, rec: JobRecord) -> bool:
+        """:meth:`belongs`, where a cluster that cannot be opened (a backend opened on first use whose
+        cluster does not answer) shows the record as last known."""
+        try:
+            return await self.belongs(rec)
+        except DispatchError as exc:
+            if self._reader.note(exc) is None:
+                raise
+            return False
 
     async def list(self, states: Iterable[State] | None = None) -> Listing:
         """Every record (optionally only in ``states``), oldest first; records of this cluster that are
@@ -420,24 +501,24 @@ class Cluster:
         listing = await self.store.list()
         records: builtins.list[JobRecord] = listing
         unfinished = [r for r in records if not r.outcome.terminal]
-        if unfinished:
-            await self.backend.capabilities()  # opened once (lazily opened backends), not per record
-        live = [r for r in unfinished if self.owns(r)]
-        if live:
+        live = [r for r in unfinished if await self._belongs(r)]
+        listed = await self._reader.listing() if live else None
+        if live and not isinstance(listed, Unreachable):
+            assert listed is not None
             by_id: dict[str, JobRecord] = {r.job_id: r for r in records}
             seen: set[str] = set()
-            for obs in await self.backend.list():
+            for obs in listed:
                 rec = by_id.get(obs.handle.identity.job_id)
                 if rec is not None and not rec.outcome.terminal and matches(rec, obs):
                     by_id[rec.job_id] = await self._fold(rec.job_id, obs)
                     seen.add(rec.job_id)
-            # A live record the listing does not show (its object was deleted behind our back): observe
-            # it, as get() would, so list and status never disagree.
+            # A live record the listing does not show (its object was deleted behind our back): read it,
+            # as get() would (the listing is the second reading), so list and status never disagree.
             for rec in live:
                 if rec.job_id not in seen and rec.handle is not None:
-                    missing = await self._observe(rec)
-                    if missing is not None:
-                        by_id[rec.job_id] = await self._fold(rec.job_id, missing)
+                    missing = await self._reader.read(rec, listed)
+                    if isinstance(missing, Observation | Absent):
+                        by_id[rec.job_id] = await self._fold(rec.job_id, missing, confirmed=True)
             records = [by_id[r.job_id] for r in records]
         return Listing((r for r in records if wanted is None or r.state in wanted), listing.unreadable)
 
@@ -460,38 +541,64 @@ class Cluster:
             yield rec
 
     async def _watch_changes(self, watcher: Watcher, job_id: str | None) -> AsyncIterator[JobRecord]:
-        # One job's watch costs that job's changes, not every job's, where the backend can say so.
-        changes = (
-            watcher.watch_job(job_id)
-            if job_id is not None and isinstance(watcher, JobWatcher)
-            else watcher.watch(None)
-        )
+        last: dict[str, int] = {}
+        for rec in await self._snapshot(job_id):
+            last[rec.job_id] = rec.revision
+            yield rec
+            if job_id is not None and rec.outcome.terminal:
+                return
+        cursor: str | None = None
+        pause = POLL_MIN
+        while True:
+            # One job's watch costs that job's changes, not every job's, where the backend can say so.
+            changes = (
+                watcher.watch_job(job_id)
+                if job_id is not None and isinstance(watcher, JobWatcher)
+                else watcher.watch(cursor)
+            )
+            try:
+                async for change in changes:
+                    cursor, pause = change.cursor, POLL_MIN
+                    self._reader.answered()
+                    folded = await self._fold_reading(change, job_id)
+                    if folded is None:
+                        continue
+                    rec = folded
+                    if last.get(rec.job_id) != rec.revision:
+                        last[rec.job_id] = rec.revision
+                        yield rec
+                    if job_id is not None and rec.outcome.terminal:
+                        return
+            except DispatchError as exc:
+                # The cluster stopped answering: nothing is concluded from it. Watch again, from where
+                # the feed was (a relist when that is gone), after a pause that doubles while it lasts.
+                if self._reader.note(exc) is None:
+                    raise
+            finally:
+                aclose = getattr(changes, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            await self.clock.sleep(pause)
+            pause = min(pause * 2, POLL_MAX)
+
+    async def _fold_reading(self, change: Change, job_id: str | None) -> JobRecord | None:
+        """Fold one watched change into its record (an absent reading once a second read confirms it);
+        ``None`` when it is not this watch's or not this process's to fold."""
+        ident = change.handle.identity
+        if job_id is not None and ident.job_id != job_id:
+            return None
+        reading: Observation | Absent = change.reading
+        if isinstance(reading, Absent):
+            second = await self._reader.confirm(reading)
+            if isinstance(second, Unreachable):
+                return None
+            reading = second
         try:
-            last: dict[str, int] = {}
-            for rec in await self._snapshot(job_id):
-                last[rec.job_id] = rec.revision
-                yield rec
-                if job_id is not None and rec.outcome.terminal:
-                    return
-            async for change in changes:
-                ident = change.handle.identity
-                if job_id is not None and ident.job_id != job_id:
-                    continue
-                try:
-                    rec = await self._fold(ident.job_id, change.observation)
-                except NotFoundError:
-                    continue  # an object of ours that matches no record: the supervisor's business
-                except OtherClusterError:
-                    continue  # a record of another cluster: not this process's to fold
-                if last.get(rec.job_id) != rec.revision:
-                    last[rec.job_id] = rec.revision
-                    yield rec
-                if job_id is not None and rec.outcome.terminal:
-                    return
-        finally:
-            aclose = getattr(changes, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            return await self._fold(ident.job_id, reading, confirmed=True)
+        except NotFoundError:
+            return None  # an object of ours that matches no record: the supervisor's business
+        except OtherClusterError:
+            return None  # a record of another cluster: not this process's to fold
 
     async def _watch_polling(self, job_id: str | None) -> AsyncIterator[JobRecord]:
         last: dict[str, int] = {}
@@ -631,36 +738,19 @@ class Cluster:
         await self._check_writable()
         return rec
 
-    async def _observe(self, rec: JobRecord) -> Observation | None:
-        """Observe the record's current incarnation (by handle, else by identity lookup)."""
-        handle = decide.current_handle(rec)
-        if handle is not None:
-            obs = await self.backend.observe(handle)
-            if obs.state is State.LOST:
-                # One reading that finds nothing is not proof (see fold): the identity lookup over the
-                # whole listing confirms it, or shows the object after all.
-                found = await self._find(rec)
-                if found is not None:
-                    return found
-            return obs
-        if rec.unknown_write is not None:
-            return await self._find(rec)
-        return None
+    async def _fold(
+        self, job_id: str, reading: Observation | Absent, *, confirmed: bool = False
+    ) -> JobRecord:
+        """Fold a reading into the record (``confirmed``: an absent one was read twice)."""
+        return await self._update(
+            job_id, lambda r: _changed(r, fold(r, reading, now=self.clock.now(), confirmed=confirmed))
+        )
 
-    async def _find(self, rec: JobRecord) -> Observation | None:
-        """The cluster's object of the record's current incarnation, looked up by identity."""
-        for obs in await self.backend.list():
-            if matches(rec, obs):
-                return obs
-        return None
-
-    async def _fold(self, job_id: str, obs: Observation) -> JobRecord:
-        return await self._update(job_id, lambda r: self._fold_change(r, obs))
-
-    def _fold_change(self, rec: JobRecord, obs: Observation) -> _Step | None:
-        new, transitions = fold(rec, obs, now=self.clock.now())
-        return None if new is rec else (new, transitions)
-
-    async def _update(self, job_id: str, change: Change) -> JobRecord:
+    async def _update(self, job_id: str, change: RecordChange) -> JobRecord:
         """The one compare-and-swap loop (:meth:`RecordWriter.update`)."""
         return await self._writer.update(job_id, change)
+
+
+def _changed(rec: JobRecord, result: _Step) -> _Step | None:
+    new, transitions = result
+    return None if new is rec else (new, transitions)

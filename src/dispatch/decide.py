@@ -47,6 +47,8 @@ from dispatch.model import (
 
 __all__ = [
     "FINAL_PLANS",
+    "STOP_GRACE",
+    "STOP_RESEND",
     "PermanentError",
     "Step",
     "TemporaryError",
@@ -70,6 +72,7 @@ __all__ = [
     "start_refused",
     "start_unknown",
     "started",
+    "stop_asked",
     "submitted",
     "write_unknown",
 ]
@@ -79,6 +82,13 @@ Step = tuple[JobRecord, list[Transition]]
 
 FINAL_PLANS = frozenset({PlanAction.FAIL, PlanAction.HOLD})
 """Plans that, written on a terminal record, mean the supervisor gave up: the outcome is final."""
+
+STOP_GRACE = 60.0
+"""Seconds an incarnation that ended on the cluster is given for its compute to go by itself (a pod's
+default termination grace is 30 s, Slurm's KillWait 30 s) before the supervisor stops what remains."""
+
+STOP_RESEND = 30.0
+"""Seconds between two stops of what remains of an ended incarnation, until it is gone."""
 
 
 # ---------------------------------------------------------------------------------------- retries
@@ -222,6 +232,8 @@ def next(record: JobRecord, policy: Policy, now: float) -> Plan:
         return Plan(PlanAction.CEASE, f"{prev.identity} must be gone before {record.epoch} starts")
     if record.cancel_requested:
         return Plan(PlanAction.STOP, "cancel requested")
+    if outcome.state is State.STOPPING:
+        return _reap(record, now)
     if current_handle(record) is None:
         if record.hold_requested:
             return Plan(PlanAction.WAIT, "held before it was placed")
@@ -232,6 +244,45 @@ def next(record: JobRecord, policy: Policy, now: float) -> Plan:
             return Plan(PlanAction.WAIT, reason, not_before=not_before)
         return Plan(PlanAction.START, f"place {record.job_id}@{record.epoch} on the cluster")
     return Plan(PlanAction.WAIT, f"{outcome.state.value}: waiting for the cluster")
+
+
+def _reap(record: JobRecord, now: float) -> Plan:
+    """The plan for an incarnation that ended on the cluster with compute still there: wait
+    :data:`STOP_GRACE` for it to go by itself (pods terminating), then stop it — a terminal record never
+    sits over live compute (a job failed for its configuration, whose pods hold quota; a Trainer that
+    re-creates the JobSet of a TrainJob someone else is deleting). The stop is sent again every
+    :data:`STOP_RESEND` seconds until the compute is gone."""
+    ended = (
+        f"{record.job_id}@{record.epoch} ended ({record.outcome.cause.value}) and its compute is still there"
+    )
+    if record.stop_asked is not None:
+        again = record.stop_asked + STOP_RESEND
+        if now < again:
+            return Plan(
+                PlanAction.WAIT,
+                f"{ended}: stopped at {record.stop_asked:.0f}, waiting for it to go",
+                not_before=again,
+            )
+        return Plan(PlanAction.STOP, f"{ended}: asking again")
+    since = record.since if record.since is not None else record.updated_at
+    if now < since + STOP_GRACE:
+        return Plan(
+            PlanAction.WAIT, f"{ended}: waiting {STOP_GRACE:g} s for it to go", not_before=since + STOP_GRACE
+        )
+    return Plan(PlanAction.STOP, f"{ended} after {STOP_GRACE:g} s: stopping what remains")
+
+
+def stop_asked(record: JobRecord, plan: Plan, *, now: float) -> Step | None:
+    """The supervisor asks the cluster to end what remains of an ended incarnation (see :func:`_reap`):
+    recorded before it is sent, said in the history the first time."""
+    if record.cancel_requested or record.outcome.state is not State.STOPPING:
+        return None
+    transitions = (
+        [_t(now, Actor.SUPERVISOR, "stopping what remains", why=plan.reason, epoch=record.epoch)]
+        if record.stop_asked is None
+        else []
+    )
+    return record.replace(stop_asked=now), transitions
 
 
 def final(record: JobRecord, policy: Policy, now: float) -> bool:
@@ -256,10 +307,17 @@ def _t(
 
 
 def submitted(
-    job_id: str, spec: JobSpec, *, policy: Policy | None, held: bool, now: float, cluster: str = ""
+    job_id: str,
+    spec: JobSpec,
+    *,
+    policy: Policy | None,
+    held: bool,
+    now: float,
+    cluster: str = "",
+    nonce: str = "",
 ) -> tuple[JobRecord, Transition]:
-    """The first record of a job (epoch ``1.0``, pending, belonging to ``cluster``) and its first
-    transition."""
+    """The first record of a job (epoch ``1.0``, pending, belonging to ``cluster``, with the ``nonce``
+    its incarnations' identities carry) and its first transition."""
     epoch = Epoch()
     record = JobRecord(
         job_id=job_id,
@@ -270,6 +328,8 @@ def submitted(
         epoch=epoch,
         hold_requested=held,
         cluster=cluster,
+        nonce=nonce,
+        since=now,
     )
     first = _t(now, Actor.USER, "submitted", why="held" if held else "", state=State.PENDING, epoch=epoch)
     return record, first
@@ -344,12 +404,23 @@ def forgotten(record: JobRecord, reason: str, *, now: float) -> Step | None:
 
 
 def cancel_requested(record: JobRecord, *, now: float) -> Step | None:
-    """The user's intent to cancel, recorded before anything is sent."""
+    """The user's intent to cancel, recorded before anything is sent: the record is ``stopping`` (cause
+    ``cancelled``) from now until a reading finds its compute gone — never a false ``held`` on the way,
+    whatever the cluster shows while it stops."""
     if record.outcome.terminal or record.cancel_requested:
         return None
-    return record.replace(cancel_requested=True), [
-        _t(now, Actor.USER, "cancel requested", epoch=record.epoch)
-    ]
+    ev = Evidence(
+        kind="Record",
+        name=record.job_id,
+        reason="CancelRequested",
+        message="cancel requested by the user",
+        at=now,
+    )
+    stopping = Outcome(State.STOPPING, Cause.CANCELLED, (ev,))
+    t = _t(
+        now, Actor.USER, "cancel requested", state=State.STOPPING, cause=Cause.CANCELLED, epoch=record.epoch
+    )
+    return record.replace(cancel_requested=True, outcome=stopping), [t]
 
 
 def cancelled_off_cluster(record: JobRecord, *, actor: Actor, now: float) -> Step | None:
@@ -402,6 +473,7 @@ def resubmitted(
         cancel_requested=False,
         unknown_write=None,
         plan=None,
+        stop_asked=None,
     )
     return new, [_t(now, Actor.USER, "resubmitted", state=State.PENDING, epoch=epoch)]
 
@@ -424,6 +496,7 @@ def requeued(record: JobRecord, plan: Plan, *, now: float) -> Step:
         hold_token=None,
         hold_requested=False,
         unknown_write=None,
+        stop_asked=None,
         plan=Plan(PlanAction.START, plan.reason, not_before=plan.not_before),
     )
     t = _t(now, Actor.SUPERVISOR, "requeued", why=f"{ended}; {plan.reason}", state=State.PENDING, epoch=epoch)

@@ -1,86 +1,109 @@
 """Folding what the cluster reports into a job record: the pure function :func:`fold`.
 
-The facade (``Cluster.get``/``list``/``watch``) and the supervisor both fold observations into records
-through this one function, so that every path agrees on what an observation means for a record.
+Every process — the facade (``Cluster.get``/``list``/``watch``), the supervisor, a command run a minute
+later — folds readings into records through this one function, so every path agrees on what a reading
+means for a record. The rules of truth (SPEC §2.3, §5) live here, not in the adapters:
+
+- **terminal only once the compute is gone**: a reading that says the incarnation ended while some of
+  its compute is still there (pods terminating, Slurm steps completing) is ``stopping``, with the cause
+  it will end with;
+- **no going back within an incarnation**: a reading of a lower state than the record's (the real
+  controllers show a failing job ``starting`` for a moment before ``failed``) keeps the record's state
+  and takes the reading's cause and evidence;
+- **a stop is remembered by the record, not by a process**: once the user asked to cancel, every reading
+  of the incarnation folds to ``stopping`` and then ``cancelled`` — whichever process reads it;
+- **only two absent readings conclude** ``lost`` (the caller confirms; an unconfirmed one is ignored);
+- **unreachable changes nothing**: it never reaches this function.
 """
 
 from __future__ import annotations
 
-from dispatch.model import Actor, Cause, JobRecord, Observation, Outcome, PlanAction, State, Transition
+from dispatch.model import (
+    Absent,
+    Actor,
+    Cause,
+    Compute,
+    Evidence,
+    JobRecord,
+    Observation,
+    Outcome,
+    PlanAction,
+    State,
+    Transition,
+)
 
-__all__ = ["fold", "matches", "refines", "remembered"]
+__all__ = ["fold", "matches", "progress", "refines", "remembered"]
 
 
-def matches(record: JobRecord, observation: Observation) -> bool:
-    """True when ``observation`` is of the record's *current* incarnation (same job id, same ``N``).
+def matches(record: JobRecord, reading: Observation | Absent) -> bool:
+    """True when ``reading`` is of the record's *current* incarnation: same job id, same ``N``, same
+    nonce (an object left by a purged record, or by another store's record of the same job id, is not
+    this record's).
 
-    Observations of older incarnations (a requeued or resubmitted job's previous object, still
-    terminating) and of other jobs say nothing about the record's present, so they are not folded.
+    Readings of older incarnations (a requeued or resubmitted job's previous object, still terminating)
+    and of other jobs say nothing about the record's present, so they are not folded.
     """
-    ident = observation.handle.identity
-    return ident.job_id == record.job_id and ident.epoch.n == record.epoch.n
+    return reading.handle.identity.same_incarnation(record.identity)
 
 
 def fold(
-    record: JobRecord, observation: Observation, *, now: float, lost_confirmed: bool = True
+    record: JobRecord, reading: Observation | Absent, *, now: float, confirmed: bool = False
 ) -> tuple[JobRecord, list[Transition]]:
-    """Fold one observation into a record; return the new record and the transitions to append.
+    """Fold one reading into a record; return the new record and the transitions to append.
 
-    Rules:
-    - an observation of another job or another incarnation than the record's current epoch is ignored;
-    - a terminal record stays as it is (its outcome is final; a later incarnation needs a resubmit or a
-      requeue) — except that a ``failed``/``unknown`` record not yet given up takes the cause a later
-      reading of the same incarnation finds (:func:`refines`: the cluster's objects arrive on separate
-      streams, so a job's ``Failed`` may be read before the pod that says why);
-    - when the user asked to cancel and the cluster reports the incarnation ended (any terminal state,
-      including ``lost``: the object we deleted is gone), the outcome is ``cancelled``/``cancelled``,
-      keeping the cluster's evidence;
-    - ``cancelled`` means *we* cancelled: an incarnation the cluster reports cancelled without the record
-      asking for it (someone else stopped it) is ``failed``/``cancelled``, so the policy decides;
-    - a ``lost`` observation that is not confirmed (``lost_confirmed=False``: one reading, not a second
-      one or a watch's deletion) is ignored: an object missing from one read is not yet gone;
-    - an observation of the current incarnation settles a write whose outcome was unknown
-      (``unknown_write`` is cleared) and gives a record without a handle the observed one;
-    - **the record remembers a cause** (what a long-running process saw is kept in the record, so a
-      fresh one reads the same outcome): a ``failed``/``unknown`` observation of an incarnation whose
-      record, not yet terminal, already shows a cause (``running``/``out_of_memory`` while a container
-      restarted in place, say) is ``failed`` of that cause, with both evidences — the cluster deletes a
-      failed job's pods, so what was seen before is the best evidence left (:func:`remembered`);
-    - nothing changed → the record is returned as it is, with no transition; new evidence for the same
-      state and cause updates the record without a transition (the history records what changed, not
-      every re-reading of it).
+    - a reading of another job or incarnation than the record's current one is ignored;
+    - a terminal record stays as it is — except that a ``failed``/``unknown`` record not yet given up
+      takes the cause a later reading of the same incarnation finds (:func:`refines`: the cluster's
+      objects arrive on separate streams, so a job's ``Failed`` may be read before the pod that says why);
+    - an :class:`~dispatch.model.Absent` reading concludes only when ``confirmed`` (a second complete
+      answer agreed): ``cancelled`` when the user asked to cancel, the cause the record was stopping with
+      when it was stopping, else ``lost``/``unknown``;
+    - a seen reading is folded by :func:`progress` (stopping, no going back, the remembered cause);
+    - a record without a handle of its current incarnation takes the reading's, and the history says it
+      was started (so every placed incarnation has its ``started`` line, whoever wrote it first);
+    - an observation of the current incarnation settles a write whose outcome was unknown;
+    - nothing changed → the record as it is, no transition; new evidence for the same state and cause
+      updates the record without a transition (the history records what changed).
 
     Transitions are by actor ``cluster`` and carry the new state, cause and epoch.
     """
-    if not matches(record, observation):
+    if not matches(record, reading):
         return record, []
-    observed = observation.outcome
-    if record.outcome.terminal:
-        if not refines(record, observed):
+    if isinstance(reading, Absent):
+        if not confirmed or record.outcome.terminal:
             return record, []
-        observed = Outcome(State.FAILED, observed.cause, (*record.outcome.evidence, *observed.evidence))
-    if record.cancel_requested and observed.terminal:
-        observed = Outcome(State.CANCELLED, Cause.CANCELLED, observed.evidence)
-    elif observed.state is State.CANCELLED:
-        observed = Outcome(State.FAILED, Cause.CANCELLED, observed.evidence)
-    elif observed.state is State.LOST and not lost_confirmed:
-        return record, []
+        observed = _concluded(record, reading)
+    elif record.outcome.terminal:
+        if not refines(record, reading.outcome):
+            return record, []
+        observed = Outcome(
+            State.FAILED, reading.outcome.cause, (*record.outcome.evidence, *reading.outcome.evidence)
+        )
     else:
-        observed = remembered(record.outcome, observed)
+        observed = progress(record, reading)
     handle = record.handle
+    transitions: list[Transition] = []
     if handle is None or handle.identity.epoch.n != record.epoch.n:
-        handle = observation.handle
+        handle = reading.handle
+        transitions.append(
+            Transition(
+                at=now,
+                actor=Actor.CLUSTER,
+                what="started",
+                why=f"{handle} (found on the cluster)",
+                epoch=record.epoch,
+            )
+        )
     if observed == record.outcome and handle == record.handle and record.unknown_write is None:
         return record, []
     new = record.replace(outcome=observed, handle=handle, unknown_write=None, updated_at=now)
-    transitions: list[Transition] = []
     if record.unknown_write is not None:
         transitions.append(
             Transition(
                 at=now,
                 actor=Actor.CLUSTER,
                 what="settled",
-                why=f"observed {observation.handle}: {record.unknown_write}",
+                why=f"observed {reading.handle}: {record.unknown_write}",
                 epoch=record.epoch,
             )
         )
@@ -90,13 +113,62 @@ def fold(
                 at=now,
                 actor=Actor.CLUSTER,
                 what=observed.state.value,
-                why=_why(observed),
+                why=_why(record, observed),
                 state=observed.state,
                 cause=observed.cause,
                 epoch=record.epoch,
             )
         )
     return new, transitions
+
+
+def progress(record: JobRecord, reading: Observation) -> Outcome:
+    """The outcome a seen reading gives a record that is not terminal (pure). In order:
+
+    1. an ended incarnation whose compute is still there is ``stopping`` with the cause it ends with;
+    2. once the user asked to cancel: ``cancelled`` when it ended and its compute is gone, else
+       ``stopping``/``cancelled`` (a stop suspends first: never a false ``held``);
+    3. ``cancelled`` means *we* cancelled: one the cluster reports cancelled without the record asking
+       for it (someone else stopped it) is ``failed``/``cancelled``, so the policy decides;
+    4. the record remembers a cause (:func:`remembered`);
+    5. no going back: a state of a lower rank than the record's keeps the record's state, with the
+       reading's cause (when it names one) and evidence. ``held`` comes and goes by a person's hold and
+       release, except from ``stopping``, which only ends.
+    """
+    observed = reading.outcome
+    if observed.terminal and reading.compute is Compute.PRESENT:
+        observed = Outcome(State.STOPPING, observed.cause, observed.evidence)
+    if record.cancel_requested:
+        ended = observed.terminal
+        return Outcome(State.CANCELLED if ended else State.STOPPING, Cause.CANCELLED, observed.evidence)
+    if observed.state is State.CANCELLED:
+        observed = Outcome(State.FAILED, Cause.CANCELLED, observed.evidence)
+    observed = remembered(record.outcome, observed)
+    before = record.outcome.state
+    pause = State.HELD in (before, observed.state) and before is not State.STOPPING
+    if observed.state.rank < before.rank and not pause:
+        cause = observed.cause if observed.cause is not Cause.NONE else record.outcome.cause
+        return Outcome(before, cause, observed.evidence)
+    return observed
+
+
+def _concluded(record: JobRecord, reading: Absent) -> Outcome:
+    """The outcome two absent readings conclude."""
+    gone = reading.evidence or (
+        Evidence(
+            kind="Incarnation",
+            name=str(reading.handle.identity),
+            reason="Gone",
+            message=f"{reading.handle} is no longer on the cluster, nor any of its compute",
+            at=reading.at,
+        ),
+    )
+    if record.cancel_requested:
+        return Outcome(State.CANCELLED, Cause.CANCELLED, (*record.outcome.evidence, *gone))
+    if record.outcome.state is State.STOPPING:
+        cause = record.outcome.cause if record.outcome.cause is not Cause.NONE else Cause.UNKNOWN
+        return Outcome(State.FAILED, cause, (*record.outcome.evidence, *gone))
+    return Outcome(State.LOST, Cause.UNKNOWN, gone)
 
 
 def refines(record: JobRecord, observed: Outcome) -> bool:
@@ -124,6 +196,10 @@ def remembered(previous: Outcome, current: Outcome) -> Outcome:
     return Outcome(State.FAILED, previous.cause, (*previous.evidence, *current.evidence))
 
 
-def _why(outcome: Outcome) -> str:
-    """The evidence of an outcome as one line, for the history."""
-    return "; ".join(str(e) for e in outcome.evidence)
+def _why(record: JobRecord, outcome: Outcome) -> str:
+    """The history line of a new outcome: its evidence, and for a stop, who asked for it."""
+    seen = "; ".join(str(e) for e in outcome.evidence)
+    if outcome.state is State.STOPPING:
+        who = "cancel requested by the user" if record.cancel_requested else "ended on the cluster"
+        return f"{who}; its compute is not gone yet" + (f": {seen}" if seen else "")
+    return seen

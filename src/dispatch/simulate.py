@@ -9,10 +9,17 @@ dropped watches, expired cursors) and **supervisor crashes between any two write
 supervisor is dropped without releasing anything and a new one starts from the store). All time comes
 from a :class:`~dispatch.clock.ManualClock` and all randomness from the seed, so a seed replays exactly.
 
+The cluster also stops answering for a while (down, a partial answer, an answer that carries errors),
+pods take their grace period to terminate, and a failing job reads ``starting`` for a moment before it
+fails, as on real controllers.
+
 After every step and at the end the invariants are checked: at most one live incarnation per job; no
 two incarnations' compute overlaps; every terminal record has a typed cause; no record is lost; no
 acknowledged submission is dropped (every one ends final); every requeue is allowed by the policy
-(rule, count, backoff); the history is append-only and explains the record's state and epoch. The last
+(rule, count, backoff); the history is append-only and explains the record's state and epoch; no state
+goes back within an incarnation; no terminal record sits over live compute longer than the stop grace;
+an outage concludes nothing (no record lost or cancelled by someone else while its job ran). Each run
+reports which fault kinds it hit, so a summary shows every kind exercised. The last
 line printed is ``N runs, V violations``; before it, each violation with its seed and the trace lines
 that concern it (replay with ``--first SEED --seeds 1 --trace``).
 """
@@ -23,6 +30,7 @@ import argparse
 import asyncio
 import builtins
 import importlib
+import itertools
 import logging
 import random
 import shutil
@@ -51,7 +59,9 @@ from dispatch.errors import (
 from dispatch.memory import MemoryBackend, MemorySettings
 from dispatch.memory.cluster import MemoryCluster
 from dispatch.model import (
+    Absent,
     Action,
+    Actor,
     Capabilities,
     Cause,
     Change,
@@ -60,7 +70,6 @@ from dispatch.model import (
     JobRecord,
     JobSpec,
     Observation,
-    Outcome,
     Policy,
     Rule,
     State,
@@ -135,6 +144,8 @@ class Faults:
 
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
+        self.hits: set[str] = set()
+        """The fault kinds this run hit (for the summary: every kind shown exercised by some seed)."""
         self.on = True
         self.write = rng.choice([0.0, 0.1, 0.25])
         self.read = rng.choice([0.0, 0.05, 0.15])
@@ -145,10 +156,17 @@ class Faults:
         self.latency = more.choice([0.0, 0.05, 0.2])  # an API answer that takes seconds
         self.stale = more.choice([0.0, 0.1, 0.3])  # a list from an earlier moment
         self.disorder = more.choice([0.0, 0.1, 0.3])  # duplicate and out-of-order watch events
+        self.later = random.Random(more.random())  # the kinds added since: their own stream again
+        self.outage = self.later.choice([0.0, 0.02, 0.05])  # the cluster stops answering for a while
         self.delay: Callable[[float], Awaitable[None]] | None = None
 
-    def hit(self, p: float) -> bool:
-        return self.on and p > 0 and self.rng.random() < p
+    def hit(self, p: float, kind: str, rng: random.Random | None = None) -> bool:
+        """Whether fault ``kind`` (of probability ``p``) strikes now, drawn from ``rng`` (default: the
+        run's); the kinds that did are kept."""
+        if self.on and p > 0 and (rng or self.rng).random() < p:
+            self.hits.add(kind)
+            return True
+        return False
 
     async def wait(self, seconds: float) -> None:
         if self.delay is not None:
@@ -192,7 +210,7 @@ class FaultyStore:
 
     async def _call(self, what: str, call: Callable[[], Awaitable[Any]], *, write: bool) -> Any:
         f = self.faults
-        kind = f.rng.choice(["unavailable", "slow", "unknown"]) if f.hit(f.store) else None
+        kind = f.rng.choice(["unavailable", "slow", "unknown"]) if f.hit(f.store, "store") else None
         if kind == "unknown" and not write:
             kind = "unavailable"
         if kind == "unavailable":
@@ -319,11 +337,11 @@ class FaultyBackend:
 
     async def _write_fault(self, what: str) -> str | None:
         f = self.faults
-        if f.hit(f.latency):
+        if f.hit(f.latency, "latency"):
             seconds = f.rng.choice([0.5, 3.0, 15.0])
             self._note(f"fault: {what} takes {seconds:g} s")
             await f.wait(seconds)
-        if not f.hit(f.write):
+        if not f.hit(f.write, "write"):
             return None
         kind = f.rng.choice(["429", "500", "lost-before", "lost-after"])
         self._note(f"fault {kind} on {what}")
@@ -337,11 +355,11 @@ class FaultyBackend:
 
     async def _read_fault(self, what: str) -> None:
         f = self.faults
-        if f.hit(f.latency):
+        if f.hit(f.latency, "latency"):
             seconds = f.rng.choice([0.5, 3.0, 15.0])
             self._note(f"fault: {what} answers after {seconds:g} s")
             await f.wait(seconds)
-        if f.hit(f.read):
+        if f.hit(f.read, "read"):
             self._note(f"fault 500 on {what}")
             raise UnavailableError(f"{what}: 500 Internal Server Error (injected)")
 
@@ -374,13 +392,13 @@ class FaultyBackend:
         if kind == "lost-after":
             raise OutcomeUnknownError(f"{what}: the response was lost (injected, applied)")
 
-    async def observe(self, handle: Handle) -> Observation:
+    async def observe(self, handle: Handle) -> Observation | Absent:
         await self._read_fault(f"observe {handle.identity}")
         obs = await self.inner.observe(handle)
         f = self.faults
-        if f.hit(f.read) and not obs.outcome.terminal:
-            self._note(f"fault: stale read shows {handle.identity} gone")
-            return Observation(handle, Outcome(State.LOST, Cause.UNKNOWN), obs.at)
+        if f.hit(f.read, "absent") and isinstance(obs, Observation) and not obs.outcome.terminal:
+            self._note(f"fault: stale read shows {handle.identity} absent")
+            return Absent(handle, obs.at)
         return obs
 
     async def list(self) -> list[Observation]:
@@ -389,7 +407,7 @@ class FaultyBackend:
         now = self.inner.cluster.clock.now()
         self._listed = [(at, old) for at, old in self._listed[-4:] if now - at <= 30.0] + [(now, listed)]
         f = self.faults
-        if len(self._listed) > 1 and f.hit(f.stale):
+        if len(self._listed) > 1 and f.hit(f.stale, "stale list"):
             # A list from a lagging replica: what every object was at an earlier moment, and what has gone
             # since still there. Never without an object that exists now: a loss is confirmed by absence
             # from a fresh list, so Backend.list must be complete (Kubernetes: a quorum read).
@@ -415,22 +433,22 @@ class FaultyBackend:
 
     async def _watch(self, cursor: str | None) -> AsyncIterator[Change]:
         f = self.faults
-        if cursor is not None and f.hit(f.watch):
+        if cursor is not None and f.hit(f.watch, "expired cursor"):
             self._note("fault: watch cursor expired (relist)")
             cursor = None
         inner = self.inner.watch(cursor)
         held: Change | None = None  # a change delivered after the next one (out of order)
         try:
             async for change in inner:
-                if f.hit(f.watch / 4):
+                if f.hit(f.watch / 4, "dropped watch"):
                     self._note("fault: watch dropped")
                     raise UnavailableError("the watch connection dropped (injected)")
-                if held is None and f.hit(f.disorder):
+                if held is None and f.hit(f.disorder, "disorder"):
                     if f.rng.random() < 0.5:
-                        self._note(f"fault: watch event of {change.observation.handle.identity} twice")
+                        self._note(f"fault: watch event of {change.handle.identity} twice")
                         yield change
                     else:
-                        self._note(f"fault: watch event of {change.observation.handle.identity} late")
+                        self._note(f"fault: watch event of {change.handle.identity} late")
                         held = change
                         continue
                 yield change
@@ -492,6 +510,9 @@ class Harness(Protocol):
     def on_cluster(self) -> set[Identity]:
         """Every incarnation the cluster shows (ended or not)."""
 
+    def with_compute(self) -> set[Identity]:
+        """Every incarnation with compute on the cluster now (running, or lingering after its end)."""
+
     def created(self, job_id: str) -> list[Identity]:
         """Every incarnation of ``job_id`` ever created, once per creation."""
 
@@ -522,7 +543,7 @@ class MemoryHarness:
             watch_history=rng.choice([3, 20, 10_000]),
         )
         self.nodes = self.settings.nodes
-        self.cluster = MemoryCluster(self.settings, clock=clock)
+        self.cluster = MemoryCluster(self.settings, clock=clock, rng=random.Random(0))
 
     async def start(self) -> None:
         pass
@@ -534,13 +555,24 @@ class MemoryHarness:
         return JobSpec(command=("train",), nodes=nodes, env={"KUBESIM_SCRIPT": script}, time_limit=time_limit)
 
     async def events(self, rng: random.Random, faults: Faults) -> None:
+        if self.cluster.answering() is None and faults.hit(faults.outage, "outage", faults.later):
+            how = faults.later.choice(["down", "partial", "errors"])
+            seconds = faults.later.choice([2.0, 10.0, 40.0])
+            self.trace.append(f"t={self.clock.now() - T0:.1f} cluster: OUTAGE ({how}) for {seconds:g} s")
+            self.cluster.outage(seconds, how)
+            faults.hits.add(f"outage {how}")
         if rng.random() < 0.15:
-            live = [o for o in self.cluster.observations() if o.state in (State.STARTING, State.RUNNING)]
+            live = [o for o in self._truth() if o.state in (State.STARTING, State.RUNNING)]
             if live:
                 obs = rng.choice(live)
                 event = rng.choice(
                     ["preempt", "lose-node", "evict", "oom", "exit 0", "exit 2", "slow-stop 20", "vanish"]
                 )
+                if event == "slow-stop 20" and faults.later.random() < 0.3:
+                    # Compute that would stay after the job ends until someone stops it (pods of a job
+                    # that failed for its configuration; a Trainer re-creating a JobSet).
+                    event = "slow-stop 900"
+                    faults.hits.add("compute left behind")
                 self.trace.append(f"t={self.clock.now() - T0:.1f} cluster: {event} {obs.handle.identity}")
                 backend = MemoryBackend(cluster=self.cluster)
                 if event == "vanish":
@@ -548,9 +580,16 @@ class MemoryHarness:
                 else:
                     await backend.inject(obs.handle, event)
 
+    def _truth(self) -> list[Observation]:
+        """What the cluster holds, read past any outage (the run's view, not a client's)."""
+        now = self.cluster.sync()
+        jobs = sorted(self.cluster._jobs.values(), key=lambda j: j.seq)
+        return [Observation(j.handle, self.cluster.outcome_of(j), now) for j in jobs]
+
     async def disappear(self) -> None:
         backend = MemoryBackend(cluster=self.cluster)
-        for obs in self.cluster.observations():
+        self.cluster.outage(0)  # the objects are removed by the cluster's owner, not read by a client
+        for obs in self._truth():
             if obs.state in (State.STARTING, State.RUNNING):
                 await backend.inject(obs.handle, "preempt")
             self.trace.append(
@@ -562,10 +601,13 @@ class MemoryHarness:
         self.clock.advance(seconds)
 
     def live(self) -> list[Identity]:
-        return [o.handle.identity for o in self.cluster.observations() if not o.outcome.terminal]
+        return [j.identity for j in self.cluster._jobs.values() if j.live]
 
     def on_cluster(self) -> set[Identity]:
-        return {o.handle.identity for o in self.cluster.observations()}
+        return {j.identity for j in self.cluster._jobs.values()}
+
+    def with_compute(self) -> set[Identity]:
+        return {j.identity for j in self.cluster._jobs.values() if j.nodes}
 
     def created(self, job_id: str) -> list[Identity]:
         return [j.identity for j in self.cluster._incarnations.get(job_id, [])]
@@ -635,6 +677,8 @@ class Result:
     violations: list[str] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
     steps: int = 0
+    hits: frozenset[str] = frozenset()
+    """The fault kinds the run hit."""
 
 
 class _Run:
@@ -648,6 +692,9 @@ class _Run:
         # play out as they did (the regression seeds keep their meaning).
         self.extra = random.Random(seed * 1_000_003 + 17)
         extra = self.extra
+        # Names and nonces (supervisors', records') from a stream of their own, so they replay exactly
+        # and draw nothing from the streams above.
+        self.names = random.Random(seed * 7_919 + 5)
         self.clock = ManualClock(T0)
         self.trace: list[str] = []
         self.cluster = harness(rng, self.clock, self.trace)
@@ -690,6 +737,7 @@ class _Run:
             if extra.random() < 0.15
             else None
         )
+        self.back_at = T0  # when the supervisors came back from their long absence
         self.ops = extra.random() < 0.5  # user operations: hold/release, resubmit, purge
         self.held: dict[str, float] = {}  # job id -> when the user releases it
         self.purged: set[str] = set()
@@ -734,6 +782,7 @@ class _Run:
             poll=self.poll,
             resync=self.resync,
             capacity=capacity,
+            rng=random.Random(self.names.random()),
         )
 
     async def run(self) -> Result:
@@ -748,6 +797,7 @@ class _Run:
                 self.store,
                 policy=self.policy,
                 clock=self.clock,
+                rng=random.Random(self.names.random()),
             )
             await self._plant()
             return await self._run()
@@ -862,6 +912,7 @@ class _Run:
         assert self.absence is not None
         length = self.absence[1]
         self.absence = None
+        self.back_at = now + length
         self.note(f"every supervisor is gone for {length:g} s")
         for i, sup in enumerate(self.supervisors):
             if sup is not None:
@@ -922,7 +973,7 @@ class _Run:
         await self._check(final=True)
         if self.corrupt is not None and not self.corrupt_reported and self.steps:
             self._violate(self.corrupt, f"{self.corrupt}: its row is corrupt, and no supervisor reported it")
-        return Result(self.seed, self._report(), self.trace, self.steps)
+        return Result(self.seed, self._report(), self.trace, self.steps, frozenset(self.faults.hits))
 
     async def _submissions(self, now: float) -> None:
         assert self.user is not None
@@ -1035,10 +1086,28 @@ class _Run:
             self._violate(job_id, f"compute overlap: {what}")
         records = {r.job_id: r for r in await self.store.list()}
         on_cluster = self.cluster.on_cluster()
+        with_compute = self.cluster.with_compute()
         for rec in records.values():
-            if rec.state is State.LOST and Identity(rec.job_id, rec.epoch) in on_cluster:
+            if rec.state is State.LOST and rec.identity in on_cluster:
                 self._violate(
                     rec.job_id, f"{rec.job_id}: recorded lost, but {rec.job_id}@{rec.epoch} is on the cluster"
+                )
+            # A terminal record never sits over live compute: it is written only once a reading finds
+            # the compute gone, and compute that comes back is stopped within the stop grace.
+            since = rec.since if rec.since is not None else rec.updated_at
+            grace = decide.STOP_GRACE + decide.STOP_RESEND + self.lease + 2 * self.poll + 10.0
+            if rec.outcome.terminal and rec.identity in with_compute and now - since > grace:
+                self._violate(
+                    rec.job_id,
+                    f"{rec.job_id}: {rec.outcome} for {now - since:.0f} s while {rec.identity} has compute",
+                )
+            # Nor does an ended incarnation keep its compute for long: past the grace the supervisor stops
+            # what remains (counted from when some supervisor could have seen it).
+            seen_since = max(since, self.back_at)
+            if rec.state is State.STOPPING and now - seen_since > grace + 240.0:
+                self._violate(
+                    rec.job_id,
+                    f"{rec.job_id}: stopping for {now - since:.0f} s: what remains of {rec.identity} was never stopped",
                 )
         for job_id in self.acked - self.purged:
             if job_id not in records:
@@ -1063,6 +1132,11 @@ class _Run:
             if not typed:
                 self._violate(jid, f"{jid}: terminal {o.state.value} with cause {o.cause.value}")
         stateful = [t for t in history if t.state is not None]
+        if o.state is State.FAILED and o.cause is Cause.CANCELLED:
+            # Nobody but dispatch stops jobs on this cluster: "cancelled by someone else" would be dispatch
+            # stopping a job its record did not want stopped (a reading during an outage, say).
+            self._violate(jid, f"{jid}: failed/cancelled, yet nobody else cancels jobs here")
+        self._check_forward(jid, stateful)
         last = stateful[-1] if stateful else None
         if last is None or last.state is not rec.state or (last.cause or Cause.NONE) is not o.cause:
             shown = f"{last.state}/{last.cause}" if last is not None else "nothing"
@@ -1090,7 +1164,16 @@ class _Run:
                 continue
             if prev_epoch is None or prev_epoch.requeued() != t.epoch:
                 self._violate(jid, f"{jid}: requeue from {prev_epoch} to {t.epoch} skips an epoch")
-            start = next((s for s in history[i:] if s.what == "started" and s.epoch == t.epoch), None)
+            # The placer's own line (a fold that found the object first writes one too, on its own
+            # clock, which may disagree with the placer's).
+            start = next(
+                (
+                    s
+                    for s in history[i:]
+                    if s.what == "started" and s.epoch == t.epoch and s.actor is not Actor.CLUSTER
+                ),
+                None,
+            )
             if start is not None and start.at + 1e-9 < t.at + rule.delay(k):
                 self._violate(jid, f"{jid}: {t.epoch} started before its backoff of {rule.delay(k):g} s")
         created = self.cluster.created(jid)
@@ -1100,6 +1183,20 @@ class _Run:
         ns = [i.epoch.n for i in created]
         if len(ns) != len(set(ns)):
             self._violate(jid, f"{jid}: an incarnation was created twice: {ns}")
+
+    def _check_forward(self, jid: str, stateful: list[Transition]) -> None:
+        """Within one incarnation the state never goes back (SPEC §2.3): ``held`` comes and goes by a
+        person's hold and release, and a cancel, which turns a record back to ``stopping``, is a stop."""
+        for before, after in itertools.pairwise(stateful):
+            if before.epoch != after.epoch or before.state is None or after.state is None:
+                continue
+            if State.HELD in (before.state, after.state) and before.state is not State.STOPPING:
+                continue
+            if after.state.rank < before.state.rank:
+                self._violate(
+                    jid,
+                    f"{jid}: {before.state.value} then {after.state.value} within incarnation {after.epoch}",
+                )
 
     def _report(self) -> list[str]:
         out = []
@@ -1181,6 +1278,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("dispatch").addHandler(logging.NullHandler())
     started = time.perf_counter()
     violations = 0
+    hits: dict[str, int] = {}
     try:
         harness = load_harness(args.harness or args.adapter)
     except DispatchError as exc:
@@ -1198,8 +1296,11 @@ def main(argv: list[str] | None = None) -> int:
         for v in result.violations:
             violations += 1
             print(f"seed {seed}: {v}")
+        for kind in result.hits:
+            hits[kind] = hits.get(kind, 0) + 1
     took = time.perf_counter() - started
     print(f"({took:.1f} s)", file=sys.stderr)
+    print("fault kinds hit (runs): " + ", ".join(f"{k} {n}" for k, n in sorted(hits.items())))
     print(f"{args.seeds} runs, {violations} violations")
     return 1 if violations else 0
 

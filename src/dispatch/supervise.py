@@ -35,7 +35,6 @@ import logging
 import math
 import os
 import random
-import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
@@ -43,7 +42,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from dispatch import decide, health, metrics
+from dispatch import chance, decide, health, metrics
 from dispatch.backend import Backend, Watcher, compute_gone, record_decision
 from dispatch.clock import Clock, SystemClock
 from dispatch.errors import (
@@ -52,17 +51,19 @@ from dispatch.errors import (
     InvalidError,
     NotFoundError,
     OutcomeUnknownError,
+    UnavailableError,
     UnsupportedError,
 )
 from dispatch.fold import fold, matches
 from dispatch.model import (
     DEFAULT_POLICY,
+    Absent,
     Actor,
     Capabilities,
     Cause,
     Change,
+    Compute,
     Handle,
-    Identity,
     JobRecord,
     JobSpec,
     Observation,
@@ -72,7 +73,9 @@ from dispatch.model import (
     Policy,
     State,
     Transition,
+    Unreachable,
 )
+from dispatch.reader import Reader
 from dispatch.records import Leasing, Listing, Store, Unreadable
 from dispatch.tally import oldest, tally
 from dispatch.writer import LeaseLostError, RecordWriter
@@ -165,6 +168,7 @@ class Supervisor:
         capacity: int | None = None,
         exclude: Collection[str] = (),
         claim_batch: int = CLAIM_BATCH,
+        rng: random.Random | None = None,
     ) -> None:
         if not isinstance(policy, Policy):
             raise InvalidError(f"expected a Policy, got {type(policy).__name__}", path="policy")
@@ -196,7 +200,8 @@ class Supervisor:
         self.store = store
         self.policy = policy
         self.clock: Clock = clock if clock is not None else SystemClock()
-        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.rng = chance.source(rng)
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{chance.token(self.rng, 3)}"
         self.lease = float(lease)
         self.poll = float(poll)
         self.resync = float(resync)
@@ -231,9 +236,10 @@ class Supervisor:
         self._next_scan = -math.inf
         self._next_resync = -math.inf
         self._listing: builtins.list[Observation] | None = None
-        self._index: tuple[builtins.list[Observation], dict[tuple[str, int], Observation]] | None = None
+        self._index: tuple[builtins.list[Observation], dict[tuple[str, int, str], Observation]] | None = None
         self._capabilities: Capabilities | None = None
         self._unreadable: set[str] = set()  # job ids of unreadable records already reported
+        self._reader = Reader(backend, self.clock)
         self._writer = RecordWriter(
             store,
             backend,
@@ -294,19 +300,19 @@ class Supervisor:
                 jid = change.handle.identity.job_id
                 try:
                     await self._keepalive()
-                    folded = await self._fold_change(jid, change.observation, confirmed=True, report=report)
+                    folded = await self._fold_change(jid, change.reading, confirmed=False, report=report)
                     if folded is not None:
                         touched[jid] = folded
                         metrics.current().observe(
                             "dispatch_event_record_lag_seconds",
-                            max(0.0, self.clock.now() - change.observation.at),
+                            max(0.0, self.clock.now() - change.reading.at),
                         )
                 except DispatchError as exc:  # this change is seen again at the next resync
                     report.errors.append(f"{jid}: {type(exc).__name__}: {exc}")
         if now >= self._next_resync:
             # 90-100 % of the interval, drawn each time (controller-runtime jitters its SyncPeriod the
             # same way): members started together do not list the store and the cluster all at once.
-            self._next_resync = now + self.resync * random.uniform(RESYNC_JITTER, 1.0)
+            self._next_resync = now + self.resync * self.rng.uniform(RESYNC_JITTER, 1.0)
             await self._reconcile(report)
         if now >= self._next_scan:
             self._next_scan = now + self.poll
@@ -481,20 +487,63 @@ class Supervisor:
             return  # another cluster's record: its own cluster's processes look after it
         if matches(rec, obs) and not rec.outcome.terminal:
             await self._fold_change(ident.job_id, obs, confirmed=False, report=report)
-        elif not obs.outcome.terminal and self._unwanted(rec, obs):
+        elif _live(obs) and self._unwanted(rec, obs):
             got = await self._own(rec)
             if got is not None and self._unwanted(got, obs):
-                await self._stop(obs.handle, report, why=f"no record wants {ident}")
+                await self._stop_unwanted(got, obs, report)
 
     @staticmethod
     def _unwanted(rec: JobRecord, obs: Observation) -> bool:
-        """A live incarnation its record no longer wants: of a finished record's current epoch, or of
-        an epoch that is neither the record's nor the previous one it is retiring."""
-        n = obs.handle.identity.epoch.n
+        """An incarnation its record no longer wants: of a finished record's current epoch, or of an
+        epoch that is neither the record's nor the previous one it is retiring (an object of another
+        record of the same job id is no business of this one's)."""
+        ident = obs.handle.identity
+        if ident.nonce != rec.nonce:
+            return False
+        n = ident.epoch.n
         if n == rec.epoch.n:
             return rec.outcome.terminal
         prev = decide.previous_handle(rec)
         return n < rec.epoch.n and (prev is None or prev.identity.epoch.n != n)
+
+    async def _stop_unwanted(self, rec: JobRecord, obs: Observation, report: StepReport) -> None:
+        """Stop compute no record wants; a finished record's own incarnation's leftovers (a terminal
+        record never sits over live compute) are named in its history."""
+        ident = obs.handle.identity
+        if ident.epoch.n != rec.epoch.n:
+            await self._stop(obs.handle, report, why=f"no record wants {ident}")
+            return
+        # Read again before stopping anything of a finished job: a listing may lag (compute it shows
+        # may be gone by now), and a stop deletes the incarnation's objects.
+        again = await self._reader.observe(obs.handle)
+        if not isinstance(again, Observation) or again.compute is not Compute.PRESENT:
+            return
+        obs = again
+        stopped = await self._stop(
+            obs.handle, report, why=f"{ident} ended {rec.outcome} but its compute remains"
+        )
+        if stopped:
+            why = f"{ident} ended {rec.outcome} and its compute was still there ({obs.outcome}): stopped it"
+            now = self.clock.now()
+            await self._update(
+                rec.job_id,
+                lambda r: (
+                    (
+                        r,
+                        [
+                            Transition(
+                                at=now,
+                                actor=Actor.SUPERVISOR,
+                                what="stopped leftovers",
+                                why=why,
+                                epoch=r.epoch,
+                            )
+                        ],
+                    )
+                    if r.epoch.n == ident.epoch.n
+                    else None
+                ),
+            )
 
     async def _unmatched(self, obs: Observation, report: StepReport) -> None:
         ident = obs.handle.identity
@@ -660,9 +709,10 @@ class Supervisor:
     # ------------------------------------------------------------------ folding
 
     async def _fold_change(
-        self, jid: str, obs: Observation, *, confirmed: bool, report: StepReport
+        self, jid: str, obs: Observation | Absent, *, confirmed: bool, report: StepReport
     ) -> JobRecord | None:
-        """Fold an observation into its record if the record is ours; the record after it when it is."""
+        """Fold a reading into its record if the record is ours; the record after it when it is. An
+        absent reading is folded once a second read confirms it (``confirmed``: it was)."""
         if not self._concerns(jid):
             return None
         known = self._known.get(jid) if jid in self._leased else None
@@ -679,7 +729,8 @@ class Supervisor:
         try:
             rec = await self.store.get(jid)
         except NotFoundError:
-            await self._unmatched(obs, report)
+            if isinstance(obs, Observation):
+                await self._unmatched(obs, report)
             return None
         except InvalidError as exc:  # an unreadable record: reported once, left alone
             self._report_unreadable(Unreadable(jid, exc.detail), report)
@@ -687,8 +738,10 @@ class Supervisor:
         if not self._writer.owns(rec):
             return None
         if rec.outcome.terminal and decide.final(rec, self.policy, self.clock.now()):
-            if not obs.outcome.terminal and self._unwanted(rec, obs) and await self._own(rec) is not None:
-                await self._stop(obs.handle, report, why=f"{obs.handle.identity} ended for its record")
+            if isinstance(obs, Observation) and _live(obs) and self._unwanted(rec, obs):
+                got = await self._own(rec)
+                if got is not None:
+                    await self._stop_unwanted(got, obs, report)
             return None
         got = await self._own(rec)
         if got is None:
@@ -696,26 +749,34 @@ class Supervisor:
         return await self._fold(got, obs, confirmed=confirmed, report=report, read=True)
 
     async def _fold(
-        self, rec: JobRecord, obs: Observation, *, confirmed: bool, report: StepReport, read: bool = False
+        self,
+        rec: JobRecord,
+        obs: Observation | Absent,
+        *,
+        confirmed: bool,
+        report: StepReport,
+        read: bool = False,
     ) -> JobRecord:
         """Fold ``obs`` into ``rec``; ``read``: ``rec`` was just read from the store (the write then
-        starts from it rather than reading it again; a stale one only costs a compare-and-swap retry)."""
+        starts from it rather than reading it again; a stale one only costs a compare-and-swap retry).
+        An absent reading not yet ``confirmed`` is read again over a fresh listing first (two absent
+        readings, or the listed observation); a cluster that does not answer changes nothing."""
         jid = rec.job_id
-        now = self.clock.now()
-        # A deletion seen before the record's last write may be of an object since created again with
-        # the same identity (a start whose record write failed, retried): it is not proof either.
-        if obs.state is State.LOST and (not confirmed or obs.at < rec.updated_at) and matches(rec, obs):
-            # One reading that finds the incarnation gone is not proof: the identity lookup over a
-            # fresh listing is the second observation that confirms it (or shows the object).
+        if isinstance(obs, Absent) and not confirmed and matches(rec, obs):
             self._listing = None
-            found = await self._find(rec)
-            if found is not None:
-                obs = found
-            confirmed = True
+            listed = await self._reader.listing()
+            if isinstance(listed, Unreachable):
+                return rec
+            self._listing = listed
+            second = await self._reader.confirm(obs, listed)
+            if isinstance(second, Unreachable):
+                return rec
+            obs = second
+        now = self.clock.now()
         try:
             new = await self._update(
                 jid,
-                lambda r: _changed(r, fold(r, obs, now=now, lost_confirmed=confirmed)),
+                lambda r: _changed(r, fold(r, obs, now=now, confirmed=True)),
                 current=rec if read else None,
             )
         except LeaseLostError:
@@ -733,16 +794,21 @@ class Supervisor:
         return new
 
     async def _refresh(self, rec: JobRecord, report: StepReport) -> JobRecord:
-        """Observe the record's current incarnation (by handle, else by identity) and fold it."""
+        """Read the record's current incarnation (by handle, else by identity) and fold it. A cluster
+        that does not answer raises ``UnavailableError``: nothing is decided on a record not read."""
         handle = decide.current_handle(rec)
+        got: Observation | Absent | Unreachable | None
         if handle is not None:
-            obs = await self.backend.observe(handle)
-            return await self._fold(rec, obs, confirmed=False, report=report)
-        if rec.unknown_write is None and decide.previous_handle(rec) is None and rec.handle is None:
-            found = await self._find(rec)
-            if found is not None:
-                return await self._fold(rec, found, confirmed=False, report=report)
-        return rec
+            got = await self._reader.observe(handle)
+        elif rec.unknown_write is None and decide.previous_handle(rec) is None and rec.handle is None:
+            got = await self._find(rec)
+        else:
+            return rec  # a start whose effect is unknown, or a requeue under way: their plans read
+        if isinstance(got, Unreachable):
+            raise UnavailableError(f"job {rec.job_id}: the cluster does not answer ({got})")
+        if got is None:
+            return rec
+        return await self._fold(rec, got, confirmed=False, report=report)
 
     async def _find(self, rec: JobRecord) -> Observation | None:
         """The listed observation of the record's current incarnation: the first that
@@ -750,11 +816,12 @@ class Supervisor:
         every record placed nowhere yet: a scan of the listing each would be quadratic)."""
         listing = await self._list()
         if self._index is None or self._index[0] is not listing:
-            first: dict[tuple[str, int], Observation] = {}
+            first: dict[tuple[str, int, str], Observation] = {}
             for obs in listing:
-                first.setdefault((obs.handle.identity.job_id, obs.handle.identity.epoch.n), obs)
+                ident = obs.handle.identity
+                first.setdefault((ident.job_id, ident.epoch.n, ident.nonce), obs)
             self._index = (listing, first)
-        return self._index[1].get((rec.job_id, rec.epoch.n))
+        return self._index[1].get((rec.job_id, rec.epoch.n, rec.nonce))
 
     # ------------------------------------------------------------------ deciding and acting
 
@@ -941,7 +1008,9 @@ class Supervisor:
         if action is PlanAction.CEASE:
             return await self._cease(rec, report)
         if action is PlanAction.STOP:
-            return await self._cancel(rec, report)
+            if rec.cancel_requested:
+                return await self._cancel(rec, report)
+            return await self._reap(rec, plan, report)
         if action is PlanAction.START:
             return await self._start(rec, report)
         raise InvalidError(f"no way to perform {action.value}", path="plan.action")  # pragma: no cover
@@ -954,8 +1023,10 @@ class Supervisor:
             return await self._fold(rec, found, confirmed=True, report=report)
         prev = decide.previous_handle(rec)
         if prev is not None:
-            obs = await self.backend.observe(prev)
-            why = f"observed {prev.identity}: {obs.state.value}"
+            obs = await self._reader.observe(prev)
+            if isinstance(obs, Unreachable):
+                raise UnavailableError(f"job {rec.job_id}: the cluster does not answer ({obs})")
+            why = f"observed {prev.identity}: {obs.state.value if isinstance(obs, Observation) else 'absent'}"
         else:
             why = f"no object carries {rec.job_id}@{rec.epoch}: it did not take effect"
         now = self.clock.now()
@@ -963,21 +1034,38 @@ class Supervisor:
             rec.job_id, lambda r: decide.settled(r, why, now=now) if _same(rec, r) else None
         )
 
-    async def _stop(self, handle: Handle, report: StepReport, *, why: str) -> None:
-        """Stop an incarnation (idempotent); a lost response is settled by the next observation."""
+    async def _stop(self, handle: Handle, report: StepReport, *, why: str) -> bool:
+        """Stop an incarnation (idempotent); a lost response is settled by the next observation. Whether
+        a stop was sent now (not within a poll of the last one)."""
         now = self.clock.now()
         asked = self._stopped.get(handle.ref)
         if asked is not None and now - asked < self.poll:
-            return
+            return False
         try:
             await self.backend.stop(handle)
         except OutcomeUnknownError as exc:
             report.errors.append(f"stop {handle.identity}: {exc}")
         except DispatchError as exc:
             report.errors.append(f"stop {handle.identity}: {exc}")
-            return
+            return False
         self._stopped[handle.ref] = now
         report.actions.append(f"{handle.identity.job_id}: stopped {handle.identity} ({why})")
+        return True
+
+    async def _reap(self, rec: JobRecord, plan: Plan, report: StepReport) -> JobRecord | None:
+        """Stop what remains of an incarnation that ended on the cluster (see ``decide._reap``): recorded
+        first, then sent; its outcome stays the cluster's."""
+        handle = decide.current_handle(rec)
+        if handle is None:
+            return None
+        now = self.clock.now()
+        after = await self._update(
+            rec.job_id, lambda r: decide.stop_asked(r, plan, now=now) if _same(rec, r) else None, current=rec
+        )
+        if after.revision != rec.revision:
+            self._stopped.pop(handle.ref, None)
+            await self._stop(handle, report, why=plan.reason)
+        return None
 
     async def _gone(self, handle: Handle) -> bool:
         """True once no compute of the incarnation remains (see :func:`dispatch.backend.compute_gone`)."""
@@ -1027,12 +1115,14 @@ class Supervisor:
             )
             await record_decision(self.backend, handle, "Cancelled", why)
         await self._stop(handle, report, why="cancel requested")
-        obs = await self.backend.observe(handle)
-        after = await self._fold(rec, obs, confirmed=True, report=report)
+        obs = await self._reader.observe(handle)
+        if isinstance(obs, Unreachable):
+            return None
+        after = await self._fold(rec, obs, confirmed=False, report=report)
         return None if not after.outcome.terminal else after
 
     async def _start(self, rec: JobRecord, report: StepReport) -> JobRecord | None:
-        identity = Identity(rec.job_id, rec.epoch)
+        identity = rec.identity
         try:
             prepared = await self.backend.prepare(rec.spec, identity, held=False)
         except (InvalidError, UnsupportedError) as exc:  # what the cluster cannot run fails the job
@@ -1055,6 +1145,11 @@ class Supervisor:
             # Cancelled (or resubmitted) while it was being placed: the new incarnation is not wanted.
             await self._stop(handle, report, why="placed after its record moved on")
         return after
+
+
+def _live(obs: Observation) -> bool:
+    """Whether an observed incarnation still has (or may have) compute: leftovers to stop."""
+    return obs.compute is Compute.PRESENT or (obs.compute is Compute.UNKNOWN and not obs.outcome.terminal)
 
 
 def _owner(job_id: str, members: tuple[str, ...]) -> str:

@@ -115,7 +115,9 @@ class RecordWriter:
             # A record written before clusters were recorded belongs from now on to the one writing it.
             if not new.cluster and self.owns(new):
                 new = new.replace(cluster=self.backend.cluster_id)
-            new = new.replace(updated_at=now)
+            # ``since``: when the record entered its current state (a stop's grace is counted from it).
+            since = now if new.state is not rec.state or new.epoch != rec.epoch else new.since
+            new = new.replace(updated_at=now, since=since)
             try:
                 after = await self.store.update(new, expected_revision=rec.revision, transitions=transitions)
             except ConflictError:

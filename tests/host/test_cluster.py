@@ -10,7 +10,6 @@ import pytest
 
 from dispatch import (
     Actor,
-    BusyError,
     Capabilities,
     Cause,
     ConflictError,
@@ -45,7 +44,8 @@ async def test_submit_records_the_job_and_starts_its_first_incarnation(
     rec = await cluster.submit(spec(), job_id="train-1")
     assert rec.job_id == "train-1"
     assert rec.epoch == Epoch(1, 0)
-    assert rec.handle is not None and rec.handle.identity == Identity("train-1", Epoch(1, 0))
+    assert rec.handle is not None and rec.handle.identity == Identity("train-1", Epoch(1, 0), rec.nonce)
+    assert rec.nonce and rec.identity == rec.handle.identity  # the record's own: a reused id never binds
     assert rec.state is State.STARTING  # refreshed from the cluster: it had capacity
     history = await cluster.history("train-1")
     first = history[0]
@@ -55,7 +55,7 @@ async def test_submit_records_the_job_and_starts_its_first_incarnation(
         State.PENDING,
         Epoch(),
     )
-    assert [o.handle.identity for o in await backend.list()] == [Identity("train-1", Epoch())]
+    assert [o.handle.identity for o in await backend.list()] == [rec.identity]
 
 
 async def test_a_generated_job_id_is_valid(cluster: Cluster) -> None:
@@ -84,8 +84,14 @@ async def test_a_scripted_preemption_is_a_typed_cause_with_evidence(
     await cluster.submit(spec("env:DISPATCH_EPOCH=1.0: sleep 2; env:DISPATCH_EPOCH=1.0: preempt"), job_id="p")
     clock.advance(4)
     rec = await cluster.get("p")
+    # Preempted, and its pods still terminate: stopping, with the cause it ends with.
+    assert (rec.state, rec.outcome.cause) == (State.STOPPING, Cause.PREEMPTED)
+    clock.advance(SETTINGS.cessation_delay)
+    rec = await cluster.get("p")
     assert (rec.state, rec.outcome.cause) == (State.FAILED, Cause.PREEMPTED)
     assert rec.outcome.evidence and rec.outcome.evidence[0].reason
+    states = [t.state for t in await cluster.history("p") if t.actor is Actor.CLUSTER and t.state]
+    assert states == [State.STARTING, State.STOPPING, State.FAILED]
 
 
 async def test_a_job_the_cluster_cannot_run_is_refused_before_anything_is_created(
@@ -175,7 +181,7 @@ async def test_a_start_with_an_unknown_outcome_is_recorded_then_settled_by_obser
         clock.advance(1)
         rec = await cluster.get("u")  # found by identity: the write had happened
         assert rec.unknown_write is None
-        assert rec.handle is not None and rec.handle.identity == Identity("u", Epoch())
+        assert rec.handle is not None and rec.handle.identity == rec.identity
         assert rec.state is State.RUNNING
         assert "settled" in [t.what for t in await cluster.history("u")]
 
@@ -254,15 +260,16 @@ async def test_resubmit_needs_a_finished_job_whose_compute_is_gone(
     with pytest.raises(ConflictError):
         await cluster.resubmit("r")
     rec = await cluster.cancel("r")
-    assert rec.state is State.CANCELLED
-    assert rec.handle is not None and not await backend.ceased(rec.handle)  # its compute lingers
-    with pytest.raises(BusyError, match="still has compute"):
-        await cluster.resubmit("r", wait=0)
+    assert (rec.state, rec.outcome.cause) == (State.STOPPING, Cause.CANCELLED)  # its compute lingers
+    assert rec.handle is not None and not await backend.ceased(rec.handle)
+    with pytest.raises(ConflictError, match="stopping"):
+        await cluster.resubmit("r", wait=0)  # not finished until its compute is gone
     assert (await cluster.get("r")).epoch == Epoch(1, 0)  # nothing started
     clock.advance(SETTINGS.cessation_delay)
+    assert (await cluster.get("r")).state is State.CANCELLED
     new = await cluster.resubmit("r", spec("sleep 1; exit 0"))
     assert new.epoch == Epoch(2, 0)
-    assert new.handle is not None and new.handle.identity == Identity("r", Epoch(2, 0))
+    assert new.handle is not None and new.handle.identity == Identity("r", Epoch(2, 0), new.nonce)
     assert not new.cancel_requested
     assert new.spec.env["KUBESIM_SCRIPT"] == "sleep 1; exit 0"
     clock.advance(2)
@@ -273,13 +280,14 @@ async def test_resubmit_needs_a_finished_job_whose_compute_is_gone(
 async def test_resubmit_waits_for_a_slow_cessation(
     cluster: Cluster, backend: MemoryBackend, clock: ManualClock
 ) -> None:
-    await cluster.submit(spec("slow-stop 30; hang"), job_id="slow")
-    clock.advance(1)
-    await cluster.cancel("slow")
-    clock.advance(SETTINGS.cessation_delay)
-    with pytest.raises(BusyError):
+    await cluster.submit(spec("slow-stop 30; exit 3"), job_id="slow")
+    clock.advance(1 + SETTINGS.cessation_delay)
+    # Failed, and its pods take 30 s to go: it is stopping until they have.
+    assert (await cluster.get("slow")).state is State.STOPPING
+    with pytest.raises(ConflictError, match="stopping"):
         await cluster.resubmit("slow", wait=0)
     clock.advance(30)
+    assert (await cluster.get("slow")).state is State.FAILED
     assert (await cluster.resubmit("slow")).epoch == Epoch(2, 0)
 
 
@@ -304,7 +312,7 @@ async def test_list_refreshes_and_filters(cluster: Cluster, clock: ManualClock) 
     await cluster.submit(spec("sleep 1; exit 0"), job_id="a")
     await cluster.submit(spec("sleep 1; exit 3"), job_id="b")
     await cluster.submit(spec("hang"), job_id="c")
-    clock.advance(3)
+    clock.advance(3 + SETTINGS.cessation_delay)  # b's pods terminate after it failed
     recs = await cluster.list()
     assert [(r.job_id, r.state) for r in recs] == [
         ("a", State.SUCCEEDED),
@@ -537,7 +545,9 @@ async def test_dry_run_is_prepare_on_any_backend(
 ) -> None:
     async with Cluster(NoWatcher(backend), store, clock=clock) as cluster:
         native = await cluster.dry_run(spec(), job_id="plain")
-        assert native["metadata"]["name"] == backend.native_name(Identity("plain"))
+        # The name's hash covers a nonce, which a submit draws afresh for its record.
+        nonce = native["metadata"]["annotations"]["dispatch.dev/nonce"]
+        assert native["metadata"]["name"] == backend.native_name(Identity("plain", Epoch(), nonce))
         assert backend.objects() == []
 
 

@@ -7,8 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatch import (
+    Absent,
     Actor,
     Cause,
+    Compute,
     Epoch,
     Evidence,
     Handle,
@@ -37,9 +39,15 @@ def record(**changes: object) -> JobRecord:
     return base.replace(**changes)
 
 
-def obs(state: State, cause: Cause = Cause.NONE, h: Handle | None = None, reason: str = "") -> Observation:
+def obs(
+    state: State,
+    cause: Cause = Cause.NONE,
+    h: Handle | None = None,
+    reason: str = "",
+    compute: Compute = Compute.UNKNOWN,
+) -> Observation:
     evidence = (Evidence("Pod", "job-a-0", reason=reason),) if reason else ()
-    return Observation(h or handle(), Outcome(state, cause, evidence), at=NOW - 1)
+    return Observation(h or handle(), Outcome(state, cause, evidence), at=NOW - 1, compute=compute)
 
 
 def test_running_observation_moves_a_pending_record_and_says_so() -> None:
@@ -106,10 +114,91 @@ def test_a_cancel_requested_by_the_user_ends_cancelled(ended: State) -> None:
     assert (ts[0].state, ts[0].cause) == (State.CANCELLED, Cause.CANCELLED)
 
 
-def test_a_cancel_requested_does_not_end_a_job_the_cluster_still_runs() -> None:
-    rec = record(outcome=Outcome(State.QUEUED), cancel_requested=True)
-    new, _ = fold(rec, obs(State.RUNNING), now=NOW)
-    assert new.state is State.RUNNING
+@pytest.mark.parametrize("seen", [State.RUNNING, State.HELD, State.QUEUED])
+def test_a_cancel_requested_is_stopping_while_the_cluster_still_runs_it(seen: State) -> None:
+    """A stop suspends first: whatever the cluster shows meanwhile (``held`` included), the record says
+    ``stopping``, with the cause it will end with."""
+    rec = record(outcome=Outcome(State.RUNNING), cancel_requested=True)
+    new, ts = fold(rec, obs(seen, compute=Compute.PRESENT), now=NOW)
+    assert (new.state, new.outcome.cause) == (State.STOPPING, Cause.CANCELLED)
+    assert "cancel requested by the user" in ts[-1].why
+
+
+def test_cancelled_only_once_the_compute_is_gone() -> None:
+    rec = record(outcome=Outcome(State.STOPPING, Cause.CANCELLED), cancel_requested=True)
+    lingering, _ = fold(rec, obs(State.CANCELLED, Cause.CANCELLED, compute=Compute.PRESENT), now=NOW)
+    assert lingering.state is State.STOPPING
+    gone, ts = fold(lingering, obs(State.CANCELLED, Cause.CANCELLED, compute=Compute.GONE), now=NOW)
+    assert (gone.state, gone.outcome.cause) == (State.CANCELLED, Cause.CANCELLED)
+    assert [t.state for t in ts] == [State.CANCELLED]
+
+
+def test_an_ended_incarnation_with_compute_left_is_stopping_with_its_cause() -> None:
+    rec = record(outcome=Outcome(State.RUNNING))
+    new, ts = fold(
+        rec, obs(State.FAILED, Cause.PREEMPTED, reason="Preempted", compute=Compute.PRESENT), now=NOW
+    )
+    assert (new.state, new.outcome.cause) == (State.STOPPING, Cause.PREEMPTED)
+    assert "ended on the cluster; its compute is not gone yet" in ts[-1].why
+    done, _ = fold(new, obs(State.FAILED, Cause.PREEMPTED, compute=Compute.GONE), now=NOW)
+    assert (done.state, done.outcome.cause) == (State.FAILED, Cause.PREEMPTED)
+
+
+@pytest.mark.parametrize(
+    ("before", "seen", "cause", "after"),
+    [
+        (State.RUNNING, State.STARTING, Cause.OUT_OF_MEMORY, (State.RUNNING, Cause.OUT_OF_MEMORY)),
+        (State.RUNNING, State.QUEUED, Cause.PREEMPTED, (State.RUNNING, Cause.PREEMPTED)),
+        (State.STARTING, State.QUEUED, Cause.NONE, (State.STARTING, Cause.NONE)),
+        (State.STOPPING, State.RUNNING, Cause.NONE, (State.STOPPING, Cause.PREEMPTED)),
+        (State.STOPPING, State.HELD, Cause.NONE, (State.STOPPING, Cause.PREEMPTED)),
+        (State.RUNNING, State.HELD, Cause.NONE, (State.HELD, Cause.NONE)),
+        (State.HELD, State.QUEUED, Cause.NONE, (State.QUEUED, Cause.NONE)),
+    ],
+)
+def test_no_going_back_within_an_incarnation(
+    before: State, seen: State, cause: Cause, after: tuple[State, Cause]
+) -> None:
+    """The real controllers show a failing job ``starting`` for a moment; a restart in place stays
+    ``running`` with the restart in the evidence; only a person's hold and release move ``held``."""
+    prior = Cause.PREEMPTED if before is State.STOPPING else Cause.NONE
+    rec = record(outcome=Outcome(before, prior))
+    new, _ = fold(rec, obs(seen, cause, reason="Seen"), now=NOW)
+    assert (new.state, new.outcome.cause) == after
+    assert new.outcome.evidence[0].reason == "Seen"
+
+
+def test_one_absent_reading_changes_nothing_two_conclude_lost() -> None:
+    rec = record(outcome=Outcome(State.RUNNING))
+    gone = Absent(handle(), at=NOW - 1)
+    assert fold(rec, gone, now=NOW) == (rec, [])
+    new, ts = fold(rec, gone, now=NOW, confirmed=True)
+    assert (new.state, new.outcome.cause) == (State.LOST, Cause.UNKNOWN)
+    assert [t.state for t in ts] == [State.LOST]
+
+
+@pytest.mark.parametrize(
+    ("cancel", "before", "after"),
+    [
+        (True, Outcome(State.STOPPING, Cause.CANCELLED), (State.CANCELLED, Cause.CANCELLED)),
+        (False, Outcome(State.STOPPING, Cause.CANCELLED), (State.FAILED, Cause.CANCELLED)),
+        (False, Outcome(State.STOPPING, Cause.OUT_OF_MEMORY), (State.FAILED, Cause.OUT_OF_MEMORY)),
+    ],
+)
+def test_an_absent_stopping_incarnation_ends_with_its_cause(
+    cancel: bool, before: Outcome, after: tuple[State, Cause]
+) -> None:
+    rec = record(outcome=before, cancel_requested=cancel)
+    new, _ = fold(rec, Absent(handle(), at=NOW - 1), now=NOW, confirmed=True)
+    assert (new.state, new.outcome.cause) == after
+
+
+def test_an_object_of_another_record_of_the_same_job_id_is_not_this_records() -> None:
+    rec = record(nonce="aaaa")
+    other = Handle("memory", Identity("job-a", Epoch(), "bbbb"), "ns/other")
+    assert not matches(rec, obs(State.SUCCEEDED, h=other))
+    assert fold(rec, obs(State.SUCCEEDED, h=other), now=NOW) == (rec, [])
+    assert fold(rec, Absent(other, at=NOW), now=NOW, confirmed=True) == (rec, [])
 
 
 def test_an_observation_settles_an_unknown_start_and_adopts_the_handle() -> None:
@@ -117,7 +206,8 @@ def test_an_observation_settles_an_unknown_start_and_adopts_the_handle() -> None
     new, ts = fold(rec, obs(State.QUEUED), now=NOW)
     assert new.handle == handle()
     assert new.unknown_write is None
-    assert [t.what for t in ts] == ["settled", "queued"]
+    # Every placed incarnation has its "started" line, whoever read it first.
+    assert [t.what for t in ts] == ["started", "settled", "queued"]
 
 
 def test_new_evidence_for_the_same_state_updates_without_a_transition() -> None:
@@ -202,6 +292,28 @@ def test_transitions_are_by_the_cluster_and_describe_the_new_record(
     else:
         assert state_changes == []
     assert new.job_id == rec.job_id and new.epoch == rec.epoch and new.spec == rec.spec
+
+
+computes = st.sampled_from(list(Compute))
+readings = st.builds(
+    lambda out, compute: Observation(handle(), out, at=NOW, compute=compute), outcomes, computes
+)
+
+
+@given(st.lists(readings, max_size=8))
+def test_a_record_never_goes_back_and_ends_only_once_its_compute_is_gone(seq: list[Observation]) -> None:
+    """Over any sequence of readings of one incarnation: the state's rank never falls (``held`` aside,
+    and never out of ``stopping``), and a record becomes terminal only from a reading whose compute is
+    not present."""
+    current = record(outcome=Outcome(State.PENDING))
+    for reading in seq:
+        new, _ = fold(current, reading, now=NOW)
+        before, after = current.state, new.state
+        if not (State.HELD in (before, after) and before is not State.STOPPING) and not before.terminal:
+            assert after.rank >= before.rank, f"{before} went back to {after} on {reading.outcome}"
+        if after.terminal and not before.terminal:
+            assert reading.compute is not Compute.PRESENT, f"{after} over live compute"
+        current = new
 
 
 @given(records, observations)

@@ -29,33 +29,44 @@ FIXED = {
     3863: "the same, after a requeue",
 }
 
-FAULT_KINDS = {  # each injected fault kind: a seed whose trace shows it hit, and that passes
-    "store unavailable": (2, r"store fault: \w+ unavailable"),
-    "store slow": (3, r"store fault: \w+ takes"),
-    "store unknown on commit": (7, r"store fault: \w+ committed, its answer lost"),
-    "SQLite store": (4, r"store: sqlite"),
-    "corrupt row reported": (4, r"skipped corrupt-0: unreadable record"),
-    "clock skew": (0, r"clock off by"),
-    "clock jump": (1, r"clock jumps"),
-    "zombie woken past its lease": (8, r"WAKES"),
-    "long absence, evidence gone": (5, r"every supervisor is gone for .*\n.*preempted, then gone"),
-    "API latency": (0, r"fault: .* (answers after|takes) "),
-    "stale list": (0, r"fault: stale list"),
-    "duplicate watch event": (0, r"watch event of .* twice"),
-    "out-of-order watch event": (0, r"watch event of .* late"),
-    "hold and release": (8, r"user: release job-\d+\n"),
-    "resubmit": (8, r"user: resubmit job-\d+\n"),
-    "purge": (18, r"user: purged job-"),
-    "forget": (1, r"user: forget orphan-0\n"),
+FAULT_KINDS = {  # each injected fault kind, as a run's trace shows it hit
+    "store unavailable": r"store fault: \w+ unavailable",
+    "store slow": r"store fault: \w+ takes",
+    "store unknown on commit": r"store fault: \w+ committed, its answer lost",
+    "SQLite store": r"store: sqlite",
+    "corrupt row reported": r"skipped corrupt-0: unreadable record",
+    "clock skew": r"clock off by",
+    "clock jump": r"clock jumps",
+    "zombie woken past its lease": r"WAKES",
+    "long absence, evidence gone": r"every supervisor is gone for .*\n.*preempted, then gone",
+    "API latency": r"fault: .* (answers after|takes) ",
+    "stale list": r"fault: stale list",
+    "duplicate watch event": r"watch event of .* twice",
+    "out-of-order watch event": r"watch event of .* late",
+    "hold and release": r"user: release job-\d+\n",
+    "resubmit": r"user: resubmit job-\d+\n",
+    "purge": r"user: purged job-",
+    "forget": r"user: forget orphan-0\n",
+    "absent reading": r"fault: stale read shows .* absent",
+    "cluster down": r"OUTAGE \(down\)",
+    "partial answer": r"OUTAGE \(partial\)",
+    "answer with errors": r"OUTAGE \(errors\)",
+    "compute left behind, then stopped": r"slow-stop 900(.|\n)*what remains",
 }
 
 
-async def test_a_few_hundred_seeds_find_no_violation() -> None:
+async def test_a_few_hundred_seeds_find_no_violation_and_hit_every_fault_kind() -> None:
     found = []
+    unhit = dict(FAULT_KINDS)
     for seed in range(CI_SEEDS):
         result = await run_seed(seed)
         found += [f"seed {seed}: {v}" for v in result.violations]
+        trace = "\n".join(result.trace) + "\n"
+        for kind, shows in list(unhit.items()):
+            if re.search(shows, trace):
+                del unhit[kind]
     assert found == []
+    assert not unhit, f"no seed of {CI_SEEDS} hit {sorted(unhit)}"
 
 
 @pytest.mark.parametrize("seed", sorted(REGRESSIONS), ids=[f"seed-{s}" for s in sorted(REGRESSIONS)])
@@ -68,14 +79,6 @@ async def test_seeds_that_found_supervisor_bugs_pass(seed: int) -> None:
     assert (await run_seed(seed)).violations == []
 
 
-@pytest.mark.parametrize("kind", sorted(FAULT_KINDS))
-async def test_each_fault_kind_is_hit_by_its_seed_and_holds(kind: str) -> None:
-    seed, shows = FAULT_KINDS[kind]
-    result = await run_seed(seed)
-    assert re.search(shows, "\n".join(result.trace) + "\n"), f"seed {seed} no longer injects {kind}"
-    assert result.violations == []
-
-
 async def test_sqlite_seeds_find_no_violation() -> None:
     found = []
     for seed in range(20):
@@ -85,12 +88,18 @@ async def test_sqlite_seeds_find_no_violation() -> None:
 
 
 async def test_the_invariants_catch_a_zombie_without_lease_check_or_compare_and_swap() -> None:
-    # Seed 36: a supervisor pauses mid-step, another takes its records over and the user cancels one;
-    # the first wakes and finishes its step. Checked, its stale writes are refused; unchecked, one lands.
-    checked = await run_seed(36)
-    assert any("WAKES" in line for line in checked.trace) and checked.violations == []
-    broken = await run_seed(36, lease_check=False)
-    assert any("history says cancelled" in v for v in broken.violations)
+    # A supervisor pauses mid-step, another takes its records over and moves one on; the first wakes and
+    # finishes its step. Checked, its stale writes are refused; unchecked, one of them lands, and the
+    # invariants say so. (Which seed plays this out moves as the code does: the first that does.)
+    for seed in range(CI_SEEDS):
+        checked = await run_seed(seed)
+        if not any("WAKES" in line for line in checked.trace):
+            continue
+        assert checked.violations == [], f"seed {seed}"
+        broken = await run_seed(seed, lease_check=False)
+        if broken.violations:
+            return
+    pytest.fail(f"no seed of {CI_SEEDS} shows a zombie's unchecked write caught by the invariants")
 
 
 async def test_a_seed_replays_identically() -> None:

@@ -15,6 +15,7 @@ from dispatch.backend import Prepared, place
 from dispatch.cluster import Cluster
 from dispatch.memory import MemoryBackend
 from dispatch.model import (
+    Absent,
     Action,
     Capabilities,
     Cause,
@@ -232,7 +233,8 @@ async def test_a_dead_supervisors_records_are_taken_over_once_its_leases_expire(
 ) -> None:
     await pcluster.submit(spec(PREEMPT_ONCE), job_id="job-a")
     dead = pcluster.supervisor(holder="dead", lease=30.0, poll=1.0)
-    await drive(clock, dead, seconds=3)  # preempted at 2 s, requeue recorded, then it dies (no close)
+    # preempted at 2 s, its pods gone at 4 s, requeue recorded, then it dies (no close)
+    await drive(clock, dead, seconds=5)
     assert (await pcluster.store.get("job-a")).epoch == Epoch(2, 1)
     heir = pcluster.supervisor(holder="heir", lease=30.0, poll=1.0)
     await heir.step()
@@ -336,7 +338,7 @@ async def test_a_start_whose_outcome_is_unknown_is_settled_and_placed_once(
         whats_ = [t.what for t in await c.history("job-a")]
         assert "start outcome unknown" in whats_ and "settled" in whats_
         names = [o.handle.identity for o in await backend.list()]
-        assert names == [Identity("job-a", Epoch(1, 0)), Identity("job-a", Epoch(2, 1))]
+        assert names == [Identity("job-a", Epoch(1, 0), rec.nonce), Identity("job-a", Epoch(2, 1), rec.nonce)]
 
 
 class NoWatch:
@@ -389,14 +391,14 @@ async def test_without_a_watcher_the_supervisor_polls_and_waits_until_the_old_on
 
 
 class StaleRead(MemoryBackend):
-    """``observe`` says the incarnation is gone although the listing shows it (a stale read)."""
+    """``observe`` reads the incarnation absent although the listing shows it (a stale read)."""
 
     stale = True
 
-    async def observe(self, handle: Handle) -> Observation:
+    async def observe(self, handle: Handle) -> Observation | Absent:
         obs = await super().observe(handle)
         if self.stale:
-            return Observation(handle, Outcome(State.LOST, Cause.UNKNOWN), obs.at)
+            return Absent(handle, self.cluster.clock.now())
         return obs
 
     def identity_of(self, obj: Mapping[str, Any]) -> Identity | None:

@@ -10,8 +10,10 @@ from collections.abc import Callable
 import pytest
 
 from dispatch import (
+    Absent,
     Cause,
     Change,
+    Compute,
     ConflictError,
     Epoch,
     Extensions,
@@ -21,6 +23,7 @@ from dispatch import (
     JobSpec,
     ManualClock,
     NotFoundError,
+    Observation,
     OpaqueExtension,
     ReadOnlyError,
     SharedCheckpoint,
@@ -65,15 +68,24 @@ async def test_queues_in_strict_fifo_when_capacity_is_short(make: Make, clock: M
     assert nodes[wide.ref] == "node-0" and nodes[small.ref] == "node-2"
 
 
-async def test_capacity_frees_when_a_job_ends(make: Make, clock: ManualClock, job: Job) -> None:
-    backend = make(nodes=1, startDelay=0)
+async def test_capacity_frees_when_a_failed_jobs_compute_is_gone(
+    make: Make, clock: ManualClock, job: Job
+) -> None:
+    backend = make(nodes=1, startDelay=0, cessationDelay=2)
     first = await place(backend, job("sleep 3; exit 1"), Identity("a"))
     second = await place(backend, job("sleep 1"), Identity("b"))
     clock.advance(3)
-    assert (await backend.observe(first)).cause is Cause.EXIT_CODE
-    # second was admitted at t=3 (when first ended), so it started then, not later
+    ended = await backend.observe(first)
+    assert isinstance(ended, Observation)
+    # Failed, but its pods take their grace period to go: the node is not free yet.
+    assert (ended.cause, ended.compute) == (Cause.EXIT_CODE, Compute.PRESENT)
+    assert (await backend.observe(second)).state is State.QUEUED  # type: ignore[union-attr]
+    clock.advance(2)
+    gone = await backend.observe(first)
+    assert isinstance(gone, Observation) and gone.compute is Compute.GONE
+    # second was admitted at t=5 (when first's compute went), so it started then, not later
     clock.advance(1)
-    assert (await backend.observe(second)).state is State.SUCCEEDED
+    assert (await backend.observe(second)).state is State.SUCCEEDED  # type: ignore[union-attr]
 
 
 async def test_more_nodes_than_the_cluster_is_unsupported(make: Make, job: Job) -> None:
@@ -270,13 +282,15 @@ async def test_injecting_into_a_queued_job_is_a_conflict(make: Make, job: Job) -
         await backend.oom(queued)
 
 
-async def test_vanished_job_is_lost(make: Make, clock: ManualClock, job: Job) -> None:
+async def test_vanished_job_reads_absent(make: Make, clock: ManualClock, job: Job) -> None:
     backend = make(nodes=1, startDelay=0)
     handle = await place(backend, job("hang"), Identity("gone"))
     waiting = await place(backend, job("hang"), Identity("next"))
     await backend.vanish(handle)
     obs = await backend.observe(handle)
-    assert (obs.state, obs.cause, obs.outcome.evidence[0].reason) == (State.LOST, Cause.UNKNOWN, "NotFound")
+    # Absent, never "lost": only the host concludes that, from two such readings.
+    assert isinstance(obs, Absent)
+    assert (obs.handle, obs.evidence[0].reason) == (handle, "NotFound")
     assert await backend.ceased(handle)
     assert [o.handle for o in await backend.list()] == [waiting]
     assert (await backend.observe(waiting)).state is State.RUNNING  # its node was freed
@@ -344,17 +358,32 @@ async def collect(backend: MemoryBackend, cursor: str | None, count: int) -> lis
     return out
 
 
-async def test_watch_replays_and_resumes(make: Make, clock: ManualClock, job: Job) -> None:
-    backend = make(startDelay=1)
-    handle = await place(backend, job("sleep 2; exit 3"), Identity("w"))
-    clock.advance(10)
-    changes = await collect(backend, "0", 3)
-    assert [str(c.observation.outcome) for c in changes] == ["starting", "running", "failed (exit_code)"]
-    assert [c.observation.at - changes[0].observation.at for c in changes] == [0, 1, 3]
-    assert [c.cursor for c in changes] == ["1", "2", "3"]
-    assert all(c.handle == handle for c in changes)
-    resumed = await collect(backend, "1", 2)
-    assert resumed == changes[1:]
+async def test_watch_emits_each_change_and_resumes_from_a_cursor(
+    make: Make, clock: ManualClock, job: Job
+) -> None:
+    backend = make(startDelay=1, cessationDelay=0)
+    seen: list[Change] = []
+
+    async def follow() -> None:
+        async for change in backend.watch():
+            seen.append(change)
+
+    task = asyncio.ensure_future(follow())
+    try:
+        await settle()
+        handle = await place(backend, job("sleep 2; exit 3"), Identity("w"))
+        for _ in range(10):
+            clock.advance(1)
+            await settle()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    shown = [str(c.observation.outcome) for c in seen if c.observation is not None]
+    # The failing job reads "starting" with its cause for a moment, as on real controllers.
+    assert shown == ["starting", "running", "starting (exit_code)", "failed (exit_code)"]
+    assert all(c.handle == handle for c in seen)
+    resumed = await collect(backend, seen[0].cursor, 3)
+    assert resumed == seen[1:]
 
 
 async def test_watch_follows_the_clock(make: Make, clock: ManualClock, job: Job) -> None:
@@ -383,23 +412,29 @@ async def test_watch_follows_the_clock(make: Make, clock: ManualClock, job: Job)
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_expired_cursor_relists(make: Make, clock: ManualClock, job: Job) -> None:
-    backend = make(startDelay=1, watchHistory=2)
+async def test_a_cursor_of_another_feed_relists(make: Make, clock: ManualClock, job: Job) -> None:
+    backend = make(startDelay=1)
     a = await place(backend, job("sleep 1"), Identity("a"))
     b = await place(backend, job("hang"), Identity("b"))
-    clock.advance(5)  # 5 changes: a starting/running/succeeded, b starting/running; 2 kept
-    relisted = await collect(backend, "1", 2)
-    assert [(c.handle, c.observation.state) for c in relisted] == [(a, State.SUCCEEDED), (b, State.RUNNING)]
+    clock.advance(5)
+    first = await collect(backend, None, 2)  # the feed starts, and reads what the cluster shows
+    assert [c.handle for c in first] == [a, b]
+    relisted = await collect(backend, "another-process:5", 2)
+    shown = [(c.handle, c.observation.state if c.observation else None) for c in relisted]
+    assert shown == [(a, State.SUCCEEDED), (b, State.RUNNING)]
     # only the last change of a relist resumes after it; an earlier one relists again
-    assert relisted[0].cursor == "0" and relisted[1].cursor == "5"
+    assert relisted[0].cursor.endswith(":relist") and relisted[1].cursor == backend.feed.cursor
     await backend.stop(b)
     after = await collect(backend, relisted[1].cursor, 1)
-    assert (after[0].handle, after[0].observation.state) == (b, State.CANCELLED)
+    assert after[0].handle == b and after[0].observation is not None
+    assert (after[0].observation.state, after[0].observation.compute) == (State.CANCELLED, Compute.PRESENT)
+    again = await collect(backend, relisted[0].cursor, 2)
+    assert [c.handle for c in again] == [a, b]
 
 
-async def test_watch_refuses_a_malformed_cursor(make: Make) -> None:
+async def test_watch_refuses_a_cursor_that_is_not_text(make: Make) -> None:
     with pytest.raises(InvalidError) as caught:
-        await collect(make(), "abc", 1)
+        await collect(make(), 5, 1)  # type: ignore[arg-type]
     assert caught.value.path == "cursor"
 
 

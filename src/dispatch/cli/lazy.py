@@ -14,7 +14,7 @@ from typing import Any
 
 from dispatch.backend import Backend, Holder, HoldToken, OutputReader, Prepared, Watcher
 from dispatch.errors import UnavailableError, UnsupportedError
-from dispatch.model import Capabilities, Change, Handle, Identity, JobSpec, Observation
+from dispatch.model import Absent, Capabilities, Change, Handle, Identity, JobSpec, Observation
 
 __all__ = ["LazyBackend"]
 
@@ -54,7 +54,7 @@ class LazyBackend:
     async def start(self, prepared: Prepared) -> Handle:
         return await (await self._real()).start(prepared)
 
-    async def observe(self, handle: Handle) -> Observation:
+    async def observe(self, handle: Handle) -> Observation | Absent:
         return await (await self._real()).observe(handle)
 
     async def stop(self, handle: Handle) -> None:

@@ -29,11 +29,20 @@ from dispatch.backend import (
     place,
 )
 from dispatch.conformance.harness import Harness
-from dispatch.errors import ConflictError, DispatchError, InvalidError, ReadOnlyError, UnsupportedError
+from dispatch.errors import (
+    ConflictError,
+    DispatchError,
+    InvalidError,
+    ReadOnlyError,
+    UnavailableError,
+    UnsupportedError,
+)
 from dispatch.model import (
+    Absent,
     Capabilities,
     Cause,
     Change,
+    Compute,
     Epoch,
     Extension,
     Extensions,
@@ -57,15 +66,18 @@ __all__ = [
     "test_conformance_injected_cause",
     "test_conformance_lifecycle_to_success",
     "test_conformance_list_includes_every_incarnation",
+    "test_conformance_nonce_keeps_records_apart",
     "test_conformance_output_lines_tail_and_follow",
     "test_conformance_prepare_creates_nothing_and_start_sends_it",
     "test_conformance_read_only_refuses_every_write",
+    "test_conformance_readings_say_whether_compute_remains",
     "test_conformance_refuses_unsupported_extensions",
     "test_conformance_start_is_idempotent_per_identity",
     "test_conformance_stop_a_held_job",
     "test_conformance_stop_is_idempotent_and_cancels",
     "test_conformance_time_limit_times_out",
-    "test_conformance_vanished_is_lost",
+    "test_conformance_unreachable_is_raised_never_absent",
+    "test_conformance_vanished_is_absent",
     "test_conformance_wait_ceased_honours_timeout",
     "test_conformance_watch_emits_changes_and_resumes",
     "test_conformance_watch_without_cursor_lists_current",
@@ -97,18 +109,21 @@ class ForeignExtension(Extension):
 
 
 def _identity(tag: str, epoch: Epoch = Epoch()) -> Identity:
-    return Identity(f"conf-{tag}-{next(_ids)}", epoch)
+    n = next(_ids)
+    return Identity(f"conf-{tag}-{n}", epoch, f"{n:x}c0f")
 
 
 def _with_extensions(spec: JobSpec, *extra: Extension) -> JobSpec:
     return spec.replace(extensions=Extensions([*spec.extensions.values(), *extra]))
 
 
-def _check_observation(obs: Observation, handle: Handle) -> None:
-    assert isinstance(obs, Observation)
+def _check_observation(obs: Observation | Absent, handle: Handle) -> Observation:
+    assert isinstance(obs, Observation), f"{handle} read absent: {obs}"
     assert obs.handle.identity.same_incarnation(handle.identity), f"{obs.handle} is not {handle}"
     if obs.outcome.terminal:
         assert obs.outcome.evidence, f"terminal outcome {obs.outcome} carries no evidence"
+    assert obs.state is not State.LOST, f"an adapter reads {obs.outcome}: only the host concludes lost"
+    return obs
 
 
 async def _until(
@@ -119,8 +134,7 @@ async def _until(
     waited = 0.0
     while True:
         await harness.settle()
-        obs = await backend.observe(handle)
-        _check_observation(obs, handle)
+        obs = _check_observation(await backend.observe(handle), handle)
         seen.append(obs)
         if done(obs):
             return seen
@@ -141,7 +155,16 @@ async def _running(harness: Harness, backend: Backend, handle: Handle) -> list[O
 
 
 async def _terminal(harness: Harness, backend: Backend, handle: Handle) -> Observation:
-    return (await _until(harness, backend, handle, lambda o: o.outcome.terminal, "a terminal state"))[-1]
+    """The first reading of a terminal outcome whose compute is no longer there."""
+    return (
+        await _until(
+            harness,
+            backend,
+            handle,
+            lambda o: o.outcome.terminal and o.compute is not Compute.PRESENT,
+            "a terminal state with its compute gone",
+        )
+    )[-1]
 
 
 def _needs(harness: Harness, event: str) -> None:
@@ -195,7 +218,7 @@ class WatchCollector:
             if mine and done(mine[-1]):
                 return mine
             if waited >= harness.patience:
-                pytest.fail(f"watch: waiting for {what}; saw {[str(c.observation.outcome) for c in mine]}")
+                pytest.fail(f"watch: waiting for {what}; saw {[_shown(c) for c in mine]}")
             await harness.advance(harness.step)
             waited += harness.step
 
@@ -208,6 +231,16 @@ class WatchCollector:
         aclose = getattr(self.stream, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+def _shown(change: Change) -> str:
+    r = change.reading
+    return f"{r.outcome} (compute {r.compute})" if isinstance(r, Observation) else "absent"
+
+
+def _seen(change: Change) -> Observation:
+    assert isinstance(change.reading, Observation), f"expected a seen reading, got {change.reading}"
+    return change.reading
 
 
 # --- Backend ------------------------------------------------------------------------------------
@@ -283,7 +316,9 @@ async def test_conformance_start_is_idempotent_per_identity(harness: Harness) ->
     assert first.identity == identity
     again = await place(backend, harness.spec(), identity)
     assert again == first
-    same_incarnation = await place(backend, harness.spec(), Identity(identity.job_id, Epoch(2, 1)))
+    same_incarnation = await place(
+        backend, harness.spec(), Identity(identity.job_id, Epoch(2, 1), identity.nonce)
+    )
     assert same_incarnation.ref == first.ref
     assert same_incarnation.identity.same_incarnation(identity)
     mine = [o for o in await backend.list() if o.handle.identity.same_incarnation(identity)]
@@ -296,8 +331,7 @@ async def test_conformance_lifecycle_to_success(harness: Harness) -> None:
     _needs(harness, "succeed")
     backend = await harness.open()
     handle = await place(backend, harness.spec(), _identity("ok"))
-    first = await backend.observe(handle)
-    _check_observation(first, handle)
+    first = _check_observation(await backend.observe(handle), handle)
     assert first.state in _ORDER, f"a new job is {first.outcome}"
     seen = [first, *await _running(harness, backend, handle)]
     ranks = [_ORDER[o.state] for o in seen]
@@ -332,18 +366,24 @@ async def test_conformance_injected_cause(harness: Harness, event: str, cause: C
         await harness.fail(backend, handle, 3)
     else:
         await getattr(harness, event)(backend, handle)
+    if cause in _REQUEUEABLE:
+        allowed = _REQUEUED if (await backend.capabilities()).queueing else {State.FAILED, State.QUEUED}
+    else:
+        allowed = {State.FAILED}
+    # A failing job may read "starting" with the cause for a moment first, as on real controllers: the
+    # host keeps such a reading from taking the record back. What counts is where it settles.
     seen = await _until(
-        harness, backend, handle, lambda o: o.cause is cause or o.outcome.terminal, str(cause)
+        harness,
+        backend,
+        handle,
+        lambda o: (o.cause is cause and o.state in allowed) or o.outcome.terminal,
+        str(cause),
     )
     obs = seen[-1]
     assert obs.cause is cause, (
         f"{event}: expected cause {cause}, got {obs.outcome}; evidence: {obs.outcome.evidence}"
     )
     assert obs.outcome.evidence, f"{event}: {obs.outcome} carries no evidence"
-    if cause in _REQUEUEABLE:
-        allowed = _REQUEUED if (await backend.capabilities()).queueing else {State.FAILED, State.QUEUED}
-    else:
-        allowed = {State.FAILED}
     assert obs.state in allowed, f"{event}: {obs.outcome}"
 
 
@@ -381,14 +421,17 @@ async def test_conformance_stop_is_idempotent_and_cancels(harness: Harness) -> N
     assert (final.state, final.cause) == (State.CANCELLED, Cause.CANCELLED)
     await backend.stop(handle)
     after = await backend.observe(handle)
-    assert (after.state, after.cause) == (State.CANCELLED, Cause.CANCELLED)
+    # Stopped and gone, a cluster may forget the incarnation at once (Kubernetes deletes the TrainJob):
+    # absent is an answer too; seen, it says cancelled.
+    if isinstance(after, Observation):
+        assert (after.state, after.cause) == (State.CANCELLED, Cause.CANCELLED)
 
 
 @pytest.mark.asyncio
 async def test_conformance_list_includes_every_incarnation(harness: Harness) -> None:
     backend = await harness.open()
     first = _identity("list")
-    second = Identity(first.job_id, first.epoch.requeued())
+    second = Identity(first.job_id, first.epoch.requeued(), first.nonce)
     other = _identity("list-other")
     handles = [await place(backend, harness.spec(), i) for i in (first, second, other)]
     listed = await backend.list()
@@ -400,15 +443,88 @@ async def test_conformance_list_includes_every_incarnation(harness: Harness) -> 
 
 
 @pytest.mark.asyncio
-async def test_conformance_vanished_is_lost(harness: Harness) -> None:
-    """An incarnation whose object vanished without dispatch is observed ``lost``, not raised."""
+async def test_conformance_vanished_is_absent(harness: Harness) -> None:
+    """An incarnation whose object and compute vanished without dispatch reads :class:`Absent` (never
+    ``lost``: only the host concludes that, from two such readings), and a listing leaves it out."""
     _needs(harness, "vanish")
     backend = await harness.open()
     handle = await place(backend, harness.spec(), _identity("vanish"))
     await _running(harness, backend, handle)
     await harness.vanish(backend, handle)
-    final = await _terminal(harness, backend, handle)
-    assert final.state is State.LOST, final.outcome
+    waited = 0.0
+    while not isinstance(got := await backend.observe(handle), Absent):
+        _check_observation(got, handle)
+        if waited >= harness.patience:
+            pytest.fail(f"a vanished incarnation still reads {got.outcome} after {waited:g} s")
+        await harness.advance(harness.step)
+        waited += harness.step
+    assert got.handle.identity.same_incarnation(handle.identity)
+    assert not [o for o in await backend.list() if o.handle.identity.same_incarnation(handle.identity)]
+
+
+@pytest.mark.asyncio
+async def test_conformance_unreachable_is_raised_never_absent(harness: Harness) -> None:
+    """While the cluster does not answer — down, answering partially, or with an errors list — every
+    read raises ``UnavailableError``: it is never an absent reading nor a shorter listing, which the host
+    could take for a job gone. Once it answers again, the job reads as it is."""
+    _needs(harness, "outage")
+    backend = await harness.open()
+    handle = await place(backend, harness.spec(), _identity("outage"))
+    await _running(harness, backend, handle)
+    for how in ("down", "partial", "errors"):
+        await harness.outage(backend, how)
+        try:
+            with pytest.raises(UnavailableError):
+                await backend.observe(handle)
+            with pytest.raises(UnavailableError):
+                await backend.list()
+        finally:
+            await harness.outage(backend, None)
+        after = _check_observation(await backend.observe(handle), handle)
+        assert after.state is State.RUNNING, f"after an outage ({how}) the job reads {after.outcome}"
+
+
+@pytest.mark.asyncio
+async def test_conformance_readings_say_whether_compute_remains(harness: Harness) -> None:
+    """A running incarnation's reading says its compute is there (or that the adapter cannot tell);
+    stopped, a reading says cancelled with compute still present while it lingers, then gone (or the
+    incarnation reads absent)."""
+    backend = await harness.open()
+    handle = await place(backend, harness.spec(), _identity("compute"))
+    running = (await _running(harness, backend, handle))[-1]
+    assert running.compute in (Compute.PRESENT, Compute.UNKNOWN), running
+    caps = await backend.capabilities()
+    if caps.cessation:
+        assert running.compute is Compute.PRESENT, f"a cluster with cessation cannot tell: {running}"
+    await backend.stop(handle)
+    if harness.lingers and caps.cessation:
+        lingering = _check_observation(await backend.observe(handle), handle)
+        assert lingering.compute is Compute.PRESENT, f"stopped, its compute lingers, yet it reads {lingering}"
+    waited = 0.0
+    while isinstance(got := await backend.observe(handle), Observation) and got.compute is Compute.PRESENT:
+        if waited >= harness.patience:
+            pytest.fail(f"still {got.outcome} with compute present after {waited:g} s")
+        await harness.advance(harness.step)
+        waited += harness.step
+    if isinstance(got, Observation):
+        assert got.outcome.terminal, f"its compute is gone but it reads {got.outcome}"
+
+
+@pytest.mark.asyncio
+async def test_conformance_nonce_keeps_records_apart(harness: Harness) -> None:
+    """Two records of one job id (a purged record and its successor; two stores' records) never share
+    an object: the same job id and ``N`` with another nonce is another incarnation, with its own native
+    object, and neither is read as the other."""
+    backend = await harness.open()
+    first = _identity("nonce")
+    second = Identity(first.job_id, first.epoch, "b" * 16)
+    one = await place(backend, harness.spec(), first)
+    two = await place(backend, harness.spec(), second)
+    assert one.ref != two.ref, f"two records' incarnations share {one.ref}"
+    assert two.identity == second
+    listed = [o.handle.identity for o in await backend.list() if o.handle.identity.job_id == first.job_id]
+    assert sorted(i.nonce for i in listed) == sorted([first.nonce, second.nonce]), listed
+    assert _check_observation(await backend.observe(two), two).handle.identity == second
 
 
 # --- Holder -------------------------------------------------------------------------------------
@@ -423,8 +539,7 @@ async def test_conformance_held_start_never_runs_until_released(harness: Harness
     assert isinstance(backend, Holder)
     handle = await place(backend, harness.spec(), _identity("held"), held=True)
     for _ in range(5):
-        obs = await backend.observe(handle)
-        _check_observation(obs, handle)
+        obs = _check_observation(await backend.observe(handle), handle)
         assert obs.state is State.HELD, f"a job started held is {obs.outcome}"
         await harness.advance(harness.step * 3)
     token = await backend.hold(handle)
@@ -446,7 +561,7 @@ async def test_conformance_hold_running_then_release(harness: Harness) -> None:
     await _until(harness, backend, handle, lambda o: o.state is State.HELD, "held")
     with pytest.raises(ConflictError):
         await backend.release(handle, HoldToken(f"{token}-not-this-one"))
-    assert (await backend.observe(handle)).state is State.HELD
+    assert _check_observation(await backend.observe(handle), handle).state is State.HELD
     await backend.release(handle, token)
     await _running(harness, backend, handle)
     with pytest.raises(ConflictError):
@@ -480,18 +595,27 @@ async def test_conformance_watch_emits_changes_and_resumes(harness: Harness) -> 
         await harness.settle()
         handle = await place(backend, harness.spec(), _identity("watch"))
         observed = await _running(harness, backend, handle)
-        await live.until(harness, handle, lambda c: c.observation.state is State.RUNNING, "running")
+        await live.until(harness, handle, lambda c: _seen(c).state is State.RUNNING, "running")
         await backend.stop(handle)
         final = await _terminal(harness, backend, handle)
-        await live.until(harness, handle, lambda c: c.observation.outcome.terminal, "the end")
-        for _ in range(5):  # let lingering compute go: that is no change of the outcome
+        await live.until(
+            harness,
+            handle,
+            lambda c: (
+                not isinstance(c.reading, Observation)
+                or (c.reading.outcome.terminal and c.reading.compute is not Compute.PRESENT)
+            ),
+            "the end",
+        )
+        for _ in range(5):  # nothing changes once the compute is gone: no change is emitted
             await harness.advance(harness.step)
         changes = live.of(handle)
     finally:
         await live.close()
-    outcomes = [c.observation.outcome for c in changes]
-    for before, after in itertools.pairwise(outcomes):
-        assert before != after, f"an unchanged outcome was emitted twice: {after}"
+    readings = [(_seen(c).outcome, _seen(c).compute) for c in changes if isinstance(c.reading, Observation)]
+    for before, after in itertools.pairwise(readings):
+        assert before != after, f"an unchanged reading was emitted twice: {after}"
+    outcomes = [o for o, _ in readings]
     for change in changes:
         assert isinstance(change.cursor, str) and change.cursor
     states = [o.state for o in outcomes]
@@ -502,14 +626,21 @@ async def test_conformance_watch_emits_changes_and_resumes(harness: Harness) -> 
     resumed = WatchCollector(backend.watch(changes[0].cursor))
     try:
         tail = await resumed.until(
-            harness, handle, lambda c: c.observation.outcome.terminal, "the end, resumed"
+            harness,
+            handle,
+            lambda c: (
+                isinstance(c.reading, Observation)
+                and c.reading.outcome.terminal
+                and c.reading.compute is not Compute.PRESENT
+            ),
+            "the end, resumed",
         )
     finally:
         await resumed.close()
     later = [str(o) for o in outcomes[1:]]
     for change in tail:
-        assert str(change.observation.outcome) in later, f"resumed watch emitted {change.observation.outcome}"
-    assert tail[-1].observation.outcome.state is final.state
+        assert str(_seen(change).outcome) in later, f"resumed watch emitted {_seen(change).outcome}"
+    assert _seen(tail[-1]).outcome.state is final.state
 
 
 @pytest.mark.asyncio
@@ -522,10 +653,10 @@ async def test_conformance_watch_without_cursor_lists_current(harness: Harness) 
     await _running(harness, backend, handle)
     live = WatchCollector(backend.watch())
     try:
-        mine = await live.until(harness, handle, lambda c: c.observation.state is State.RUNNING, "running")
+        mine = await live.until(harness, handle, lambda c: _seen(c).state is State.RUNNING, "running")
     finally:
         await live.close()
-    assert mine[-1].observation.state is State.RUNNING
+    assert _seen(mine[-1]).state is State.RUNNING
 
 
 # --- CessationSignal ----------------------------------------------------------------------------
@@ -576,7 +707,7 @@ async def test_conformance_wait_ceased_honours_timeout(harness: Harness) -> None
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.05):
             await backend.wait_ceased(handle)
-    assert (await backend.observe(handle)).state is State.RUNNING
+    assert _check_observation(await backend.observe(handle), handle).state is State.RUNNING
 
 
 # --- OutputReader -------------------------------------------------------------------------------
@@ -644,6 +775,7 @@ async def test_conformance_identity_weakener(harness: Harness) -> None:
         Identity(base.replace("_", ".")),
         Identity("9" + "x" * 252),
         Identity("9" + "x" * 251 + "y"),
+        Identity(base, Epoch(), "0123456789abcdef"),  # another record of the same job id
     ]
     names = [backend.native_name(i) for i in incarnations]
     assert names == [backend.native_name(i) for i in incarnations], "native_name is not deterministic"
@@ -710,7 +842,7 @@ async def test_conformance_read_only_refuses_every_write(harness: Harness) -> No
     assert not caps.writable
     before = _refs(await reader.list())
     assert any(i.same_incarnation(handle.identity) for i in before)
-    obs = await reader.observe(handle)
+    obs = _check_observation(await reader.observe(handle), handle)
     assert obs.state is State.RUNNING
     with pytest.raises(ReadOnlyError):
         await place(reader, harness.spec(), _identity("ro-new"))
@@ -725,7 +857,7 @@ async def test_conformance_read_only_refuses_every_write(harness: Harness) -> No
     assert (await reader.prepare(harness.spec(), _identity("ro-dry"))).request
     await harness.settle()
     assert _refs(await reader.list()) == before
-    assert (await writer.observe(handle)).state is State.RUNNING
+    assert _check_observation(await writer.observe(handle), handle).state is State.RUNNING
 
 
 # --- the harness's lifetime ----------------------------------------------------------------------

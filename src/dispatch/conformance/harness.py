@@ -17,7 +17,7 @@ from dispatch.model import Extensions, Handle, Image, JobSpec
 
 __all__ = ["INJECTABLE", "BaseHarness", "Harness", "MemoryHarness"]
 
-INJECTABLE = frozenset({"preempt", "lose_node", "oom", "evict", "fail", "succeed", "vanish"})
+INJECTABLE = frozenset({"preempt", "lose_node", "oom", "evict", "fail", "succeed", "vanish", "outage"})
 """Names of the cluster events a harness may be able to cause (its ``injects`` is a subset)."""
 
 
@@ -77,6 +77,11 @@ class Harness(Protocol):
         """The job's cluster object is deleted by someone else."""
         ...
 
+    async def outage(self, backend: Backend, how: str | None) -> None:
+        """Make the cluster stop answering (``how``: ``down``, ``partial``, ``errors``), or answer again
+        (``None``); its jobs go on meanwhile."""
+        ...
+
     async def advance(self, seconds: float) -> None:
         """Move the cluster's time forward and let it react."""
         ...
@@ -127,6 +132,9 @@ class BaseHarness:
 
     async def vanish(self, backend: Backend, handle: Handle) -> None:
         raise NotImplementedError("vanish")
+
+    async def outage(self, backend: Backend, how: str | None) -> None:
+        raise NotImplementedError("outage")
 
     async def advance(self, seconds: float) -> None:
         raise NotImplementedError
@@ -187,6 +195,9 @@ class MemoryHarness(BaseHarness):
 
     async def vanish(self, backend: Backend, handle: Handle) -> None:
         await self._mem(backend).vanish(handle)
+
+    async def outage(self, backend: Backend, how: str | None) -> None:
+        self.cluster.outage(3600.0 if how is not None else 0.0, how or "down")
 
     async def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)

@@ -9,11 +9,13 @@ from typing import Any
 from dispatch.backend import HoldToken, Prepared
 from dispatch.clock import Clock
 from dispatch.errors import InvalidError, ReadOnlyError, UnavailableError, UnsupportedError
+from dispatch.feed import Feed
 from dispatch.memory import naming
 from dispatch.memory.cluster import MemoryCluster, Overlap, native_object, shared_cluster
 from dispatch.memory.script import FAULTS, SCRIPT_ENV, Step, parse_script
 from dispatch.memory.settings import MemorySettings
 from dispatch.model import (
+    Absent,
     Capabilities,
     Change,
     Handle,
@@ -25,6 +27,7 @@ from dispatch.model import (
     Observation,
     OpaqueExtension,
     SharedCheckpoint,
+    Unreachable,
 )
 
 __all__ = ["ACCEPTED_EXTENSIONS", "NAME", "MemoryBackend"]
@@ -70,6 +73,9 @@ class MemoryBackend:
         self.read_only = read_only
         self.store_id = store_id
         self._closed = False
+        self._position: int | None = None  # how far the feed has read the cluster's change log
+        self.feed = Feed(self._fill, catch_up=self._catch_up)
+        """The host's feed this backend fills from the cluster's change log (its watch)."""
 
     def __repr__(self) -> str:
         return f"MemoryBackend(nodes={self.cluster.settings.nodes}, read_only={self.read_only})"
@@ -136,7 +142,7 @@ class MemoryBackend:
         handle = Handle(NAME, identity, name, cluster=self.cluster.id)
         return self.cluster.create(name, handle, spec, steps, held=prepared.held, store=self.store_id)
 
-    async def observe(self, handle: Handle) -> Observation:
+    async def observe(self, handle: Handle) -> Observation | Absent:
         self._open()
         return self.cluster.observe(self._ours(handle))
 
@@ -151,6 +157,7 @@ class MemoryBackend:
 
     async def close(self) -> None:
         self._closed = True
+        await self.feed.close()
 
     # --- Holder -----------------------------------------------------------------------------------
 
@@ -170,16 +177,39 @@ class MemoryBackend:
     # --- Watcher ----------------------------------------------------------------------------------
 
     def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
-        """Changes of every incarnation. Without a cursor, first the current state of every incarnation,
-        then each change as it happens. With the cursor of a change, the changes after it; a cursor
-        older than ``watchHistory`` changes relists (the current state of every incarnation)."""
+        """Changes of every incarnation, from the host's feed (:class:`~dispatch.feed.Feed`), which this
+        backend fills from the cluster's change log."""
         self._open()
-        return self._watch(cursor)
+        return self.feed.watch(cursor)
 
-    async def _watch(self, cursor: str | None) -> AsyncIterator[Change]:
-        async for change in self.cluster.watch(cursor):
-            if self._mine(change.observation.handle):
-                yield change
+    def watch_job(self, job_id: str) -> AsyncIterator[Change]:
+        """The changes of job ``job_id``'s incarnations only (``JobWatcher``)."""
+        self._open()
+        return self.feed.watch(job_id=job_id)
+
+    def _catch_up(self, feed: Feed) -> None:
+        """Offer every reading the cluster logged since the last call (this store's jobs only); relist
+        after an outage or a position the log no longer holds, as a list+watch does."""
+        if self.cluster.answering() is not None:
+            feed.troubled(Unreachable(self.cluster.clock.now(), "the memory cluster does not answer"))
+            self._position = None  # a watch broken by an outage lists again
+            return
+        try:
+            readings, self._position = self.cluster.changes(self._position)
+        except UnavailableError as exc:
+            feed.troubled(Unreachable(self.cluster.clock.now(), str(exc)))
+            self._position = None
+            return
+        feed.troubled(None)
+        for reading in readings:
+            if self._mine(reading.handle):
+                feed.offer(reading)
+
+    async def _fill(self, feed: Feed) -> None:
+        """The feed's source: catch up, then wait for the cluster's next change, for ever."""
+        while True:
+            self._catch_up(feed)
+            await self.cluster.wait_for_change(seen=self._position)
 
     # --- CessationSignal ----------------------------------------------------------------------------
 

@@ -4,8 +4,15 @@ There are no background tasks. Every scheduled change (a job starting to run, en
 compute going away) has a time; whoever looks at the cluster first advances it to the clock's ``now``,
 processing the due changes in time order (and admitting queued jobs as capacity frees). So the state is a
 function of the clock and of what was done to the cluster, and a :class:`~dispatch.clock.ManualClock`
-makes every test deterministic. Every change of a job's outcome is appended to a bounded change log
-that :meth:`MemoryCluster.watch` serves and resumes from.
+makes every test deterministic. Every change of a job's reading (its outcome, and whether its compute
+is still there) is appended to a bounded change log that :meth:`MemoryCluster.changes` serves, as an API
+server's watch history serves a list+watch.
+
+It is never kinder than a real cluster: a failing job shows ``starting`` for a moment before it fails
+(the real controllers do, while a pod has failed and the job's condition is not written yet), a job's
+compute lingers after it ends (``cessationDelay``: pods terminating), and the cluster can be made
+unreachable for a while — down, or answering partially, or with an errors list (:meth:`outage`) — as
+slurmctld restarts and API servers fail.
 """
 
 from __future__ import annotations
@@ -15,21 +22,29 @@ import bisect
 import copy
 import heapq
 import json
-import secrets
+import random
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from dispatch import chance
 from dispatch.clock import Clock
-from dispatch.errors import ConflictError, InvalidError, NotFoundError
-from dispatch.memory.naming import ANNOTATION_EPOCH, ANNOTATION_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
+from dispatch.errors import ConflictError, InvalidError, NotFoundError, UnavailableError
+from dispatch.memory.naming import (
+    ANNOTATION_EPOCH,
+    ANNOTATION_JOB_ID,
+    ANNOTATION_NONCE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+)
 from dispatch.memory.script import SCRIPT_ENV, RankPlan, Step, plan_rank
 from dispatch.memory.settings import MemorySettings
 from dispatch.model import (
+    Absent,
     Cause,
-    Change,
+    Compute,
     Evidence,
     Handle,
     Identity,
@@ -41,12 +56,28 @@ from dispatch.model import (
     State,
 )
 
-__all__ = ["API_VERSION", "KIND_JOB", "KIND_NODE", "MemoryCluster", "Overlap", "image_problem"]
+__all__ = [
+    "API_VERSION",
+    "KIND_JOB",
+    "KIND_NODE",
+    "OUTAGES",
+    "Item",
+    "MemoryCluster",
+    "Overlap",
+    "image_problem",
+]
 
 API_VERSION = "memory.dispatch.dev/v1"
 KIND_JOB = "MemoryJob"
 KIND_NODE = "MemoryNode"
 OUTPUT_TAIL = 50  # printed lines kept as evidence of a failure
+
+Item = Observation | Absent
+"""A reading the cluster's change log holds."""
+
+OUTAGES = ("down", "partial", "errors")
+"""How the cluster can fail to answer (:meth:`MemoryCluster.outage`): not at all, with only some of its
+jobs, or with an empty answer that carries an errors list (Slurm's JSON with slurmctld down)."""
 
 
 class Phase(StrEnum):
@@ -100,7 +131,7 @@ class _Job:
     forced_hang: bool = False
     forced_linger: float | None = None
     outcome: Outcome | None = None  # once DONE
-    emitted: Outcome | None = None
+    emitted: tuple[Outcome, Compute] | None = None
     image_error: str | None = None
     version: int = 0  # bumped on every change; older timers of the job are ignored
 
@@ -116,22 +147,30 @@ class _Job:
 class MemoryCluster:
     """A small simulated cluster. Shared by every :class:`~dispatch.memory.MemoryBackend` opened on it."""
 
-    def __init__(self, settings: MemorySettings | None = None, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        settings: MemorySettings | None = None,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
         from dispatch.clock import SystemClock
 
         self.settings = settings or MemorySettings()
         self.clock: Clock = clock or SystemClock()
-        self.id = f"memory:{secrets.token_hex(6)}"
+        self.rng = chance.source(rng)
+        self.id = f"memory:{chance.token(self.rng, 6)}"
         """This cluster's identity (``Backend.cluster_id``): each in-process cluster is a cluster of its own."""
         self._stores: dict[str, str] = {}  # job name -> the identity of the store that created it
         self._time = self.clock.now()
         self._jobs: dict[str, _Job] = {}
-        self._vanished: dict[str, Observation] = {}  # by name: the lost observation
+        self._vanished: dict[str, Absent] = {}  # by name: jobs deleted behind dispatch's back
         self._queue: list[tuple[int, str]] = []  # (seq, name), creation order: strict FIFO
         self._free = [f"node-{i}" for i in range(self.settings.nodes)]
         self._seq = 0
         self._tokens = 0
-        self._log: deque[Change] = deque(maxlen=self.settings.watch_history)
+        self._log: deque[Item] = deque(maxlen=self.settings.watch_history)
+        self._outage: tuple[float, str] | None = None  # (until, how) the cluster does not answer
         self._log_seq = 0  # sequence number of the newest change
         self._dirty: dict[str, _Job] = {}
         self._active_jobs: dict[str, _Job] = {}  # starting, running, or with compute
@@ -167,9 +206,13 @@ class MemoryCluster:
         return now
 
     def next_change_time(self) -> float | None:
-        """When the next scheduled change happens (None: nothing will change until someone acts)."""
+        """When the next scheduled change happens (None: nothing will change until someone acts); the
+        end of an outage counts (what could not be read can be read again then)."""
         top = self._peek()
-        return top[0] if top is not None else None
+        times = [top[0]] if top is not None else []
+        if self._outage is not None:
+            times.append(self._outage[0])
+        return min(times) if times else None
 
     def _peek(self) -> tuple[float, int, int, int, str, _Job] | None:
         """The earliest timer still valid (timers of a job are replaced whenever it changes)."""
@@ -373,7 +416,16 @@ class MemoryCluster:
             outcome = Outcome(State.FAILED, Cause.NODE_LOST, (ev,))
         else:  # pragma: no cover - verbs are checked when parsed
             raise InvalidError(f"not a fault: {verb!r}", path="action")
-        self._finish(job, t, outcome, linger=0.0)
+        if job.phase is Phase.RUNNING:
+            # What real controllers show for a moment: a pod has failed, the job's Failed condition is not
+            # written yet, so the job is not all running: "starting", with the pod's reason.
+            self._append(
+                Observation(
+                    job.handle, Outcome(State.STARTING, outcome.cause, outcome.evidence), t, Compute.PRESENT
+                )
+            )
+        # Its pods terminate with their grace period, as a stop's do.
+        self._finish(job, t, outcome, linger=self._linger(job, t))
 
     def _tail(self, job: _Job, rank: int, t: float) -> tuple[str, ...]:
         if job.phase is not Phase.RUNNING or rank >= len(job.plans):
@@ -458,15 +510,15 @@ class MemoryCluster:
 
     def _flush(self, t: float) -> None:
         for job in sorted(self._dirty.values(), key=lambda j: j.seq):
-            outcome = self.outcome_of(job)
-            if outcome != job.emitted:
-                job.emitted = outcome
-                self._append(Observation(job.handle, outcome, t))
+            now = (self.outcome_of(job), _compute(job))
+            if now != job.emitted:
+                job.emitted = now
+                self._append(Observation(job.handle, now[0], t, now[1]))
         self._dirty.clear()
 
-    def _append(self, observation: Observation) -> None:
+    def _append(self, reading: Item) -> None:
         self._log_seq += 1
-        self._log.append(Change(observation, str(self._log_seq)))
+        self._log.append(reading)
 
     # --- operations (the backend checks read-only and the spec before calling these) --------------
 
@@ -535,6 +587,15 @@ class MemoryCluster:
     def stop(self, handle: Handle) -> None:
         now = self.sync()
         job = self.lookup(handle)
+        if job is not None and not job.live and job.nodes and job.compute_until is not None:
+            # Compute left behind by an ended job (a slow-stop: pods that would linger): a stop deletes
+            # it, and it goes within the ordinary cessation delay.
+            until = now + self.settings.cessation_delay
+            if job.compute_until > until:
+                job.compute_until = until
+                self._touch(job)
+                self._settle(now)
+            return
         if job is None or not job.live:
             return
         ev = self._evidence(job, "Cancelled", "stopped by dispatch", now)
@@ -624,9 +685,9 @@ class MemoryCluster:
         self._active_jobs.pop(job.name, None)
         self._incarnations[job.identity.job_id].remove(job)
         self._dirty.pop(job.name, None)
-        lost = Observation(job.handle, lost_outcome(job.name, now), now)
-        self._vanished[job.name] = lost
-        self._append(lost)
+        gone = Absent(job.handle, now, (_gone_evidence(job.name, now),))
+        self._vanished[job.name] = gone
+        self._append(gone)
         self._settle(now)
 
     def _settle(self, now: float) -> None:
@@ -644,19 +705,52 @@ class MemoryCluster:
         """The identity of the store that created job ``name`` (``""``: none given)."""
         return self._stores.get(name, "")
 
-    def observe(self, handle: Handle) -> Observation:
+    def outage(self, seconds: float, how: str = "down") -> None:
+        """Make the cluster unreachable for ``seconds`` of its clock: ``down`` (no answer), ``partial``
+        (a listing that leaves jobs out) or ``errors`` (an empty answer carrying an errors list). Its
+        jobs go on meanwhile; only the answers fail. ``seconds`` 0 ends an outage."""
+        if how not in OUTAGES:
+            raise InvalidError(f"expected one of {', '.join(OUTAGES)}, got {how!r}", path="how")
+        now = self.sync()
+        self._outage = (now + seconds, how) if seconds > 0 else None
+
+    def answering(self) -> str | None:
+        """How the cluster fails to answer now (see :meth:`outage`), or ``None`` when it answers."""
+        if self._outage is None:
+            return None
+        until, how = self._outage
+        if self.clock.now() >= until:
+            self._outage = None
+            return None
+        return how
+
+    def _answer(self) -> None:
+        """Refuse a read while the cluster does not answer; a partial answer or one that carries errors
+        is refused too, as an adapter must (SPEC §5: it is *unreachable*, never "gone")."""
+        how = self.answering()
+        if how == "down":
+            raise UnavailableError("the memory cluster does not answer (outage)")
+        if how == "errors":
+            raise UnavailableError(
+                'the memory cluster answered "no jobs" with errors: controller unavailable'
+            )
+        if how == "partial":
+            raise UnavailableError("the memory cluster's answer is partial (some nodes did not report)")
+
+    def observe(self, handle: Handle) -> Item:
+        self._answer()
         now = self.sync()
         job = self.lookup(handle)
         if job is None:
             gone = self._vanished.get(handle.ref)
-            outcome = gone.outcome if gone is not None else lost_outcome(handle.ref, now)
-            return Observation(handle, outcome, now)
-        return Observation(job.handle, self.outcome_of(job), now)
+            return gone if gone is not None else Absent(handle, now, (_gone_evidence(handle.ref, now),))
+        return Observation(job.handle, self.outcome_of(job), now, _compute(job))
 
     def observations(self) -> list[Observation]:
+        self._answer()
         now = self.sync()
         return [
-            Observation(j.handle, self.outcome_of(j), now)
+            Observation(j.handle, self.outcome_of(j), now, _compute(j))
             for j in sorted(self._jobs.values(), key=lambda j: j.seq)
         ]
 
@@ -688,56 +782,35 @@ class MemoryCluster:
             status["hold"] = job.hold_token
         return status
 
-    async def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
-        """Changes after ``cursor`` (see :meth:`MemoryBackend.watch`)."""
-        pos = _parse_cursor(cursor)
-        emitted: dict[str, Outcome] = {}
-        relist = pos is None
-        self.sync()  # a cursor is judged against the log as of now
-        while True:
-            if relist or pos is None or pos >= self._log_seq:
-                # Advanced again only once what is logged is read: every watcher would otherwise run
-                # the simulation once per change it reads, and sync adds changes only after those.
-                self.sync()
-            oldest = self._log_seq - len(self._log)  # the last sequence number no longer kept
-            if relist or pos is None or pos < oldest or pos > self._log_seq:
-                now = self.sync()
-                head = self._log_seq
-                current = [
-                    (j.handle, self.outcome_of(j)) for j in sorted(self._jobs.values(), key=lambda j: j.seq)
-                ]
-                current += [(o.handle, o.outcome) for o in self._vanished.values()]
-                todo = [(h, o) for h, o in current if emitted.get(h.ref) != o]
-                for i, (h, o) in enumerate(todo):
-                    emitted[h.ref] = o
-                    # Only the last item of a relist may resume after the head: resuming from an earlier
-                    # one must relist again, or the items after it would be lost.
-                    yield Change(Observation(h, o, now), str(head) if i == len(todo) - 1 else "0")
-                pos, relist = head, False
-                continue
-            if pos < self._log_seq:
-                change = self._log[pos - oldest]
-                pos += 1
-                ref = change.observation.handle.ref
-                if emitted.get(ref) == change.observation.outcome:
-                    continue
-                emitted[ref] = change.observation.outcome
-                yield change
-                continue
-            await self.wait_for_change(seen=pos)
+    def changes(self, position: int | None) -> tuple[list[Item], int]:
+        """The readings logged after ``position`` and the position after them, as an API server's watch
+        history serves them; with ``None``, or a position older than the ``watchHistory`` kept, the
+        current reading of every job instead (a relist). Unreachable during an outage."""
+        self._answer()
+        now = self.sync()
+        oldest = self._log_seq - len(self._log)  # the last sequence number no longer kept
+        if position is None or position < oldest or position > self._log_seq:
+            current: list[Item] = [
+                Observation(j.handle, self.outcome_of(j), now, _compute(j))
+                for j in sorted(self._jobs.values(), key=lambda j: j.seq)
+            ]
+            return current + list(self._vanished.values()), self._log_seq
+        return list(self._log)[position - oldest :], self._log_seq
+
+    @property
+    def position(self) -> int:
+        """The sequence number of the newest logged reading."""
+        return self._log_seq
 
 
-def _parse_cursor(cursor: str | None) -> int | None:
-    if cursor is None:
-        return None
-    if not isinstance(cursor, str) or not cursor.isdigit():
-        raise InvalidError(f"expected a cursor from a change of this backend, got {cursor!r}", path="cursor")
-    return int(cursor)
+def _compute(job: _Job) -> Compute:
+    return Compute.PRESENT if job.nodes else Compute.GONE
 
 
-def lost_outcome(name: str, t: float) -> Outcome:
-    ev = Evidence(KIND_JOB, name, "NotFound", "the job's object is gone and dispatch did not delete it", at=t)
-    return Outcome(State.LOST, Cause.UNKNOWN, (ev,))
+def _gone_evidence(name: str, t: float) -> Evidence:
+    return Evidence(
+        KIND_JOB, name, "NotFound", "the memory cluster has no job of this name, nor its compute", at=t
+    )
 
 
 def job_env(spec: JobSpec, identity: Identity) -> dict[str, str]:
@@ -775,7 +848,11 @@ def native_object(
         "metadata": {
             "name": name,
             "labels": {LABEL_MANAGED_BY: MANAGED_BY},
-            "annotations": {ANNOTATION_JOB_ID: identity.job_id, ANNOTATION_EPOCH: str(identity.epoch)},
+            "annotations": {
+                ANNOTATION_JOB_ID: identity.job_id,
+                ANNOTATION_EPOCH: str(identity.epoch),
+                **({ANNOTATION_NONCE: identity.nonce} if identity.nonce else {}),
+            },
         },
         "spec": body,
     }

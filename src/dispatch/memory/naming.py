@@ -2,7 +2,8 @@
 
 The memory cluster names its objects like Kubernetes does (RFC 1035 labels of at most 63 characters),
 so the adapter weakens identities the way a Kubernetes adapter must: the job id is sanitised and
-shortened, and a hash of the incarnation (job id and ``N``) keeps distinct incarnations apart.
+shortened, and a hash of the incarnation (job id, ``N`` and the record's nonce) keeps distinct
+incarnations apart — those of a purged record and of its successor under the same job id included.
 """
 
 from __future__ import annotations
@@ -13,12 +14,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from dispatch.errors import ConflictError, InvalidError
-from dispatch.model import Epoch, Identity, check_job_id
+from dispatch.model import Epoch, Identity, check_job_id, check_nonce
 
-__all__ = ["ANNOTATION_EPOCH", "ANNOTATION_JOB_ID", "LABEL_MANAGED_BY", "identity_of", "native_name"]
+__all__ = [
+    "ANNOTATION_EPOCH",
+    "ANNOTATION_JOB_ID",
+    "ANNOTATION_NONCE",
+    "LABEL_MANAGED_BY",
+    "identity_of",
+    "native_name",
+]
 
 ANNOTATION_JOB_ID = "dispatch.dev/job-id"
 ANNOTATION_EPOCH = "dispatch.dev/epoch"
+ANNOTATION_NONCE = "dispatch.dev/nonce"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "dispatch"
 
@@ -29,11 +38,12 @@ _HASH = 10
 def native_name(identity: Identity) -> str:
     """``<sanitised job id>-<N>-<hash>``: lowercase, starts with a letter, at most 63 characters.
 
-    Deterministic, and the same for every identity of one incarnation (the hash covers the full job id
-    and ``N``, not the requeue count)."""
+    Deterministic, and the same for every identity of one incarnation (the hash covers the full job id,
+    ``N`` and the nonce, not the requeue count; without a nonce, as before nonces existed)."""
     if not isinstance(identity, Identity):
         raise InvalidError(f"expected an Identity, got {type(identity).__name__}", path="identity")
-    digest = hashlib.sha256(f"{identity.job_id}\0{identity.epoch.n}".encode()).hexdigest()[:_HASH]
+    key = f"{identity.job_id}\0{identity.epoch.n}" + (f"\0{identity.nonce}" if identity.nonce else "")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:_HASH]
     base = re.sub(r"[^a-z0-9-]+", "-", identity.job_id.lower()).strip("-")
     if not base or not base[0].isalpha():
         base = f"j-{base}".rstrip("-")
@@ -61,7 +71,8 @@ def identity_of(obj: Mapping[str, Any]) -> Identity | None:
             path=f'metadata.annotations["{ANNOTATION_EPOCH}"]',
         )
     epoch = Epoch.parse(epoch_text, f'metadata.annotations["{ANNOTATION_EPOCH}"]')
-    identity = Identity(job_id, epoch)
+    nonce = annotations.get(ANNOTATION_NONCE, "")
+    identity = Identity(job_id, epoch, check_nonce(nonce, f'metadata.annotations["{ANNOTATION_NONCE}"]'))
     name = metadata.get("name")
     expected = native_name(identity)
     if name != expected:

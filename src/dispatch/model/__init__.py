@@ -15,8 +15,17 @@ from dispatch.model.extensions import (
     extension_types,
     register_extension,
 )
-from dispatch.model.identity import ENV_PREFIX, EPOCH_BOUND, Epoch, Handle, Identity, check_job_id, new_job_id
-from dispatch.model.observation import Change, Observation
+from dispatch.model.identity import (
+    ENV_PREFIX,
+    EPOCH_BOUND,
+    Epoch,
+    Handle,
+    Identity,
+    check_job_id,
+    check_nonce,
+    new_job_id,
+)
+from dispatch.model.observation import Absent, Change, Compute, Observation, Reading, Unreachable
 from dispatch.model.outcome import TERMINAL_STATES, Cause, Evidence, Outcome, State
 from dispatch.model.policy import DEFAULT_POLICY, Action, Plan, PlanAction, Policy, Rule
 from dispatch.model.record import Actor, JobRecord, Lease, Transition
@@ -27,11 +36,13 @@ __all__ = [
     "ENV_PREFIX",
     "EPOCH_BOUND",
     "TERMINAL_STATES",
+    "Absent",
     "Action",
     "Actor",
     "Capabilities",
     "Cause",
     "Change",
+    "Compute",
     "Epoch",
     "Evidence",
     "Extension",
@@ -50,11 +61,14 @@ __all__ = [
     "Plan",
     "PlanAction",
     "Policy",
+    "Reading",
     "Rule",
     "SharedCheckpoint",
     "State",
     "Transition",
+    "Unreachable",
     "check_job_id",
+    "check_nonce",
     "extension_types",
     "load_json",
     "load_yaml",

@@ -17,6 +17,7 @@ __all__ = [
     "Handle",
     "Identity",
     "check_job_id",
+    "check_nonce",
     "new_job_id",
 ]
 
@@ -55,6 +56,18 @@ def check_job_id(job_id: Any, path: str = "job_id") -> str:
         if len(_VALID) >= _VALID_MAX:
             _VALID.clear()
         _VALID.add(text)
+    return text
+
+
+NONCE = r"[0-9a-f]{0,16}\Z"
+"""A record's nonce: up to 16 lowercase hex digits (it goes into native names and labels)."""
+
+
+def check_nonce(nonce: Any, path: str = "nonce") -> str:
+    """Return ``nonce`` if it is a valid record nonce, else raise :class:`InvalidError`."""
+    text = as_str(nonce, path)
+    if not re.match(NONCE, text):
+        raise InvalidError(f"invalid nonce {text[:40]!r}: use up to 16 digits from 0-9 a-f", path=path)
     return text
 
 
@@ -149,21 +162,26 @@ custom_type(
 
 
 class Identity(Model, frozen=True):
-    """One incarnation of a job: the job id with its epoch.
+    """One incarnation of a job: the job id with its epoch, and the nonce of the record it belongs to.
 
-    Two identities name the same incarnation when the job id and ``N`` agree (see :meth:`same_incarnation`).
+    Two identities name the same incarnation when the job id, ``N`` and the nonce agree (see
+    :meth:`same_incarnation`). The nonce is drawn when the record is created, so a job id used again —
+    after ``dispatch purge``, or by another store on the same cluster — never names an object of the
+    record that used it before (``""``: a record written before dispatch drew nonces).
     """
 
     job_id: str
     epoch: Epoch = Epoch()
+    nonce: str = ""
 
     def __post_init__(self) -> None:
         check_job_id(self.job_id, "jobId")
         if not isinstance(self.epoch, Epoch):
             raise InvalidError(f"expected an Epoch, got {self.epoch!r}", path="epoch")
+        check_nonce(self.nonce)
 
     def same_incarnation(self, other: Identity) -> bool:
-        return self.job_id == other.job_id and self.epoch.n == other.epoch.n
+        return self.job_id == other.job_id and self.epoch.n == other.epoch.n and self.nonce == other.nonce
 
     def env(self) -> dict[str, str]:
         """The variables every incarnation sees."""

@@ -20,6 +20,7 @@ class State(StrEnum):
     HELD = "held"
     STARTING = "starting"
     RUNNING = "running"
+    STOPPING = "stopping"  # asked to end (by dispatch, a person or the cluster); some compute remains
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -29,8 +30,29 @@ class State(StrEnum):
     def terminal(self) -> bool:
         return self in TERMINAL_STATES
 
+    @property
+    def rank(self) -> int:
+        """How far along its incarnation a state is: within one incarnation the state never goes back
+        to a lower rank (SPEC §2.3). ``held`` is a person's pause, not progress: it ranks with
+        ``queued``."""
+        return _RANK[self]
+
 
 TERMINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED, State.LOST})
+
+
+_RANK = {
+    State.PENDING: 0,
+    State.QUEUED: 1,
+    State.HELD: 1,
+    State.STARTING: 2,
+    State.RUNNING: 3,
+    State.STOPPING: 4,
+    State.SUCCEEDED: 5,
+    State.FAILED: 5,
+    State.CANCELLED: 5,
+    State.LOST: 5,
+}
 
 
 class Cause(StrEnum):

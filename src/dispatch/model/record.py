@@ -10,7 +10,7 @@ from msgspec.structs import force_setattr
 
 from dispatch.errors import InvalidError
 from dispatch.model._base import EMPTY_MAP, Int64, Model, frozen_map
-from dispatch.model.identity import Epoch, Handle, check_job_id
+from dispatch.model.identity import Epoch, Handle, Identity, check_job_id, check_nonce
 from dispatch.model.outcome import Cause, Outcome, State
 from dispatch.model.policy import Plan, Policy
 from dispatch.model.spec import JobSpec
@@ -60,7 +60,12 @@ class JobRecord(Model, frozen=True):
     ``cluster`` is the identity of the cluster the job's current incarnation belongs to: only a process
     opened on that cluster changes the record (empty in records written before dispatch recorded it).
     ``requeues`` counts the automatic requeues made under each policy rule since the user last submitted
-    or resubmitted the job (each rule's budget).
+    or resubmitted the job (each rule's budget). ``nonce`` is drawn when the record is created and takes
+    part in every incarnation's :class:`Identity`, so objects a purged record (or another store's record
+    of the same job id) left on a cluster are never taken for this record's. ``since`` is when the
+    record entered its current state. ``stop_asked`` is when the supervisor last asked the cluster to
+    end what remains of the current incarnation's compute after it ended (not a cancel: the outcome stays
+    the cluster's).
     """
 
     job_id: str
@@ -80,9 +85,13 @@ class JobRecord(Model, frozen=True):
     lease: Lease | None = None
     cluster: str = ""
     requeues: Mapping[str, Int64] = EMPTY_MAP
+    nonce: str = ""
+    since: float | None = None
+    stop_asked: float | None = None
 
     def __post_init__(self) -> None:
         check_job_id(self.job_id, "jobId")
+        check_nonce(self.nonce)
         for rule, count in self.requeues.items():
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
                 raise InvalidError(f"expected a count >= 0, got {count!r}", path=f"requeues[{rule!r}]")
@@ -97,3 +106,8 @@ class JobRecord(Model, frozen=True):
     @property
     def state(self) -> State:
         return self.outcome.state
+
+    @property
+    def identity(self) -> Identity:
+        """The identity of the record's current incarnation."""
+        return Identity(self.job_id, self.epoch, self.nonce)
