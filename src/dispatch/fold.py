@@ -167,7 +167,18 @@ def _concluded(record: JobRecord, reading: Absent) -> Outcome:
         return Outcome(State.CANCELLED, Cause.CANCELLED, (*record.outcome.evidence, *gone))
     if record.outcome.state is State.STOPPING:
         cause = record.outcome.cause if record.outcome.cause is not Cause.NONE else Cause.UNKNOWN
-        return Outcome(State.FAILED, cause, (*record.outcome.evidence, *gone))
+        who: tuple[Evidence, ...] = ()
+        if cause is Cause.CANCELLED:  # stopped, and dispatch never asked: someone else did
+            who = (
+                Evidence(
+                    kind="Record",
+                    name=record.job_id,
+                    reason="StoppedByOthers",
+                    message="dispatch did not ask for this stop: someone else (or the cluster) stopped it",
+                    at=reading.at,
+                ),
+            )
+        return Outcome(State.FAILED, cause, (*record.outcome.evidence, *gone, *who))
     return Outcome(State.LOST, Cause.UNKNOWN, gone)
 
 

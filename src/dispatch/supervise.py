@@ -296,7 +296,13 @@ class Supervisor:
             else:
                 changes = await self._drain()
             report.changes = len(changes)
+            # Level, not edge: only the newest reading of each incarnation is folded (what the watch
+            # delivered in between says nothing the newest does not, and a fold is a store write).
+            latest: dict[str, Change] = {}
             for change in changes:
+                latest.pop(change.handle.ref, None)
+                latest[change.handle.ref] = change
+            for change in latest.values():
                 jid = change.handle.identity.job_id
                 try:
                     await self._keepalive()

@@ -27,10 +27,13 @@ from dispatch.errors import (
     UnavailableError,
     UnsupportedError,
 )
+from dispatch.feed import Feed
 from dispatch.model import (
+    Absent,
     Capabilities,
     Cause,
     Change,
+    Compute,
     Evidence,
     Handle,
     Identity,
@@ -38,7 +41,6 @@ from dispatch.model import (
     Limits,
     Mode,
     Observation,
-    Outcome,
     State,
 )
 from dispatch.probecache import ProbeCache
@@ -47,7 +49,6 @@ from dispatch_kubeflow.errors import AlreadyExistsError, StaleHoldError
 from dispatch_kubeflow.events import decision_event, events_path
 from dispatch_kubeflow.holds import held_by_us, new_token, pointer
 from dispatch_kubeflow.incarnation import (
-    DeletionClock,
     Tail,
     attach_output,
     failed_node_pods,
@@ -90,8 +91,6 @@ from dispatch_kubeflow.trainjob import (
 from dispatch_kubeflow.watching import (
     Kind,
     Parts,
-    Watch,
-    decode_cursor,
     kinds,
     runtime_kind_key,
     runtime_kinds,
@@ -240,26 +239,18 @@ class Backend:
         )
         self._clock = clock
         self._closed = False
-        # Refs this backend deleted: a TrainJob gone after our own stop was cancelled, not lost. (Across
-        # restarts the host's record decides: "record says we cancelled" comes first in SPEC §9.7.)
-        self._stopped: set[str] = set()
-        # Output tails of failed nodes, read while their pods were there: TrainJob name -> pod -> tail, and
-        # which container runs were read (pod uid, container id), so each failure is read once.
-        self._tails: dict[str, dict[str, Tail]] = {}
-        self._tails_read: dict[str, set[tuple[str, str]]] = {}
-        self._deletions = DeletionClock()
-        # Events read for a failure nothing cached explains (pods gone), per TrainJob name: read once.
-        self._events: dict[str, list[dict[str, Any]]] = {}
         self._listed_once = False
-        # The one reading path (SPEC §9.6): every reader of this process shares this cache.
+        # The one reading path (SPEC §9.6): every reader of this process shares this cache; the host's
+        # feed (every watch) is filled from it.
         self.informer = Informer(
             client,
             settings.namespace,
             [*self._incarnation_kinds(), *runtime_kinds(settings.namespace)],
-            fold=self._fold,
-            tails=self._watch_tails,
+            on_change=self._changed,
             clock=clock,
         )
+        self.feed = Feed(self._fill)
+        """The host's feed, which this backend fills from the informer."""
 
     def _incarnation_kinds(self) -> list[Kind]:
         return kinds(
@@ -571,9 +562,7 @@ class Backend:
             # The TrainJob alone says whether the job ended (Complete, Failed, being deleted).
             from dispatch_kubeflow.causes import Snapshot, classify
 
-            outcome = classify(
-                Snapshot.of(name, obj, stopped=handle.ref in self._stopped, now=self._clock.now())
-            )
+            outcome = classify(Snapshot.of(name, obj, now=self._clock.now()))
             if outcome.terminal:
                 raise ConflictError(f"{what}: the job already ended ({outcome}); nothing to hold")
             token = held_by_us(obj)
@@ -681,17 +670,31 @@ class Backend:
             whose = f"store {theirs!r}" if theirs else "no store"
             raise ConflictError(f"{what} belongs to {whose}, not to this one ({self.store_id!r})")
 
-    def _fold(self, name: str, parts: Parts) -> Outcome:
-        """The one fold of an incarnation, for ``observe``, ``list`` and every watch: the cause table, a
-        deletion that does not complete, and the output tails of failed nodes read while their pods were
-        there. (What was seen earlier — a cause seen while a pod restarted, a stop — is kept in the host's
-        record and applied by the host's fold, so a fresh process reads what a long-running one does.)"""
-        # Imported here: its rule table is a tenth of the adapter's import time, and a command that folds
+    def _reading(self, name: str, identity: Identity, parts: Parts) -> Observation | Absent:
+        """The one reading of an incarnation, for ``observe``, ``list`` and the feed: the cause table over
+        its cached objects, a deletion that does not complete, the output tails of failed nodes read while
+        their pods were there, and whether its compute remains. A TrainJob gone with nothing of it left is
+        :class:`~dispatch.model.Absent`; gone with pods still terminating, it is ending (``stopping``,
+        cancelled) until they go. Who stopped it, and what that makes of the record, the host decides."""
+        # Imported here: its rule table is a tenth of the adapter's import time, and a command that reads
         # nothing (`logs` of a finished job) never needs it.
         from dispatch_kubeflow.causes import Snapshot, classify
 
         now = self._clock.now()
-        stopped = f"{self.settings.namespace}/{name}" in self._stopped
+        handle = self._handle(identity, name)
+        compute = self._compute(parts)
+        extras = self.informer.extras(name)
+        if parts.trainjob is None and compute is not Compute.PRESENT:
+            left = remains(None, parts.jobset, parts.pods)
+            ev = Evidence(
+                kind="TrainJob",
+                name=name,
+                reason="NotFound",
+                message="the TrainJob is gone, and no pod of it remains"
+                + ("" if left.jobset is None else f" (its JobSet {left.jobset!r} is going)"),
+                at=now,
+            )
+            return Absent(handle, now, (ev,))
         snapshot = Snapshot.of(
             name,
             parts.trainjob,
@@ -699,29 +702,35 @@ class Backend:
             jobs=parts.jobs,
             pods=parts.pods,
             workload=parts.workload,
-            stopped=stopped,
             now=now,
-            events=self._events.get(name, ()),
+            events=extras.events or (),
         )
         outcome = classify(snapshot)
-        if outcome.state is State.CANCELLED and (parts.jobset is not None or parts.pods):
-            # Stopped by us, and its compute is not gone yet (the cache still holds its JobSet or pods): a
-            # record must not say cancelled while any of it runs.
-            left = remains(None, parts.jobset, parts.pods)
-            ev = Evidence(
-                kind="TrainJob",
-                name=name,
-                reason="Stopping",
-                message=f"deleted by dispatch (stop); its compute is not gone yet: {left.describe()}",
-            )
-            outcome = Outcome(State.RUNNING, Cause.NONE, (ev,))
-        if parts.trainjob is None:  # gone: its tails and events are no evidence any more (bounded memory)
-            self._tails.pop(name, None)
-            self._tails_read.pop(name, None)
-            self._events.pop(name, None)
-            return outcome
-        outcome = with_stuck_deletion(outcome, name, parts, now=now, deletions=self._deletions)
-        return attach_output(outcome, list(self._tails.get(name, {}).values()))
+        outcome = with_stuck_deletion(outcome, name, parts, now=now, deletions=self.informer.deletions)
+        outcome = attach_output(outcome, list(extras.tails.values()))
+        return Observation(handle, outcome, now, compute)
+
+    def _compute(self, parts: Parts) -> Compute:
+        """Whether compute of the incarnation remains: a pod not yet finished (running, pending, or
+        terminating). A pod the credentials may not see leaves it unknown."""
+        if not self.informer.follows("pods"):
+            return Compute.UNKNOWN
+        live = [p for p in parts.pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        return Compute.PRESENT if live else Compute.GONE
+
+    async def _changed(self, name: str, identity: Identity) -> None:
+        """The informer's word that incarnation ``name`` changed: read it into the feed."""
+        parts = self.informer.parts(name)
+        await self._watch_tails(name, parts)
+        self.feed.offer(self._reading(name, identity, parts))
+
+    async def _fill(self, feed: Feed) -> None:
+        """The feed's source: the informer's list+watch streams, until they fail. The informer reads every
+        incarnation into the feed when it starts (:meth:`Informer.sync`) and each one an event touches
+        after that (:meth:`_changed`). This task starts nothing itself — a watch starts the informer in the
+        caller's own task (:meth:`watch`), so what a process sends happens in the order it asked for it."""
+        await self.informer.following()
+        await self.informer.done()
 
     async def _read_tails(self, name: str, trainjob: Mapping[str, Any], pods: list[dict[str, Any]]) -> None:
         """Read the output tail of every failed node of the incarnation not read yet — while its pod is
@@ -734,16 +743,16 @@ class Backend:
             or self.facts.logs_readable is False
         ):
             return
+        extras = self.informer.extras(name)
         for pod in failed_node_pods(pods):
             pmeta = pod.get("metadata", {})
             term = terminated_node(pod)
             if term is None:
                 continue
             key = (str(pmeta.get("uid", "")), term[2])
-            read = self._tails_read.setdefault(name, set())
-            if key in read:
+            if key in extras.tails_read:
                 continue
-            read.add(key)
+            extras.tails_read.add(key)
             try:
                 lines = await output.read_tail(
                     self._client,
@@ -756,8 +765,7 @@ class Backend:
                 _log.info("could not read the output tail of pod %s: %s", pmeta.get("name"), exc)
                 continue
             tail = Tail.of(pod, lines)
-            self._tails.setdefault(name, {})[tail.pod] = tail
-            self.informer.invalidate(name)
+            extras.tails[tail.pod] = tail
 
     async def _current(self) -> None:
         """The shared cache, current for a read. A read-only backend's first read, when no feed runs,
@@ -770,11 +778,11 @@ class Backend:
             return
         await self.informer.sync()
 
-    async def observe(self, handle: Handle) -> Observation:
-        """The outcome of the incarnation, classified by the cause table (:mod:`dispatch_kubeflow.causes`)
+    async def observe(self, handle: Handle) -> Observation | Absent:
+        """A reading of the incarnation, classified by the cause table (:mod:`dispatch_kubeflow.causes`)
         from the shared cache, as of the last event it received (what this process wrote itself shows at
         once). A TrainJob the cache does not hold is read from the cluster, and told gone only after a
-        second, differently routed read: ``cancelled`` if this backend stopped it, else ``lost``."""
+        second, differently routed read; gone with nothing of it left, the incarnation is absent."""
         name = self._name_of(handle)
         await self._current()
         parts = self.informer.parts(name)
@@ -789,25 +797,19 @@ class Backend:
         if obj is not None:
             self._check_owner(obj, handle)
             await self._watch_tails(name, parts)
-        outcome = self._fold(name, parts)
-        if handle.ref in self._stopped:
-            # Cancelled only once its compute is gone (a background deletion removes the TrainJob first).
-            outcome = await cessation.cancelled_once_ceased(self._client, handle, name, outcome)
-        return Observation(handle, outcome, self._clock.now())
+        return self._reading(name, handle.identity, parts)
 
     async def stop(self, handle: Handle) -> None:
         """Suspend the incarnation (under Kueue: deactivate its Workload), then delete its TrainJob in the
         background (its JobSet and pods go after it); see :func:`cessation.stop`, which converges on
-        Trainer v2.3.0. Idempotent: a TrainJob already gone, or already being deleted, is fine. Returns
-        before the pods are gone."""
+        Trainer v2.3.0 (a foreground deletion by someone else included). Idempotent: a TrainJob already
+        gone, or already being deleted in the background, is fine. Returns before the pods are gone."""
         self._refuse_writes(f"stop {handle}")
         name = self._name_of(handle)
         obj = await self._get(name, what=f'get TrainJob "{handle.ref}"')
         if obj is None:
             return
         self._check_owner(obj, handle)
-        self._stopped.add(handle.ref)
-        self.informer.invalidate(name)
         await cessation.stop(
             self._client, obj, ref=handle.ref, kueue=self.facts.kueue, queueing=self.queueing
         )
@@ -828,90 +830,95 @@ class Backend:
         await self._client.create(events_path(self.settings.namespace), body, what=what)
 
     async def list(self) -> list[Observation]:
-        """An observation of every TrainJob in the namespace that carries dispatch's identity, from the
-        shared cache (one list+watch per kind for the whole process, never a request per job). Objects whose
-        marks are inconsistent are skipped with a warning."""
+        """A reading of every incarnation in the namespace that carries this store's marks and is still on
+        the cluster (its TrainJob, or compute left of it), from the shared cache (one list+watch per kind
+        for the whole process, never a request per job). Objects whose marks are inconsistent are skipped
+        with a warning."""
         await self._current()
         out: list[Observation] = []
-        now = self._clock.now()
         for name, identity in sorted(self.informer.identities().items()):
             parts = self.informer.parts(name)
-            if parts.trainjob is not None:
-                out.append(Observation(self._handle(identity, name), self._fold(name, parts), now))
+            if parts.trainjob is None and not parts.pods:
+                continue
+            reading = self._reading(name, identity, parts)
+            if isinstance(reading, Observation):
+                out.append(reading)
         return out
 
     async def close(self) -> None:
         """Close the connection. Idempotent."""
         if not self._closed:
             self._closed = True
+            await self.feed.close()
             await self.informer.close()
             await self._client.close()
 
     # --- Watcher ---------------------------------------------------------------------------------------
 
     def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
-        """Changes of every incarnation in the namespace, from the shared informer (one list+watch per kind
-        for the whole process, however many watches are open). A change is emitted only when an
-        incarnation's observation changes; resumable from any change's cursor, also in another process
-        (a cursor older than this process's informer is replayed on its own list+watch, once)."""
-        if cursor is not None:
-            since = decode_cursor(cursor, self.settings.namespace)
-            if not self.informer.covers(since):
-                return self._replay(cursor)
-            return self.informer.follow(self._handle, since)
-        return self.informer.follow(self._handle)
+        """Changes of every incarnation in the namespace, from the host's feed, which the shared informer
+        fills (one list+watch per kind for the whole process, however many watches are open). Resumable
+        from any change's cursor; a cursor the feed does not hold (another process's, an old one) relists."""
+        return self._watch(cursor, None)
+
+    async def _watch(self, cursor: str | None, job_id: str | None) -> AsyncIterator[Change]:
+        await self._current()  # the informer started here, in the watcher's task
+        changes = self.feed.watch(cursor, job_id=job_id)
+        try:
+            async for change in changes:
+                yield change
+        finally:
+            await changes.aclose()  # type: ignore[attr-defined]
 
     def watch_job(self, job_id: str) -> AsyncIterator[Change]:
-        """The changes of job ``job_id``'s incarnations only, from the shared informer (``JobWatcher``):
-        a thousand jobs each followed on its own cost what one watch of them all does."""
+        """The changes of job ``job_id``'s incarnations only (``JobWatcher``): a thousand jobs each
+        followed on its own cost what one watch of them all does."""
         if not isinstance(job_id, str) or not job_id:
             raise InvalidError(f"expected a job id, got {job_id!r}", path="job_id")
-        return self.informer.follow(self._handle, job_id=job_id)
-
-    def _replay(self, cursor: str) -> AsyncIterator[Change]:
-        watch = Watch(
-            self._client,
-            self.settings.namespace,
-            self._incarnation_kinds(),
-            fold=lambda name, parts, _previous: self._fold(name, parts or Parts()),
-            handle_of=self._handle,
-            tails=self._watch_tails,
-            clock=self._clock,
-        )
-        return watch.run(cursor)
+        return self._watch(None, job_id)
 
     async def _watch_tails(self, name: str, parts: Parts) -> None:
-        """What must be read before an incarnation is folded: the output tails of failed nodes while their
+        """What must be read before an incarnation is read: the output tails of failed nodes while their
         pods are there, and — for a failure nothing cached explains — the Events that outlive the pods."""
         if parts.trainjob is not None and failed_node_pods(parts.pods):
             await self._read_tails(name, parts.trainjob, parts.pods)
+        extras = self.informer.extras(name)
         # Only once the pods are gone: while they are there they say more, and a failure read before its
         # pods' last statuses arrive (another stream) must not cost a list of the namespace's Events.
-        if parts.trainjob is not None and not parts.pods and name not in self._events:
-            before = self.informer.last(name)
-            if before is not None and before.terminal and before.cause not in (Cause.NONE, Cause.UNKNOWN):
+        if parts.trainjob is not None and not parts.pods and extras.events is None:
+            before = self.feed.last(f"{self.settings.namespace}/{name}")
+            if (
+                isinstance(before, Observation)
+                and before.outcome.terminal
+                and before.cause not in (Cause.NONE, Cause.UNKNOWN)
+            ):
                 # This process read the failure's cause while the pods were there (and the host's record
                 # keeps it): the Events cannot add to it, and are not worth a list of the namespace's.
-                self._events[name] = []
+                extras.events = []
                 return
-            outcome = self._fold(name, parts)
-            if (outcome.state, outcome.cause) == (State.FAILED, Cause.UNKNOWN):
-                self._events[name] = await events_of(self._client, self.settings.namespace, name)
-                self.informer.invalidate(name)
+            identity = self.informer.identities().get(name)
+            if identity is None:
+                return
+            reading = self._reading(name, identity, parts)
+            if isinstance(reading, Observation) and (reading.state, reading.cause) == (
+                State.FAILED,
+                Cause.UNKNOWN,
+            ):
+                extras.events = await events_of(self._client, self.settings.namespace, name)
 
     # --- CessationSignal -------------------------------------------------------------------------------
 
     async def ceased(self, handle: Handle) -> bool:
         """True only when the incarnation's TrainJob, its JobSet and every pod of it are gone."""
         left, _ = await cessation.read_remains(self._client, handle, self._name_of(handle))
-        self._deletions.stuck_for(left, self._clock.now())  # starts the clock of a deletion seen first here
+        self.informer.deletions.stuck_for(left, self._clock.now())  # starts the clock of a deletion seen here
         return left.ceased
 
     async def require_ceased(self, handle: Handle) -> None:
         """Return if the incarnation has ceased; else raise :class:`~dispatch_kubeflow.PodsRemainError`
         naming what remains (which pods, terminating since when; a deletion that does not complete)."""
         await cessation.require_ceased(
-            self._client, handle, self._name_of(handle), clock=self._clock, deletions=self._deletions
+            self._client, handle, self._name_of(handle), clock=self._clock, deletions=self.informer.deletions
         )
 
     async def wait_ceased(self, handle: Handle) -> None:

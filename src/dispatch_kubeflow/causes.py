@@ -374,8 +374,9 @@ class KubeEvent(Struct, frozen=True):
 class Snapshot(Struct, frozen=True):
     """One incarnation as its objects show it at ``now`` (epoch seconds).
 
-    ``trainjob`` is ``None`` when the TrainJob is confirmed gone. ``stopped`` is true when dispatch itself
-    deleted it (the record says we cancelled). Build it with :meth:`of` from raw API objects.
+    ``trainjob`` is ``None`` when the TrainJob is confirmed gone (and some of its compute is not). Who
+    stopped an incarnation is the host's to say, from its record: the table reads the cluster only. Build
+    it with :meth:`of` from raw API objects.
     """
 
     name: str
@@ -384,7 +385,6 @@ class Snapshot(Struct, frozen=True):
     jobs: tuple[Job, ...] = ()
     pods: tuple[Pod, ...] = ()
     workload: Workload | None = None
-    stopped: bool = False
     now: float | None = None
     image_pull_grace: float = IMAGE_PULL_GRACE
     config_error_grace: float = CONFIG_ERROR_GRACE
@@ -401,7 +401,6 @@ class Snapshot(Struct, frozen=True):
         jobs: Sequence[Any] = (),
         pods: Sequence[Any] = (),
         workload: Any = None,
-        stopped: bool = False,
         now: float | None = None,
         image_pull_grace: float = IMAGE_PULL_GRACE,
         events: Sequence[Any] = (),
@@ -414,7 +413,6 @@ class Snapshot(Struct, frozen=True):
             jobs=tuple(Job.parse(j) for j in _seq(jobs) if isinstance(j, Mapping)),
             pods=tuple(Pod.parse(p) for p in _seq(pods) if isinstance(p, Mapping)),
             workload=Workload.parse(workload) if isinstance(workload, Mapping) else None,
-            stopped=stopped,
             now=now,
             image_pull_grace=image_pull_grace,
             events=tuple(KubeEvent.parse(e) for e in _seq(events) if isinstance(e, Mapping)),
@@ -441,7 +439,8 @@ class Snapshot(Struct, frozen=True):
             return State.STARTING
         wl = self.workload
         if tj.suspended:
-            return State.QUEUED if tj.queued_in_kueue or wl is not None else State.HELD
+            # Held only by dispatch's hold (the rule "held"); suspended by anyone else, it waits: queued.
+            return State.QUEUED
         if wl is not None and not wl.true("QuotaReserved") and not wl.finished:
             return State.QUEUED
         # Pods still to run or running (a node that already succeeded counts as done, not as starting).
@@ -491,17 +490,6 @@ class Rule(Struct, frozen=True):
 
     def __repr__(self) -> str:
         return shown(self, frozenset({"match"}))  # a function: its repr says nothing
-
-
-def _we_cancelled(s: Snapshot) -> Outcome | None:
-    if not s.stopped:
-        return None
-    tj = s.trainjob
-    if tj is None:
-        ev = Evidence(kind="TrainJob", name=s.name, reason="Deleted", message="deleted by dispatch (stop)")
-    else:
-        ev = tj.evidence(reason="Deleting", message="being deleted by dispatch (stop)")
-    return Outcome(State.CANCELLED, Cause.CANCELLED, (ev,))
 
 
 def _held(s: Snapshot) -> Outcome | None:
@@ -793,19 +781,20 @@ def _config_error(s: Snapshot) -> Outcome | None:
 
 
 def _gone(s: Snapshot) -> Outcome | None:
+    """Deleted, or being deleted, before it ended: it is stopping, cancelled (by whom — dispatch's cancel,
+    a requeue, someone else — the host's record says)."""
     if s.trainjob is None:
+        left = ", ".join(p.name for p in s.pods) or "none"
         ev = Evidence(
             kind="TrainJob",
             name=s.name,
-            reason="NotFound",
-            message="the TrainJob no longer exists and dispatch did not delete it",
+            reason="Deleted",
+            message=f"the TrainJob is gone; its pods are still terminating ({left})",
         )
-        return Outcome(State.LOST, Cause.UNKNOWN, (ev,))
+        return Outcome(State.STOPPING, Cause.CANCELLED, (ev,))
     if s.trainjob.deleting:
-        ev = s.trainjob.evidence(
-            reason="Deleting", message="the TrainJob is being deleted, and not by dispatch"
-        )
-        return Outcome(State.LOST, Cause.UNKNOWN, (ev,))
+        ev = s.trainjob.evidence(reason="Deleting", message="the TrainJob is being deleted")
+        return Outcome(State.STOPPING, Cause.CANCELLED, (ev,))
     return None
 
 
@@ -887,6 +876,10 @@ def _restarting(s: Snapshot) -> Outcome | None:
     return Outcome(s.live_state(), cause, tuple(evidence))
 
 
+def _no_workload(s: Snapshot) -> bool:
+    return s.workload is None
+
+
 def _live(s: Snapshot) -> Outcome | None:
     tj = s.trainjob
     state = s.live_state()
@@ -895,6 +888,11 @@ def _live(s: Snapshot) -> Outcome | None:
     if state in (State.QUEUED, State.HELD):
         c = tj.true("Suspended")
         ev = tj.evidence(c) if c is not None else tj.evidence(reason="Suspended")
+        if tj.suspended and not tj.queued_in_kueue and _no_workload(s):
+            ev = ev.replace(
+                message=(ev.message + "; " if ev.message else "")
+                + "spec.suspend is true, set by someone else (not dispatch's hold): it waits until unsuspended"
+            )
         wl = s.workload
         quota = _find(wl.conditions, "QuotaReserved") if wl is not None else None
         extra = (
@@ -907,13 +905,6 @@ def _live(s: Snapshot) -> Outcome | None:
 _POD = "failed (the live state while the Job replaces the pod)"
 
 RULES: Final[tuple[Rule, ...]] = (
-    Rule(
-        "we_cancelled",
-        "the record says we cancelled (dispatch deleted the TrainJob)",
-        "host record",
-        "cancelled / cancelled",
-        _we_cancelled,
-    ),
     Rule(
         "held",
         f"TrainJob annotated `{ANNOTATION_HOLD}` (dispatch's hold) and suspended, or its Workload `Evicted` for any "
@@ -1030,9 +1021,9 @@ RULES: Final[tuple[Rule, ...]] = (
     ),
     Rule(
         "gone",
-        "TrainJob gone (confirmed by a second read) or being deleted, not by us",
-        "TrainJob",
-        "lost / unknown",
+        "TrainJob being deleted, or gone while its pods still terminate (gone with nothing left, the incarnation reads absent, and two absent readings are `lost` for the host — or `cancelled` when it asked for the stop)",
+        "TrainJob, Pod",
+        "stopping / cancelled (the host ends it cancelled when it stopped it, failed / cancelled otherwise)",
         _gone,
     ),
     Rule(
@@ -1058,7 +1049,7 @@ RULES: Final[tuple[Rule, ...]] = (
     ),
     Rule(
         "live",
-        "none of the above: suspended → queued (Kueue) or held; every pod that has not finished `Running` (and all nodes there or done) → running; else starting",
+        "none of the above: suspended → queued (by Kueue, or by someone else: the suspension is the evidence); every pod that has not finished `Running` (and all nodes there or done) → running; else starting",
         "TrainJob, Workload, Pod",
         "queued, held, starting or running / none",
         _live,

@@ -24,14 +24,14 @@ from typing import Any
 
 from dispatch.clock import Clock
 from dispatch.errors import DispatchError, NotFoundError
-from dispatch.model import Cause, Evidence, Handle, Outcome, State
+from dispatch.model import Handle
 from dispatch_kubeflow.errors import PodsRemainError
 from dispatch_kubeflow.incarnation import DeletionClock, Remains, remains, stuck_message
 from dispatch_kubeflow.kube import KubeClient
 from dispatch_kubeflow.naming import identity_labels
 from dispatch_kubeflow.resources import JOBSETS, LABEL_JOB_UID, PODS, TRAINJOBS, WORKLOADS
 
-__all__ = ["WAIT_SECONDS", "cancelled_once_ceased", "read_remains", "require_ceased", "stop", "wait_ceased"]
+__all__ = ["WAIT_SECONDS", "read_remains", "require_ceased", "stop", "wait_ceased"]
 
 _log = logging.getLogger("dispatch.kubeflow")
 
@@ -220,22 +220,3 @@ async def _pods_first(
     except DispatchError as exc:
         # Changed meanwhile, refused by a webhook or RBAC, already gone: deleting still ends it.
         _log.info("stop %s: could not make its pods go first (%s); deleting it", ref, exc)
-
-
-async def cancelled_once_ceased(client: KubeClient, handle: Handle, name: str, outcome: Outcome) -> Outcome:
-    """``outcome`` (of a stopped incarnation) unless it says ``cancelled`` while the incarnation's own
-    labelled JobSet or pods remain: a record must not say cancelled while compute of it still runs (a
-    background deletion removes the TrainJob first; a lingering TrainJob holds no compute). Until then it
-    reads as running, stopping."""
-    if outcome.state is not State.CANCELLED:
-        return outcome
-    left, _ = await read_remains(client, handle, name)
-    if left.jobset is None and not left.pods:
-        return outcome
-    ev = Evidence(
-        kind="TrainJob",
-        name=name,
-        reason="Stopping",
-        message=f"deleted by dispatch (stop); its compute is not gone yet: {left.describe()}",
-    )
-    return Outcome(State.RUNNING, Cause.NONE, (ev,))

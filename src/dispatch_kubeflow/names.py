@@ -32,6 +32,10 @@ LABEL_JOB_HASH: Final = f"{DOMAIN}/job-hash"
 """A hash of the full job id (job ids may be longer than a label value allows)."""
 LABEL_INCARNATION: Final = f"{DOMAIN}/incarnation"
 """``N`` of the epoch: together with the job hash it selects one incarnation's objects and pods."""
+LABEL_NONCE: Final = f"{DOMAIN}/nonce"
+"""The record's nonce (SPEC §2.4): with the job hash and ``N`` it selects one record's incarnation, so a
+purged record's objects, or another store's of the same job id, are never taken for a new record's.
+Absent for a record written before nonces."""
 LABEL_PROBE: Final = f"{DOMAIN}/probe"
 LABEL_STORE: Final = "dispatch.io/store"
 """The identity of the record store whose host created the object (SPEC §6.1): two stores sharing a

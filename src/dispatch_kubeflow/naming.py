@@ -1,9 +1,10 @@
 """How an incarnation is named on the cluster, and how an object's identity is read back (pure).
 
-The TrainJob name holds as much of the job id as fits, then ``N`` and a hash of ``(job id, N)``: the
-same incarnation always gets the same name (so a create after a crash finds the first one) and two
-incarnations never share one. The full identity rides in annotations; labels carry a hash of the job id
-and ``N`` so objects and pods can be selected.
+The TrainJob name holds as much of the job id as fits, then ``N`` and a hash of ``(job id, N, nonce)``:
+the same incarnation always gets the same name (so a create after a crash finds the first one) and two
+incarnations never share one — nor two records of one job id (a purged record and its successor, two
+stores' records). The full identity rides in annotations; labels carry a hash of the job id, ``N`` and the
+record's nonce so objects and pods can be selected.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dispatch_kubeflow.names import (
     LABEL_INCARNATION,
     LABEL_JOB_HASH,
     LABEL_MANAGED_BY,
+    LABEL_NONCE,
     MANAGED_BY,
 )
 
@@ -51,9 +53,11 @@ def job_hash(job_id: str) -> str:
 
 def native_name(identity: Identity) -> str:
     """The TrainJob name of an incarnation: an RFC 1035 label of at most :data:`MAX_NAME` characters,
-    deterministic in ``(job id, N)``: ``<sanitised job id>-<N>-<hash>``."""
+    deterministic in ``(job id, N, nonce)``: ``<sanitised job id>-<N>-<hash>`` (without a nonce, as
+    before nonces existed)."""
     n = identity.epoch.n
-    digest = _digest(f"{identity.job_id}\n{n}")[:10]
+    key = f"{identity.job_id}\n{n}" + (f"\n{identity.nonce}" if identity.nonce else "")
+    digest = _digest(key)[:10]
     suffix = f"-{n}-{digest}"
     slug = re.sub(_NOT_NAME, "-", identity.job_id.lower()).strip("-")
     slug = re.sub("-{2,}", "-", slug)
@@ -65,11 +69,14 @@ def native_name(identity: Identity) -> str:
 
 def identity_labels(identity: Identity) -> dict[str, str]:
     """Labels that select every object and pod of an incarnation."""
-    return {
+    labels = {
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_JOB_HASH: job_hash(identity.job_id),
         LABEL_INCARNATION: str(identity.epoch.n),
     }
+    if identity.nonce:
+        labels[LABEL_NONCE] = identity.nonce
+    return labels
 
 
 def identity_annotations(identity: Identity) -> dict[str, str]:
@@ -100,7 +107,11 @@ def identity_of(obj: Mapping[str, Any]) -> Identity | None:
             f"{where} carries a partial dispatch identity; it was not written by dispatch as is"
         )
     try:
-        identity = Identity(str(annotations[ANNOTATION_JOB_ID]), Epoch.parse(annotations[ANNOTATION_EPOCH]))
+        identity = Identity(
+            str(annotations[ANNOTATION_JOB_ID]),
+            Epoch.parse(annotations[ANNOTATION_EPOCH]),
+            str(labels.get(LABEL_NONCE, "")),
+        )
     except InvalidError as exc:
         raise ConflictError(f"{where} carries a malformed dispatch identity: {exc}") from None
     if labels.get(LABEL_JOB_HASH) != job_hash(identity.job_id) or labels.get(LABEL_INCARNATION) != str(

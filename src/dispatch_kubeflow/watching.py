@@ -1,27 +1,22 @@
-"""The watch: one list+watch per kind, folded into one observation per incarnation (SPEC §9.6).
+"""The watch streams: one list+watch per kind, and the view that indexes what they bring by incarnation
+(SPEC §9.6).
 
 Kinds: TrainJobs, JobSets, Jobs, pods and (when Kueue is installed) Workloads, each listed and then watched
 from the list's resourceVersion — one stream per kind for every job at once, never one request per job,
-never polling (the model is kopf's ``continuous_watch``). Every change of an object re-folds the one
-incarnation it belongs to (:class:`View`), and a change is emitted only when that folded observation differs
-from the last one emitted. A stream that ends or drops is resumed from its last resourceVersion (bookmarks
-advance it); ``410 Expired`` relists the kind and emits what changed meanwhile; 429/5xx and lost connections
-are retried with doubling backoff.
-
-The cursor is opaque to the host: the per-kind resourceVersions, base64url JSON. Resuming from it lists every
-kind again, emits the incarnations with an object changed after the cursor, and replays the deletions since
-(so an incarnation that vanished meanwhile is reported, not forgotten) when the server still has them.
+never polling (the model is kopf's ``continuous_watch``). Every change of an object touches the one
+incarnation it belongs to (:class:`View`); the informer (:mod:`dispatch_kubeflow.informer`) reads that
+incarnation again into the host's feed, which emits a change only when the reading differs. A stream that
+ends or drops is resumed from its last resourceVersion (bookmarks advance it); ``410 Expired`` relists the
+kind; 429/5xx and lost connections are retried with doubling backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from msgspec import Struct, field
@@ -31,13 +26,10 @@ from dispatch.clock import Clock
 from dispatch.errors import (
     ConflictError,
     DispatchError,
-    InvalidError,
-    NotFoundError,
     OutcomeUnknownError,
-    PermissionDeniedError,
     UnavailableError,
 )
-from dispatch.model import Change, Handle, Identity, Observation, Outcome
+from dispatch.model import Identity
 from dispatch_kubeflow import naming
 from dispatch_kubeflow.errors import ExpiredError, map_status
 from dispatch_kubeflow.kube import KubeClient
@@ -67,10 +59,7 @@ __all__ = [
     "Parts",
     "Streams",
     "View",
-    "Watch",
     "continuous_watch",
-    "decode_cursor",
-    "encode_cursor",
     "kinds",
     "list_kind",
     "newer",
@@ -83,7 +72,6 @@ _log = logging.getLogger(__name__)
 
 DISPATCH_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_JOB_HASH}"
 """Selects what dispatch created for a job (the probe carries no job hash)."""
-_CURSOR_VERSION = 1
 TICK_SECONDS = 60.0
 """How often readings that depend on time alone are re-folded (no request is sent for it)."""
 WATCH_SECONDS = 290
@@ -159,43 +147,6 @@ def runtime_kinds(namespace: str) -> list[Kind]:
 def runtime_kind_key(kind: str) -> str:
     """The cache key of runtime kind ``kind`` (``ClusterTrainingRuntime`` or ``TrainingRuntime``)."""
     return RUNTIME_KINDS.get(kind, "")
-
-
-# --- cursors ---------------------------------------------------------------------------------------
-
-
-def encode_cursor(namespace: str, rvs: Mapping[str, str]) -> str:
-    """The opaque cursor of per-kind resourceVersions (an empty map means "from the start": relist)."""
-    raw = json.dumps(
-        {"v": _CURSOR_VERSION, "ns": namespace, "rv": dict(sorted(rvs.items()))}, separators=(",", ":")
-    )
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str, namespace: str) -> dict[str, str]:
-    """The per-kind resourceVersions of a cursor from :func:`encode_cursor`; ``InvalidError`` for anything
-    else, or a cursor of another namespace."""
-    if not isinstance(cursor, str) or not cursor:
-        raise InvalidError(f"expected a cursor from a change of this backend, got {cursor!r}", path="cursor")
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        data = json.loads(raw)
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        raise InvalidError(f"not a cursor of the kubeflow adapter: {cursor[:40]!r}", path="cursor") from None
-    rv = data.get("rv") if isinstance(data, dict) else None
-    if (
-        not isinstance(data, dict)
-        or data.get("v") != _CURSOR_VERSION
-        or not isinstance(rv, dict)
-        or not all(isinstance(k, str) and isinstance(v, str) for k, v in rv.items())
-    ):
-        raise InvalidError(f"not a cursor of the kubeflow adapter: {cursor[:40]!r}", path="cursor")
-    if data.get("ns") != namespace:
-        raise InvalidError(
-            f"the cursor is of namespace {data.get('ns')!r}, this backend watches {namespace!r}",
-            path="cursor",
-        )
-    return dict(rv)
 
 
 def _rv_int(value: Any) -> int | None:
@@ -542,171 +493,3 @@ class Streams:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
-
-
-# --- the fold: events in, changes out ----------------------------------------------------------------
-
-Fold = Callable[[str, Parts | None, Outcome | None], Outcome]
-"""The observation of incarnation ``name`` from its parts (``None``: its TrainJob is gone) and the last
-observation emitted for it (a cause seen while it ran can outlive the pod that showed it)."""
-HandleOf = Callable[[Identity, str], Handle]
-Tails = Callable[[str, Parts], Awaitable[None]]
-"""Read (and keep) the output tails of an incarnation's failed nodes before its outcome is emitted."""
-
-
-class Watch:
-    """One ``watch(cursor)`` stream of changes (see the module docstring)."""
-
-    def __init__(
-        self,
-        client: KubeClient,
-        namespace: str,
-        kinds: list[Kind],
-        *,
-        fold: Fold,
-        handle_of: HandleOf,
-        tails: Tails,
-        clock: Clock,
-    ) -> None:
-        self.client = client
-        self.namespace = namespace
-        self.kinds = kinds
-        self.view = View(kinds)
-        self.fold = fold
-        self.handle_of = handle_of
-        self.tails = tails
-        self.clock = clock
-        self.rvs: dict[str, str] = {}
-        self.emitted: dict[str, Outcome] = {}
-
-    def cursor(self) -> str:
-        return encode_cursor(self.namespace, self.rvs)
-
-    async def _observe(self, key: str) -> Change | None:
-        """The change for incarnation ``key`` if its folded observation differs from the last emitted."""
-        identity = self.view.identities.get(key)
-        if identity is None:
-            return None
-        parts = self.view.parts(key)
-        if parts.trainjob is not None:
-            await self.tails(key, parts)
-        outcome = self.fold(key, None if parts.trainjob is None else parts, self.emitted.get(key))
-        if self.emitted.get(key) == outcome:
-            if parts.empty:
-                self._forget(key)
-            return None
-        self.emitted[key] = outcome
-        change = Change(Observation(self.handle_of(identity, key), outcome, self.clock.now()), self.cursor())
-        if parts.empty:
-            self._forget(key)
-        return change
-
-    def _forget(self, key: str) -> None:
-        self.view.forget(key)
-        if key not in self.view.identities:
-            self.emitted.pop(key, None)
-
-    async def run(self, cursor: str | None) -> AsyncIterator[Change]:
-        start = decode_cursor(cursor, self.namespace) if cursor is not None else None
-        for kind in list(self.kinds):
-            try:
-                items, rv = await list_kind(self.client, kind)
-            except (PermissionDeniedError, NotFoundError) as exc:
-                if kind.key == "trainjobs":
-                    raise
-                # Not readable with these credentials (or not served): the incarnations are read from the
-                # other kinds, as observe does.
-                _log.warning("watch: %s; following the other kinds without it", exc)
-                self._drop(kind.key)
-                continue
-            self.view.replace(kind.key, items)
-            self.rvs[kind.key] = rv
-        keys = sorted(self.view.keys())
-        touched = self.view.touched_since(start) if start else None
-        resuming = start is not None and touched is not None
-        todo: list[str] = []
-        for key in keys:
-            if resuming and touched is not None and key not in touched:
-                # the host saw it before the cursor
-                self.emitted[key] = self.fold(key, self.view.parts(key), None)
-            else:
-                todo.append(key)
-        # Resuming from any change of this batch but the last must list again: the cursor before the batch.
-        batch_cursor = encode_cursor(self.namespace, start or {})
-        pending: list[Change] = []
-        for key in todo:
-            change = await self._observe(key)
-            if change is not None:
-                pending.append(change)
-        for i, change in enumerate(pending):
-            yield change if i == len(pending) - 1 else Change(change.observation, batch_cursor)
-        streams = Streams()
-        # Resuming, replay each kind from the cursor: the deletions since then are not in any listing.
-        replay_until: dict[str, str] = {}
-        for kind in self.kinds:
-            since = start.get(kind.key) if resuming and start else None
-            if since and newer(self.rvs[kind.key], since):
-                replay_until[kind.key] = self.rvs[kind.key]
-                streams.start(self.client, kind, since, clock=self.clock)
-            else:
-                streams.start(self.client, kind, self.rvs[kind.key], clock=self.clock)
-        streams.tick(TICK_SECONDS, clock=self.clock)
-        try:
-            while True:
-                event = await streams.queue.get()
-                for change in await self._apply(event, replay_until):
-                    yield change
-        finally:
-            await streams.close()
-
-    def _drop(self, kind: str) -> None:
-        self.kinds = [k for k in self.kinds if k.key != kind]
-        self.view.replace(kind, ())
-        self.rvs.pop(kind, None)
-
-    async def _apply(self, event: Event, replay_until: dict[str, str]) -> list[Change]:
-        if event.type == "FAILED":
-            assert event.error is not None
-            if event.kind == "trainjobs" or not isinstance(
-                event.error, PermissionDeniedError | NotFoundError
-            ):
-                raise event.error
-            _log.warning("watch: %s; following the other kinds without it", event.error)
-            self._drop(event.kind)
-            return [c for key in sorted(self.view.identities) if (c := await self._observe(key)) is not None]
-        affected: set[str] = set()
-        if event.type == "TICK":
-            affected = {k for k in self.view.identities if _deleting(self.view.parts(k).trainjob)}
-        elif event.type == "BOOKMARK":
-            until = replay_until.get(event.kind)
-            if until is not None and newer(event.rv, until) is not False:
-                replay_until.pop(event.kind, None)
-        elif event.type == "RELIST":
-            replay_until.pop(event.kind, None)
-            affected = self.view.replace(event.kind, event.items)
-        elif event.type in ("ADDED", "MODIFIED", "DELETED"):
-            until = replay_until.get(event.kind)
-            if until is not None and newer(event.rv, until) is False:
-                # An event from before the listing, replayed on resume: the listing already holds the
-                # object's current state; only say that its incarnation changed after the cursor.
-                key = self.view.kinds[event.kind].key_of(event.obj)
-                if key is not None:
-                    if (
-                        event.type == "DELETED"
-                        and event.kind == "trainjobs"
-                        and key not in self.view.identities
-                    ):
-                        self.view.apply(event.kind, event.type, event.obj)  # learns the identity of the gone
-                    self.emitted.pop(key, None)
-                    affected.add(key)
-            else:
-                replay_until.pop(event.kind, None)
-                affected = self.view.apply(event.kind, event.type, event.obj)
-        if event.kind and event.rv and event.kind not in replay_until:
-            self.rvs[event.kind] = event.rv
-        out: list[Change] = []
-        for key in sorted(affected):
-            change = await self._observe(key)
-            if change is not None:
-                out.append(change)
-        return out

@@ -10,7 +10,7 @@ from typing import Any
 
 from kubeflow_fixtures import config, install, kubeconfig, spec, torch_runtime, variant
 
-from dispatch import Handle, JobSpec, State
+from dispatch import Absent, Handle, JobSpec, Observation, State
 from dispatch.conformance.checks import WatchCollector
 from dispatch_kubeflow.backend import Backend, open_backend
 from dispatch_kubeflow.naming import identity_labels
@@ -93,8 +93,14 @@ class Collector(WatchCollector):
     """The conformance suite's watch collector, with each incarnation's states at hand."""
 
     def states(self, handle: Handle) -> list[State]:
-        return [c.observation.state for c in self.of(handle)]
+        """The states of every seen reading (an absent one has none)."""
+        return [c.reading.state for c in self.of(handle) if isinstance(c.reading, Observation)]
+
+    def absent(self, handle: Handle) -> bool:
+        """Whether the last change of ``handle`` says it is gone from the cluster."""
+        mine = self.of(handle)
+        return bool(mine) and isinstance(mine[-1].reading, Absent)
 
     def last(self, handle: Handle) -> State | None:
         mine = self.of(handle)
-        return mine[-1].observation.state if mine else None
+        return mine[-1].reading.state if mine and isinstance(mine[-1].reading, Observation) else None

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from kubeflow_fixtures import _CACHED
+
 from dispatch import AdapterConfig, Extensions, Image, JobSpec
 from dispatch.backend import Backend, HoldToken, Prepared
 from dispatch.clock import ManualClock
@@ -41,6 +43,7 @@ from dispatch_kubeflow.backend import open_backend
 from dispatch_kubeflow.kube import Retry
 from dispatch_kubeflow.names import LABEL_INCARNATION, LABEL_JOB_HASH
 from dispatch_kubeflow.naming import identity_labels, identity_of, job_hash
+from kubesim import resources
 from kubesim.clock import ManualClock as SimClock
 from kubesim.resources import CLUSTERTRAININGRUNTIMES, NODES, PODS, TRAINJOBS
 from kubesim.sim import Simulator
@@ -187,6 +190,7 @@ class KubeflowHarness:
     """One run's kubesim cluster. See the module docstring."""
 
     name = "kubeflow"
+    others_stop = True  # "vanish" deletes a TrainJob behind dispatch's back, its pods terminating after
 
     def __init__(self, rng: random.Random, clock: ManualClock, trace: list[str]) -> None:
         self.clock = clock
@@ -212,6 +216,8 @@ class KubeflowHarness:
         self._overlaps: list[tuple[str, str]] = []
         self._overlapping: set[tuple[str, tuple[int, ...]]] = set()
         self._lost_nodes: dict[str, float] = {}  # node -> when it was first seen not ready
+        self._opened: list[Any] = []  # the adapter's backends opened on this cluster
+        self._down_until = 0.0  # the API server answers 503 until then (an outage)
         self.sim.store.subscribe(self._on_trainjob, rt=TRAINJOBS)
         self.sim.store.subscribe(self._on_pod, rt=PODS)
 
@@ -267,18 +273,21 @@ class KubeflowHarness:
         if self.kueue:
             settings["queue"] = "user-queue"
         cfg = AdapterConfig("kubeflow", json.dumps(settings).encode())
-        for attempt in range(10):
+        for attempt in range(30):
             clock = _OpeningClock(self.clock)
             try:
                 # One try per request: kubesim's faults reach the supervisor (which retries by itself), and
                 # no retry sleeps on the manual clock within a step.
                 inner = await open_backend(cfg, probe_window=0.0, clock=clock, retry=Retry(attempts=1))
                 clock.opened()
+                self._opened.append(inner)
                 break
             except DispatchError as exc:  # an injected fault hit the preflight: the process starts again
                 self._note(f"{who}: open failed ({type(exc).__name__}), again")
-                if attempt == 9:
+                if attempt == 29:
                     raise
+                if attempt >= 3:
+                    await self.advance(1.0)  # the cluster is down: a daemon tries again a moment later
         return CrashingBackend(inner, crasher)
 
     def spec(self, script: str, nodes: int, time_limit: int | None) -> JobSpec:
@@ -316,7 +325,21 @@ class KubeflowHarness:
         if self.restart_rate and rng.random() < self.restart_rate:
             await self._restart()
         f = self.sim.faults
-        if faults.hit(faults.write):
+        if faults.hit(faults.outage, "outage", faults.later):
+            seconds = faults.later.choice([2.0, 10.0, 40.0])
+            until = self.clock.now() + seconds
+            self._down_until = max(self._down_until, until)
+            self._note(f"cluster: OUTAGE (the API server answers 503 for {seconds:g} s)")
+            faults.hits.add("outage down")
+            # By the cluster's time, not by a count of requests: which process's request meets it must not
+            # depend on how fast background reconnects come (a seed must replay).
+            f.fail_next(
+                n=1 << 30,
+                code=503,
+                predicate=lambda _verb, _path: self.clock.now() < until,
+                message="injected outage: the API server is unavailable",
+            )
+        if faults.hit(faults.write, "write"):
             verb = rng.choice(["create", "delete"])
             kind = rng.choice(["429", "500", "lost-after"])
             self._note(f"fault {kind} armed on the next TrainJob {verb}")
@@ -324,11 +347,11 @@ class KubeflowHarness:
                 f.lose_response_next(verb=verb, path="/trainjobs")
             else:
                 f.fail_next(code=int(kind), verb=verb, path="/trainjobs")
-        if faults.hit(faults.read):
+        if faults.hit(faults.read, "read"):
             verb = rng.choice(["get", "list"])
             self._note(f"fault 500 armed on the next {verb}")
             f.fail_next(code=500, verb=verb)
-        if faults.hit(faults.watch):
+        if faults.hit(faults.watch, "watch"):
             if rng.random() < 0.5:
                 self._note("fault: watches dropped")
                 f.drop_watches(abort=rng.random() < 0.5)
@@ -336,6 +359,7 @@ class KubeflowHarness:
                 self._note("fault: watch history compacted (cursors expire)")
                 f.compact()
         await self.sim.settle()
+        await self._quiesce()
 
     async def _restart(self) -> None:
         """The API server restarts: every connection and watch ends, the watch cache starts again (old
@@ -398,6 +422,32 @@ class KubeflowHarness:
         if ident in created:
             created.remove(ident)
 
+    async def _quiesce(self) -> None:
+        """Wait (real time, bounded) until every open backend's informer holds what kubesim holds and has
+        read it all into its feed: what a supervisor's next step drains then depends on the seed alone,
+        not on how fast loopback delivered the watch events (a seed must replay)."""
+        if self.clock.now() < self._down_until + 1.0:
+            return  # nothing catches up while the API server is down (nor a moment after)
+        for backend in [b for b in self._opened if not b._closed]:
+            informer = backend.informer
+            for _ in range(300):  # bounded: a stream in its reconnect back-off waits for the clock
+                if not informer.running:
+                    break
+                behind = False
+                for kind in informer.kinds:
+                    rt = getattr(resources, _CACHED[kind.key])
+                    ns = None if kind.key == "clustertrainingruntimes" else NAMESPACE
+                    items, _ = self.sim.store.list(rt, ns, label_selector=kind.selector)
+                    want = {i["metadata"]["uid"]: i["metadata"]["resourceVersion"] for i in items}
+                    if informer.versions(kind.key) != want:
+                        behind = True
+                        break
+                if not behind and informer.quiet:
+                    break
+                await asyncio.sleep(0.001)
+        for _ in range(5):
+            await asyncio.sleep(0)
+
     async def advance(self, seconds: float) -> None:
         self.sim.advance(seconds)
         self.clock.advance(seconds)
@@ -415,6 +465,7 @@ class KubeflowHarness:
                 self.sim.actions.restore_node(name)
                 self._lost_nodes.pop(name, None)
         await self.sim.settle()
+        await self._quiesce()
 
     def _trainjobs(self) -> list[tuple[Identity, dict[str, Any]]]:
         out = []
@@ -440,6 +491,18 @@ class KubeflowHarness:
 
     def on_cluster(self) -> set[Identity]:
         return {ident for ident, _ in self._trainjobs()}
+
+    def with_compute(self) -> set[Identity]:
+        """Incarnations with a pod that has not finished (running, pending or terminating)."""
+        out = set()
+        for ident in {ident for ident, _ in self._trainjobs()} | {
+            i for ids in self._created.values() for i in ids
+        }:
+            selector = ",".join(f"{k}={v}" for k, v in identity_labels(ident).items())
+            pods = self.sim.store.list(PODS, NAMESPACE, label_selector=selector)[0]
+            if any(p.get("status", {}).get("phase") not in ("Succeeded", "Failed") for p in pods):
+                out.add(ident)
+        return out
 
     def created(self, job_id: str) -> list[Identity]:
         return list(self._created.get(job_id, []))

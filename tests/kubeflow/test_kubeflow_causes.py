@@ -123,18 +123,18 @@ def snap(tj: Any = None, **kw: Any) -> Snapshot:
 
 CASES: list[tuple[str, Snapshot, str, State, Cause, tuple[str, str, str]]] = [
     (
-        "stopped by dispatch",
-        snap(None, stopped=True),
-        "we_cancelled",
-        State.CANCELLED,
+        "being deleted (by dispatch's stop or anyone else's: the host's record says which)",
+        snap(trainjob(deletionTimestamp=T0)),
+        "gone",
+        State.STOPPING,
         Cause.CANCELLED,
         ("TrainJob", "tj", "Deleting"),
     ),
     (
-        "gone after our stop",
-        Snapshot.of("tj", None, stopped=True),
-        "we_cancelled",
-        State.CANCELLED,
+        "gone while its pods still terminate",
+        Snapshot.of("tj", None, pods=[pod("p0")]),
+        "gone",
+        State.STOPPING,
         Cause.CANCELLED,
         ("TrainJob", "tj", "Deleted"),
     ),
@@ -543,22 +543,6 @@ CASES: list[tuple[str, Snapshot, str, State, Cause, tuple[str, str, str]]] = [
         ("TrainJob", "tj", "AllJobsCompleted"),
     ),
     (
-        "gone, not by us",
-        Snapshot.of("tj", None),
-        "gone",
-        State.LOST,
-        Cause.UNKNOWN,
-        ("TrainJob", "tj", "NotFound"),
-    ),
-    (
-        "deleted by someone else",
-        snap(trainjob(deletionTimestamp=T0)),
-        "gone",
-        State.LOST,
-        Cause.UNKNOWN,
-        ("TrainJob", "tj", "Deleting"),
-    ),
-    (
         "failed, nothing else known",
         snap(FAILED_TJ),
         "failed_otherwise",
@@ -583,10 +567,10 @@ CASES: list[tuple[str, Snapshot, str, State, Cause, tuple[str, str, str]]] = [
         ("JobSet", "tj", "Restarts"),
     ),
     (
-        "held",
+        "suspended by someone else (not dispatch's hold): it waits",
         snap(trainjob(cond("Suspended", "Suspended"), suspend=True)),
         "live",
-        State.HELD,
+        State.QUEUED,
         Cause.NONE,
         ("TrainJob", "tj", "Suspended"),
     ),
@@ -694,11 +678,7 @@ def test_quota_wait_is_queued_with_the_workload_reason() -> None:
     assert [e.kind for e in out.evidence] == ["TrainJob", "Workload"]
 
 
-def test_first_match_order_cancel_beats_everything() -> None:
-    s = snap(
-        FAILED_TJ, stopped=True, pods=[pod("p0", "Failed", container(state=terminated(137, "OOMKilled")))]
-    )
-    assert classify(s).cause is Cause.CANCELLED
+def test_first_match_order_oom_before_the_exit_code() -> None:
     s = snap(FAILED_TJ, pods=[pod("p0", "Failed", container(state=terminated(137, "OOMKilled")))])
     assert classify(s).cause is Cause.OUT_OF_MEMORY  # OOM (row 10) before exit code (row 15)
 
@@ -739,8 +719,8 @@ def test_our_hold_comes_before_kueue_and_the_generic_suspended_reading() -> None
         active=False,
     )
     assert classify(snap(queued, workload=deactivated)).cause is Cause.TIMEOUT
-    assert classify(snap(trainjob(suspend=True, annotations=HOLD, deletionTimestamp=T0))).state is State.LOST
-    assert classify(snap(trainjob(suspend=True, annotations=HOLD), stopped=True)).cause is Cause.CANCELLED
+    deleting = classify(snap(trainjob(suspend=True, annotations=HOLD, deletionTimestamp=T0)))
+    assert (deleting.state, deleting.cause) == (State.STOPPING, Cause.CANCELLED)
 
 
 # --- docs ----------------------------------------------------------------------------------------------

@@ -115,7 +115,9 @@ async def test_the_output_tail_of_a_failed_node_is_evidence(lv: Live) -> None:
         await lv.until(lambda: watch.last(h) is State.FAILED, "failed")
     finally:
         await watch.close()
-    outcome = watch.of(h)[-1].observation.outcome
+    last = watch.of(h)[-1].observation
+    assert last is not None
+    outcome = last.outcome
     assert outcome.cause is Cause.EXIT_CODE
     tails = [e for e in outcome.evidence if e.kind == "Pod" and e.output]
     assert tails, outcome.evidence

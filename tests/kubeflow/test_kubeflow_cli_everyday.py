@@ -106,7 +106,10 @@ async def test_list_agrees_with_status_when_the_trainjob_is_deleted(sim: Simulat
     assert code == 0, err
     (listed,) = [r for r in json.loads(out) if r["jobId"] == "vanishing"]
     code, out, err = await _cli("--config", cluster, "--json", "status", "vanishing")
-    assert listed["outcome"]["state"] == json.loads(out)["outcome"]["state"] == "lost"
+    # The TrainJob went at once; its pods terminate after it: stopping, then failed/cancelled (someone
+    # else stopped it). Either way the two commands agree.
+    assert listed["outcome"]["state"] == json.loads(out)["outcome"]["state"]
+    assert listed["outcome"]["state"] in ("stopping", "failed"), listed["outcome"]
 
 
 async def test_validate_with_a_cluster_asks_it_read_only(sim: Simulator, tmp_path: Path) -> None:

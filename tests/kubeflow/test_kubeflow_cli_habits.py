@@ -121,6 +121,9 @@ async def test_list_watch_prints_the_list_then_a_row_per_change(sim: Simulator, 
         code, _out, err = await _cli("--config", cluster, "cancel", "w1")
         assert code == 0, err
         changed = await row()
+        assert changed[:2] == ["w1", "stopping"], changed  # its pods terminate, with their grace period
+        sim.advance(60)  # past the pods' grace period (the simulated cluster's clock is a manual one)
+        await sim.settle()
         while changed[1] != "cancelled":  # rows of the states on the way come first
             assert changed[0] == "w1"
             changed = await row()

@@ -25,7 +25,7 @@ from kubeflow_fixtures import (
 
 import dispatch
 from dispatch import (
-    Cause,
+    Absent,
     ConflictError,
     Image,
     InvalidError,
@@ -274,8 +274,8 @@ async def test_stop_deletes_in_the_foreground_and_is_idempotent(backend: Backend
     sim.advance(120)
     await backend.stop(handle)
     await caught_up(backend, sim)
-    obs = await backend.observe(handle)
-    assert (obs.state, obs.cause) == (State.CANCELLED, Cause.CANCELLED)
+    # Deleted, and nothing of it left: absent (the host's record, which asked for the stop, says cancelled).
+    assert isinstance(await backend.observe(handle), Absent)
 
 
 async def test_list_reports_our_trainjobs_only(backend: Backend, sim: Simulator) -> None:
@@ -286,12 +286,13 @@ async def test_list_reports_our_trainjobs_only(backend: Backend, sim: Simulator)
     assert all(not o.handle.ref.split("/")[1].startswith("dispatch-probe") for o in observed.values())
 
 
-async def test_observe_a_vanished_trainjob_is_lost(backend: Backend, sim: Simulator) -> None:
+async def test_observe_a_vanished_trainjob_reads_absent(backend: Backend, sim: Simulator) -> None:
     handle = await place(backend, spec(), ident("vanish"))
     sim.store.delete(TRAINJOBS, "default", native_name(ident("vanish")))
     sim.advance(120)
     await caught_up(backend, sim)
-    assert (await backend.observe(handle)).state is State.LOST
+    # Never "lost" from the adapter: only the host concludes that, from two absent readings.
+    assert isinstance(await backend.observe(handle), Absent)
 
 
 # --- errors from the API -------------------------------------------------------------------------------
@@ -384,5 +385,5 @@ async def test_a_submit_reads_its_runtime_from_the_shared_cache(backend: Backend
     runtime_reads = [r for r in sim.requests if r.resource == "clustertrainingruntimes"]
     assert runtime_reads == [], [(r.method, r.path) for r in sim.requests]
     assert [r.resource for r in sim.requests.writes()] == ["trainjobs"]
-    assert rec.handle is not None and rec.handle.ref == f"default/{native_name(ident('runtime-once'))}"
+    assert rec.handle is not None and rec.handle.ref == f"default/{native_name(rec.identity)}"
     await backend.stop(rec.handle)

@@ -50,7 +50,9 @@ async def lifecycle(sim: Simulator, kc: str, run: str) -> dict[str, State]:
         await cluster.submit(spec(env={"KUBESIM_SCRIPT": "sleep 60; exit 0"}), job_id=f"cancelled-{run}")
         sup = cluster.supervisor(poll=1.0, lease=30.0)
         sup.keep_watching()
-        for i in range(60):
+        # A requeue waits until the failed incarnation's pods have terminated (its record is stopping till
+        # then): give the second incarnation time to run to its end.
+        for i in range(100):
             await sup.step()
             if i == 3:
                 await cluster.hold(f"held-{run}")

@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 from kubeflow_fixtures import caught_up, config, ident, install, kubeconfig, spec, torch_runtime
 
-from dispatch import State
+from dispatch import Observation, State
 from dispatch.backend import HoldToken, place
 from dispatch.errors import NotFoundError, ReadOnlyError
 from dispatch_kubeflow import Backend, StaleHoldError
@@ -64,9 +64,11 @@ async def test_hold_suspends_and_annotates_release_undoes_both(env: tuple[Simula
     await b.release(h, again)
 
 
-async def test_a_suspend_by_someone_else_is_held_without_our_evidence(
+async def test_a_suspend_by_someone_else_is_queued_with_the_suspension_as_evidence(
     env: tuple[Simulator, Backend, str],
 ) -> None:
+    """SPEC §9.7: held is dispatch's hold alone; a TrainJob someone else suspended waits (queued), the
+    suspension in the evidence, and ``release`` says dispatch holds nothing there."""
     sim, b, _ = env
     h = await place(b, spec(), ident("nk-other"))
     tj = _stored(sim, h.ref.split("/")[1])
@@ -74,7 +76,9 @@ async def test_a_suspend_by_someone_else_is_held_without_our_evidence(
     sim.store.replace(TRAINJOBS, tj)
     await caught_up(b, sim)
     obs = await b.observe(h)
-    assert obs.state is State.HELD and obs.outcome.evidence[0].reason != "HeldByDispatch"
+    assert isinstance(obs, Observation) and obs.state is State.QUEUED
+    assert obs.outcome.evidence[0].reason != "HeldByDispatch"
+    assert "not dispatch's hold" in obs.outcome.evidence[0].message
     with pytest.raises(StaleHoldError, match="no hold"):
         await b.release(h, HoldToken("h-anything"))
     token = await b.hold(h)  # our hold on top: now it is ours, with a token

@@ -21,7 +21,7 @@ from dispatch.backend import place
 from dispatch_kubeflow import Backend, StaleHoldError
 from dispatch_kubeflow.admission import AdmissionController
 from dispatch_kubeflow.backend import open_backend
-from dispatch_kubeflow.names import ANNOTATION_HOLD
+from dispatch_kubeflow.names import ANNOTATION_HOLD, LABEL_NONCE
 from dispatch_kubeflow.naming import identity_labels, native_name
 from kubesim.auth import Permissions, Rule
 from kubesim.fixtures import add_admission_check
@@ -206,8 +206,10 @@ async def test_submit_held_dry_run_shows_exactly_what_submit_creates(world: Worl
     rec = await cluster.submit(_spec(), job_id="kq-dry", held=True)
     assert rec.handle is not None
     stored = world.trainjob(rec.handle)
+    # The same object but the record's nonce, which a submit draws afresh (and the name's hash covers).
     assert stored["metadata"]["annotations"] == shown["metadata"]["annotations"]
-    assert stored["metadata"]["labels"] == shown["metadata"]["labels"]
+    assert _but_nonce(stored["metadata"]["labels"]) == _but_nonce(shown["metadata"]["labels"])
+    assert stored["metadata"]["labels"][LABEL_NONCE] == rec.nonce
     assert shown["metadata"]["annotations"][ANNOTATION_HOLD] == rec.hold_token
     assert "suspend" not in shown["spec"]  # Kueue owns suspend; the admission check holds it
     await world.settle()
@@ -371,8 +373,11 @@ async def test_cli_submit_held_dry_run_shows_what_submit_held_creates(world: Wor
     # The CLI's store marks what it creates (dispatch.io/store: the TrainJob and, through the runtime
     # patch, its JobSet, Jobs and pods); this test's backend was opened without a store.
     assert _without_store_label(shown) == 4
-    for part in ("labels", "annotations", "name", "namespace"):
+    for part in ("annotations", "namespace"):
         assert stored["metadata"][part] == shown["metadata"][part], part
+    # The same but the record's nonce, which the submit drew afresh (the name's hash covers it).
+    assert _but_nonce(stored["metadata"]["labels"]) == _but_nonce(shown["metadata"]["labels"])
+    assert stored["metadata"]["name"].rsplit("-", 1)[0] == shown["metadata"]["name"].rsplit("-", 1)[0]
     # What the server added: Trainer's managedBy default, Kueue's suspend and its own runtime patch
     sent = {k: v for k, v in stored["spec"].items() if k not in ("suspend", "managedBy")}
     sent["runtimePatches"] = [  # (and the time the Trainer webhook stamps on each patch)
@@ -380,7 +385,20 @@ async def test_cli_submit_held_dry_run_shows_what_submit_held_creates(world: Wor
         for p in sent["runtimePatches"]
         if p["manager"] != "kueue.x-k8s.io/manager"
     ]
-    assert sent == shown["spec"]
+    assert _strip_nonce(sent) == _strip_nonce(shown["spec"])
+
+
+def _but_nonce(labels: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in labels.items() if k != LABEL_NONCE}
+
+
+def _strip_nonce(value: Any) -> Any:
+    """``value`` without the nonce label anywhere in it (the runtime patch labels the pods with it)."""
+    if isinstance(value, dict):
+        return {k: _strip_nonce(v) for k, v in value.items() if k != LABEL_NONCE}
+    if isinstance(value, list):
+        return [_strip_nonce(v) for v in value]
+    return value
 
 
 @pytest.fixture

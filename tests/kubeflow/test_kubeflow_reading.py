@@ -32,7 +32,13 @@ async def _follow(cluster: dispatch.Cluster, job_id: str, seen: list[JobRecord])
         seen.append(rec)
 
 
-async def test_watch_of_one_job_sees_a_background_deletion_by_another_tool_as_lost(lv: Live) -> None:
+async def test_a_background_deletion_by_another_tool_is_stopping_then_failed_cancelled_by_others(
+    lv: Live,
+) -> None:
+    """Another tool deletes a running job's TrainJob (kubectl's default, Background propagation: the
+    TrainJob goes at once, its pods terminate after it). The job's watch says ``stopping`` while they do —
+    never ``cancelled``, never ``lost`` — then ``failed``/``cancelled``, its evidence saying dispatch did not
+    ask for the stop."""
     backend = await lv.open()
     cluster = dispatch.Cluster(backend, dispatch.MemoryStore())
     rec = await cluster.submit(job(), job_id="deleted-elsewhere")
@@ -40,20 +46,27 @@ async def test_watch_of_one_job_sees_a_background_deletion_by_another_tool_as_lo
     records = cluster.watch(rec.job_id)
     first = await anext(records)
     assert not first.outcome.terminal, first.outcome
-    # While the job lives, another tool deletes it with kubectl's default, Background propagation: the
-    # TrainJob goes at once, its JobSet and pods after it (the garbage collector).
     lv.sim.store.delete(TRAINJOBS, "default", rec.handle.ref.partition("/")[2], propagation="Background")
-    following = asyncio.ensure_future(anext(records))
+    seen: list[JobRecord] = []
+
+    async def follow() -> None:
+        async for r in records:
+            seen.append(r)
+
+    following = asyncio.ensure_future(follow())
     try:
-        await lv.until(following.done, "the watch of the job reports the deletion")
-        last = following.result()
+        await lv.until(following.done, "the watch of the job reports the deletion to its end")
     finally:
         following.cancel()
         with contextlib.suppress(BaseException):
             await following
         await records.aclose()
-    assert (last.state, last.outcome.cause) == (State.LOST, Cause.UNKNOWN), last.outcome
-    assert (await cluster.get(rec.job_id)).state is State.LOST
+    states = [r.state for r in seen]
+    assert State.STOPPING in states and State.LOST not in states and State.CANCELLED not in states, states
+    last = seen[-1]
+    assert (last.state, last.outcome.cause) == (State.FAILED, Cause.CANCELLED), last.outcome
+    assert "StoppedByOthers" in [e.reason for e in last.outcome.evidence]
+    assert (await cluster.get(rec.job_id)).state is State.FAILED
 
 
 async def test_many_watches_of_single_jobs_cost_one_list_and_watch_per_kind(lv: Live) -> None:

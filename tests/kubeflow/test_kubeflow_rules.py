@@ -512,10 +512,8 @@ def _pod(phase: str, exit_code: int | None = None) -> dict[str, Any]:
     return {"metadata": {"name": f"p-{phase}"}, "status": st}
 
 
-def outcome_of(
-    trainjob: dict[str, Any], pods: list[dict[str, Any]] | None = None, *, stopped: bool = False
-) -> Any:
-    return classify(Snapshot.of("t", trainjob, pods=pods or [], stopped=stopped))
+def outcome_of(trainjob: dict[str, Any], pods: list[dict[str, Any]] | None = None) -> Any:
+    return classify(Snapshot.of("t", trainjob, pods=pods or []))
 
 
 def test_state_from_conditions_and_pods() -> None:
@@ -526,21 +524,22 @@ def test_state_from_conditions_and_pods() -> None:
     assert (failed.state, failed.cause, failed.evidence[0].exit_code) == (State.FAILED, Cause.EXIT_CODE, 3)
     assert outcome_of(_tj(**_cond("Failed", "FailedJobs"))).cause is Cause.UNKNOWN
     assert outcome_of(_tj(**_cond("Suspended", "Resumed", "False"))).state is State.STARTING
-    held = _tj(spec={"suspend": True})
-    assert outcome_of(held).state is State.HELD
-    held["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "q"
-    assert outcome_of(held).state is State.QUEUED
+    suspended = _tj(spec={"suspend": True})  # by someone else: not dispatch's hold, it waits
+    assert outcome_of(suspended).state is State.QUEUED
+    assert "not dispatch's hold" in outcome_of(suspended).evidence[0].message
+    suspended["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "q"
+    assert outcome_of(suspended).state is State.QUEUED
     assert outcome_of(_tj(), [_pod("Running"), _pod("Running")]).state is State.RUNNING
     assert outcome_of(_tj(), [_pod("Running"), _pod("Pending")]).state is State.STARTING
 
 
-def test_a_trainjob_deleted_by_someone_else_is_lost_not_cancelled() -> None:
-    """Cancelled means dispatch cancelled: a deletion by anyone else (kubectl, a TTL, a namespace
-    cleanup) says nothing about why the job ended."""
+def test_a_trainjob_being_deleted_is_stopping_whoever_deletes_it() -> None:
+    """The table reads the cluster, which does not say who deletes: a deletion under way is stopping,
+    cancelled, and the host's record decides what it ends as (cancelled when dispatch stopped it,
+    failed/cancelled when someone else did)."""
     deleting = _tj()
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    assert (outcome_of(deleting).state, outcome_of(deleting).cause) == (State.LOST, Cause.UNKNOWN)
-    assert outcome_of(deleting, stopped=True).state is State.CANCELLED
+    assert (outcome_of(deleting).state, outcome_of(deleting).cause) == (State.STOPPING, Cause.CANCELLED)
 
 
 def test_exit_code_read_from_last_state_while_restarting() -> None:

@@ -20,6 +20,9 @@ import pytest
 from kubeflow_fixtures import caught_up, config, ident, install, spec, torch_runtime, variant
 
 from dispatch import Cause, Handle, Identity, Image, JobSpec, Observation, State
+from dispatch.cluster import Cluster
+from dispatch.model import JobRecord
+from dispatch.records import MemoryStore
 from dispatch_kubeflow import Backend, RuntimeRef
 from dispatch_kubeflow.backend import open_backend
 from dispatch_kubeflow.causes import CONFIG_ERROR_GRACE, IMAGE_PULL_GRACE
@@ -114,6 +117,22 @@ class Scenario:
             waited += step
             await caught_up(backend, self.sim)
             seen.append(await backend.observe(handle))
+        return seen
+
+    async def record_until(
+        self, cluster: Cluster, job_id: str, done: Callable[[JobRecord], bool], *, step: float = 5.0
+    ) -> list[JobRecord]:
+        """Read the record through the host (as ``dispatch status`` does), advancing simulated time by
+        ``step``, until ``done``; returns every record read."""
+        seen = [await cluster.get(job_id)]
+        waited = 0.0
+        while not done(seen[-1]):
+            assert waited < 3600, f"still {seen[-1].outcome}: {[str(r.outcome) for r in seen]}"
+            self.sim.advance(step)
+            await self.sim.settle()
+            waited += step
+            await caught_up(cluster.backend, self.sim)  # type: ignore[arg-type]
+            seen.append(await cluster.get(job_id))
         return seen
 
     async def close(self) -> None:
@@ -390,12 +409,16 @@ async def test_succeeded(scenario: Scenario) -> None:
 
 
 async def test_we_cancelled(scenario: Scenario) -> None:
-    b = await scenario.open()
-    handle = await scenario.start(b, _job(), ident("cancel-me"))
-    await scenario.until(b, handle, lambda o: o.state is State.RUNNING)
-    await b.stop(handle)
-    obs = (await scenario.until(b, handle, lambda o: o.state is State.CANCELLED))[-1]
-    assert obs.cause is Cause.CANCELLED
+    """dispatch's cancel: ``stopping`` (never a false ``held``, though the stop suspends first) for as long
+    as its pods terminate, then ``cancelled``."""
+    cluster = Cluster(await scenario.open(), MemoryStore())
+    rec = await cluster.submit(_job(), job_id="cancel-me")
+    await scenario.record_until(cluster, "cancel-me", lambda r: r.state is State.RUNNING)
+    assert (await cluster.cancel("cancel-me")).state is State.STOPPING
+    seen = await scenario.record_until(cluster, "cancel-me", lambda r: r.outcome.terminal, step=1.0)
+    assert {r.state for r in seen[:-1]} == {State.STOPPING}, [str(r.outcome) for r in seen]
+    assert (seen[-1].state, seen[-1].outcome.cause) == (State.CANCELLED, Cause.CANCELLED)
+    assert rec.handle is not None and not scenario.pods(rec.handle)
 
 
 # --- deleted by someone else -----------------------------------------------------------------------------
@@ -415,27 +438,30 @@ async def _kubectl(kc: str, *args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl is not installed")
-async def test_trainjob_deleted_with_kubectl_is_lost_not_cancelled(scenario: Scenario) -> None:
-    b = await scenario.open()
-    handle = await scenario.start(b, _job(), ident("kubectl-deleted"))
-    await scenario.until(b, handle, lambda o: o.state is State.RUNNING)
-    name = handle.ref.split("/")[1]
+async def test_trainjob_deleted_with_kubectl_is_stopped_by_someone_else_not_cancelled(
+    scenario: Scenario,
+) -> None:
+    """A TrainJob deleted with kubectl: ``stopping`` while it goes, then ``failed``/``cancelled`` with
+    evidence that dispatch did not ask for the stop (``cancelled`` means dispatch cancelled it)."""
+    cluster = Cluster(await scenario.open(), MemoryStore())
+    rec = await cluster.submit(_job(), job_id="kubectl-deleted")
+    await scenario.record_until(cluster, "kubectl-deleted", lambda r: r.state is State.RUNNING)
+    assert rec.handle is not None
+    name = rec.handle.ref.split("/")[1]
     code, _, err = await _kubectl(scenario.kc, "-n", NS, "delete", "trainjob", name, "--wait=false")
     assert code == 0, err
     await scenario.sim.settle()
-    seen = await scenario.until(b, handle, lambda o: o.state is State.LOST)
-    assert all(o.state is not State.CANCELLED for o in seen)
-    obs = seen[-1]
-    assert obs.cause is Cause.UNKNOWN
-    assert obs.outcome.evidence[0].kind == "TrainJob" and obs.outcome.evidence[0].name == name
-    scenario.sim.advance(60)
-    await scenario.sim.settle()
+    seen = await scenario.record_until(cluster, "kubectl-deleted", lambda r: r.outcome.terminal, step=1.0)
+    assert State.STOPPING in [r.state for r in seen] and State.CANCELLED not in [r.state for r in seen]
+    final = seen[-1]
+    assert (final.state, final.outcome.cause) == (State.FAILED, Cause.CANCELLED)
+    reasons = [e.reason for e in final.outcome.evidence]
+    assert "StoppedByOthers" in reasons and any(
+        e.kind == "TrainJob" and e.name == name for e in final.outcome.evidence
+    )
     assert scenario.sim.store.list(TRAINJOBS, NS)[0] == [] or all(
         t["metadata"]["name"] != name for t in scenario.sim.store.list(TRAINJOBS, NS)[0]
     )
-    await caught_up(b, scenario.sim)
-    gone = await b.observe(handle)
-    assert (gone.state, gone.outcome.evidence[0].reason) == (State.LOST, "NotFound")
 
 
 async def test_a_single_404_does_not_lose_a_job(scenario: Scenario) -> None:
