@@ -122,20 +122,26 @@ class Stream:
         """The body was read to its end (its connection may serve another request)."""
         self._body = _body(conn.reader, headers, status, read_timeout)
 
-    async def _chunks(self) -> AsyncIterator[bytes]:
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (case-insensitive), or ``None``."""
+        name = name.lower()
+        return next((v for k, v in self.headers if k == name), None)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive (a binary stream: protobuf watch frames)."""
         async for chunk in self._body:
             yield chunk
         self.complete = True
 
     async def read(self) -> Response:
         """The rest of the body, whole (for an error answer)."""
-        data = b"".join([chunk async for chunk in self._chunks()])
+        data = b"".join([chunk async for chunk in self.chunks()])
         return Response(self.status, self.headers, data)
 
     async def lines(self) -> AsyncIterator[str]:
         """The body's lines as they arrive (without their ``\\n``/``\\r\\n``); the last one even unended."""
         pending = b""
-        async for chunk in self._chunks():
+        async for chunk in self.chunks():
             pending += chunk
             *done, pending = pending.split(b"\n")
             for line in done:

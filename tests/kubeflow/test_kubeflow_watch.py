@@ -16,6 +16,7 @@ from kubeflow_live import Collector, Live, job, live
 from dispatch import Cause, InvalidError, State
 from dispatch.backend import place
 from dispatch_kubeflow.backend import open_backend
+from dispatch_kubeflow.kube import BadWatchEvent, json_event
 from dispatch_kubeflow.watching import (
     DISPATCH_SELECTOR,
     View,
@@ -230,8 +231,8 @@ def test_malformed_watch_events_are_typed() -> None:
         '{"type": "WHAT", "object": {"metadata": {}}}',
         '{"type": "ADDED", "object": {"metadata": 3}}',
     ):
-        with pytest.raises(_Resync):
-            _parse_event(line)
+        with pytest.raises((_Resync, BadWatchEvent)):
+            _parse_event(*json_event(line))
     view = View(kinds("default", kueue=True))
     # objects missing fields, or of the wrong shape, never raise
     for obj in ({}, {"metadata": None}, {"metadata": {"name": 3}}, {"metadata": {"labels": "x", "uid": "u"}}):
