@@ -43,6 +43,7 @@ from dispatch.model import (
 )
 from dispatch.probecache import ProbeCache
 from dispatch_kubeflow import cessation, naming, output, probecache
+from dispatch_kubeflow.clusterfacts import discover_cached
 from dispatch_kubeflow.errors import AlreadyExistsError, StaleHoldError
 from dispatch_kubeflow.events import decision_event, events_path
 from dispatch_kubeflow.holds import held_by_us, new_token, pointer
@@ -132,11 +133,13 @@ async def open_backend(
     if "namespace" not in json.loads(cfg.settings or b"{}"):  # as kubectl: the context's namespace
         settings = settings.replace(namespace=client.context_namespace)
     facts = ClusterFacts()
+    cluster = ""
     try:
-        await discover(client, settings, facts)
-        if cfg.read_only:
+        if cfg.read_only:  # what does not change per command, from the host's cache (clusterfacts)
+            cluster = await discover_cached(client, settings, facts, cfg.probe_cache, now=clock.now())
             facts.notes += await kueue_objects(client, settings, facts)
         else:
+            await discover(client, settings, facts)
             await review_access(client, settings, facts)
             if facts.may_write and cfg.probe_cache is not None:
                 await _probe_or_reuse(client, settings, facts, cfg.probe_cache, window=window, clock=clock)
@@ -147,7 +150,7 @@ async def open_backend(
                 client.read_only = True
                 facts.notes += await kueue_objects(client, settings, facts)
         await admission_check(client, settings, facts)
-        cluster = await cluster_identity(client)  # on every open, read-only ones included
+        cluster = cluster or await cluster_identity(client)  # on every open, read-only ones included
     except BaseException:
         await client.close()
         raise

@@ -378,6 +378,19 @@ class Client:
             else:
                 await conn.aclose()
 
+    async def server_certificate(self) -> bytes | None:
+        """The certificate (DER) the server presents, on a kept-alive connection (made now if none is
+        idle, and kept for the next request); ``None`` over plain HTTP."""
+        if not self._tls:
+            return None
+        conn = next((c for c in reversed(self._idle) if c.usable()), None)
+        if conn is None:
+            conn = await self._connect(self.timeout)
+            self._idle.append(conn)
+        tls = conn.writer.get_extra_info("ssl_object")
+        der = tls.getpeercert(binary_form=True) if tls is not None else None
+        return der if isinstance(der, bytes) else None
+
     async def close(self) -> None:
         while self._idle:
             await self._idle.pop().aclose()

@@ -458,6 +458,19 @@ class KubeClient:
                 ambiguous_write=False,
             ) from None
 
+    async def server_fingerprint(self) -> str:
+        """SHA-256 of the certificate the API server presents ("" over plain HTTP, or when no connection
+        can be made now: the first request then says why)."""
+        try:
+            der = await self._http.server_certificate()
+        except http.HTTPError:
+            return ""
+        if der is None:
+            return ""
+        import hashlib
+
+        return hashlib.sha256(der).hexdigest()
+
     async def served(self, group: str, version: str) -> set[str] | None:
         """The resources served under ``group/version`` (discovery), or ``None`` if it is not served."""
         from dispatch.errors import NotFoundError
