@@ -185,10 +185,16 @@ async def test_resume_from_a_cursor_in_a_new_process(lv: Live) -> None:
     """A cursor outlives the process: a new backend resumes from it and emits what changed after it — the
     success of one job, the loss of another deleted meanwhile — and not the unchanged third."""
     first = await lv.open()
+    watch = Collector(first.watch())
+    # The quiet one first, settled (its Job, JobSet and TrainJob count its ready pods after it reads
+    # running): nothing of it changes after the cursor, taken at the others' last change.
+    quiet = await place(first, job(), ident("resume-quiet"))
+    await lv.until(lambda: watch.last(quiet) is State.RUNNING, "the quiet one running")
+    for _ in range(3):
+        lv.sim.advance(1)
+        await lv.settle()
     done = await place(first, job(), ident("resume-done"))
     gone = await place(first, job(), ident("resume-gone"))
-    quiet = await place(first, job(), ident("resume-quiet"))
-    watch = Collector(first.watch())
     try:
         await lv.until(lambda: all(watch.last(x) is State.RUNNING for x in (done, gone, quiet)), "running")
         cursor = watch.changes[-1].cursor
