@@ -66,6 +66,7 @@ from dispatch_kubeflow.names import (
     NAME,
 )
 from dispatch_kubeflow.objects import labels_of
+from dispatch_kubeflow.plain import plain
 from dispatch_kubeflow.preflight import (
     ClusterFacts,
     admission_check,
@@ -91,6 +92,7 @@ from dispatch_kubeflow.trainjob import (
 from dispatch_kubeflow.watching import (
     Kind,
     Parts,
+    View,
     Watch,
     decode_cursor,
     kinds,
@@ -762,14 +764,21 @@ class Backend:
             self._tails.setdefault(name, {})[tail.pod] = tail
             self.informer.invalidate(name)
 
-    async def _current(self) -> None:
-        """The shared cache, current for a read. A read-only backend's first read, when no feed runs,
-        lists the incarnation kinds once and watches nothing (a read command asks once: list+watch of
-        seven kinds cost it twice the requests and CPU of its answer); every later read starts the feed,
-        as every read of a backend that writes (the supervisor) does from the first."""
+    async def _current(self, name: str | None = None) -> None:
+        """The shared cache, current for a read (of incarnation ``name``, or of all). A read-only backend's
+        first read, when no feed runs, lists the incarnation kinds once and watches nothing (a read command
+        asks once: list+watch of seven kinds cost it twice the requests and CPU of its answer) — the
+        TrainJobs and pods first, the JobSets, Jobs and Workloads only when an incarnation read is not
+        :func:`~dispatch_kubeflow.plain.plain`; every later read starts the feed, as every read of a backend
+        that writes (the supervisor) does from the first."""
         if self.mode is Mode.READ_ONLY and not self._listed_once and not self.informer.running:
             self._listed_once = True
-            await self.informer.snapshot({k.key for k in self._incarnation_kinds()})
+
+            def enough(view: View) -> bool:
+                names = [name] if name is not None else sorted(view.identities)
+                return all(plain(view.parts(n).trainjob, view.parts(n).pods) for n in names)
+
+            await self.informer.snapshot({k.key for k in self._incarnation_kinds()}, enough=enough)
             return
         await self.informer.sync()
 
@@ -779,7 +788,7 @@ class Backend:
         once). A TrainJob the cache does not hold is read from the cluster, and told gone only after a
         second, differently routed read: ``cancelled`` if this backend stopped it, else ``lost``."""
         name = self._name_of(handle)
-        await self._current()
+        await self._current(name)
         parts = self.informer.parts(name)
         obj = parts.trainjob
         if obj is None:

@@ -29,6 +29,7 @@ from dispatch.errors import DispatchError, NotFoundError, PermissionDeniedError
 from dispatch.model import Change, Handle, Identity, Observation, Outcome
 from dispatch_kubeflow.kube import KubeClient
 from dispatch_kubeflow.objects import meta_of
+from dispatch_kubeflow.plain import FIRST
 from dispatch_kubeflow.watching import (
     TICK_SECONDS,
     Event,
@@ -121,21 +122,34 @@ class Informer:
             streams.tick(TICK_SECONDS, clock=self.clock)
             self._task = asyncio.ensure_future(self._pump(streams))
 
-    async def snapshot(self, keys: Collection[str]) -> None:
+    async def snapshot(self, keys: Collection[str], *, enough: Callable[[View], bool] | None = None) -> None:
         """List the kinds ``keys`` once into the cache and watch nothing: the reading of a process that
         asks once (a read command) — seven watch streams opened to be closed at once cost it more than
         its answer. Nothing when the feed runs already (the cache is current); a later :meth:`sync`
-        lists again and starts the feed."""
+        lists again and starts the feed. With ``enough``, the TrainJobs and pods are listed first and the
+        other kinds only when ``enough`` says those do not suffice (:mod:`dispatch_kubeflow.plain`)."""
         if self.running:
             return
-        self.kinds = [k for k in self._all_kinds if k.key in keys]
+        wanted = [k for k in self._all_kinds if k.key in keys]
+        if enough is not None:
+            self.kinds = [k for k in wanted if k.key in FIRST]
+            await self._list_all(tails=False)
+            # Without pods (not readable here) the other kinds are what says a job failed: read them.
+            if {k.key for k in self.kinds} >= FIRST and enough(self.view):
+                await self._read_first()
+                return
+            rest = [k for k in wanted if k.key not in FIRST]
+            self.kinds = [*self.kinds, *rest]
+            await self._list_all(only=rest)
+            return
+        self.kinds = wanted
         await self._list_all()
 
-    async def _list_all(self) -> None:
-        """List every kind followed (a kind the credentials may not read, or the cluster does not serve,
-        is left out with a warning; TrainJobs themselves are required), then read what must be read
-        before the first fold of each incarnation."""
-        for kind in list(self.kinds):
+    async def _list_all(self, *, only: list[Kind] | None = None, tails: bool = True) -> None:
+        """List every kind followed (``only`` those), a kind the credentials may not read, or the cluster
+        does not serve, left out with a warning (TrainJobs themselves are required), then read what must
+        be read before the first fold of each incarnation (unless not ``tails``)."""
+        for kind in list(self.kinds if only is None else only):
             try:
                 items, rv = await list_kind(self.client, kind)
             except (PermissionDeniedError, NotFoundError) as exc:
@@ -147,6 +161,11 @@ class Informer:
             self._replace(kind.key, items, rv)
         self.start_rvs = dict(self.rvs)
         self._memo.clear()
+        if tails:
+            await self._read_first()
+
+    async def _read_first(self) -> None:
+        """What must be read before the first fold of each incarnation (see ``Tails``)."""
         for key in sorted(self.view.identities):
             parts = self.view.parts(key)
             if parts.trainjob is not None:
