@@ -43,7 +43,9 @@ MEDIA_TYPE = "application/vnd.kubernetes.protobuf"
 ACCEPT = f"{MEDIA_TYPE}, application/json"
 _MAGIC = b"k8s\x00"
 
-# message -> field number -> (JSON name, type, label). Types: s string, i integer (int32/int64), b bool,
+# message -> field number -> (JSON name, type, label). Not read: annotations (the adapter reads those of
+# TrainJobs, which are JSON; half a pod's bytes are JobSet's annotations), managed fields, specs beyond the
+# containers' names and images. Types: s string, i integer (int32/int64), b bool,
 # T metav1.Time, U metav1.MicroTime, Q resource.Quantity, or a message of this table; labels: "" one,
 # r repeated, m a map from string.
 _TABLE: dict[str, dict[int, tuple[str, str, str]]] = {
@@ -58,7 +60,6 @@ _TABLE: dict[str, dict[int, tuple[str, str, str]]] = {
         9: ("deletionTimestamp", "T", ""),
         10: ("deletionGracePeriodSeconds", "i", ""),
         11: ("labels", "s", "m"),
-        12: ("annotations", "s", "m"),
         13: ("ownerReferences", "OwnerReference", "r"),
         14: ("finalizers", "s", "r"),
     },
@@ -374,20 +375,38 @@ def _message(buf: bytes, fields: dict[int, tuple[str, str, str]]) -> dict[str, A
     i = 0
     end = len(buf)
     while i < end:
-        key, i = _varint(buf, i)
+        key = buf[i]  # a one-byte key and length are the rule (fields 1-15, values under 128 bytes)
+        if key < 0x80:
+            i += 1
+        else:
+            key, i = _varint(buf, i)
         found = fields.get(key >> 3)
         if found is None:
             i = _skip(buf, i, key & 7)
             continue
         name, kind, label = found
-        if label == "m":
+        if kind == "s" and key & 7 == 2 and label != "m":
+            n = buf[i] if i < end else 0x80
+            if n < 0x80:
+                i += 1
+            else:
+                n, i = _varint(buf, i)
+            if i + n > end:
+                raise DecodeError("a field runs past the end")
+            value: Any = _string(buf[i : i + n])
+            i += n
+        elif label == "m":
             if key & 7 != 2:
                 raise DecodeError("a map entry that is not length-delimited")
             entry, i = _delimited(buf, i)
             k, v = _entry(entry, kind)
-            out.setdefault(name, {})[k] = v
+            found_map = out.get(name)
+            if found_map is None:
+                out[name] = found_map = {}
+            found_map[k] = v
             continue
-        value, i = _one(kind, key & 7, buf, i)
+        else:
+            value, i = _one(kind, key & 7, buf, i)
         if label == "r":
             out.setdefault(name, []).append(value)
         elif value is not None and value != "":
@@ -398,10 +417,21 @@ def _message(buf: bytes, fields: dict[int, tuple[str, str, str]]) -> dict[str, A
 
 
 def _entry(buf: bytes, kind: str) -> tuple[str, Any]:
+    n = len(buf)
+    # The rule: key (field 1) then a string value (field 2), both shorter than 128 bytes.
+    if kind == "s" and n >= 4 and buf[0] == 0x0A and buf[1] < 0x80:
+        k_end = 2 + buf[1]
+        if (
+            k_end + 2 <= n
+            and buf[k_end] == 0x12
+            and buf[k_end + 1] < 0x80
+            and k_end + 2 + buf[k_end + 1] == n
+        ):
+            return _string(buf[2:k_end]), _string(buf[k_end + 2 :])
     key = ""
     value: Any = "" if kind in ("s", "Q") else None
     i = 0
-    while i < len(buf):
+    while i < n:
         tag, i = _varint(buf, i)
         if tag == 0x0A:
             raw, i = _delimited(buf, i)
