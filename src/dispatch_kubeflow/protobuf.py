@@ -25,7 +25,7 @@ string) are dropped, as JSON's ``omitempty`` drops them; numbers and booleans ar
 from __future__ import annotations
 
 import struct
-import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 __all__ = [
@@ -237,6 +237,9 @@ _PATHS = {
 }
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 class DecodeError(ValueError):
     """Bytes that are not a Kubernetes protobuf body or watch frame (of a kind this module reads)."""
 
@@ -285,8 +288,8 @@ def _time(buf: bytes, micro: bool) -> str | None:
     if not seconds and not nanos:
         return None  # the zero time: JSON's null
     try:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-    except (OverflowError, OSError, ValueError):
+        stamp = (_EPOCH + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S")
+    except (OverflowError, ValueError):
         raise DecodeError(f"a time out of range: {seconds}") from None
     return f"{stamp}.{nanos // 1000:06d}Z" if micro else f"{stamp}Z"
 
