@@ -8,8 +8,9 @@ one whose outcome the cause table reads from its TrainJob and pods alone:
   makes a Workload only for those: ``manageJobsWithoutQueueName`` is off by default), and has no
   ``Failed`` condition (a failure's evidence names the Job's condition, and a failure whose pods are gone
   reads the Workload and the JobSet);
-- it is ``Complete``, or none of its pods failed, is being deleted, was disrupted, or has a container
-  that terminated with a non-zero code or restarted (what the JobSet and Job conditions would add to).
+- it is ``Complete``, or every node has its pod and none of its pods failed, is being deleted, was
+  disrupted, or has a container that terminated with a non-zero code or restarted (what the JobSet and Job
+  conditions would add to; a node whose pod is gone may be what a Job's ``Failed`` is about).
 
 What remains is the time between a Job's ``FailureTarget`` and its pods showing it — a reconcile on a real
 cluster, the lag any watch of the Jobs has too. JobSet restarts (evidence on a running job) are not read
@@ -21,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dispatch_kubeflow.names import LABEL_QUEUE
+from dispatch_kubeflow.names import LABEL_QUEUE, NODE_CONTAINER
 from dispatch_kubeflow.objects import as_map, labels_of, meta_of
+from dispatch_kubeflow.output import LABEL_INDEX
 
 __all__ = ["FIRST", "plain"]
 
@@ -58,6 +60,20 @@ def _troubled(pod: Mapping[str, Any]) -> bool:
     return False
 
 
+def _every_node_there(trainjob: Mapping[str, Any], pods: list[dict[str, Any]]) -> bool:
+    """A live pod for every node: a node whose pod is gone (deleted, preempted and removed) may be what a
+    Job's condition is about."""
+    nodes = as_map(as_map(trainjob.get("spec")).get("trainer")).get("numNodes")
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+        return False
+    seen = set()
+    for pod in pods:
+        containers = as_map(pod.get("spec")).get("containers")
+        if isinstance(containers, list) and any(as_map(c).get("name") == NODE_CONTAINER for c in containers):
+            seen.add(labels_of(pod).get(LABEL_INDEX))
+    return all(str(i) in seen for i in range(nodes))
+
+
 def plain(trainjob: Mapping[str, Any] | None, pods: list[dict[str, Any]]) -> bool:
     """Whether the incarnation of ``trainjob`` (with ``pods``) reads the same without its JobSet, Jobs and
     Workload (see the module docstring). A TrainJob not there is not plain (its absence is read fully)."""
@@ -69,4 +85,4 @@ def plain(trainjob: Mapping[str, Any] | None, pods: list[dict[str, Any]]) -> boo
         return False
     if _true(trainjob, "Complete"):
         return True
-    return not any(_troubled(p) for p in pods)
+    return _every_node_there(trainjob, pods) and not any(_troubled(p) for p in pods)
