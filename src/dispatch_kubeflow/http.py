@@ -63,8 +63,7 @@ class Response(Struct, frozen=True):
 
     def header(self, name: str) -> str | None:
         """The first value of header ``name`` (case-insensitive), or ``None``."""
-        name = name.lower()
-        return next((v for k, v in self.headers if k == name), None)
+        return _first(self.headers, name)
 
     def header_all(self, name: str) -> list[str]:
         name = name.lower()
@@ -73,6 +72,11 @@ class Response(Struct, frozen=True):
     @property
     def text(self) -> str:
         return self.body.decode("utf-8", "replace")
+
+
+def _first(headers: tuple[tuple[str, str], ...], name: str) -> str | None:
+    name = name.lower()
+    return next((v for k, v in headers if k == name), None)
 
 
 class _Conn(Struct):
@@ -124,8 +128,7 @@ class Stream:
 
     def header(self, name: str) -> str | None:
         """The first value of header ``name`` (case-insensitive), or ``None``."""
-        name = name.lower()
-        return next((v for k, v in self.headers if k == name), None)
+        return _first(self.headers, name)
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive (a binary stream: protobuf watch frames)."""
