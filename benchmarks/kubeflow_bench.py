@@ -51,9 +51,11 @@ def figures(records: list[RequestRecord], jobs: int) -> dict[str, Any]:
     received = sum(r.response_bytes for r in records)
     streams = sum(1 for r in records if r.verb == "watch" or r.query_dict().get("follow") == "true")
     by_verb: dict[str, int] = {}
+    bytes_by: dict[str, int] = {}
     for r in records:
         key = f"{r.verb} {r.resource}".strip()
         by_verb[key] = by_verb.get(key, 0) + 1
+        bytes_by[key] = bytes_by.get(key, 0) + r.request_bytes + r.response_bytes
     return {
         "jobs": jobs,
         "requests": len(records),
@@ -61,6 +63,9 @@ def figures(records: list[RequestRecord], jobs: int) -> dict[str, Any]:
         "streams": streams,
         "bytes_per_job": (sent + received) / jobs,
         "by_verb": dict(sorted(by_verb.items(), key=lambda kv: -kv[1])),
+        "kb_per_job_by_verb": {
+            k: round(v / jobs / 1000, 1) for k, v in sorted(bytes_by.items(), key=lambda kv: -kv[1])
+        },
     }
 
 
@@ -265,6 +270,8 @@ def show(title: str, f: dict[str, Any]) -> None:
             print(f"  {key:18} {v:.2f}" if isinstance(v, float) else f"  {key:18} {v}")
     top = list(f["by_verb"].items())[:8]
     print("  by verb/resource   " + ", ".join(f"{k}: {v}" for k, v in top))
+    heavy = list(f["kb_per_job_by_verb"].items())[:8]
+    print("  KB/job by verb     " + ", ".join(f"{k}: {v}" for k, v in heavy))
 
 
 async def main() -> int:

@@ -167,6 +167,8 @@ PURE = (
     "dispatch_kubeflow/names.py",
     "dispatch_kubeflow/naming.py",
     "dispatch_kubeflow/objects.py",
+    "dispatch_kubeflow/plain.py",
+    "dispatch_kubeflow/protobuf.py",
     "dispatch_kubeflow/resources.py",
     "dispatch_kubeflow/runtime.py",
     "dispatch_kubeflow/settings.py",

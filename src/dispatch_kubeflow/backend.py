@@ -45,6 +45,7 @@ from dispatch.model import (
 )
 from dispatch.probecache import ProbeCache
 from dispatch_kubeflow import cessation, naming, output, probecache
+from dispatch_kubeflow.clusterfacts import discover_cached
 from dispatch_kubeflow.errors import AlreadyExistsError, StaleHoldError
 from dispatch_kubeflow.events import decision_event, events_path
 from dispatch_kubeflow.holds import held_by_us, new_token, pointer
@@ -66,6 +67,7 @@ from dispatch_kubeflow.names import (
     NAME,
 )
 from dispatch_kubeflow.objects import labels_of
+from dispatch_kubeflow.plain import plain
 from dispatch_kubeflow.preflight import (
     ClusterFacts,
     admission_check,
@@ -91,6 +93,7 @@ from dispatch_kubeflow.trainjob import (
 from dispatch_kubeflow.watching import (
     Kind,
     Parts,
+    View,
     kinds,
     runtime_kind_key,
     runtime_kinds,
@@ -131,11 +134,13 @@ async def open_backend(
     if "namespace" not in json.loads(cfg.settings or b"{}"):  # as kubectl: the context's namespace
         settings = settings.replace(namespace=client.context_namespace)
     facts = ClusterFacts()
+    cluster = ""
     try:
-        await discover(client, settings, facts)
-        if cfg.read_only:
+        if cfg.read_only:  # what does not change per command, from the host's cache (clusterfacts)
+            cluster = await discover_cached(client, settings, facts, cfg.probe_cache, now=clock.now())
             facts.notes += await kueue_objects(client, settings, facts)
         else:
+            await discover(client, settings, facts)
             await review_access(client, settings, facts)
             if facts.may_write and cfg.probe_cache is not None:
                 await _probe_or_reuse(client, settings, facts, cfg.probe_cache, window=window, clock=clock)
@@ -146,7 +151,7 @@ async def open_backend(
                 client.read_only = True
                 facts.notes += await kueue_objects(client, settings, facts)
         await admission_check(client, settings, facts)
-        cluster = await cluster_identity(client)  # on every open, read-only ones included
+        cluster = cluster or await cluster_identity(client)  # on every open, read-only ones included
     except BaseException:
         await client.close()
         raise
@@ -767,14 +772,21 @@ class Backend:
             tail = Tail.of(pod, lines)
             extras.tails[tail.pod] = tail
 
-    async def _current(self) -> None:
-        """The shared cache, current for a read. A read-only backend's first read, when no feed runs,
-        lists the incarnation kinds once and watches nothing (a read command asks once: list+watch of
-        seven kinds cost it twice the requests and CPU of its answer); every later read starts the feed,
-        as every read of a backend that writes (the supervisor) does from the first."""
+    async def _current(self, name: str | None = None) -> None:
+        """The shared cache, current for a read (of incarnation ``name``, or of all). A read-only backend's
+        first read, when no feed runs, lists the incarnation kinds once and watches nothing (a read command
+        asks once: list+watch of seven kinds cost it twice the requests and CPU of its answer) — the
+        TrainJobs and pods first, the JobSets, Jobs and Workloads only when an incarnation read is not
+        :func:`~dispatch_kubeflow.plain.plain`; every later read starts the feed, as every read of a backend
+        that writes (the supervisor) does from the first."""
         if self.mode is Mode.READ_ONLY and not self._listed_once and not self.informer.running:
             self._listed_once = True
-            await self.informer.snapshot({k.key for k in self._incarnation_kinds()})
+
+            def enough(view: View) -> bool:
+                names = [name] if name is not None else sorted(view.identities)
+                return all(plain(view.parts(n).trainjob, view.parts(n).pods) for n in names)
+
+            await self.informer.snapshot({k.key for k in self._incarnation_kinds()}, enough=enough)
             return
         await self.informer.sync()
 
@@ -784,7 +796,7 @@ class Backend:
         once). A TrainJob the cache does not hold is read from the cluster, and told gone only after a
         second, differently routed read; gone with nothing of it left, the incarnation is absent."""
         name = self._name_of(handle)
-        await self._current()
+        await self._current(name)
         parts = self.informer.parts(name)
         obj = parts.trainjob
         if obj is None:

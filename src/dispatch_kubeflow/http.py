@@ -63,8 +63,7 @@ class Response(Struct, frozen=True):
 
     def header(self, name: str) -> str | None:
         """The first value of header ``name`` (case-insensitive), or ``None``."""
-        name = name.lower()
-        return next((v for k, v in self.headers if k == name), None)
+        return _first(self.headers, name)
 
     def header_all(self, name: str) -> list[str]:
         name = name.lower()
@@ -73,6 +72,11 @@ class Response(Struct, frozen=True):
     @property
     def text(self) -> str:
         return self.body.decode("utf-8", "replace")
+
+
+def _first(headers: tuple[tuple[str, str], ...], name: str) -> str | None:
+    name = name.lower()
+    return next((v for k, v in headers if k == name), None)
 
 
 class _Conn(Struct):
@@ -122,20 +126,25 @@ class Stream:
         """The body was read to its end (its connection may serve another request)."""
         self._body = _body(conn.reader, headers, status, read_timeout)
 
-    async def _chunks(self) -> AsyncIterator[bytes]:
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (case-insensitive), or ``None``."""
+        return _first(self.headers, name)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive (a binary stream: protobuf watch frames)."""
         async for chunk in self._body:
             yield chunk
         self.complete = True
 
     async def read(self) -> Response:
         """The rest of the body, whole (for an error answer)."""
-        data = b"".join([chunk async for chunk in self._chunks()])
+        data = b"".join([chunk async for chunk in self.chunks()])
         return Response(self.status, self.headers, data)
 
     async def lines(self) -> AsyncIterator[str]:
         """The body's lines as they arrive (without their ``\\n``/``\\r\\n``); the last one even unended."""
         pending = b""
-        async for chunk in self._chunks():
+        async for chunk in self.chunks():
             pending += chunk
             *done, pending = pending.split(b"\n")
             for line in done:
@@ -371,6 +380,19 @@ class Client:
                 self._idle.append(conn)
             else:
                 await conn.aclose()
+
+    async def server_certificate(self) -> bytes | None:
+        """The certificate (DER) the server presents, on a kept-alive connection (made now if none is
+        idle, and kept for the next request); ``None`` over plain HTTP."""
+        if not self._tls:
+            return None
+        conn = next((c for c in reversed(self._idle) if c.usable()), None)
+        if conn is None:
+            conn = await self._connect(self.timeout)
+            self._idle.append(conn)
+        tls = conn.writer.get_extra_info("ssl_object")
+        der = tls.getpeercert(binary_form=True) if tls is not None else None
+        return der if isinstance(der, bytes) else None
 
     async def close(self) -> None:
         while self._idle:

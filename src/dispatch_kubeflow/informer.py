@@ -33,6 +33,7 @@ from dispatch.model import Identity
 from dispatch_kubeflow.incarnation import DeletionClock
 from dispatch_kubeflow.kube import KubeClient
 from dispatch_kubeflow.objects import meta_of
+from dispatch_kubeflow.plain import FIRST
 from dispatch_kubeflow.watching import (
     TICK_SECONDS,
     Event,
@@ -156,18 +157,32 @@ class Informer:
             return
         await asyncio.shield(task)
 
-    async def snapshot(self, keys: Collection[str]) -> None:
+    async def snapshot(self, keys: Collection[str], *, enough: Callable[[View], bool] | None = None) -> None:
         """List the kinds ``keys`` once into the cache and watch nothing: the reading of a process that
         asks once (a read command) — seven watch streams opened to be closed at once cost it more than
         its answer. Nothing when the watch runs already (the cache is current); a later :meth:`sync`
-        lists again and starts it."""
+        lists again and starts it. With ``enough``, the TrainJobs and pods are listed first and the
+        other kinds only when ``enough`` says those do not suffice (:mod:`dispatch_kubeflow.plain`)."""
         if self.running:
             return
-        self.kinds = [k for k in self._all_kinds if k.key in keys]
+        wanted = [k for k in self._all_kinds if k.key in keys]
+        if enough is not None:
+            self.kinds = [k for k in wanted if k.key in FIRST]
+            await self._list_all()
+            # Without pods (not readable here) the other kinds are what says a job failed: read them.
+            if {k.key for k in self.kinds} >= FIRST and enough(self.view):
+                return
+            rest = [k for k in wanted if k.key not in FIRST]
+            self.kinds = [*self.kinds, *rest]
+            await self._list_all(only=rest)
+            return
+        self.kinds = wanted
         await self._list_all()
 
-    async def _list_all(self) -> None:
-        for kind in list(self.kinds):
+    async def _list_all(self, *, only: list[Kind] | None = None) -> None:
+        """List every kind followed (``only`` those), a kind the credentials may not read, or the cluster
+        does not serve, left out with a warning (TrainJobs themselves are required)."""
+        for kind in list(self.kinds if only is None else only):
             try:
                 items, rv = await list_kind(self.client, kind)
             except (PermissionDeniedError, NotFoundError) as exc:

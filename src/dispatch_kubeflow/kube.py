@@ -39,13 +39,14 @@ from dispatch import logs, metrics
 from dispatch.clock import Clock, SystemClock
 from dispatch.config import check_token
 from dispatch.errors import InvalidError, ReadOnlyError, UnavailableError, UnsupportedError
+from dispatch_kubeflow import protobuf
 from dispatch_kubeflow.credentials import CredentialError, Credentials
 from dispatch_kubeflow.errors import is_retryable, map_status, map_transport, unavailable_webhook
 from dispatch_kubeflow.kubeconfig import load as load_kubeconfig
 from dispatch_kubeflow.kubeconfig import proxy_for
 from dispatch_kubeflow.resources import SELF_SUBJECT_ACCESS_REVIEWS, group_version_path
 
-__all__ = ["USER_AGENT", "KubeClient", "Retry", "user_agent"]
+__all__ = ["USER_AGENT", "BadWatchEvent", "KubeClient", "Retry", "json_event", "user_agent"]
 
 _log = logging.getLogger(__name__)
 _WRITES = frozenset({"POST", "PUT", "PATCH"})
@@ -84,8 +85,18 @@ class Retry(Struct, frozen=True):
         return float(min(self.cap, self.base * (2**attempt)))
 
 
+class BadWatchEvent(ValueError):
+    """A watch stream sent something that is not a watch event (its position cannot be trusted)."""
+
+
 class KubeClient:
-    """JSON requests to one API server, with retries, raising dispatch's errors; see the module docstring."""
+    """JSON requests to one API server, with retries, raising dispatch's errors; see the module docstring.
+
+    Reads of the built-in kinds the adapter reads in bulk (pods, Jobs, Events, nodes, namespaces) ask for
+    protobuf, as client-go's controllers do, and are decoded into the same dicts
+    (:mod:`dispatch_kubeflow.protobuf`); ``protobuf = False`` asks for JSON everywhere."""
+
+    protobuf = True
 
     def __init__(
         self,
@@ -211,6 +222,8 @@ class KubeClient:
             query.setdefault("fieldValidation", "Strict")
         content = None if body is None else json.dumps(body).encode()
         headers = {"Accept": "application/json"} if not accept_text else {}
+        if method == "GET" and not accept_text and self.protobuf and protobuf.wanted(path):
+            headers["Accept"] = protobuf.ACCEPT
         if content is not None:
             headers["Content-Type"] = content_type
         ambiguous = False
@@ -401,6 +414,63 @@ class KubeClient:
                 ambiguous_write=False,
             ) from None
 
+    async def watch(
+        self,
+        path: str,
+        *,
+        what: str,
+        params: Mapping[str, str],
+        read_timeout: float | None = None,
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """GET a watch and yield its events, ``(type, object)``, as they arrive: JSON lines, or protobuf
+        frames for the built-in kinds that have them (:mod:`dispatch_kubeflow.protobuf`). Errors as
+        :meth:`stream`; an item that is not a watch event raises :class:`BadWatchEvent`."""
+        self._check_open(what)
+        accept = protobuf.ACCEPT if self.protobuf and protobuf.wanted(path) else "application/json"
+        headers = await self._authorized({"Accept": accept}, what)
+        self.requests += 1
+        try:
+            async with self._http.stream(
+                path, params=dict(params), headers=headers, read_timeout=read_timeout
+            ) as resp:
+                _log.debug("GET %s (watch) -> %d", path, resp.status)
+                _count("WATCH", path, resp.status, None)
+                if resp.status >= 400:
+                    raise map_status(resp.status, _status_body(await resp.read()), what=what)
+                if protobuf.is_protobuf(resp.header("content-type")):
+                    frames = protobuf.frames()
+                    async for chunk in resp.chunks():
+                        for frame in frames.feed(chunk):
+                            try:
+                                yield protobuf.decode_frame(frame)
+                            except protobuf.DecodeError as exc:
+                                raise BadWatchEvent(f"a watch frame that cannot be decoded: {exc}") from None
+                    if frames.rest:
+                        raise BadWatchEvent("the watch stream ended inside a frame")
+                    return
+                async for line in resp.lines():
+                    if line.strip():
+                        yield json_event(line)
+        except http.HTTPError as exc:
+            raise map_transport(
+                what,
+                f"{type(exc).__name__}: the stream from {self.server} broke ({exc})",
+                ambiguous_write=False,
+            ) from None
+
+    async def server_fingerprint(self) -> str:
+        """SHA-256 of the certificate the API server presents ("" over plain HTTP, or when no connection
+        can be made now: the first request then says why)."""
+        try:
+            der = await self._http.server_certificate()
+        except http.HTTPError:
+            return ""
+        if der is None:
+            return ""
+        import hashlib
+
+        return hashlib.sha256(der).hexdigest()
+
     async def served(self, group: str, version: str) -> set[str] | None:
         """The resources served under ``group/version`` (discovery), or ``None`` if it is not served."""
         from dispatch.errors import NotFoundError
@@ -496,14 +566,29 @@ def _split_warnings(header: str) -> list[str]:
     return out or [header.strip()]
 
 
+def json_event(line: str) -> tuple[str, dict[str, Any]]:
+    """One JSON watch line's type and object; :class:`BadWatchEvent` for a line that is not an event."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        raise BadWatchEvent(f"a watch line that is not JSON: {line[:80]!r}") from None
+    etype = event.get("type") if isinstance(event, dict) else None
+    obj = event.get("object") if isinstance(event, dict) else None
+    if not isinstance(etype, str) or not isinstance(obj, dict):
+        raise BadWatchEvent(f"a watch line that is not an event: {line[:80]!r}")
+    return etype, obj
+
+
 def _answer(resp: http.Response, server: str, method: str, accept_text: bool, what: str) -> Any:
     if accept_text:
         return resp.text
     if not resp.body:
         return None
     try:
+        if protobuf.is_protobuf(resp.header("content-type")):
+            return protobuf.decode_body(resp.body)
         return json.loads(resp.body)
-    except ValueError:
+    except ValueError:  # protobuf.DecodeError is one
         # Not an API server (a login page, a redirect to one, a proxy): say so, do not crash.
         raise map_transport(
             what,
@@ -548,6 +633,8 @@ def _count(method: str, path: str, code: int, seconds: float | None) -> None:
 
 def _status_body(resp: http.Response) -> dict[str, Any] | None:
     try:
+        if protobuf.is_protobuf(resp.header("content-type")):
+            return protobuf.decode_body(resp.body)
         body = json.loads(resp.body)
     except ValueError:
         return {"message": resp.text[:500]} if resp.body else None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -32,7 +31,7 @@ from dispatch.errors import (
 from dispatch.model import Identity
 from dispatch_kubeflow import naming
 from dispatch_kubeflow.errors import ExpiredError, map_status
-from dispatch_kubeflow.kube import KubeClient
+from dispatch_kubeflow.kube import BadWatchEvent, KubeClient
 from dispatch_kubeflow.names import (
     LABEL_JOB_HASH,
     LABEL_JOBSET_NAME,
@@ -370,15 +369,8 @@ async def list_kind(client: KubeClient, kind: Kind) -> tuple[list[dict[str, Any]
     )
 
 
-def _parse_event(line: str, what: str = "watch") -> tuple[str, dict[str, Any]]:
-    try:
-        event = json.loads(line)
-    except ValueError:
-        raise _Resync(f"a watch line that is not JSON: {line[:80]!r}") from None
-    etype = event.get("type") if isinstance(event, dict) else None
-    obj = event.get("object") if isinstance(event, dict) else None
-    if not isinstance(etype, str) or not isinstance(obj, dict):
-        raise _Resync(f"a watch line that is not an event: {line[:80]!r}")
+def _parse_event(etype: str, obj: dict[str, Any], what: str = "watch") -> tuple[str, dict[str, Any]]:
+    """A decoded watch event checked: an ``ERROR`` raises (410: relist), an unknown shape resyncs."""
     if etype == "ERROR":
         code = obj.get("code")
         if code == 410:
@@ -419,12 +411,10 @@ async def continuous_watch(
             params["labelSelector"] = kind.selector
         try:
             try:
-                async for line in client.stream(
+                async for etype, obj in client.watch(
                     kind.path, what=what, params=params, read_timeout=WATCH_SECONDS + 30.0
                 ):
-                    if not line.strip():
-                        continue
-                    etype, obj = _parse_event(line, what)
+                    etype, obj = _parse_event(etype, obj, what)
                     failures = 0
                     new_rv = obj["metadata"].get("resourceVersion")
                     if isinstance(new_rv, str) and new_rv:
@@ -436,7 +426,7 @@ async def continuous_watch(
                 failures = 0  # a stream that ended normally: reopen from where it was
                 metrics.current().inc("dispatch_watch_restarts_total", {"kind": kind.key, "reason": "ended"})
                 continue
-            except (_Expired, _Resync, ExpiredError) as exc:
+            except (_Expired, _Resync, BadWatchEvent, ExpiredError) as exc:
                 _log.info("%s: %s; listing again", what, exc)
                 metrics.current().inc("dispatch_watch_relists_total", {"kind": kind.key})
                 items, rv = await list_kind(client, kind)

@@ -38,6 +38,7 @@ class RequestRecord:
     request_bytes: int = 0
     response_bytes: int = 0
     user_agent: str = ""  # the client's User-Agent header, as an audit log records it
+    content_type: str = ""  # the answer's media type (application/json, ...protobuf, text/plain)
 
     def as_json_line(self) -> str:
         """One JSON line for ``serve --request-log``: what was asked, by whom, and the answer (the

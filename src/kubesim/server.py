@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from kubesim import discovery, protobuf
+from kubesim import discovery, protobuf, protowire
 from kubesim.auth import ANONYMOUS, Authenticator, Permissions
 from kubesim.bodies import BodyError, decode_json, decode_yaml
 from kubesim.clock import Clock
@@ -130,8 +130,28 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
+_OBJECT = web.ResponseKey("object", object)
+"""The object a JSON response was made from, kept to answer in protobuf instead."""
+
+
 def _json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=_dumps(body), status=status, content_type=_JSON, headers=headers)
+    resp = web.Response(body=_dumps(body), status=status, content_type=_JSON, headers=headers)
+    resp[_OBJECT] = body  # kept, to be answered in protobuf instead when the client asked for it
+    return resp
+
+
+def _in_protobuf(rt: ResourceType, resp: web.Response) -> web.Response:
+    """``resp`` with its object (an object of ``rt``, its list, a Status) encoded in protobuf."""
+    obj = resp.get(_OBJECT)
+    if not isinstance(obj, dict) or obj.get("kind") == "Table":
+        return resp
+    out = web.Response(
+        body=protowire.encode_body(rt, obj), status=resp.status, content_type=protowire.MEDIA_TYPE
+    )
+    for name, value in resp.headers.items():
+        if name.lower() not in ("content-type", "content-length"):
+            out.headers.add(name, value)
+    return out
 
 
 def _error_response(err: ApiError) -> web.Response:
@@ -251,6 +271,7 @@ class ApiServer:
         status = 500
         rec: RequestRecord | None = None
         final: web.StreamResponse | None = None
+        proto = False  # the answer goes out in protobuf (a built-in kind, and the client asked for it)
 
         def record(code: int, response_bytes: int = 0) -> RequestRecord:
             nonlocal rec
@@ -295,6 +316,11 @@ class ApiServer:
                 final = web.Response(text="ok", content_type="text/plain")
                 return final
             info = self._parse(request, parts)
+            if info.rt is not None and info.subresource in ("", "status"):
+                try:
+                    proto = protowire.accepts(request.headers.get("Accept"), info.rt) == protowire.MEDIA_TYPE
+                except ApiError:
+                    proto = False  # errors before the handler negotiates are JSON; the handler says 406
             header = request.headers.get("Authorization")
             if header:
                 perms = sim.auth.authenticate(header)
@@ -316,7 +342,11 @@ class ApiServer:
                 resp: web.StreamResponse = self._non_resource(request, parts)
             else:
                 self._authorize(perms, info)
-                resp = await self._resource(request, info, perms, record)
+                if info.subresource in ("", "status"):
+                    protowire.accepts(request.headers.get("Accept"), info.rt)  # 406 before any effect
+                resp = await self._resource(request, info, perms, record, proto=proto)
+            if proto and isinstance(resp, web.Response) and info.rt is not None:
+                resp = _in_protobuf(info.rt, resp)
             status = resp.status
             if info.verb and not resp.prepared and sim.faults.should_lose_response(info.verb, request.path):
                 status = 0  # handled, but the client never hears back
@@ -332,6 +362,8 @@ class ApiServer:
         except ApiError as err:
             status = err.code
             final = _error_response(err)
+            if proto and info.rt is not None:
+                final = _in_protobuf(info.rt, final)
             return final
         except (ConnectionResetError, asyncio.CancelledError):
             status = 499 if rec is None else status
@@ -343,7 +375,10 @@ class ApiServer:
             return final
         finally:
             body = getattr(final, "body", None) if isinstance(final, web.Response) else None
-            sim.requests.finish(record(status, len(body) if isinstance(body, bytes) else 0))
+            done = record(status, len(body) if isinstance(body, bytes) else 0)
+            if final is not None:
+                done.content_type = final.content_type
+            sim.requests.finish(done)
             if info.verb in WRITE_VERBS and status < 400:
                 sim.kick()
 
@@ -476,8 +511,11 @@ class ApiServer:
         info: RequestInfo,
         perms: Permissions,
         record: Callable[[int], RequestRecord],
+        *,
+        proto: bool = False,
     ) -> web.StreamResponse:
-        """Serve a request on a resource path: one handler per verb."""
+        """Serve a request on a resource path: one handler per verb (``proto``: a watch answers in
+        protobuf frames; other answers are turned into protobuf by the caller)."""
         q = dict(request.query)
         fv = q.get("fieldValidation")
         if fv is not None and fv not in ("Ignore", "Warn", "Strict"):
@@ -497,7 +535,7 @@ class ApiServer:
                     request, self.sim, info.namespace or "", info.name or "", q, record
                 )
             if info.verb == "watch":
-                return await self._watch(request, info, q, record)
+                return await self._watch(request, info, q, record, proto=proto)
         except ConnectionResetError:  # the client went away mid-stream
             return web.Response(status=200)
         if info.verb == "get":
@@ -881,6 +919,8 @@ class ApiServer:
         info: RequestInfo,
         q: dict[str, str],
         record: Callable[[int], RequestRecord],
+        *,
+        proto: bool = False,
     ) -> web.StreamResponse:
         rt = info.rt
         assert rt is not None
@@ -894,6 +934,12 @@ class ApiServer:
                 return table(rt, [obj], clock.wall(clock.now()), resource_version=rv, include_object=include)
 
         wr = parse_watch_request(
-            rt, info.namespace, info.name, q, default_timeout=self.watch_timeout, render=render
+            rt,
+            info.namespace,
+            info.name,
+            q,
+            default_timeout=self.watch_timeout,
+            render=render,
+            protobuf=proto and render is None,
         )
         return await self.watches.stream(request, wr, record)

@@ -477,7 +477,7 @@ class ObjectStore:
     ) -> dict[str, Any]:
         if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
             raise bad_request(f"the body of a {rt.kind} must be a JSON object with metadata")
-        if subresource not in (None, "status", "ephemeralcontainers"):
+        if subresource not in (None, "status", "ephemeralcontainers", "binding"):
             raise bad_request(f"subresource {subresource!r} cannot be updated")
         if subresource == "status" and not rt.has_status:
             raise not_found(rt, str(obj["metadata"].get("name", "")))
@@ -521,6 +521,12 @@ class ObjectStore:
                 new["status"] = deep_copy(obj["status"])
             else:
                 new.pop("status", None)
+        elif subresource == "binding":
+            # pods/binding: the node and the PodScheduled condition in one update, as the binding
+            # registry's setPodNodeAndMetadata writes them (no generation bump: it bypasses the strategy)
+            new = _copy(current)
+            new.setdefault("spec", {})["nodeName"] = (obj.get("spec") or {}).get("nodeName")
+            new["status"] = deep_copy(obj.get("status") or {})
         elif subresource == "ephemeralcontainers":
             new = _copy(current)
             new.setdefault("spec", {})["ephemeralContainers"] = ephemeral_containers(
@@ -582,6 +588,12 @@ class ObjectStore:
         self._commit(rt, "MODIFIED", new, current)
         self._maybe_finish_deletion(rt, new)
         return _copy(self._lookup(rt, ns, name) or new)
+
+    def bind(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """Bind a pod: ``obj``'s ``spec.nodeName`` and ``status`` (its PodScheduled condition) written in one
+        update, one watch event (pkg/registry/core/pod/storage ``BindingREST.setPodNodeAndMetadata``)."""
+        with self._operation():
+            return self._replace(rt, obj, subresource="binding", dry_run=False, check_rv=False)
 
     def update_status(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         """Replace the status subresource without a resourceVersion check (controller convenience)."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
+from kubesim import protowire
 from kubesim.errors import ApiError, Cause, bad_request
 from kubesim.requestlog import RequestRecord
 from kubesim.resources import ResourceType
@@ -170,6 +171,7 @@ class WatchRequest:
     send_initial: bool
     timeout: float
     render: Render | None = None  # None: send objects as they are
+    protobuf: bool = False  # length-prefixed protobuf WatchEvent frames instead of JSON lines
 
     def matches(self, obj: dict[str, Any]) -> bool:
         meta = obj["metadata"]
@@ -186,6 +188,7 @@ def parse_watch_request(
     *,
     default_timeout: float,
     render: Render | None = None,
+    protobuf: bool = False,
 ) -> WatchRequest:
     """Validate the query of a watch (400 for bad selectors or numbers, 422 for bad ListOptions)."""
     check_list_options(q, watch=True)
@@ -205,6 +208,7 @@ def parse_watch_request(
         send_initial=send_initial,
         timeout=timeout,
         render=render,
+        protobuf=protobuf,
     )
 
 
@@ -239,6 +243,7 @@ async def open_stream(
     resp.enable_chunked_encoding()
     await resp.prepare(request)
     rec = record(200)
+    rec.content_type = resp.content_type
 
     async def send(data: bytes) -> None:
         rec.response_bytes += len(data)
@@ -254,7 +259,7 @@ class WatchHub:
         self.store = store
         self.bookmark_interval = bookmark_interval
         self._watchers: set[_Watcher] = set()
-        self._ser_cache: OrderedDict[int, bytes] = OrderedDict()
+        self._ser_cache: OrderedDict[tuple[int, bool], bytes] = OrderedDict()
 
     def active(self) -> int:
         """Number of open watch streams."""
@@ -266,22 +271,32 @@ class WatchHub:
             w.abort = abort
             w.queue.put_nowait(None)
 
-    def _line(self, etype: str, ev: WatchEvent, render: Render | None) -> bytes:
-        if render is not None:
-            return _dumps({"type": etype, "object": render(ev.obj)}) + b"\n"
-        rv = ev.resource_version  # unique per change: a safe cache key
-        obj_json = self._ser_cache.get(rv)
-        if obj_json is None:
-            obj_json = _dumps(ev.obj)
-            self._ser_cache[rv] = obj_json
+    def _line(self, etype: str, ev: WatchEvent, wr: WatchRequest) -> bytes:
+        if wr.render is not None:
+            return _dumps({"type": etype, "object": wr.render(ev.obj)}) + b"\n"
+        key = (ev.resource_version, wr.protobuf)  # a resourceVersion is unique per change: a safe key
+        encoded = self._ser_cache.get(key)
+        if encoded is None:
+            encoded = protowire.encode_body(wr.rt, ev.obj) if wr.protobuf else _dumps(ev.obj)
+            self._ser_cache[key] = encoded
             if len(self._ser_cache) > _SER_CACHE:
                 self._ser_cache.popitem(last=False)
-        return b'{"type":"' + etype.encode() + b'","object":' + obj_json + b"}\n"
+        if wr.protobuf:
+            return protowire.frame(etype, encoded)
+        return b'{"type":"' + etype.encode() + b'","object":' + encoded + b"}\n"
+
+    @staticmethod
+    def _send_object(wr: WatchRequest, etype: str, obj: dict[str, Any]) -> bytes:
+        """An event not of the store's history (an initial ADDED, a BOOKMARK, an ERROR)."""
+        if wr.protobuf:
+            return protowire.frame(etype, protowire.encode_body(wr.rt, obj))
+        shown = wr.render(obj) if wr.render is not None and etype == "ADDED" else obj
+        return _dumps({"type": etype, "object": shown}) + b"\n"
 
     def _event(self, wr: WatchRequest, ev: WatchEvent) -> bytes | None:
         before = ev.old is not None and wr.matches(ev.old)
         etype = transition(ev.type, wr.matches(ev.obj), before)
-        return None if etype is None else self._line(etype, ev, wr.render)
+        return None if etype is None else self._line(etype, ev, wr)
 
     def _next_bookmark(self, now: float, deadline: float) -> float | None:
         """When the next bookmark is due: every ``bookmark_interval``, and also ``_PRE_TIMEOUT`` seconds
@@ -297,7 +312,7 @@ class WatchHub:
         if initial_end:
             meta["annotations"] = {"k8s.io/initial-events-end": "true"}
         obj = {"kind": wr.rt.kind, "apiVersion": wr.rt.api_version, "metadata": meta}
-        return _dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
+        return self._send_object(wr, "BOOKMARK", obj)
 
     async def stream(
         self, request: web.Request, wr: WatchRequest, record: Callable[[int], RequestRecord]
@@ -334,17 +349,17 @@ class WatchHub:
                         raise
                     error = err  # 410 Expired (or too large): one ERROR event, as a real server sends
                     last_rv = store.resource_version
+            media = protowire.WATCH_MEDIA_TYPE if wr.protobuf else "application/json"
             resp, send = await open_stream(
-                request, record, {"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
+                request, record, {"Content-Type": media, "Cache-Control": "no-cache, private"}
             )
 
             if error is not None:
-                await send(_dumps({"type": "ERROR", "object": error.status()}) + b"\n")
+                await send(self._send_object(wr, "ERROR", error.status()))
                 await resp.write_eof()
                 return resp
             for obj in initial:
-                shown = wr.render(obj) if wr.render is not None else obj
-                await send(b'{"type":"ADDED","object":' + _dumps(shown) + b"}\n")
+                await send(self._send_object(wr, "ADDED", obj))
             for ev in replay:
                 line = self._event(wr, ev)
                 if line is not None:

@@ -110,7 +110,7 @@ async def test_refresh_an_expired_ttl_or_a_corrupt_entry_probe_again(sim: Simula
     assert not b.facts.from_cache and b.facts.pods_visible is True
 
 
-async def test_read_only_never_touches_the_cache(sim: Simulator, tmp_path: Path) -> None:
+async def test_read_only_keeps_no_probe_findings(sim: Simulator, tmp_path: Path) -> None:
     kc = kubeconfig(tmp_path / "kc", sim.url, sim.token("admin"))
     cache = MemoryProbeCache()
     cfg = AdapterConfig(
@@ -120,7 +120,9 @@ async def test_read_only_never_touches_the_cache(sim: Simulator, tmp_path: Path)
     b = await _open(cfg)
     await b.close()
     assert sim.requests.writes() == []
-    assert repr(cache) == "MemoryProbeCache(0 entries)"
+    # No probe findings: only the cluster's facts (discovery, identity) a read-only open keeps for the
+    # next command (dispatch_kubeflow.clusterfacts).
+    assert [k.split("/")[0] for k in cache._values] == ["kubeflow-cluster"]
 
 
 async def test_a_config_refuses_a_cache_that_is_not_one() -> None:

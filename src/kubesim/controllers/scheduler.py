@@ -267,10 +267,8 @@ class SchedulerController(BaseController):
         _add_usage(used.setdefault(node_name, {}), spec)
         bound = copy.deepcopy(before)
         bound["spec"]["nodeName"] = node_name
-        bound = self.write(PODS, before, bound)
-        after = copy.deepcopy(bound)
-        cond.set_pod_condition(after, "PodScheduled", "True", "", "", now)
-        self._write_status(bound, after)
+        cond.set_pod_condition(bound, "PodScheduled", "True", "", "", now)
+        bound = self.store.bind(PODS, bound)
         self.record_event(
             bound,
             "Normal",

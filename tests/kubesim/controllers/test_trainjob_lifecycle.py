@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from kubesim.controllers.trainer import TrainerController
 from kubesim.resources import CLUSTERTRAININGRUNTIMES, EVENTS, JOBSETS, PODS, SERVICES, TRAINJOBS
@@ -86,6 +87,28 @@ def test_pods_named_and_labelled_like_jobset_pods() -> None:
     assert p1["status"]["phase"] == "Running" and p1["spec"]["nodeName"].startswith("node-")
     assert p0["spec"]["nodeName"] != p1["spec"]["nodeName"]  # least-allocated scoring spreads pods
     assert main_status(p1)["state"]["running"]["startedAt"] == "2026-01-01T00:00:00Z"
+
+
+def test_a_pod_is_bound_in_one_update() -> None:
+    """The scheduler's binding writes the node and the PodScheduled condition together, one watch event
+    (the binding registry's setPodNodeAndMetadata), never a bound pod without its condition; the pod's
+    generation does not move (the binding bypasses the pod's update strategy)."""
+    sim = new_sim()
+    events: list[tuple[str, bool, bool]] = []
+
+    def seen(ev: Any) -> None:
+        spec, status = ev.obj.get("spec") or {}, ev.obj.get("status") or {}
+        scheduled = any(
+            c.get("type") == "PodScheduled" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        events.append((ev.type, bool(spec.get("nodeName")), scheduled))
+
+    sim.store.subscribe(seen, rt=PODS)
+    submit(sim, trainjob(nodes=1, script="hang"))
+    assert ("MODIFIED", True, False) not in events, events
+    assert events[:2] == [("ADDED", False, False), ("MODIFIED", True, True)], events
+    assert pods(sim)[0]["metadata"]["generation"] == 1
 
 
 def test_success_with_logs() -> None:
