@@ -316,3 +316,42 @@ def test_only_the_kubernetes_layer_talks_http() -> None:
 )
 def test_the_checker_sees_every_kind_of_import(source: str, package: str, expected: str) -> None:
     assert expected in imports_of(source, package)
+
+
+def _cli_graph() -> dict[str, set[str]]:
+    """Which module of ``dispatch.cli`` imports which (``from dispatch.cli import x`` naming module ``x``).
+    The package's ``__init__`` is left out: it loads the commands only when ``main`` runs."""
+    cli = SRC / "dispatch" / "cli"
+    names = {p.stem for p in cli.glob("*.py")} - {"__init__", "__main__"}
+    graph: dict[str, set[str]] = {}
+    for name in names:
+        tree = ast.parse((cli / f"{name}.py").read_text())
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "dispatch.cli":
+                found.update(a.name for a in node.names if a.name in names)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dispatch.cli."):
+                found.add((node.module or "").split(".")[2])
+            elif isinstance(node, ast.Import):
+                found.update(a.name.split(".")[2] for a in node.names if a.name.startswith("dispatch.cli."))
+        graph[name] = found & names - {name}
+    return graph
+
+
+def test_the_cli_modules_import_no_circle() -> None:
+    """The command modules build on the CLI's common parts, which never import them back (the group in
+    ``commands`` gathers them): no module of ``dispatch.cli`` is reached again from what it imports."""
+    graph = _cli_graph()
+    circles: list[list[str]] = []
+
+    def visit(name: str, path: list[str]) -> None:
+        for nxt in sorted(graph[name]):
+            if nxt in path:
+                circles.append([*path[path.index(nxt) :], nxt])
+            elif len(path) < len(graph):
+                visit(nxt, [*path, nxt])
+
+    for start in sorted(graph):
+        visit(start, [start])
+    assert circles == []
+    assert "commands" not in set().union(*graph.values())  # only the entry point loads the group

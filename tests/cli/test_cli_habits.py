@@ -22,7 +22,8 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from dispatch.cli.commands import EXIT_ALREADY_ENDED, EXIT_BROKEN_PIPE, cli
+from dispatch.cli.commands import cli
+from dispatch.cli.exits import EXIT_ALREADY_ENDED, EXIT_BROKEN_PIPE
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT_JOB = (
@@ -196,7 +197,7 @@ def test_json_times_are_rfc3339_and_epoch_seconds_on_request(config: Path, tmp_p
 def test_version(config: Path) -> None:
     from importlib.metadata import version
 
-    from dispatch.cli.commands import DISTRIBUTION
+    from dispatch.cli.clusters import DISTRIBUTION
 
     text = invoke(config, "version")
     assert text.exit_code == 0 and text.stdout.startswith(f"dispatch {version(DISTRIBUTION)} ")

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 import click
 
 from dispatch.cli import devcluster
-from dispatch.cli.commands import EXIT_OK, READ, Options, action
+from dispatch.cli.action import READ, action
 from dispatch.cli.embedded import gone_jobs
+from dispatch.cli.exits import EXIT_OK
+from dispatch.cli.options import Options
 from dispatch.model import JobRecord
 from dispatch.ui import DEFAULT_ADDRESS
 
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from dispatch.cluster import Cluster
     from dispatch.ui.app import UiServer
 
-__all__ = ["command", "no_authentication", "serve_page", "serving"]
+__all__ = ["COMMANDS", "command", "no_authentication", "serve_page", "serving"]
 
 
 def no_authentication(host: str) -> str | None:
@@ -100,3 +102,6 @@ async def command(opts: Options, cluster: Cluster, address: str) -> int:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
     return EXIT_OK
+
+
+COMMANDS = (command,)
