@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -22,6 +23,8 @@ if TYPE_CHECKING:  # the supervisor (and its health endpoint's HTTP server) load
     from dispatch.supervise import StepReport
 
 __all__ = ["COMMANDS", "UNMATCHED", "left_alone"]
+
+_log = logging.getLogger("dispatch.supervise")
 
 UNMATCHED = ("ignore", "adopt", "delete")
 """``supervise --unmatched``: the values of :class:`dispatch.supervise.UnmatchedPolicy`, default first
@@ -130,14 +133,18 @@ async def supervise(
                 delay = health.reconnect_delay(attempt)
                 attempt += 1
                 first = False
-                health.current().block(f"cannot open the cluster: {exc}")
+                what = "the store" if await _store_fails(opts) else "the cluster"
+                health.current().block(f"cannot open {what}: {exc}")
+                said = f"cannot open {what} ({exc}); retrying in {delay:.1f} s"
                 if out.as_json:
-                    out.json({"event": "cannot-open", "error": str(exc), "retryIn": round(delay, 1)})
-                else:
-                    out.line(
-                        f"{when(time.time())}  cannot open the cluster ({exc}); retrying in {delay:.1f} s",
-                        style="red",
+                    out.json(
+                        {"event": "cannot-open", "what": what.removeprefix("the "), "error": str(exc)}
+                        | {"retryIn": round(delay, 1)}
                     )
+                if log_format is not None:  # the daemon's logs say it, in their form
+                    _log.warning("%s", said)
+                elif not out.as_json:
+                    out.line(f"{when(time.time())}  {said}", style="red")
                 if await _stopped_within(stop, delay):
                     return EXIT_OK
                 continue
@@ -155,6 +162,28 @@ async def supervise(
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+
+
+async def _store_fails(opts: Options) -> bool:
+    """Whether the store cannot be read (after opening failed): then the store, not the cluster, is what
+    to name. A read of the key-value table, else of the records; nothing is written."""
+    from dispatch.records import KeyValues
+
+    cf = opts.cluster_file()
+    try:
+        store = cf.store.open()
+    except DispatchError:
+        return True
+    try:
+        if isinstance(store, KeyValues):
+            await store.get_value("dispatch/supervise/reachable")
+        else:
+            await store.list()
+    except DispatchError:
+        return True
+    finally:
+        await store.close()
+    return False
 
 
 async def _stopped_within(stop: asyncio.Event, seconds: float) -> bool:
