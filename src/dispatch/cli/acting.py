@@ -11,9 +11,9 @@ from dispatch.cli.action import READ, WRITE, action, complete_job
 from dispatch.cli.embedded import gone_jobs
 from dispatch.cli.exits import EXIT_OK
 from dispatch.cli.options import Options, parse_duration
-from dispatch.cli.standing import already_ended, mark_dev, refuse_gone
+from dispatch.cli.standing import already_ended, mark_placed, refuse_gone
 from dispatch.cluster import Cluster
-from dispatch.errors import InvalidError, ReadOnlyError
+from dispatch.errors import InvalidError
 from dispatch.model import JobSpec
 
 __all__ = ["COMMANDS"]
@@ -21,14 +21,31 @@ __all__ = ["COMMANDS"]
 
 @click.command()
 @click.argument("job", shell_complete=complete_job)
+@click.option("--wait", is_flag=True, help="Then wait until the job has ended, and print how it ended.")
 @action(WRITE, job="job")
-async def cancel(opts: Options, cluster: Cluster, job: str) -> int:
-    """Cancel JOB. A job that already ended is left as it is (exit code 3)."""
+async def cancel(opts: Options, cluster: Cluster, job: str, wait: bool) -> int:
+    """Cancel JOB: record the intent, stop its incarnation, and print where the job is now (``--wait``:
+    then how it ended). A job that already ended is left as it is (exit code 3)."""
     await refuse_gone(opts, cluster, job, "cancel")
     before = await cluster.get(job)
     if before.outcome.terminal:
         return already_ended(opts, before, "cancel")
-    opts.out.summary(await cluster.cancel(job), "cancel")
+    rec = await cluster.cancel(job)
+    out = opts.out
+    if out.as_json or out.output == "name" or rec.outcome.terminal:
+        out.summary(rec, "cancel:")
+    else:  # what the cancel did: the stop is asked for; the job ends once its compute is gone
+        out.line(
+            f"cancel: {job}@{rec.epoch}: stop asked; the job is {rec.state.value} until its compute is gone"
+        )
+        if not wait:
+            opts.say(
+                f"`{opts.again('cancel', job, '--wait')}` or `{opts.again('watch', job)}` waits for its end"
+            )
+    if wait and not rec.outcome.terminal:
+        async for rec in cluster.watch(job):  # noqa: B007 - the last record is how it ended
+            pass
+        out.summary(rec, "ended:")
     return EXIT_OK
 
 
@@ -96,11 +113,6 @@ async def purge(opts: Options, cluster: Cluster, older_than: str) -> int:
 async def hold(opts: Options, cluster: Cluster, job: str) -> int:
     """Hold JOB (keep it from running) until released."""
     await refuse_gone(opts, cluster, job, "hold")
-    if opts.cluster_file().read_only:
-        raise ReadOnlyError(
-            f"cannot hold {job}: {opts.cluster_file().source} says readOnly: true, so dispatch sends "
-            "this cluster no write (a hold changes the job's object); use a config without it"
-        )
     opts.out.summary(await cluster.hold(job), "hold")
     return EXIT_OK
 
@@ -133,7 +145,7 @@ async def resubmit(
     incarnation's compute is gone."""
     await refuse_gone(opts, cluster, job, "resubmit")
     rec = await cluster.resubmit(job, spec, wait=wait)
-    await mark_dev(opts, cluster, rec.job_id)
+    await mark_placed(opts, cluster, rec.job_id)
     opts.out.summary(rec, "resubmitted")
     return EXIT_OK
 

@@ -18,7 +18,7 @@ from dispatch.cli.exits import EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, 
 from dispatch.cli.jobfile import load_job
 from dispatch.cli.options import COMMON, Options, common_options, options_from
 from dispatch.cli.standing import refuse_gone_offline
-from dispatch.errors import DispatchError, InvalidError, UnsupportedError
+from dispatch.errors import DispatchError, InvalidError, ReadOnlyError, UnsupportedError
 from dispatch.logs import SECRETS
 from dispatch.logs import structured as structured_logs
 
@@ -60,7 +60,9 @@ def action(opens: Opening = None, *, job: str | None = None, spec: str | None = 
             opts = options_from(
                 {k: kwargs.pop(k) for k in COMMON}, outer if isinstance(outer, Options) else None
             )
-            execute(opts, _act(opts, body, opens(kwargs) if callable(opens) else opens, job, spec, kwargs))
+            name = click.get_current_context().info_name or body.__name__
+            mode = opens(kwargs) if callable(opens) else opens
+            execute(opts, _act(opts, name, body, mode, job, spec, kwargs))
 
         return command
 
@@ -69,6 +71,7 @@ def action(opens: Opening = None, *, job: str | None = None, spec: str | None = 
 
 async def _act(
     opts: Options,
+    name: str,
     body: Callable[..., Coroutine[Any, Any, int | None]],
     mode: str | None,
     job: str | None,
@@ -79,6 +82,12 @@ async def _act(
         kwargs["spec"] = load_job(kwargs[spec]) if kwargs[spec] is not None else None
     if mode is None:
         return await body(opts, **kwargs)
+    if mode == WRITE and opts.cluster_file().read_only:
+        what = f"{name} {kwargs[job]}" if job is not None else name
+        raise ReadOnlyError(
+            f"cannot {what}: {opts.cluster_file().source} says readOnly: true, so dispatch sends this "
+            "cluster no write; use a config without it"
+        )
     if job is not None and mode == WRITE:
         await refuse_gone_offline(opts, kwargs[job])
     cluster = await opts.open(read_only=mode == READ)
@@ -123,18 +132,21 @@ def execute(opts: Options, coro: Coroutine[Any, Any, int | None]) -> None:
         raise click.exceptions.Exit(code)
 
 
-def report_error(opts: Options, exc: DispatchError) -> None:
+def report_error(opts: Options, exc: DispatchError, *, message: str | None = None, **about: Any) -> None:
+    """One line on stderr (``error: ...``), and with ``-o json`` its JSON on stdout; ``message`` in place
+    of the error's own, ``about`` beside the error in the JSON (``node`` of ``logs``)."""
+    text = str(exc) if message is None else message
     if structured_logs():  # JSON logs are JSON lines only, the last one included
-        logging.getLogger("dispatch.cli").error("%s", exc)
+        logging.getLogger("dispatch.cli").error("%s", text)
     else:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {text}", err=True)
     if opts.as_json:
-        body: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+        body: dict[str, Any] = {"type": type(exc).__name__, "message": text}
         if isinstance(exc, InvalidError) and exc.path:
             body["path"] = exc.path
         if isinstance(exc, UnsupportedError):
             body["reasons"] = list(exc.reasons)
-        click.echo(json.dumps({"error": body}, sort_keys=True))
+        click.echo(json.dumps({"error": body, **about}, sort_keys=True))
 
 
 def report_unexpected(opts: Options | None, exc: BaseException) -> None:

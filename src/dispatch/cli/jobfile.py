@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,12 +40,20 @@ def load_adapter_extensions() -> None:
 
 @contextmanager
 def refused_job(jobfile: str) -> Iterator[None]:
-    """A cluster's refusal of a job (``UnsupportedError``: a runtime that does not exist, a queue...)
-    names the job file, as the file's own errors do; the reasons name the path in it and the
-    alternatives."""
+    """A cluster's refusal of a job (``UnsupportedError``: a runtime that does not exist, a queue...; an
+    ``InvalidError`` naming a path in the spec: more than the adapter can carry) names the job file, as
+    the file's own errors do; the reasons name the path in it and the alternatives."""
     try:
         yield
     except ReadOnlyError:
         raise
     except UnsupportedError as exc:
         raise UnsupportedError([f"{jobfile}: {r}" for r in exc.reasons]) from None
+    except InvalidError as exc:
+        # Only a path in the job (command[0], env["X"]): a setting's or the kubeconfig's is not the file's.
+        field = re.split(r"[.\[]", exc.path or "", maxsplit=1)[0]
+        if field not in JobSpec.__struct_encode_fields__ or str(exc).startswith(f"{jobfile}:"):
+            raise
+        err = InvalidError(exc.detail, path=exc.path)
+        err.args = (f"{jobfile}: {exc}",)
+        raise err from None

@@ -98,6 +98,20 @@ class Options(Struct):
         with self.opening(cf), settings_refused(cf):
             return await open_cluster(cf, token=token, refresh=refresh)
 
+    def again(self, *words: str) -> str:
+        """A command line for a hint a person pastes: ``dispatch``, the options that chose this cluster
+        (``--config``, ``--cluster``, ``-n``, ``--context``, ``--token-file``), then ``words``."""
+        import shlex
+
+        chosen = (
+            ("--config", self.config),
+            ("--cluster", self.cluster),
+            ("-n", self.namespace),
+            ("--context", self.context),
+            ("--token-file", self.token_file),
+        )
+        return " ".join(["dispatch", *(f"{flag} {shlex.quote(v)}" for flag, v in chosen if v), *words])
+
     def offline(self) -> Cluster:
         """The records of the embedded default with no dev cluster running: shown as last known."""
         cf = self.cluster_file()

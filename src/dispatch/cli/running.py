@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
-from typing import Any
 
 import click
 
-from dispatch import decide
 from dispatch.cli import devcluster
 from dispatch.cli.action import READ, WRITE, action
 from dispatch.cli.exits import EXIT_OK
+from dispatch.cli.following import follow, interrupted
 from dispatch.cli.jobfile import load_adapter_extensions, load_spec, refused_job
-from dispatch.cli.options import Options
-from dispatch.cli.standing import exit_code, mark_dev, next_steps
+from dispatch.cli.options import Options, settings_refused
+from dispatch.cli.standing import mark_placed
 from dispatch.cluster import Cluster
-from dispatch.errors import DispatchError, UnsupportedError
-from dispatch.model import JobRecord, JobSpec, State
+from dispatch.errors import ConflictError, DispatchError, InvalidError, UnsupportedError
+from dispatch.model import JobRecord, JobSpec, Policy, State, new_job_id
 
 __all__ = ["COMMANDS"]
 
@@ -39,100 +36,53 @@ async def run(
 
     The cluster's recovery policy applies: a job preempted, evicted or whose node was lost comes back as
     its next incarnation (see `dispatch history JOB`). Exit code 0 only when it succeeded."""
-    with refused_job(jobfile):
-        rec = await cluster.submit(spec, job_id=job_id)
-    await mark_dev(opts, cluster, rec.job_id)
+    # --no-supervise is recorded in the job: a policy that never requeues, so that no supervisor
+    # (a `dispatch supervise` on the same store) overrides the choice later.
+    policy = NEVER_REQUEUE if no_supervise else None
+    rec = await _submit(opts, cluster, jobfile, spec, job_id=job_id, policy=policy)
+    await mark_placed(opts, cluster, rec.job_id)
     try:
-        return await _follow(opts, cluster, rec, supervise=not no_supervise)
+        return await follow(opts, cluster, rec, supervise=not no_supervise)
     except asyncio.CancelledError:  # Ctrl-C: the job is not ours to drop; say where it is
         where = " on the dev cluster" if opts.cluster_file().embedded else ""
-        opts.say(await _interrupted(cluster, rec.job_id, where))
+        opts.say(await interrupted(opts, cluster, rec.job_id, where))
         raise
 
 
-async def _interrupted(cluster: Cluster, job_id: str, where: str) -> str:
-    """What Ctrl-C during ``run`` leaves behind, in words: a job waiting to be (re)started (a requeue's
-    backoff) has nothing to start it until a supervisor runs, and that must be said."""
+NEVER_REQUEUE = Policy()
+"""``run --no-supervise``'s policy: no rule, and the default fails — every failure is final."""
+
+
+async def _submit(
+    opts: Options,
+    cluster: Cluster,
+    jobfile: str,
+    spec: JobSpec,
+    *,
+    job_id: str | None,
+    held: bool = False,
+    policy: Policy | None = None,
+) -> JobRecord:
+    """Submit; a start that failed after the record was written (the cluster unreachable, a webhook
+    that does not answer) says what became of the record: kept pending, for a supervisor to start."""
+    job_id = job_id if job_id is not None else new_job_id()
     try:
-        rec = await asyncio.shield(cluster.record(job_id))
-    except (DispatchError, asyncio.CancelledError):
-        rec = None
-    if rec is not None and rec.state is State.PENDING:
-        return (
-            f"interrupted: job {job_id} is pending ({rec.epoch}){where}: nothing starts it until a supervisor "
-            f"runs — `dispatch supervise` will start it and apply the recovery policy; "
-            f"`dispatch cancel {job_id}` cancels it"
-        )
-    return (
-        f"interrupted: job {job_id} keeps running{where}, unsupervised; "
-        f"`dispatch status {job_id}` follows it, `dispatch supervise` applies the recovery "
-        f"policy, `dispatch cancel {job_id}` cancels it"
-    )
-
-
-async def _follow(opts: Options, cluster: Cluster, rec: JobRecord, *, supervise: bool) -> int:
-    """Supervise (or, without ``supervise``, only follow) the job to its final outcome, printing every
-    transition; the exit code of the outcome.
-
-    On a terminal a live line shows the job's state, cause and elapsed time, redrawn every second."""
-    out = opts.out
-    jid = rec.job_id
-    printed = 0
-    started = time.monotonic()
-    latest = rec
-    with out.progress(_live_line(rec, started)) as status:
-        ticker = asyncio.create_task(_tick(status, lambda: _live_line(latest, started))) if status else None
-
-        async def show() -> JobRecord:
-            nonlocal printed, latest
-            current = await cluster.record(jid)
-            history = await cluster.history(jid)
-            for t in history[printed:]:
-                out.transition(jid, t)
-            printed = len(history)
-            latest = current
-            if status is not None:
-                status.update(_live_line(current, started))
-            return current
-
+        with refused_job(jobfile):
+            return await cluster.submit(spec, job_id=job_id, held=held, policy=policy)
+    except (InvalidError, UnsupportedError, ConflictError):
+        raise  # refused before a record was written (a refused start ends it), or the id is another's
+    except DispatchError as exc:
         try:
-            if supervise:
-                # This job only: another supervisor (`dispatch supervise`) holding its lease finishes it
-                # instead, and this command follows the record until the outcome is final.
-                sup = cluster.supervisor(jobs={jid}, poll=RUN_POLL, lease=RUN_LEASE)
-
-                async def final() -> bool:
-                    return decide.final(await show(), sup.policy, cluster.clock.now())
-
-                await sup.run(until=final)
-                rec = await show()
-            else:
-                async for rec in cluster.watch(jid):  # noqa: B007 - the last record is the outcome
-                    await show()
-        finally:
-            if ticker is not None:
-                ticker.cancel()
-    out.outcome(rec)
-    if rec.state is not State.SUCCEEDED and not out.as_json:
-        for hint in next_steps(rec):
-            opts.say(f"next: {hint}")
-    return exit_code(rec)
-
-
-def _live_line(rec: JobRecord, started: float) -> str:
-    cause = "" if rec.outcome.cause.value == "none" else f" ({rec.outcome.cause.value})"
-    return f"{rec.job_id}@{rec.epoch}: {rec.state.value}{cause}  {time.monotonic() - started:.0f}s"
-
-
-async def _tick(status: Any, text: Callable[[], str]) -> None:
-    while True:
-        await asyncio.sleep(1.0)
-        status.update(text())
-
-
-RUN_POLL = 0.5
-RUN_LEASE = 15.0
-"""``dispatch run``'s supervisor: poll interval and lease (seconds)."""
+            rec = await cluster.record(job_id)
+        except DispatchError:
+            raise exc from None
+        if rec.state is State.PENDING:
+            exc.args = (
+                f"{exc}; the record of {job_id} is kept, pending: a supervisor "
+                f"(`{opts.again('supervise')}`) starts it once the cluster accepts it, and "
+                f"`{opts.again('cancel', job_id)}` drops it",
+            )
+        raise
 
 
 @click.command()
@@ -161,17 +111,31 @@ async def validate(opts: Options, jobfile: str) -> int:
     return EXIT_OK
 
 
+CLUSTER_CHECKS = (
+    "whether the cluster can run what the job names (a runtime that exists and obeys the adapter's rules), "
+    "its limits (nodes, command, environment), and the config's settings (a queue that exists)"
+)
+"""What only the cluster can answer, and ``validate`` without one does not check."""
+
+
 async def _ask_cluster(opts: Options, spec: JobSpec, jobfile: str) -> tuple[str | None, str | None]:
     """With a cluster config (or a running dev cluster), ask the cluster read-only whether it would
-    accept the job: every check a submit makes (``prepare``), creating nothing. Else why it was not."""
+    accept the job: every check a submit makes (``prepare``), and the config's settings (a queue that
+    does not exist, which a write command's open refuses), creating nothing. Else why it was not asked,
+    naming the checks not made."""
     cf = opts.cluster_file()
     if cf.embedded and devcluster.running() is None:
         return None, (
             "no cluster config (--config, $DISPATCH_CONFIG) and the dev cluster is not running "
-            "(`dispatch dev-cluster start` starts it)"
+            f"(`dispatch dev-cluster start` starts it); not checked: {CLUSTER_CHECKS}"
         )
     cluster = await opts.open(read_only=True)
     async with cluster:
+        with settings_refused(cf):
+            # Read-only, the adapter notes what a write command's open refuses: the same refusal here.
+            refused = [n for n in (await cluster.capabilities()).notes if n.startswith("settings.")]
+            if refused:
+                raise UnsupportedError(refused)
         with refused_job(jobfile):
             await cluster.dry_run(spec)
         for note in (await cluster.capabilities(spec)).notes:
@@ -200,11 +164,15 @@ async def submit(
     out = opts.out
     if dry_run:
         with refused_job(jobfile):
-            out.mapping(await cluster.dry_run(spec, job_id=job_id, held=held))
+            request = await cluster.dry_run(spec, job_id=job_id, held=held)
+        script = request.get("script")
+        if out.output in ("text", "wide") and isinstance(script, str):
+            out.text(script)  # a native request that is a script (Slurm's sbatch script): the script itself
+        else:
+            out.mapping(request)
         return EXIT_OK
-    with refused_job(jobfile):
-        rec = await cluster.submit(spec, job_id=job_id, held=held)
-    await mark_dev(opts, cluster, rec.job_id)
+    rec = await _submit(opts, cluster, jobfile, spec, job_id=job_id, held=held)
+    await mark_placed(opts, cluster, rec.job_id)
     out.summary(rec, "submitted")
     return EXIT_OK
 

@@ -3,7 +3,7 @@ why) when the record is another cluster's or its dev cluster is gone; what a per
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import click
 
@@ -16,11 +16,15 @@ from dispatch.errors import ConflictError
 from dispatch.model import JobRecord, State
 
 __all__ = [
+    "CLUSTER_NAME",
     "already_ended",
+    "cluster_name",
+    "cluster_names",
     "current_record",
     "exit_code",
+    "failing_node",
     "last_known",
-    "mark_dev",
+    "mark_placed",
     "next_steps",
     "refuse_gone",
     "refuse_gone_offline",
@@ -38,12 +42,46 @@ async def current_record(opts: Options, cluster: Cluster, job: str) -> tuple[Job
     return await cluster.get(job), None
 
 
-async def mark_dev(opts: Options, cluster: Cluster, job_id: str) -> None:
-    """On the embedded default, remember which dev cluster instance runs the job."""
+async def mark_placed(opts: Options, cluster: Cluster, job_id: str) -> None:
+    """After a job was placed: on the embedded default, remember which dev cluster instance runs it; and
+    what people call its cluster (:func:`cluster_name`), for the page to show instead of an identity."""
     if opts.cluster_file().embedded:
         dev = devcluster.running()
         if dev is not None:
             await mark(cluster, job_id, dev)
+    key, name = CLUSTER_NAME + cluster.cluster_id, cluster_name(opts)
+    if cluster.cluster_id and await cluster.note(key) != name:
+        await cluster.set_note(key, name)
+
+
+CLUSTER_NAME = "cluster/name/"
+"""The store's notes naming clusters: ``cluster/name/<cluster identity>`` → the name people know it by."""
+
+
+def cluster_name(opts: Options) -> str:
+    """What people call the opened cluster: its name in a config naming several, else the kubeconfig
+    context chosen, else "dev cluster" (the embedded default), else the config file's name."""
+    from pathlib import Path
+
+    cf = opts.cluster_file()
+    context = cf.settings.get("context")
+    if cf.cluster:
+        return cf.cluster
+    if isinstance(context, str) and context:
+        return context
+    return "dev cluster" if cf.embedded else Path(cf.source).stem
+
+
+async def cluster_names(opts: Options, cluster: Cluster, clusters: Sequence[str]) -> dict[str, str]:
+    """The names of ``clusters`` (identities) that have one: the opened one's, and those kept in the
+    store's notes by the commands that placed jobs there."""
+    here = cluster.cluster_id if not isinstance(cluster.backend, OfflineBackend) else ""
+    out: dict[str, str] = {}
+    for ident in clusters:
+        name = cluster_name(opts) if ident == here else await cluster.note(CLUSTER_NAME + ident)
+        if name:
+            out[ident] = name
+    return out
 
 
 async def refuse_gone_offline(opts: Options, job: str) -> None:
@@ -93,14 +131,26 @@ def exit_code(rec: JobRecord) -> int:
     return EXIT_OK if rec.state is State.SUCCEEDED else EXIT_FAILED
 
 
-def next_steps(rec: JobRecord) -> list[str]:
-    """What a person could do next about a job that did not succeed (or is still on its way)."""
+def next_steps(opts: Options, rec: JobRecord) -> list[str]:
+    """What a person could do next about a job that did not succeed (or is still on its way), as command
+    lines that reach the same cluster as this one (``--config`` and friends, :meth:`Options.again`)."""
     jid = rec.job_id
     steps = []
+    failing = failing_node(rec)
+    if rec.outcome.terminal and failing is not None:
+        steps.append(
+            f"`{opts.again('logs', jid, '--node', str(failing))}` shows what node {failing}, which failed, printed"
+        )
+    elif rec.outcome.terminal:
+        steps.append(f"`{opts.again('logs', jid)}` (`--node N` for one node) shows what the nodes printed")
+    steps.append(f"`{opts.again('describe', jid)}` shows the job whole: spec, incarnations, evidence")
+    steps.append(f"`{opts.again('history', jid)}` lists every transition")
     if rec.outcome.terminal:
-        steps.append(f"`dispatch logs {jid}` (`--node N` for one node) shows what the nodes printed")
-    steps.append(f"`dispatch describe {jid}` shows the job whole: spec, incarnations, evidence")
-    steps.append(f"`dispatch history {jid}` lists every transition")
-    if rec.outcome.terminal:
-        steps.append(f"`dispatch resubmit {jid} [JOBFILE]` runs it again as a new incarnation")
+        steps.append(f"`{opts.again('resubmit', jid, '[JOBFILE]')}` runs it again as a new incarnation")
     return steps
+
+
+def failing_node(rec: JobRecord) -> int | None:
+    """The node (index) a failure's evidence is about, when the adapter says (``Evidence.rank``) and the
+    job has more than one."""
+    return rec.outcome.failed_rank if rec.spec.nodes > 1 else None

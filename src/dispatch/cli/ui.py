@@ -19,6 +19,7 @@ from dispatch.cli.action import READ, action
 from dispatch.cli.embedded import gone_jobs
 from dispatch.cli.exits import EXIT_OK
 from dispatch.cli.options import Options
+from dispatch.cli.standing import cluster_names
 from dispatch.model import JobRecord
 from dispatch.ui import DEFAULT_ADDRESS
 
@@ -55,11 +56,15 @@ async def serve_page(opts: Options, cluster: Cluster, address: str, *, option: s
         gone = await gone_jobs(cluster, records, devcluster.running())
         return {job: f"gone: {why}" for job, why in gone.items()}
 
+    async def names(clusters: Sequence[str]) -> Mapping[str, str]:
+        return await cluster_names(opts, cluster, clusters)
+
     host, _ = parse_address(address, option)
     warning = no_authentication(host)
     if warning is not None:
         opts.say(warning)
-    return await serve(cluster, address, store_label=str(opts.cluster_file().store), notes=notes, path=option)
+    label = str(opts.cluster_file().store)
+    return await serve(cluster, address, store_label=label, notes=notes, names=names, path=option)
 
 
 @contextlib.asynccontextmanager
