@@ -99,20 +99,63 @@ def test_every_top_level_package_has_a_rule() -> None:
     assert packages == set(RULES)
 
 
+def _package_table(text: str, marker: str) -> dict[str, tuple[str, set[str]]]:
+    """A table of packages between ``<!-- marker -->`` and ``<!-- /marker -->``: package -> (what lives
+    there, what it may import)."""
+    table = text.split(f"<!-- {marker} -->", 1)[1].split(f"<!-- /{marker} -->", 1)[0]
+    rows = [line.split("|") for line in table.strip().splitlines()[2:]]
+    return {
+        cells[1].strip().strip("`"): (
+            cells[2],
+            {name.strip().strip("`") for name in cells[3].split(",") if name.strip() != "nothing"},
+        )
+        for cells in rows
+    }
+
+
+DERIVED = {pkg: set(RULES) - forbidden - {pkg} for pkg, forbidden in RULES.items()}
+"""What each package may import: every package :data:`RULES` does not forbid it."""
+
+
 def test_the_architecture_page_tables_the_same_rules() -> None:
     """docs/architecture.md's package table says, for every package, what it may import: exactly the
     packages :data:`RULES` does not forbid it."""
     page = (SRC.parent / "docs" / "architecture.md").read_text()
-    table = page.split("<!-- packages -->", 1)[1].split("<!-- /packages -->", 1)[0]
-    rows = [line.split("|") for line in table.strip().splitlines()[2:]]
-    documented = {
-        cells[1].strip().strip("`"): {
-            name.strip().strip("`") for name in cells[3].split(",") if name.strip() != "nothing"
-        }
-        for cells in rows
+    documented = {pkg: imports for pkg, (_, imports) in _package_table(page, "packages").items()}
+    assert documented == DERIVED
+
+
+def test_the_readme_tables_every_package_and_the_same_rules() -> None:
+    """The README's layout table: a row per package, each with what it may import (as :data:`RULES`
+    derives it), the host's naming its CLI and its page."""
+    readme = (SRC.parent / "README.md").read_text()
+    rows = _package_table(readme, "layout")
+    assert {pkg: imports for pkg, (_, imports) in rows.items()} == DERIVED
+    assert "`dispatch.ui`" in rows["dispatch"][0] and "`dispatch.cli`" in rows["dispatch"][0]
+
+
+def test_the_readme_lists_every_command() -> None:
+    """The README's CLI line names every command of ``dispatch --help``, and no other."""
+    import re
+
+    from dispatch.cli.commands import cli
+
+    readme = (SRC.parent / "README.md").read_text()
+    line = readme.split("- **The CLI** (`dispatch --help`):", 1)[1].split("([docs/cli.md]", 1)[0]
+    assert sorted(re.findall(r"`([a-z-]+)`", line)) == sorted(cli.commands)
+
+
+def test_the_architecture_page_names_every_backend_protocol() -> None:
+    """docs/architecture.md names each protocol of ``dispatch.backend`` an adapter may implement."""
+    tree = ast.parse((SRC / "dispatch" / "backend.py").read_text())
+    protocols = {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+        and any(isinstance(b, ast.Name) and b.id == "Protocol" for b in node.bases)
     }
-    derived = {pkg: set(RULES) - forbidden - {pkg} for pkg, forbidden in RULES.items()}
-    assert documented == derived
+    page = (SRC.parent / "docs" / "architecture.md").read_text()
+    assert protocols and sorted(p for p in protocols if f"`{p}`" not in page) == []
 
 
 @pytest.mark.parametrize(("package", "forbidden"), sorted(RULES.items()))
@@ -155,6 +198,7 @@ def test_model_imports_nothing_of_dispatch_but_errors() -> None:
 # docs/architecture.md lists the same modules; test_architecture_page_lists_the_pure_modules keeps them equal.
 PURE = (
     "dispatch/cli/selectors.py",
+    "dispatch/execlimits.py",
     "dispatch/fold.py",
     "dispatch/model",
     "dispatch/tally.py",
@@ -318,3 +362,59 @@ def test_only_the_kubernetes_layer_talks_http() -> None:
 )
 def test_the_checker_sees_every_kind_of_import(source: str, package: str, expected: str) -> None:
     assert expected in imports_of(source, package)
+
+
+def _cli_graph() -> dict[str, set[str]]:
+    """Which module of ``dispatch.cli`` imports which (``from dispatch.cli import x`` naming module ``x``).
+    The package's ``__init__`` is left out: it loads the commands only when ``main`` runs."""
+    cli = SRC / "dispatch" / "cli"
+    names = {p.stem for p in cli.glob("*.py")} - {"__init__", "__main__"}
+    graph: dict[str, set[str]] = {}
+    for name in names:
+        tree = ast.parse((cli / f"{name}.py").read_text())
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "dispatch.cli":
+                found.update(a.name for a in node.names if a.name in names)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dispatch.cli."):
+                found.add((node.module or "").split(".")[2])
+            elif isinstance(node, ast.Import):
+                found.update(a.name.split(".")[2] for a in node.names if a.name.startswith("dispatch.cli."))
+        graph[name] = found & names - {name}
+    return graph
+
+
+def test_the_cli_modules_import_no_circle() -> None:
+    """The command modules build on the CLI's common parts, which never import them back (the group in
+    ``commands`` gathers them): no module of ``dispatch.cli`` is reached again from what it imports."""
+    graph = _cli_graph()
+    circles: list[list[str]] = []
+
+    def visit(name: str, path: list[str]) -> None:
+        for nxt in sorted(graph[name]):
+            if nxt in path:
+                circles.append([*path[path.index(nxt) :], nxt])
+            elif len(path) < len(graph):
+                visit(nxt, [*path, nxt])
+
+    for start in sorted(graph):
+        visit(start, [start])
+    assert circles == []
+    assert "commands" not in set().union(*graph.values())  # only the entry point loads the group
+
+
+def test_the_page_reads_through_the_cluster_only() -> None:
+    """``dispatch.ui`` reads records through :class:`dispatch.Cluster` (docs/architecture.md): it imports
+    no store and never reaches for ``cluster.store``."""
+    offenders = []
+    for path in _modules("dispatch/ui"):
+        tree = ast.parse(path.read_text())
+        offenders += [
+            f"{path.relative_to(SRC)}:{node.lineno} uses .store"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr == "store"
+        ]
+        offenders += [
+            f"{path.relative_to(SRC)} imports {n}" for n in _imports(path) if n.startswith("dispatch.records")
+        ]
+    assert offenders == []

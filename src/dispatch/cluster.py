@@ -68,7 +68,7 @@ from dispatch.model import (
 )
 from dispatch.model._decode import as_enum
 from dispatch.reader import Reader
-from dispatch.records import KeyValues, Listing, Store, store_identity
+from dispatch.records import ChangeNotifier, Changes, KeyValues, Listing, Store, store_identity
 from dispatch.registry import new_backend
 from dispatch.writer import CAS_ATTEMPTS, RecordWriter
 from dispatch.writer import Change as RecordChange
@@ -211,7 +211,8 @@ class Cluster:
         caps = await self.backend.capabilities()
         if caps.read_only or caps.observe_only:
             mode = "read-only" if caps.read_only else "observe-only"
-            raise ReadOnlyError(f"cluster {self.backend.name!r} is {mode}: it accepts no writes")
+            why = "".join(f"; {n.split(': ', 1)[1]}" for n in caps.notes if n.startswith(f"{mode}: "))
+            raise ReadOnlyError(f"cluster {self.backend.name!r} is {mode}: it accepts no writes{why}")
         return caps
 
     # ------------------------------------------------------------------ supervisor
@@ -292,6 +293,8 @@ class Cluster:
             # Holding an incarnation created held is idempotent and yields the token release needs.
             token = await self.backend.hold(handle)
             await self._update(job_id, lambda r: (r.replace(hold_token=token), []))
+            why = f"job {job_id} epoch {handle.identity.epoch}: created held by the user"
+            await record_decision(self.backend, handle, "Held", why)
         return await self.get(job_id)
 
     async def cancel(self, job_id: str) -> JobRecord:
@@ -675,6 +678,11 @@ class Cluster:
         """Every record as last stored, oldest first, not refreshed (:meth:`list` refreshes them)."""
         return await self.store.list()
 
+    def changes(self) -> Changes | None:
+        """The store's change feed (job ids as records change, whichever process wrote them), or ``None``
+        for a store without one: then :meth:`records` is what there is to poll."""
+        return self.store.changes() if isinstance(self.store, ChangeNotifier) else None
+
     async def note(self, key: str) -> str | None:
         """A value kept beside the records (the store's key-value table); ``None`` when unset or when
         the store has no such table."""
@@ -718,7 +726,11 @@ class Cluster:
 
     def _cannot_hold(self, caps: Capabilities) -> UnsupportedError:
         # The adapter's notes about holds ("holds: ...") say why; every one of them is a reason.
-        why = [n.removeprefix("holds: ") for n in caps.notes if n.startswith("holds: ")]
+        why = [
+            n.removeprefix("holds: ")
+            for n in caps.notes
+            if n.startswith(("holds: ", "observe-only: ", "read-only: "))
+        ]
         return UnsupportedError(
             [f"cluster {self.backend.name!r} cannot hold jobs (capability 'holds')", *why]
         )

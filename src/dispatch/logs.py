@@ -1,8 +1,9 @@
 """Structured logs for the daemons (``dispatch supervise``, ``dispatch-admission``): JSON lines or text.
 
-dispatch logs through the standard :mod:`logging` module only (loggers under ``dispatch`` and
-``dispatch_kubeflow``), so a host application routes it as it likes; :func:`configure` is what the
-daemons call for ``--log-format json|text``. A JSON line carries ``time``, ``level``, ``logger``,
+dispatch logs through the standard :mod:`logging` module only (loggers under ``dispatch``,
+``dispatch_kubeflow`` and ``dispatch_slurm``), so a host application routes it as it likes;
+:func:`configure` is what the daemons call for ``--log-format json|text``: every line of the process,
+the libraries' included, in that form. A JSON line carries ``time``, ``level``, ``logger``,
 ``message`` and, when the call site gives them (``extra={...}``), ``job_id``, ``epoch``, ``action`` and
 ``cause``. Secrets never reach a line: the HTTP client libraries below dispatch are kept at WARNING (at
 DEBUG they would log request headers, bearer tokens included), and every line passes a filter that
@@ -23,6 +24,7 @@ from dispatch.errors import InvalidError
 __all__ = [
     "FIELDS",
     "MARK",
+    "OWN_LOGGERS",
     "SECRETS",
     "JsonFormatter",
     "RedactSecrets",
@@ -147,13 +149,20 @@ class _TextFormatter(logging.Formatter):
         return SECRETS.scrub(f"{line} {context}" if context else line)
 
 
+OWN_LOGGERS = ("dispatch", "dispatch_kubeflow", "dispatch_slurm")
+"""dispatch's own loggers: :func:`configure` lets their INFO lines through."""
+
+
 def configure(
     fmt: str = "text", *, level: int | str = logging.INFO, stream: IO[str] | None = None
 ) -> logging.Handler:
-    """Send dispatch's logs to ``stream`` (stderr) as ``json`` lines or ``text``; return the handler.
+    """Send every log line of this process to ``stream`` (stderr) as ``json`` lines or ``text``; return
+    the handler.
 
-    Only the ``dispatch`` and ``dispatch_kubeflow`` loggers are configured, and the HTTP libraries'
-    loggers are held at WARNING so no request header is ever logged."""
+    The handler is the root logger's, so the libraries' lines (psycopg's connection errors, aiohttp's)
+    come out in the same form as dispatch's, never as plain text beside JSON lines; dispatch's own
+    loggers pass ``level`` (INFO), the others their warnings and errors. The HTTP libraries' loggers are
+    held at WARNING so no request header is ever logged."""
     if fmt not in ("json", "text"):
         raise InvalidError(f"expected json or text, got {fmt!r}", path="log-format")
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
@@ -163,19 +172,27 @@ def configure(
         else _TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
     handler.addFilter(_REDACT)
-    for name in ("dispatch", "dispatch_kubeflow"):
-        logger = logging.getLogger(name)
-        logger.addHandler(handler)
-        logger.setLevel(level)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, _OURS, False)]:
+        root.removeHandler(old)  # configured again (a test, a daemon restarting): one handler
+    setattr(handler, _OURS, True)
+    root.addHandler(handler)
+    if root.level == logging.NOTSET or root.level > logging.WARNING:
+        root.setLevel(logging.WARNING)
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(level)
     for name in _WIRE_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     return handler
 
 
+_OURS = "_dispatch_logs"
+
+
 def structured() -> bool:
-    """True while dispatch's logs go out as JSON lines (``--log-format json``): then a daemon writes
+    """True while this process's logs go out as JSON lines (``--log-format json``): then a daemon writes
     everything else it says on stderr — probe steps, its final error — as JSON lines too."""
-    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger("dispatch").handlers)
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
 
 
 def shown(value: Any, hidden: frozenset[str]) -> str:

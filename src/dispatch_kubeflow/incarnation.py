@@ -185,6 +185,11 @@ class Tail(Struct, frozen=True):
         node = as_map(pod.get("spec")).get("nodeName")
         return cls(_name(pod), str(index), node if isinstance(node, str) else None, lines)
 
+    @property
+    def rank(self) -> int | None:
+        """The node's index in the job, when its pod carries one."""
+        return int(self.index) if self.index.isdigit() else None
+
 
 def attach_output(outcome: Outcome, tails: Sequence[Tail]) -> Outcome:
     """A terminal failure with the output tail of each failed node in its evidence (on that pod's evidence
@@ -196,7 +201,7 @@ def attach_output(outcome: Outcome, tails: Sequence[Tail]) -> Outcome:
         for i, ev in enumerate(evidence):
             if ev.kind == "Pod" and ev.name == tail.pod:
                 if not ev.output:
-                    evidence[i] = ev.replace(output=tail.lines)
+                    evidence[i] = ev.replace(output=tail.lines, rank=tail.rank)
                 break
         else:
             evidence.append(
@@ -207,6 +212,7 @@ def attach_output(outcome: Outcome, tails: Sequence[Tail]) -> Outcome:
                     message=f"the last {len(tail.lines)} lines of node {tail.index}",
                     node=tail.node,
                     output=tail.lines,
+                    rank=tail.rank,
                 )
             )
     return outcome.replace(evidence=tuple(evidence))

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dispatch.errors import InvalidError, UnsupportedError
+from dispatch.execlimits import check_exec
 from dispatch.model import Identity, Image, JobSpec, SharedCheckpoint
 from dispatch_kubeflow.extension import RuntimeRef
 from dispatch_kubeflow.holds import created_token
@@ -243,6 +244,7 @@ def build_trainjob(
         "env": _check_env(spec, info.framework, own),
         "numNodes": spec.nodes,
     }
+    check_exec(spec.command, {**spec.env, **own}, where="a Kubernetes node")  # the node container's exec
     if spec.procs_per_node is not None:
         if spec.procs_per_node > _INT32:
             raise InvalidError(f"at most {_INT32} processes per node", path="procsPerNode")

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dispatch.errors import InvalidError
+from dispatch.execlimits import check_exec
 from dispatch.model import Identity, Image, JobSpec, SharedCheckpoint
 from dispatch_slurm.behaviour import SCRIPT_ENV, to_shell
 from dispatch_slurm.naming import comment_for, native_name
@@ -82,6 +83,10 @@ def _time(seconds: int) -> str:
     return str(max(1, math.ceil(seconds / 60)))
 
 
+_TASK = 'export NODE_RANK=$SLURM_NODEID RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID; exec "$@"'
+"""What each task runs before the command: its ranks from srun's variables."""
+
+
 def build_request(
     spec: JobSpec,
     identity: Identity,
@@ -138,6 +143,8 @@ def build_request(
     checkpoint = spec.extensions.get(SharedCheckpoint.NAME)
     if isinstance(checkpoint, SharedCheckpoint):
         env["DISPATCH_CHECKPOINT_DIR"] = checkpoint.dir
+    # Each task is `bash -c WRAP dispatch-task COMMAND...` with this environment: what Linux can exec.
+    check_exec(["bash", "-c", _TASK, "dispatch-task", *command], env, where="a Slurm node")
     lines += ["", "# --export=NONE: the job sees its own environment, not the submitter's."]
     lines.append(f'export PATH="${{PATH:-{_DEFAULT_PATH}}}"')
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
@@ -148,8 +155,7 @@ def build_request(
         f"WORLD_SIZE={spec.nodes * procs}",
         "export MASTER_ADDR MASTER_PORT WORLD_SIZE",
         f"exec srun --export=ALL --kill-on-bad-exit=1 --output={directory}/node-%n.out{srun_extra} \\",
-        "  bash -c 'export NODE_RANK=$SLURM_NODEID RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID; exec \"$@\"' "
-        f"dispatch-task {shlex.join(command)}",
+        f"  bash -c {shlex.quote(_TASK)} dispatch-task {shlex.join(command)}",
     ]
     return {
         "metadata": {"name": name, "comment": comment},

@@ -97,7 +97,8 @@ def test_a_job_of_another_cluster_is_last_known_and_ended_only_by_its_own(
         assert after["revision"] == before["revision"]
 
         # Its own cluster ends it (the job runs until then: a finished record would not show this at all).
-        cancelled = dispatch("cancel", "elsewhere", "--config", str(served))
+        # It is stopping while its pods terminate; --wait waits for its end.
+        cancelled = dispatch("cancel", "elsewhere", "--wait", "--config", str(served))
         assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
         own = json.loads(dispatch("status", "elsewhere", "-o", "json", "--config", str(served)).stdout)
         assert own["outcome"]["state"] == "cancelled", own

@@ -22,7 +22,8 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from dispatch.cli.commands import EXIT_ALREADY_ENDED, EXIT_BROKEN_PIPE, cli
+from dispatch.cli.commands import cli
+from dispatch.cli.exits import EXIT_ALREADY_ENDED, EXIT_BROKEN_PIPE
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT_JOB = (
@@ -74,10 +75,11 @@ def test_run_of_a_failing_job_exits_1_and_ends_with_the_next_steps(config: Path,
     result = invoke(config, "run", jobfile, "--job-id", "r1")
     assert result.exit_code == 1
     assert "outcome: failed / exit_code" in result.stdout
+    # Pasted, each reaches the same cluster: the options that chose it are in the hint.
     hints = [line for line in result.stderr.splitlines() if line.startswith("next: ")]
-    assert any("`dispatch logs r1`" in h for h in hints), result.stderr
-    assert any("`dispatch describe r1`" in h for h in hints)
-    assert any("`dispatch history r1`" in h for h in hints)
+    assert any(f"`dispatch --config {config} logs r1`" in h for h in hints), result.stderr
+    assert any(f"`dispatch --config {config} describe r1`" in h for h in hints)
+    assert any(f"`dispatch --config {config} history r1`" in h for h in hints)
     quiet = invoke(config, "run", jobfile, "--job-id", "r2", "--quiet")
     assert quiet.exit_code == 1 and "next:" not in quiet.stderr
 
@@ -196,7 +198,7 @@ def test_json_times_are_rfc3339_and_epoch_seconds_on_request(config: Path, tmp_p
 def test_version(config: Path) -> None:
     from importlib.metadata import version
 
-    from dispatch.cli.commands import DISTRIBUTION
+    from dispatch.cli.clusters import DISTRIBUTION
 
     text = invoke(config, "version")
     assert text.exit_code == 0 and text.stdout.startswith(f"dispatch {version(DISTRIBUTION)} ")
@@ -321,7 +323,7 @@ def test_describe_shows_the_job_whole(config: Path, tmp_path: Path) -> None:
     assert first < second
     assert re.search(r"then: requeued as 2\.1: .*policy rule preempted", out), out
     assert "object: memory:" in out  # each incarnation's cluster object
-    assert "next:" in out and "`dispatch history d1`" in out
+    assert "next:" in out and f"`dispatch --config {config} history d1`" in out
     as_json = json.loads(invoke(config, "describe", "d1", "-o", "json").stdout)
     assert [i["epoch"] for i in as_json["incarnations"]] == ["1.0", "2.1"]
     assert as_json["record"]["outcome"]["state"] == "succeeded"
@@ -335,12 +337,15 @@ def test_contradicting_options_found_by_a_command_are_usage_errors(config: Path)
 # ---------------------------------------------------------------------- errors that say why
 
 
-def test_hold_on_a_read_only_config_says_why(config: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["hold", "cancel", "release", "resubmit"])
+def test_a_write_on_a_read_only_config_says_why(config: Path, tmp_path: Path, command: str) -> None:
     submit(config, tmp_path, "hang", "ro1")
     config.write_text(config.read_text() + "readOnly: true\n")
-    result = invoke(config, "hold", "ro1")
+    result = invoke(config, command, "ro1")
     assert result.exit_code == 1
-    assert result.stderr.startswith(f"error: cannot hold ro1: {config} says readOnly: true"), result.stderr
+    assert result.stderr.startswith(f"error: cannot {command} ro1: {config} says readOnly: true"), (
+        result.stderr
+    )
 
 
 def test_validate_without_a_cluster_says_it_was_not_asked(
@@ -356,7 +361,9 @@ def test_validate_without_a_cluster_says_it_was_not_asked(
     assert result.exit_code == 0
     assert result.stdout.splitlines()[-1] == (
         "note: the cluster was not asked: no cluster config (--config, $DISPATCH_CONFIG) and the dev "
-        "cluster is not running (`dispatch dev-cluster start` starts it)"
+        "cluster is not running (`dispatch dev-cluster start` starts it); not checked: whether the cluster "
+        "can run what the job names (a runtime that exists and obeys the adapter's rules), its limits "
+        "(nodes, command, environment), and the config's settings (a queue that exists)"
     )
     from dispatch.cli import devcluster
 
@@ -376,3 +383,105 @@ def test_list_selects_by_label_and_watches(config: Path, tmp_path: Path) -> None
         "-l: 'team=vision': unknown key 'team'; the keys are state, cause, epoch, adapter, env.NAME"
         in bad.stderr
     )
+
+
+# ---------------------------------------------------------------------- every day, round 3 (issue 38)
+
+
+def test_run_no_supervise_is_recorded_so_no_supervisor_requeues_the_job(config: Path, tmp_path: Path) -> None:
+    config.write_text(
+        config.read_text() + "policy: {rules: {preempted: {action: requeue, max: 3, backoff: 0}}}\n"
+    )
+    jobfile = tmp_path / "p.yaml"
+    jobfile.write_text(SCRIPT_JOB % "env:DISPATCH_EPOCH=1.0: preempt; exit 0")
+    run = invoke(config, "run", jobfile, "--job-id", "ns1", "--no-supervise")
+    assert run.exit_code == 1 and "outcome: failed / preempted" in run.stdout, run.stdout + run.stderr
+    for _ in range(2):  # the policy would requeue a preemption: the job's own choice says no
+        assert invoke(config, "supervise", "--once", "--poll", "0.1", "--lease", "5").exit_code == 0
+    after = json.loads(invoke(config, "status", "ns1", "-o", "json").stdout)
+    assert (after["epoch"], after["outcome"]["state"]) == ("1.0", "failed"), after
+    history = json.loads(invoke(config, "history", "ns1", "-o", "json").stdout)
+    assert "requeued" not in [t["what"] for t in history]
+    assert "no requeue: every failure is final" in invoke(config, "describe", "ns1").stdout
+
+
+def test_run_says_what_it_waits_for_when_nothing_changes(config: Path, tmp_path: Path) -> None:
+    from dispatch.cli.following import QUIET
+
+    jobfile = tmp_path / "slow.yaml"
+    jobfile.write_text(SCRIPT_JOB % f"sleep {QUIET + 3:g}; exit 0")
+    result = invoke(config, "run", jobfile, "--job-id", "slow")
+    assert result.exit_code == 0, result.stderr
+    waiting = [line for line in result.stderr.splitlines() if "waiting for" in line]
+    assert waiting and "slow@1.0  waiting for it to end: running since" in waiting[0], result.stderr
+
+
+def test_cancel_prints_where_the_job_is_and_with_wait_how_it_ended(config: Path, tmp_path: Path) -> None:
+    config.write_text(config.read_text().replace("cessationDelay: 0", "cessationDelay: 1"))
+    submit(config, tmp_path, "hang", "c1")
+    submit(config, tmp_path, "hang", "c2")
+    asked = invoke(config, "cancel", "c1")
+    assert asked.exit_code == 0, asked.stderr
+    assert asked.stdout.startswith("cancel: c1@1.0: "), asked.stdout
+    waited = invoke(config, "cancel", "c2", "--wait")
+    assert waited.exit_code == 0, waited.stderr
+    assert waited.stdout.splitlines()[-1].endswith(" c2@1.0: cancelled (cancelled)"), waited.stdout
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_job_file_that_is_not_a_regular_file_is_refused_at_once(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "job.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)  # nobody writes to it: reading it would wait for ever
+    else:
+        path = Path(os.devnull)
+    env = {**os.environ, "DISPATCH_STATE_DIR": str(tmp_path / "state")}
+    env.pop("DISPATCH_CONFIG", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "dispatch.cli", "validate", str(path)],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    what = "a FIFO" if kind == "fifo" else "a device"
+    assert done.stderr == f"error: {path}: the job file is {what}: dispatch reads only a regular file\n"
+
+
+def test_describe_shows_terminal_escape_sequences_as_text(config: Path, tmp_path: Path) -> None:
+    jobfile = tmp_path / "esc.json"
+    jobfile.write_text(
+        json.dumps(
+            {"command": ["train", "\x1b[2J"], "env": {"KUBESIM_SCRIPT": "exit 0", "T": "\x1b]0;pwned\x07x"}}
+        )
+    )
+    assert invoke(config, "submit", jobfile, "--job-id", "esc").exit_code == 0
+    out = invoke(config, "describe", "esc").stdout
+    assert "\x1b" not in out and "\x07" not in out
+    assert "T=\\x1b]0;pwned\\x07x" in out and "'\\x1b[2J'" in out, out
+
+
+def test_logs_of_a_record_of_another_cluster_says_so_in_words(config: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.yaml"  # another memory cluster over the same store
+    other.write_text(config.read_text().replace("habits-", "other-"))
+    submit(other, tmp_path, "exit 3", "theirs")
+    assert invoke(other, "watch", "theirs").exit_code == 1
+    result = invoke(config, "logs", "theirs")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: cannot read the output of theirs: it ran on memory:"), (
+        result.stderr
+    )
+    assert "not on this cluster" in result.stderr and "last known: theirs@1.0 failed" in result.stderr
+    assert "Handle(" not in result.stderr
+
+
+def test_a_string_a_process_cannot_be_given_is_refused_at_submit_naming_the_limit(
+    config: Path, tmp_path: Path
+) -> None:
+    big = tmp_path / "big.json"
+    big.write_text(
+        json.dumps({"command": ["train"], "env": {"KUBESIM_SCRIPT": "exit 0", "BIG": "y" * 200_000}})
+    )
+    result = invoke(config, "submit", big, "--job-id", "big")
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f'error: {big}: env["BIG"]: BIG=VALUE is 200,004 bytes'), result.stderr
+    assert "MAX_ARG_STRLEN" in result.stderr
+    assert invoke(config, "status", "big").exit_code == 1  # refused before any record was written

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dispatch.cli.commands import UNMATCHED
+from dispatch.cli.operating import UNMATCHED
 from dispatch.supervise import UnmatchedPolicy
 
 ADAPTER_ONLY = ("dispatch_kubeflow", "dispatch_slurm", "lightkube", "httpx2", "httpcore2", "anyio", "h11")

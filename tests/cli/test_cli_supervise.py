@@ -18,7 +18,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from dispatch import JobSpec, decide
-from dispatch.cli.commands import cli, load_spec
+from dispatch.cli.commands import cli
+from dispatch.cli.jobfile import load_spec
 from dispatch.records import SqliteStore
 
 ROOT = Path(__file__).resolve().parents[2]

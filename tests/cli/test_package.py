@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatch.cli.commands import DISTRIBUTION
+from dispatch.cli.clusters import DISTRIBUTION
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -56,4 +56,4 @@ def test_ctrl_c_in_the_requeue_backoff_says_the_job_is_pending_and_who_starts_it
             proc.wait()
     assert proc.returncode != 0
     assert "interrupted: job waits is pending (2.1)" in err, err
-    assert "`dispatch supervise` will start it" in err
+    assert f"`dispatch --config {config} supervise` will start it" in err

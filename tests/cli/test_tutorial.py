@@ -1,5 +1,6 @@
 """docs/tutorial.md, run exactly as written: every ``$`` line of its console blocks, in order, in a fresh
-home directory (so ``~/.local/state/dispatch`` is this test's), with the files its ``<!-- file: -->``
+home directory with ``$XDG_STATE_HOME`` set elsewhere (as many people's is: a tutorial that wrote
+``~/.local/state/dispatch`` instead of asking dispatch would fail), with the files its ``<!-- file: -->``
 blocks show. A trailing ``# exit N`` says the exit code the tutorial expects (default 0). A block marked
 ``<!-- needs: supervise -->`` runs only when this dispatch has the supervisor."""
 
@@ -42,7 +43,7 @@ def _start_with_probe_findings(env: dict[str, str], home: Path) -> None:
     tutorial's first command skips the ≥ 10 s probe: the first-run experience, probe included, is
     tests/cli/test_embedded.py's; this test is about the commands."""
     subprocess.run(["dispatch", "dev-cluster", "start"], env=env, check=True, capture_output=True, timeout=60)
-    state = home / ".local" / "state" / "dispatch"
+    state = Path(env["XDG_STATE_HOME"]) / "dispatch"
 
     async def seed() -> None:
         store = SqliteStore(state / "jobs.db")
@@ -69,6 +70,7 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "examples", work / "examples")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DISPATCH_", "XDG_", "KUBECONFIG"))}
     env.update(HOME=str(home), PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
+    env["XDG_STATE_HOME"] = str(tmp_path / "state-elsewhere")
     helptext = subprocess.run(["dispatch", "--help"], env=env, capture_output=True, text=True).stdout
     ran = skipped = 0
     try:

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 import dispatch
 from dispatch import InvalidError, JobRecord, JobSpec, Outcome, Policy, Transition
-from dispatch.cli.commands import adapter_schema, cli
+from dispatch.cli.clusters import adapter_schema
+from dispatch.cli.commands import cli
 from dispatch.model import _base
 from dispatch.registry import load_installed
 

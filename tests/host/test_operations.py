@@ -104,11 +104,16 @@ def test_json_log_lines_carry_the_context_and_never_a_secret() -> None:
         )
         log.warning("header Authorization: Bearer abc.def.ghi")
         logging.getLogger("httpx2").debug("Authorization: Bearer leaked")  # held at WARNING: dropped
+        # A library's line (psycopg's pool, when the store refuses the password) is a JSON line too.
+        logging.getLogger("psycopg.pool").warning(
+            "error connecting in 'pool-1': password authentication failed"
+        )
+        logging.getLogger("psycopg.pool").info("connection ok")  # a library's INFO: not shown
     finally:
-        for name in ("dispatch", "dispatch_kubeflow"):
-            logging.getLogger(name).removeHandler(handler)
+        logging.getLogger().removeHandler(handler)
     lines = [json.loads(x) for x in stream.getvalue().splitlines()]
-    assert len(lines) == 2
+    assert len(lines) == 3
+    assert (lines[2]["logger"], lines[2]["level"]) == ("psycopg.pool", "warning")
     first = lines[0]
     assert first["level"] == "info" and first["logger"] == "dispatch.supervise"
     assert (first["job_id"], first["epoch"], first["action"], first["cause"]) == (

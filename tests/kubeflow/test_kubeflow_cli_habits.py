@@ -64,7 +64,9 @@ async def test_logs_of_a_held_job_says_why_there_is_nothing(sim: Simulator, tmp_
     for extra in ((), ("--follow",)):
         code, out, err = await _cli("--config", cluster, "logs", "held", *extra)
         assert code == 0 and out == ""
-        assert "held@1.0 is held: its nodes do not run until `dispatch release held`" in err
+        assert (
+            f"held@1.0 is held: its nodes do not run until `dispatch --config {cluster} release held`" in err
+        )
 
 
 async def test_an_unknown_runtime_names_the_file_the_path_and_the_runtimes_that_exist(

@@ -372,7 +372,11 @@ def test_held_suspends_and_every_deepspeed_job_is_patched() -> None:
         ({"nodes": 2**31}, torch_runtime, "nodes", "at most"),
         ({"procs_per_node": 2**31}, torch_runtime, "procsPerNode", "at most"),
         ({"time_limit": 2**63}, torch_runtime, "timeLimit", "at most"),
-        ({"command": ["x" * 1_000_000, "y" * 600_000]}, torch_runtime, "command", "bytes"),
+        # Each item within what one exec takes, together more than etcd stores in one object.
+        ({"command": ["x" * 120_000] * 13}, torch_runtime, "command", "bytes"),
+        # One item more than Linux passes to a process (MAX_ARG_STRLEN): no node could start it.
+        ({"command": ["x" * 1_000_000]}, torch_runtime, "command[0]", "MAX_ARG_STRLEN"),
+        ({"env": {"BIG": "y" * 200_000}}, torch_runtime, 'env["BIG"]', "MAX_ARG_STRLEN"),
     ],
 )
 def test_start_limits_are_invalid_errors_before_any_request(

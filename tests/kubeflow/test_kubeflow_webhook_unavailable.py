@@ -80,6 +80,9 @@ async def test_submit_under_an_unavailable_webhook_exits_non_zero_naming_it(
     assert code != 0, out + err
     assert WEBHOOK in err and "could not be called" in err
     assert "answer was lost" not in out + err
+    # What became of the record is said: kept pending for a supervisor, and how to drop it.
+    assert "the record of hooked is kept, pending: a supervisor" in err, err
+    assert f"`dispatch --config {cluster} cancel hooked` drops it" in err
 
     code, out, err = await _cli("--config", str(cluster), "--json", "history", "hooked")
     assert code == 0, err

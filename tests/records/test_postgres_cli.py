@@ -102,3 +102,44 @@ def test_check_fails_on_a_wrong_password_without_printing_it(
     assert "wrong-pw-123" not in result.output and PASSWORD not in result.output
     good = invoke("--config", config(tmp_path, f"c-{uuid.uuid4().hex[:8]}", pg_dsn, "g.yaml"), "check")
     assert good.exit_code == 0, good.output
+
+
+def test_supervise_on_a_wrong_password_logs_its_retries_naming_the_store(
+    pg_server: PgServer, pg_dsn: str, tmp_path: Path
+) -> None:
+    """``--log-format json``: every line the daemon writes is a JSON log line (psycopg's included), the
+    retries among them, and they name the store — not "the cluster" — and never the password."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    wrong = pg_dsn.replace(f":{PASSWORD}@", ":wrong-pw-456@")
+    cf = config(tmp_path, f"c-{uuid.uuid4().hex[:8]}", wrong, "c.yaml")
+    env = {**os.environ, "DISPATCH_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dispatch.cli", "--config", str(cf), "supervise", "--log-format", "json",
+         "--poll", "0.2", "--lease", "5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    seen: list[dict[str, object]] = []
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and sum("retrying in" in str(x.get("message")) for x in seen) < 2:
+            line = proc.stderr.readline()
+            assert line, "the supervisor ended early"
+            seen.append(json.loads(line))  # a plain line fails here
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    for line in err.splitlines():
+        seen.append(json.loads(line))
+    retries = [str(x["message"]) for x in seen if "retrying in" in str(x.get("message"))]
+    assert len(retries) >= 2, seen
+    assert all(r.startswith("cannot open the store (postgresql://") for r in retries), retries
+    assert proc.returncode == 0 and out == ""
+    text = json.dumps(seen)
+    assert "wrong-pw-456" not in text and PASSWORD not in text and "the cluster" not in text

@@ -63,10 +63,30 @@ def test_an_image_without_a_container_plugin_is_refused_with_the_reason(
 def test_dry_run_shows_the_sbatch_script(tmp_path: Path, slurm: LocalSlurm) -> None:
     job = tmp_path / "job.yaml"
     job.write_text("command: [python3, train.py]\nnodes: 2\ntimeLimit: 90\n")
-    done = dispatch(tmp_path, "submit", "--dry-run", str(job), "--config", str(config(tmp_path, slurm)))
+    cfg = str(config(tmp_path, slurm))
+    done = dispatch(tmp_path, "submit", "--dry-run", str(job), "--config", cfg)
     assert done.returncode == 0, done.stderr
-    for line in ("#SBATCH --nodes=2", "#SBATCH --time=2", "#SBATCH --no-requeue", "srun", "train.py"):
-        assert line in done.stdout, done.stdout
+    # The script itself, as sbatch reads it: bash parses it.
+    assert done.stdout.startswith("#!/bin/bash\n#SBATCH --job-name="), done.stdout
+    for line in ("#SBATCH --nodes=2", "#SBATCH --time=2", "#SBATCH --no-requeue", "exec srun"):
+        assert f"\n{line}" in done.stdout, done.stdout
+    assert "dispatch-task python3 train.py\n" in done.stdout
+    parsed = subprocess.run(["bash", "-n"], input=done.stdout, capture_output=True, text=True, timeout=30)
+    assert parsed.returncode == 0, parsed.stderr
+    # -o yaml: the whole request, its script a literal block, line for line.
+    as_yaml = dispatch(tmp_path, "submit", "--dry-run", str(job), "--config", cfg, "-o", "yaml")
+    assert as_yaml.returncode == 0 and "script: |\n  #!/bin/bash\n" in as_yaml.stdout, as_yaml.stdout
+
+
+def test_an_environment_a_slurm_task_cannot_be_given_is_refused_naming_the_limit(
+    tmp_path: Path, slurm: LocalSlurm
+) -> None:
+    job = tmp_path / "job.json"
+    job.write_text('{"command": ["python3", "train.py"], "env": {"BIG": "%s"}}' % ("y" * 200_000))
+    done = dispatch(tmp_path, "submit", str(job), "--config", str(config(tmp_path, slurm)))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f'error: {job}: env["BIG"]: BIG=VALUE is 200,004 bytes' in done.stderr, done.stderr
+    assert "on a Slurm node may hold at most 131,071 (Linux's MAX_ARG_STRLEN)" in done.stderr
 
 
 def test_a_preempted_job_is_requeued_and_succeeds_at_incarnation_2(tmp_path: Path, slurm: LocalSlurm) -> None:

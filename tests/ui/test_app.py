@@ -169,9 +169,9 @@ async def test_a_store_without_a_change_feed_is_polled() -> None:
     inner = MemoryStore()
     store = _NoFeed(inner)
     cluster = Cluster(MemoryBackend(MemorySettings()), store)  # type: ignore[arg-type]
-    from dispatch.ui import feed
+    from dispatch.records import ChangeNotifier
 
-    assert not isinstance(store, feed.ChangeNotifier)
+    assert not isinstance(store, ChangeNotifier)
     async with cluster, await serve(cluster, "127.0.0.1:0") as server:
         stream = asyncio.create_task(_events(server.url + "events", 1))
         await asyncio.sleep(0.3)

@@ -288,3 +288,26 @@ def test_the_page_sends_no_write_to_the_cluster(
         json.loads(line) for line in session.requests.read_text().splitlines()[reads:] if "/log" in line
     ]
     assert log_reads and all(r["verb"] == "get" for r in log_reads)
+
+
+def test_a_failed_job_opens_on_its_failing_node_and_clusters_go_by_name(
+    url: str, session: Session, browser: Any, artifacts: Path
+) -> None:
+    """``examples/oom.yaml``: node 1 runs out of memory. Its page's Output panel opens on node 1, and the
+    cluster is shown by the name people know it by (the dev cluster's), its identity in the tooltip."""
+    from selenium.webdriver.common.by import By
+
+    done = session.run("run", "examples/oom.yaml", "--job-id", "oom-1", timeout=180)
+    assert done.returncode == 1 and "outcome: failed / out_of_memory" in done.stdout, (
+        done.stdout + done.stderr
+    )
+    browser.get(f"{url}jobs/oom-1")
+    heading = browser.find_element(By.XPATH, "//section[h2[starts-with(normalize-space(.), 'Output')]]/h2")
+    assert "node 1," in heading.text, heading.text
+    assert browser.find_element(By.ID, "tail").text == "loading a batch too large"
+    _screenshot(browser, artifacts, "job-oom")
+    browser.get(url)
+    cell = browser.find_element(By.CSS_SELECTOR, 'tr[data-job="oom-1"] td.cluster')
+    assert cell.text == "dev cluster"
+    identity = cell.find_element(By.TAG_NAME, "span").get_attribute("title")
+    assert identity.startswith("kubernetes:"), identity

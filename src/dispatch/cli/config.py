@@ -463,9 +463,21 @@ def embedded_config() -> ClusterFile:
 
 
 def read_limited(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of ``path``; ``InvalidError`` naming it when it cannot be read or exceeds ``limit``."""
+    """The bytes of ``path``; ``InvalidError`` naming it when it cannot be read, is not a regular file
+    (a FIFO would wait for a writer, a device never end) or exceeds ``limit``."""
+    import stat
+
     try:
-        with open(path, "rb") as f:
+        # Opened without blocking (a FIFO's open waits for a writer), then checked before any read.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with open(fd, "rb") as f:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a directory", stat.S_IFSOCK: "a socket"}
+                kind = kinds.get(stat.S_IFMT(mode), "a device")
+                raise InvalidError(
+                    f"the {what} is {kind}: dispatch reads only a regular file", path=str(path)
+                )
             data = f.read(limit + 1)
     except OSError as exc:
         raise InvalidError(f"cannot read the {what}: {exc.strerror}", path=str(path)) from None

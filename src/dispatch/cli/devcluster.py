@@ -370,11 +370,24 @@ def stop_command(as_json: bool) -> None:
 
 @command.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
-def status_command(as_json: bool) -> None:
+@click.option(
+    "--kubeconfig",
+    "kubeconfig_only",
+    is_flag=True,
+    help='Print only its kubeconfig\'s path: kubectl --kubeconfig "$(dispatch dev-cluster status --kubeconfig)".',
+)
+def status_command(as_json: bool, kubeconfig_only: bool) -> None:
     """Say whether the dev cluster runs, and where its kubeconfig is. Exit 1 when it does not run."""
     found = running()
+    if found is not None and kubeconfig_only:
+        click.echo(str(found.kubeconfig))
+        return
     if found is None:
-        if as_json:
+        if kubeconfig_only:
+            click.echo(
+                "error: the dev cluster is not running (`dispatch dev-cluster start` starts it)", err=True
+            )
+        elif as_json:
             click.echo(json.dumps({"status": "not running", "directory": str(dev_dir())}))
         else:
             click.echo("the dev cluster is not running (`dispatch dev-cluster start` starts it)")

@@ -23,6 +23,7 @@ from dispatch.model import (
     Evidence,
     JobRecord,
     Outcome,
+    Policy,
     State,
     Transition,
 )
@@ -44,6 +45,17 @@ def when(at: float | None) -> str:
     if at is None:
         return "-"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
+
+
+def printable(text: str) -> str:
+    """``text`` safe to write to a terminal: every control character (an escape sequence's ESC, a
+    carriage return, a bell; C0, DEL and C1) shown as its escape (``\\x1b``), so that a value a job or
+    a cluster wrote cannot move the cursor, recolour or retitle the terminal, or hide what follows."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode() for ch in text
+    )
 
 
 def outcome_text(outcome: Outcome) -> str:
@@ -83,18 +95,19 @@ class Renderer:
             self.out.write(text + "\n")
             self.out.flush()
 
+    def text(self, text: str) -> None:
+        """Text as it is (a script), ending with one newline."""
+        self.out.write(text if text.endswith("\n") else text + "\n")
+        self.out.flush()
+
     def json(self, value: Any) -> None:
         """One value for programs: a JSON line (``-o json``) or a YAML document (``-o yaml``); times as
         RFC 3339 text unless epoch seconds were asked for."""
         if not self.epoch_times:
             value = rfc3339_times(value)
         if self.output == "yaml":
-            import yaml  # deferred: only -o yaml needs it
-
             self._documents += 1
-            self.out.write(
-                ("---\n" if self._documents > 1 else "") + yaml.safe_dump(_plain(value), sort_keys=True)
-            )
+            self.out.write(("---\n" if self._documents > 1 else "") + _yaml(value, sort_keys=True))
         else:
             self.out.write(json.dumps(value, sort_keys=True) + "\n")
         self.out.flush()
@@ -225,9 +238,9 @@ class Renderer:
 
     def evidence(self, evidence: Sequence[Evidence], indent: str = "") -> None:
         for ev in evidence:
-            self.line(f"{indent}evidence: {ev}")
+            self.line(f"{indent}evidence: {printable(str(ev))}")
             for out_line in ev.output:
-                self.line(f"{indent}  | {out_line}")
+                self.line(f"{indent}  | {printable(out_line)}")
 
     def records(self, recs: Sequence[JobRecord], *, gone: Mapping[str, str] | None = None) -> None:
         """A table of records; those in ``gone`` (job id → why) are marked ``(last known)``: their
@@ -288,7 +301,7 @@ class Renderer:
         text = "  ".join(parts)
         if t.why:
             text += f"  — {t.why}"
-        self.line(text, style=_COLOURS.get(t.state) if t.state else None)
+        self.line(printable(text), style=_COLOURS.get(t.state) if t.state else None)
 
     def transitions(self, job_id: str, ts: Sequence[Transition], *, incarnations: bool = False) -> None:
         if self.as_json:
@@ -336,14 +349,20 @@ class Renderer:
         self.record(rec, gone=gone)
         spec = rec.spec
         self.line("spec:")
-        self.line(f"  command: {list(spec.command)}")
+        self.line(f"  command: {printable(str(list(spec.command)))}")
         self.line(f"  nodes: {spec.nodes}")
         if spec.env:
-            self.line(f"  env: {', '.join(f'{k}={v}' for k, v in spec.env.items())}")
+            self.line(f"  env: {printable(', '.join(f'{k}={v}' for k, v in spec.env.items()))}")
         for name, value in spec.extensions.to_json().items():
             self.line(f"  {name}: {json.dumps(value, sort_keys=True)}")
         policy = rec.policy
-        self.line(f"  policy: {'the cluster default' if policy is None else json.dumps(policy.to_json())}")
+        if policy is None:
+            shown = "the cluster default"
+        elif policy == Policy():
+            shown = "no requeue: every failure is final (`run --no-supervise`)"
+        else:
+            shown = json.dumps(policy.to_json())
+        self.line(f"  policy: {shown}")
         self.line("incarnations:")
         for inc in incs:
             span = f"{when(inc.since)} → {when(inc.until) if inc.until is not None else 'now'}"
@@ -354,9 +373,9 @@ class Renderer:
             for obj in inc.objects:
                 self.line(f"    object: {obj}")
             for step in inc.steps:
-                self.line(f"    {step}")
+                self.line(f"    {printable(step)}")
             if inc.then:
-                self.line(f"    then: {inc.then}")
+                self.line(f"    then: {printable(inc.then)}")
         if steps:
             self.line("next:")
             for step in steps:
@@ -394,9 +413,7 @@ class Renderer:
             self.out.write(json.dumps(value, indent=2, sort_keys=False) + "\n")
             self.out.flush()
             return
-        import yaml  # deferred: only this command needs it
-
-        self.out.write(yaml.safe_dump(_plain(value), sort_keys=False, default_flow_style=False))
+        self.out.write(_yaml(value, sort_keys=False))
         self.out.flush()
 
 
@@ -423,6 +440,23 @@ def rfc3339_times(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [rfc3339_times(v) for v in value]
     return value
+
+
+def _yaml(value: Any, *, sort_keys: bool) -> str:
+    """``value`` as YAML for people: a text of several lines (a script, a message) as a literal block,
+    line for line, rather than one quoted string full of ``\\n``."""
+    import yaml  # deferred: only -o yaml and dry runs need it
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+        # PyYAML's emitter falls back to a quoted string where a block cannot hold the text exactly.
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+
+    Dumper.add_representer(str, text)
+    dumped: str = yaml.dump(_plain(value), Dumper=Dumper, sort_keys=sort_keys, default_flow_style=False)
+    return dumped
 
 
 def _plain(value: Any) -> Any:

@@ -16,7 +16,7 @@ from msgspec import Struct
 from dispatch.errors import InvalidError
 from dispatch.model import JobRecord
 
-__all__ = ["KEYS", "Requirement", "labels_of", "matches", "parse_selector"]
+__all__ = ["KEYS", "Requirement", "labels_of", "matches", "namespace_of", "parse_selector"]
 
 KEYS = ("state", "cause", "epoch", "adapter", "env.NAME")
 
@@ -58,3 +58,11 @@ def labels_of(rec: JobRecord) -> Mapping[str, str]:
 def matches(rec: JobRecord, requirements: Sequence[Requirement]) -> bool:
     labels = labels_of(rec)
     return all((labels.get(r.key) == r.value) is r.equal for r in requirements)
+
+
+def namespace_of(rec: JobRecord) -> str | None:
+    """The Kubernetes namespace a job was placed in (``-n``): a Kubernetes adapter's handle is
+    ``NAMESPACE/NAME``. ``None`` for a job not placed yet, or of an adapter without namespaces."""
+    if rec.handle is None or "/" not in rec.handle.ref:
+        return None
+    return rec.handle.ref.split("/", 1)[0]

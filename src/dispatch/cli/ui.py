@@ -15,8 +15,11 @@ from typing import TYPE_CHECKING
 import click
 
 from dispatch.cli import devcluster
-from dispatch.cli.commands import EXIT_OK, READ, Options, action
+from dispatch.cli.action import READ, action
 from dispatch.cli.embedded import gone_jobs
+from dispatch.cli.exits import EXIT_OK
+from dispatch.cli.options import Options
+from dispatch.cli.standing import cluster_names
 from dispatch.model import JobRecord
 from dispatch.ui import DEFAULT_ADDRESS
 
@@ -24,7 +27,7 @@ if TYPE_CHECKING:
     from dispatch.cluster import Cluster
     from dispatch.ui.app import UiServer
 
-__all__ = ["command", "no_authentication", "serve_page", "serving"]
+__all__ = ["COMMANDS", "command", "no_authentication", "serve_page", "serving"]
 
 
 def no_authentication(host: str) -> str | None:
@@ -53,11 +56,15 @@ async def serve_page(opts: Options, cluster: Cluster, address: str, *, option: s
         gone = await gone_jobs(cluster, records, devcluster.running())
         return {job: f"gone: {why}" for job, why in gone.items()}
 
+    async def names(clusters: Sequence[str]) -> Mapping[str, str]:
+        return await cluster_names(opts, cluster, clusters)
+
     host, _ = parse_address(address, option)
     warning = no_authentication(host)
     if warning is not None:
         opts.say(warning)
-    return await serve(cluster, address, store_label=str(opts.cluster_file().store), notes=notes, path=option)
+    label = str(opts.cluster_file().store)
+    return await serve(cluster, address, store_label=label, notes=notes, names=names, path=option)
 
 
 @contextlib.asynccontextmanager
@@ -100,3 +107,6 @@ async def command(opts: Options, cluster: Cluster, address: str) -> int:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
     return EXIT_OK
+
+
+COMMANDS = (command,)

@@ -9,6 +9,7 @@ from typing import Any
 from dispatch.backend import HoldToken, Prepared
 from dispatch.clock import Clock
 from dispatch.errors import InvalidError, ReadOnlyError, UnavailableError, UnsupportedError
+from dispatch.execlimits import check_exec
 from dispatch.feed import Feed
 from dispatch.memory import naming
 from dispatch.memory.cluster import MemoryCluster, Overlap, native_object, shared_cluster
@@ -313,6 +314,8 @@ class MemoryBackend:
             raise InvalidError(f"expected a JobSpec, got {type(spec).__name__}", path="spec")
         script = spec.env.get(SCRIPT_ENV, self.settings.default_script)
         steps = parse_script(script)
+        # Not kinder than a real cluster: its nodes are Linux machines, which could not start this process.
+        check_exec(spec.command, spec.env, where="a node of the memory cluster")
         reasons: list[str] = []
         for ext_name, value in spec.extensions.items():
             if isinstance(value, OpaqueExtension):

@@ -471,7 +471,15 @@ class MemoryCluster:
         elif job.nodes:
             node = job.nodes[0]
         return Evidence(
-            KIND_JOB, job.name, reason, message, exit_code=exit_code, node=node, at=t, output=output
+            KIND_JOB,
+            job.name,
+            reason,
+            message,
+            exit_code=exit_code,
+            node=node,
+            at=t,
+            output=output,
+            rank=rank,
         )
 
     def outcome_of(self, job: _Job) -> Outcome:

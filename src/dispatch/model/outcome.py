@@ -75,7 +75,8 @@ class Cause(StrEnum):
 
 class Evidence(Model, frozen=True):
     """Where a cause was read from: which object, its reason and message, exit code, node, time, and
-    for failures the last lines of the failing node's output when they could be read."""
+    for failures the last lines of the failing node's output when they could be read. ``rank``: which
+    of the job's nodes (0 for the first) it is about, when it is about one (``node`` is the machine)."""
 
     kind: str
     name: str
@@ -85,6 +86,7 @@ class Evidence(Model, frozen=True):
     node: str | None = None
     at: float | None = None
     output: tuple[str, ...] = ()
+    rank: Int64 | None = None
 
     def __post_init__(self) -> None:
         # A lone string would silently become a tuple of its characters.
@@ -127,6 +129,13 @@ class Outcome(Model, omit_defaults=False, frozen=True):
     @property
     def terminal(self) -> bool:
         return self.state.terminal
+
+    @property
+    def failed_rank(self) -> int | None:
+        """The node (index) that did not succeed, when the evidence names one (``Evidence.rank``)."""
+        if self.state is State.SUCCEEDED:
+            return None
+        return next((ev.rank for ev in self.evidence if ev.rank is not None), None)
 
     def __str__(self) -> str:
         if self.cause is Cause.NONE:

@@ -1,8 +1,8 @@
-"""The page's HTTP server: an aiohttp application over a store (and a cluster, for output tails).
+"""The page's HTTP server: an aiohttp application over a :class:`~dispatch.Cluster`, its one way in.
 
-Read-only by construction: it calls the store's ``list``/``get``/``history`` and its change feed, and
-the cluster's ``output``; never ``Cluster.get``/``list`` (they fold what the cluster says into the
-records, which is a write). Every response carries a Content-Security-Policy that allows only this
+Read-only by construction: it calls the cluster's ``records``/``record``/``history`` (the records as
+stored), ``changes`` (the store's change feed) and ``output``; never ``Cluster.get``/``list`` (they fold
+what the cluster says into the records, which is a write), and never the store itself. Every response carries a Content-Security-Policy that allows only this
 server's own script and style, so even markup that escaped :func:`dispatch.ui.pages.esc` could not
 run. Bound to loopback, it also refuses requests whose ``Host`` is not a loopback name (a web page
 elsewhere cannot reach it through DNS rebinding).
@@ -30,6 +30,7 @@ from dispatch.ui.pages import Filters, JobRow, Tail, Unreadable, error_page, job
 
 __all__ = [
     "DEFAULT_ADDRESS",
+    "Names",
     "Notes",
     "UiServer",
     "cluster_of",
@@ -50,6 +51,9 @@ KEEPALIVE = 15.0
 
 Notes = Callable[[Sequence[JobRecord]], Awaitable[Mapping[str, str]]]
 """Why some records are shown as last known (job id -> note), e.g. their dev cluster is gone."""
+Names = Callable[[Sequence[str]], Awaitable[Mapping[str, str]]]
+"""The names people know clusters by (cluster identity -> name: a config's, a kubeconfig context's),
+for those of the given identities that have one."""
 
 _CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
@@ -73,6 +77,7 @@ class _Context:
     notes: Notes | None
     loopback_only: bool
     broadcast: Broadcast
+    names: Names | None = None
 
 
 _CONTEXT = web.AppKey("context", _Context)
@@ -113,14 +118,21 @@ def cluster_of(record: JobRecord) -> str:
 
 
 def make_app(
-    cluster: Cluster, *, store_label: str = "", notes: Notes | None = None, loopback_only: bool = True
+    cluster: Cluster,
+    *,
+    store_label: str = "",
+    notes: Notes | None = None,
+    names: Names | None = None,
+    loopback_only: bool = True,
 ) -> web.Application:
-    """The page's application over ``cluster`` (its store, and its output for tails).
+    """The page's application over ``cluster`` (its records, and its output for tails), read through
+    :class:`~dispatch.Cluster` only.
 
-    ``notes`` says which records to show as last known and why; ``loopback_only`` refuses requests
-    whose ``Host`` header is not a loopback name (set it when the server binds to loopback)."""
+    ``notes`` says which records to show as last known and why; ``names`` what clusters are called;
+    ``loopback_only`` refuses requests whose ``Host`` header is not a loopback name (set it when the
+    server binds to loopback)."""
     app = web.Application(middlewares=[_guard])
-    context = _Context(cluster, store_label, notes, loopback_only, Broadcast(cluster.store))
+    context = _Context(cluster, store_label, notes, loopback_only, Broadcast(cluster), names)
     app[_CONTEXT] = context
     app.router.add_get("/", _jobs)
     app.router.add_get("/jobs/{job_id}", _job)
@@ -194,15 +206,22 @@ async def _here(context: _Context) -> str:
         return ""
 
 
+async def _names(context: _Context, clusters: Sequence[str]) -> Mapping[str, str]:
+    wanted = sorted({c for c in clusters if c})
+    return await context.names(wanted) if context.names is not None and wanted else {}
+
+
 async def _rows(context: _Context, records: Sequence[JobRecord]) -> list[JobRow]:
     here = await _here(context)
     notes = await context.notes(records) if context.notes is not None else {}
+    names = await _names(context, [cluster_of(r) for r in records])
     rows = []
     for rec in records:
         note = notes.get(rec.job_id, "")
         if not note and here and rec.cluster and rec.cluster != here:
             note = "not this one"  # as every command shows a record of another cluster (SPEC §6.1)
-        rows.append(JobRow(rec, cluster_of(rec), note))
+        cluster = cluster_of(rec)
+        rows.append(JobRow(rec, cluster, note, names.get(cluster, "")))
     return rows
 
 
@@ -213,11 +232,26 @@ async def _jobs(request: web.Request) -> web.Response:
     rows: list[JobRow | Unreadable] = [*await _rows(context, listing)]
     rows += [Unreadable(u.job_id, u.reason) for u in listing.unreadable]
     here = await _here(context)
-    return _html(jobs_page(rows, filters, now=time.time(), store=context.store_label, cluster=here))
+    named = await _names(context, [here])
+    page = jobs_page(
+        rows,
+        filters,
+        now=time.time(),
+        store=context.store_label,
+        cluster=here,
+        cluster_name=named.get(here, ""),
+    )
+    return _html(page)
 
 
-def _node(query: Mapping[str, str], nodes: int) -> int:
-    text = query.get("node", "0")
+def _failing(rec: JobRecord) -> int:
+    """The node the page opens on: the one a failure's evidence is about, else node 0."""
+    rank = rec.outcome.failed_rank
+    return rank if rank is not None and 0 <= rank < rec.spec.nodes else 0
+
+
+def _node(query: Mapping[str, str], nodes: int, default: int = 0) -> int:
+    text = query.get("node", str(default))
     if not text.isdigit() or int(text) >= max(nodes, 1):
         raise InvalidError(
             f"node must be an integer from 0 to {max(nodes, 1) - 1}, got {text[:20]!r}", path="node"
@@ -256,11 +290,10 @@ async def _job(request: web.Request) -> web.Response:
         raise InvalidError(
             f"unknown query parameter {unknown[0]!r}: the job page takes node", path=unknown[0]
         )
-    store = context.cluster.store
-    rec = await store.get(job_id)
-    history = await store.history(job_id)
+    rec = await context.cluster.record(job_id)
+    history = await context.cluster.history(job_id)
     row = (await _rows(context, [rec]))[0]
-    tail = await _tail(context, row, _node(request.query, rec.spec.nodes))
+    tail = await _tail(context, row, _node(request.query, rec.spec.nodes, _failing(rec)))
     return _html(job_page(row, history, tail, now=time.time()))
 
 
@@ -329,12 +362,15 @@ async def serve(
     *,
     store_label: str = "",
     notes: Notes | None = None,
+    names: Names | None = None,
     path: str = "address",
 ) -> UiServer:
     """Serve the page for ``cluster`` at ``address`` (``HOST:PORT``, port 0 picks one) in this event
     loop until :meth:`UiServer.close`. ``path`` names the option in errors."""
     host, port = parse_address(address, path)
-    app = make_app(cluster, store_label=store_label, notes=notes, loopback_only=is_loopback(host))
+    app = make_app(
+        cluster, store_label=store_label, notes=notes, names=names, loopback_only=is_loopback(host)
+    )
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

@@ -1,8 +1,9 @@
 """One subscription to the store's changes, fanned out to every open page.
 
 Each browser tab holds a server-sent-events stream; rather than a store subscription per tab (SQLite's
-feed polls the file), :class:`Broadcast` keeps one: it follows ``store.changes()`` when the store has
-the :class:`~dispatch.records.ChangeNotifier` hook, else it polls ``list()`` and compares revisions. A
+feed polls the file), :class:`Broadcast` keeps one, read through the cluster: it follows
+:meth:`Cluster.changes() <dispatch.Cluster.changes>` when the store has a change feed, else it polls
+:meth:`Cluster.records() <dispatch.Cluster.records>` and compares revisions. A
 subscriber gets job ids, or :data:`RESYNC` when changes may have been missed (the feed lost its source,
 or the subscriber fell behind): then it re-reads everything.
 """
@@ -13,9 +14,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from dispatch.errors import DispatchError
-from dispatch.records import ChangeNotifier, Store
+
+if TYPE_CHECKING:
+    from dispatch.cluster import Cluster
 
 __all__ = ["RESYNC", "Broadcast"]
 
@@ -35,8 +39,8 @@ _log = logging.getLogger(__name__)
 class Broadcast:
     """Follows the store's changes once (from :meth:`start` to :meth:`stop`) for every subscriber."""
 
-    def __init__(self, store: Store, *, poll: float = POLL) -> None:
-        self._store = store
+    def __init__(self, cluster: Cluster, *, poll: float = POLL) -> None:
+        self._cluster = cluster
         self._poll = poll
         self._queues: set[asyncio.Queue[str | None]] = set()
         self._task: asyncio.Task[None] | None = None
@@ -89,8 +93,9 @@ class Broadcast:
         first = True
         while True:
             try:
-                if isinstance(self._store, ChangeNotifier):
-                    async with self._store.changes() as feed:
+                changes = self._cluster.changes()
+                if changes is not None:
+                    async with changes as feed:
                         self._subscribed(first)
                         async for job_id in feed:
                             self._publish(job_id)
@@ -111,11 +116,11 @@ class Broadcast:
             self._publish(RESYNC)
 
     async def _poll_list(self, first: bool) -> None:
-        seen = {r.job_id: r.revision for r in await self._store.list()}
+        seen = {r.job_id: r.revision for r in await self._cluster.records()}
         self._subscribed(first)
         while True:
             await asyncio.sleep(self._poll)
-            now = {r.job_id: r.revision for r in await self._store.list()}
+            now = {r.job_id: r.revision for r in await self._cluster.records()}
             for job_id in sorted(set(now) | set(seen)):
                 if now.get(job_id) != seen.get(job_id):
                     self._publish(job_id)

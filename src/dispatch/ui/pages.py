@@ -44,12 +44,21 @@ def esc(value: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class JobRow:
-    """A record as the pages show it: ``cluster`` is where its current incarnation was placed, ``note``
-    says when that is not the cluster this page reads from (or the cluster is gone)."""
+    """A record as the pages show it: ``cluster`` is where its current incarnation was placed (its
+    identity; ``cluster_name`` what people call it, when known), ``note`` says when that is not the
+    cluster this page reads from (or the cluster is gone)."""
 
     record: JobRecord
     cluster: str
     note: str = ""
+    cluster_name: str = ""
+
+    def cluster_html(self) -> str:
+        """The cluster by its name (its identity in the tooltip), else by its identity."""
+        note = f' <span class="note">({esc(self.note)})</span>' if self.note else ""
+        if self.cluster_name:
+            return f'<span title="{esc(self.cluster)}">{esc(self.cluster_name)}</span>{note}'
+        return esc(self.cluster or "-") + note
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,11 +210,13 @@ def error_page(status: int, title: str, message: str, *, now: float = 0.0) -> st
 # ------------------------------------------------------------------------------------ jobs page
 
 
-def _options(name: str, values: Iterable[str], chosen: str | None) -> str:
+def _options(
+    name: str, values: Iterable[str], chosen: str | None, labels: Mapping[str, str] | None = None
+) -> str:
     items = [f'<option value=""{"" if chosen else " selected"}>any {esc(name)}</option>']
     for v in values:
         sel = " selected" if v == chosen else ""
-        items.append(f'<option value="{esc(v)}"{sel}>{esc(v)}</option>')
+        items.append(f'<option value="{esc(v)}"{sel}>{esc((labels or {}).get(v) or v)}</option>')
     return f'<select name="{esc(name)}" aria-label="{esc(name)}">' + "".join(items) + "</select>"
 
 
@@ -216,10 +227,12 @@ def jobs_page(
     now: float,
     store: str = "",
     cluster: str = "",
+    cluster_name: str = "",
 ) -> str:
     """Every job (those ``filters`` keep; the newest first, at most :data:`MAX_ROWS`) with its state,
     cause, cluster, epoch, age and last change; unreadable records on their own rows, first. ``store``
-    and ``cluster`` say what the page reads (records of another cluster are marked as such)."""
+    and ``cluster`` (``cluster_name``) say what the page reads (records of another cluster are marked as
+    such)."""
     readable = [r for r in rows if isinstance(r, JobRow)]
     clusters = sorted(
         {r.cluster for r in readable if r.cluster} | ({filters.cluster} if filters.cluster else set())
@@ -228,7 +241,7 @@ def jobs_page(
         '<form class="filters" method="get" action="/">'
         + _options("state", (s.value for s in State), filters.state.value if filters.state else None)
         + _options("cause", (c.value for c in Cause), filters.cause.value if filters.cause else None)
-        + _options("cluster", clusters, filters.cluster)
+        + _options("cluster", clusters, filters.cluster, {r.cluster: r.cluster_name for r in readable})
         + '<button type="submit">filter</button>'
         + ('<a class="clear" href="/">clear</a>' if filters.active else "")
         + "</form>"
@@ -255,13 +268,12 @@ def jobs_page(
             continue
         r = shown_row
         rec = r.record
-        note = f' <span class="note">({esc(r.note)})</span>' if r.note else ""
         lines.append(
             f'<tr class="job-row" data-job="{esc(rec.job_id)}" data-state="{esc(rec.state.value)}">'
             f'<td class="job"><a href="{esc(job_href(rec.job_id))}">{esc(rec.job_id)}</a></td>'
             f"<td>{_pill(rec.state)}</td>"
             f"<td>{_cause(rec.outcome.cause)}</td>"
-            f'<td class="cluster">{esc(r.cluster or "-")}{note}</td>'
+            f'<td class="cluster">{r.cluster_html()}</td>'
             f'<td class="num">{esc(rec.epoch)}</td>'
             f'<td class="num" title="created {esc(when(rec.created_at))} UTC">{esc(age(now - rec.created_at))}</td>'
             f'<td class="num" title="{esc(when(rec.updated_at))} UTC">{esc(age(now - rec.updated_at))} ago</td>'
@@ -280,7 +292,10 @@ def jobs_page(
         "<tbody>" + "".join(lines) + "</tbody></table>"
     )
     where = [f"store: <code>{esc(store)}</code>"] if store else []
-    where += [f"this cluster: <code>{esc(cluster)}</code>"] if cluster else []
+    if cluster_name:
+        where += [f"this cluster: {esc(cluster_name)} (<code>{esc(cluster)}</code>)"]
+    elif cluster:
+        where += [f"this cluster: <code>{esc(cluster)}</code>"]
     head = "<h1>Jobs</h1>" + (f'<p class="meta">{" · ".join(where)}</p>' if where else "") + form
     return _page("jobs", head, live=live, now=now)
 
@@ -438,10 +453,7 @@ def job_page(row: JobRow, history: Sequence[Transition], tail: Tail, *, now: flo
         ("state", _pill(rec.state)),
         ("cause", _cause(rec.outcome.cause)),
         ("epoch", f"<code>{esc(rec.epoch)}</code>"),
-        (
-            "cluster",
-            esc(row.cluster or "-") + (f' <span class="note">({esc(row.note)})</span>' if row.note else ""),
-        ),
+        ("cluster", row.cluster_html()),
         ("handle", f"<code>{esc(rec.handle)}</code>" if rec.handle else "-"),
         ("created", f"{esc(when(rec.created_at))} UTC ({esc(age(now - rec.created_at))} ago)"),
         ("updated", f"{esc(when(rec.updated_at))} UTC"),
