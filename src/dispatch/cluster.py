@@ -175,8 +175,14 @@ class Cluster:
 
     async def belongs(self, record: JobRecord) -> bool:
         """:meth:`owns`, for any backend: one opened on first use (the CLI's read commands) is opened
-        first, since it knows its cluster only then."""
-        await self.backend.capabilities()
+        first, since it knows its cluster only then. ``False`` when that cluster cannot be reached to be
+        opened (:attr:`unreachable` then says since when and why): its records are shown as last known."""
+        try:
+            await self.backend.capabilities()
+        except DispatchError as exc:
+            if self._reader.note(exc) is None:
+                raise
+            return False
         return self.owns(record)
 
     async def __aenter__(self) -> Cluster:
@@ -479,22 +485,12 @@ class Cluster:
         """The job's record, refreshed from the cluster when it is not terminal. While the cluster does
         not answer, the record as last stored (:attr:`unreachable` says since when and why)."""
         rec = await self.store.get(job_id)
-        if rec.outcome.terminal or not await self._belongs(rec):
+        if rec.outcome.terminal or not await self.belongs(rec):
             return rec  # final, or another cluster's: shown as last known
         got = await self._reader.read(rec)
         if got is None or isinstance(got, Unreachable):
             return rec
         return await self._fold(job_id, got, confirmed=True)
-
-    async def _belongs(self, rec: JobRecord) -> bool:
-        """:meth:`belongs`, where a cluster that cannot be opened (a backend opened on first use whose
-        cluster does not answer) shows the record as last known."""
-        try:
-            return await self.belongs(rec)
-        except DispatchError as exc:
-            if self._reader.note(exc) is None:
-                raise
-            return False
 
     async def list(self, states: Iterable[State] | None = None) -> Listing:
         """Every record (optionally only in ``states``), oldest first; records of this cluster that are
@@ -504,7 +500,7 @@ class Cluster:
         listing = await self.store.list()
         records: builtins.list[JobRecord] = listing
         unfinished = [r for r in records if not r.outcome.terminal]
-        live = [r for r in unfinished if await self._belongs(r)]
+        live = [r for r in unfinished if await self.belongs(r)]
         listed = await self._reader.listing() if live else None
         if live and not isinstance(listed, Unreachable):
             assert listed is not None

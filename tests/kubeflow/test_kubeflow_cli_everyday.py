@@ -163,3 +163,37 @@ async def _keys(store: SqliteStore) -> list[str]:
         return [k for (k,) in raw.execute("SELECT key FROM kv WHERE key LIKE 'probe/%'")]
     finally:
         raw.close()
+
+
+async def test_reads_answer_from_the_store_while_the_api_server_is_down(tmp_path: Path) -> None:
+    """With the API server down, ``status``, ``list``, ``history`` and ``describe`` answer from the store —
+    the record as last known, marked ``cluster unreachable since T (why)`` — and nothing is concluded from
+    the outage: once the server is back the job reads as it is, never ``lost``."""
+    from kubeflow_fixtures import STOCK, install
+
+    async with Simulator(install_runtimes=False) as sim:
+        install(sim, *(make() for make in STOCK.values()))
+        cluster, job = await _setup(sim, tmp_path)
+        code, _out, err = await _cli("--config", cluster, "--json", "submit", job, "--job-id", "outage")
+        assert code == 0, err
+        port = sim._port = int(sim.url.rsplit(":", 1)[1])
+        await sim.stop()
+        try:
+            for args in (("status", "outage"), ("list",), ("history", "outage"), ("describe", "outage")):
+                code, out, err = await _cli("--config", cluster, *args)
+                assert code == 0, (args, out, err)
+                if args[0] in ("status", "list"):
+                    assert "cluster unreachable since" in out + err, (args, out, err)
+                    assert "lost" not in out
+            code, out, err = await _cli("--config", cluster, "--json", "status", "outage")
+            assert code == 0, err
+            shown = json.loads(out)
+            assert shown["outcome"]["state"] in ("pending", "queued", "starting", "running")
+            assert "cluster unreachable since" in shown["lastKnown"]
+        finally:
+            sim._port = port
+            await sim.start()
+        code, out, err = await _cli("--config", cluster, "--json", "status", "outage")
+        assert code == 0, err
+        shown = json.loads(out)
+        assert "lastKnown" not in shown and shown["outcome"]["state"] != "lost", shown

@@ -11,7 +11,7 @@ from dispatch.cli.action import READ, action, complete_job, report_error
 from dispatch.cli.embedded import OfflineBackend
 from dispatch.cli.exits import EXIT_FAILED, EXIT_OK
 from dispatch.cli.options import Options, parse_duration
-from dispatch.cli.standing import current_record, exit_code, last_known, next_steps
+from dispatch.cli.standing import current_record, exit_code, last_known, next_steps, unreachable
 from dispatch.cluster import Cluster
 from dispatch.errors import (
     BusyError,
@@ -82,6 +82,9 @@ async def list_(
         records = [r if r.job_id in gone or r.outcome.terminal else await cluster.get(r.job_id) for r in mine]
         records = [r for r in records if wanted is None or r.state in wanted]
     records = [r for r in records if matches(r, requirements)]
+    if cluster.unreachable is not None:  # none refreshed: each unfinished one as last known, and why
+        gone = {**{r.job_id: unreachable(cluster) for r in records if not r.outcome.terminal}, **gone}
+        click.echo(f"note: {unreachable(cluster)}: unfinished jobs are shown as last known", err=True)
     out = opts.out
     out.records(records, gone=gone)
     for bad in stored.unreadable:  # one line each, on stderr: the others are listed

@@ -28,6 +28,7 @@ __all__ = [
     "next_steps",
     "refuse_gone",
     "refuse_gone_offline",
+    "unreachable",
 ]
 
 
@@ -39,7 +40,20 @@ async def current_record(opts: Options, cluster: Cluster, job: str) -> tuple[Job
         return rec, gone[job]
     if isinstance(cluster.backend, OfflineBackend):
         return rec, None
-    return await cluster.get(job), None
+    rec = await cluster.get(job)
+    if cluster.unreachable is not None and not rec.outcome.terminal:
+        return rec, unreachable(cluster)
+    return rec, None
+
+
+def unreachable(cluster: Cluster) -> str:
+    """Why a record is shown as last known while its cluster does not answer (SPEC §5)."""
+    import time
+
+    down = cluster.unreachable
+    assert down is not None
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(down.at))
+    return f"cluster unreachable since {since} ({down.reason})"
 
 
 async def mark_placed(opts: Options, cluster: Cluster, job_id: str) -> None:
@@ -108,7 +122,11 @@ async def last_known(opts: Options, cluster: Cluster, records: list[JobRecord]) 
         )
     for rec in records:
         if rec.job_id not in out and not rec.outcome.terminal and not await cluster.belongs(rec):
-            out[rec.job_id] = f"{rec.cluster or 'another cluster'} (not this one)"
+            out[rec.job_id] = (
+                unreachable(cluster)
+                if cluster.unreachable is not None
+                else f"{rec.cluster or 'another cluster'} (not this one)"
+            )
     return out
 
 

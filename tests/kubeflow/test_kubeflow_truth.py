@@ -1,0 +1,195 @@
+"""The host owns the truth, on Kubeflow over real HTTP to kubesim (issue 35's repros): a record is
+terminal only once the compute is gone, whichever process reads it; a terminal record never sits over live
+compute; who stopped a job is said; a reused job id never binds an old object; every transition a writer
+makes is in the history."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from kubeflow_fixtures import caught_up
+from kubeflow_live import Live, job, live
+
+from dispatch import Actor, Cause, ManualClock, State
+from dispatch.cluster import Cluster
+from dispatch.decide import STOP_GRACE
+from dispatch.records import MemoryStore, SqliteStore
+from dispatch.supervise import Supervisor
+from kubesim.resources import TRAINJOBS
+
+
+@pytest.fixture
+async def lv(tmp_path: Path) -> AsyncIterator[Live]:
+    async for x in live(tmp_path):
+        yield x
+
+
+async def _tick(lv: Live, clock: ManualClock, seconds: float, *sups: Supervisor) -> None:
+    """Move the cluster's and the records' time together, letting each supervisor step."""
+    lv.sim.advance(seconds)
+    clock.advance(seconds)
+    await lv.settle()
+    for sup in sups:
+        await sup.step()
+
+
+async def test_a_cancel_is_stopping_for_every_process_until_the_pods_have_terminated(lv: Live) -> None:
+    """Cancelled under a supervisor, with the pods' 30 s termination grace: ``stopping`` for those 30 s —
+    read by the process that cancelled, by the supervisor, and by a third that only reads — then
+    ``cancelled``; never a false ``held`` on the way (the stop suspends first)."""
+    clock = ManualClock()
+    store = MemoryStore(clock)
+    user = Cluster(await lv.open(), store, clock=clock)
+    sup = Cluster(await lv.open(), store, clock=clock).supervisor(poll=1.0, lease=30.0)
+    reader = Cluster(await lv.open(read_only=True), store, clock=clock)
+    rec = await user.submit(job(nodes=2), job_id="cancel-grace")
+    assert rec.handle is not None
+    while len([p for p in lv.pods(rec.handle) if p["status"].get("phase") == "Running"]) < 2:
+        await _tick(lv, clock, 1.0, sup)
+    assert (await user.cancel("cancel-grace")).state is State.STOPPING
+    stopping_for = 0.0
+    while lv.pods(rec.handle, live=False):
+        for who in (user, reader):
+            await caught_up(who.backend, lv.sim)
+            got = await who.get("cancel-grace")
+            assert got.state is State.STOPPING, (who, got.outcome)
+        await _tick(lv, clock, 5.0, sup)
+        stopping_for += 5.0
+    assert stopping_for >= 25.0, "the pods went before their grace period: kubesim is kinder than a kubelet"
+    for who in (user, reader):
+        await caught_up(who.backend, lv.sim)
+        done = await who.get("cancel-grace")
+        assert (done.state, done.outcome.cause) == (State.CANCELLED, Cause.CANCELLED)
+    states = [t.state for t in await user.history("cancel-grace") if t.state is not None]
+    assert State.HELD not in states and states[-2:] == [State.STOPPING, State.CANCELLED], states
+    await sup.close()
+
+
+async def test_a_foreground_deletion_by_someone_else_that_loops_is_stopped_by_the_supervisor(
+    lv: Live,
+) -> None:
+    """Someone deletes a running job's TrainJob with ``--cascade=foreground``: the Trainer of the field
+    re-creates its JobSet while the deletion waits on it (pods keep coming back). The record says
+    ``stopping`` (cancelled, and not by dispatch); past the stop grace the supervisor stops what remains,
+    the loop ends, and the record ends ``failed``/``cancelled`` saying dispatch did not ask for it."""
+    clock = ManualClock()
+    cluster = Cluster(await lv.open(), MemoryStore(clock), clock=clock)
+    sup = cluster.supervisor(poll=1.0, lease=30.0)
+    rec = await cluster.submit(job(), job_id="foreground")
+    assert rec.handle is not None
+    while not lv.pods(rec.handle):
+        await _tick(lv, clock, 1.0, sup)
+    name = rec.handle.ref.split("/", 1)[1]
+    lv.sim.store.delete(TRAINJOBS, "default", name, propagation="Foreground")
+    waited = 0.0
+    while True:
+        await _tick(lv, clock, 5.0, sup)
+        waited += 5.0
+        got = await cluster.store.get("foreground")
+        if got.outcome.terminal:
+            break
+        assert waited < STOP_GRACE + 300, f"still {got.outcome} after {waited:g} s"
+        if waited < STOP_GRACE:
+            assert got.state is State.STOPPING, got.outcome
+    assert waited >= STOP_GRACE, "ended before the supervisor stopped the loop: kubesim did not re-create"
+    assert (got.state, got.outcome.cause) == (State.FAILED, Cause.CANCELLED)
+    assert "StoppedByOthers" in [e.reason for e in got.outcome.evidence]
+    history = await cluster.history("foreground")
+    assert [t for t in history if t.actor is Actor.SUPERVISOR and t.what == "stopping what remains"]
+    for _ in range(10):  # nothing comes back
+        await _tick(lv, clock, 5.0, sup)
+    assert not lv.pods(rec.handle, live=False)
+    await sup.close()
+
+
+async def test_a_config_error_given_up_leaves_no_pod(lv: Live) -> None:
+    """A job whose pods cannot be created (a missing Secret) fails ``config_error`` once its grace is past —
+    but its pods still hold their nodes: the record is ``stopping`` until the supervisor stops them, then
+    ``failed``/``config_error``, given up, with no pod left."""
+    clock = ManualClock()
+    cluster = Cluster(await lv.open(), MemoryStore(clock), clock=clock)
+    sup = cluster.supervisor(poll=1.0, lease=30.0)
+    rec = await cluster.submit(job("config-error db-password; print never"), job_id="no-secret")
+    assert rec.handle is not None
+    waited = 0.0
+    while True:
+        await _tick(lv, clock, 15.0, sup)
+        waited += 15.0
+        got = await cluster.store.get("no-secret")
+        if got.outcome.terminal and got.plan is not None:
+            break
+        assert waited < 3600, got.outcome
+    assert (got.state, got.outcome.cause) == (State.FAILED, Cause.CONFIG_ERROR)
+    whats = [t.what for t in await cluster.history("no-secret")]
+    assert "stopping" in whats and "stopping what remains" in whats and "gave up" in whats, whats
+    assert not lv.pods(rec.handle, live=False)
+    await sup.close()
+
+
+async def test_every_job_has_its_started_line_while_a_watcher_folds_beside_the_submits(lv: Live) -> None:
+    """With a watcher (``dispatch list -w``) folding every change while jobs are submitted, each job's
+    history still names the incarnation placed (its ``started`` line): whoever folds first writes it."""
+    for run in range(20):
+        store = MemoryStore()
+        watcher = Cluster(await lv.open(), store)
+        submitter = Cluster(await lv.open(), store)
+        seen: list[str] = []
+
+        async def follow(w: Cluster = watcher, into: list[str] = seen) -> None:
+            async for r in w.watch():
+                into.append(r.job_id)
+
+        task = asyncio.ensure_future(follow())
+        try:
+            ids = [f"race-{run}-{i}" for i in range(6)]
+            await asyncio.gather(*(submitter.submit(job(), job_id=j) for j in ids))
+            for _ in range(10):
+                await lv.settle()
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        for j in ids:
+            started = [t for t in await store.history(j) if t.what == "started"]
+            rec = await store.get(j)
+            assert rec.handle is not None and started, (run, j, [t.what for t in await store.history(j)])
+            assert str(rec.handle) in started[0].why
+
+
+@pytest.mark.parametrize("how", ["purged", "another store"])
+async def test_a_reused_job_id_never_binds_the_old_object(lv: Live, tmp_path: Path, how: str) -> None:
+    """A job id used again — after ``purge``, or by another store on the same cluster — runs its own
+    command: its own output and exit code, never the old object's result."""
+    first_store = SqliteStore(tmp_path / "a.db")
+    first = Cluster(await lv.open(store_id=await _store_id(first_store)), first_store)
+    old = await first.submit(job("exit 0"), job_id="reused")
+    assert old.handle is not None
+    while not (await first.get("reused")).outcome.terminal:
+        await lv.settle()
+        lv.sim.advance(1.0)
+    assert (await first.get("reused")).state is State.SUCCEEDED
+    if how == "purged":
+        assert await first.purge(older_than=1e12) == 1
+        second = first
+    else:
+        second_store = SqliteStore(tmp_path / "b.db")
+        second = Cluster(await lv.open(store_id=await _store_id(second_store)), second_store)
+    new = await second.submit(job("print mine; exit 7"), job_id="reused")
+    assert new.handle is not None and new.handle.ref != old.handle.ref
+    assert new.nonce != old.nonce
+    while not (await second.get("reused")).outcome.terminal:
+        await lv.settle()
+        lv.sim.advance(1.0)
+    ended = await second.get("reused")
+    assert (ended.state, ended.outcome.cause) == (State.FAILED, Cause.EXIT_CODE), ended.outcome
+    assert 7 in [e.exit_code for e in ended.outcome.evidence]
+    lines = [line async for line in second.output("reused")]
+    assert "mine" in lines
+
+
+async def _store_id(store: SqliteStore) -> str:
+    from dispatch.records import store_identity
+
+    return await store_identity(store)
