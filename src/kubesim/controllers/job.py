@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 __all__ = ["JobController", "format_indexes", "pod_failure_action"]
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+SYNC_JOB_BATCH_PERIOD = 1.0
+"""Seconds after a pod's update that the Job is synced (kubernetes pkg/controller/job/job_controller.go,
+``SyncJobBatchPeriod``): pod events are batched, so a Job reacts to a pod that ended a second later."""
 COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
 _INDEX_FIELD = f"metadata.annotations['{INDEX_KEY}']"
 DEFAULT_TOLERATIONS = [
@@ -144,8 +147,18 @@ class JobController(BaseController):
             yield (ev.obj["metadata"].get("namespace", ""), ev.obj["metadata"]["name"])
         elif ev.rt == PODS:
             ref = controller_of(ev.obj)
-            if ref is not None and ref.get("kind") == "Job":
-                yield (ev.obj["metadata"].get("namespace", ""), str(ref.get("name")))
+            if ref is None or ref.get("kind") != "Job":
+                return
+            ns, job = ev.obj["metadata"].get("namespace", ""), str(ref.get("name"))
+            phase = (ev.obj.get("status") or {}).get("phase")
+            was = ((ev.old or {}).get("status") or {}).get("phase")
+            if ev.type == "MODIFIED" and phase in ("Succeeded", "Failed") and was != phase:
+                # A pod that ended is synced a batch period later (upstream's enqueueSyncJobBatched,
+                # SyncJobBatchPeriod = 1 s): for that second the pod has failed and its Job says nothing
+                # yet, as on a real cluster — the "starting (cause)" a reader sees before "failed".
+                self.requeue_at(self.clock.now() + SYNC_JOB_BATCH_PERIOD, ns, job)
+                return
+            yield (ns, job)
 
     def _forget(self, ev: WatchEvent) -> None:
         """Drop the bookkeeping of a Job or pod that is gone, so memory does not grow with every job run."""

@@ -109,6 +109,7 @@ def test_workload_created_and_admitted() -> None:
 def test_finished_when_trainjob_completes() -> None:
     sim = Simulator()
     submit(sim, queued(script="exit 0"))
+    sim.advance(1)  # the Job syncs a pod that ended a batch period later (SyncJobBatchPeriod)
     fin = condition(workload(sim), "Finished")
     assert fin is not None and (fin["status"], fin["reason"]) == ("True", "Succeeded")
 

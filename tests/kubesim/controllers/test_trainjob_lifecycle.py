@@ -124,6 +124,8 @@ def test_success_with_logs() -> None:
         assert p["status"]["phase"] == "Succeeded"
         assert main_status(p)["state"]["terminated"]["reason"] == "Completed"
     assert sim.logs.lines(NS, names[1], "node") == ["hello from 1 of 2", "bye"]
+    assert condition(tj(sim), "Complete") is None  # the Job syncs its ended pods a batch period later
+    sim.advance(1)
     done = condition(tj(sim), "Complete")
     assert done is not None
     assert (done["status"], done["reason"], done["message"]) == (
