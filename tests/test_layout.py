@@ -418,3 +418,44 @@ def test_the_page_reads_through_the_cluster_only() -> None:
             f"{path.relative_to(SRC)} imports {n}" for n in _imports(path) if n.startswith("dispatch.records")
         ]
     assert offenders == []
+
+
+_GLOBAL_DRAWS = {
+    "random",
+    "uniform",
+    "choice",
+    "choices",
+    "randint",
+    "randrange",
+    "shuffle",
+    "sample",
+    "getrandbits",
+    "seed",
+    "gauss",
+    "triangular",
+    "expovariate",
+}
+
+
+def test_no_module_draws_from_the_global_random_generator() -> None:
+    """Every random draw comes from a generator handed to its code (``dispatch.chance``), so the simulation
+    replays a seed exactly: a call such as ``random.uniform(...)`` on the module draws from the process's
+    global generator, which no seed governs (the supervisor's resync jitter once did: a seed that could
+    not be replayed could not be debugged)."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "random":
+                names = [a.name for a in node.names if a.name in _GLOBAL_DRAWS]
+                if names:
+                    found.append(f"{path.relative_to(SRC)}:{node.lineno}: from random import {names}")
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "random"
+                and node.func.attr in _GLOBAL_DRAWS
+            ):
+                found.append(f"{path.relative_to(SRC)}:{node.lineno}: random.{node.func.attr}(...)")
+    assert found == [], found

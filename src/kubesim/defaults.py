@@ -134,7 +134,10 @@ def _admit_pod(spec: dict[str, Any]) -> None:
     name = next((n for n in existing if isinstance(n, str) and n.startswith(API_ACCESS_PREFIX)), None)
     has_volume = name is not None
     if name is None:
-        name = API_ACCESS_PREFIX + "".join(random.choice(_NAME_ALPHABET) for _ in range(5))
+        # The API server's suffix is random per pod; one drawn from a fixed seed serves as well (the name is
+        # the pod's own) and never touches the process's global generator (a seeded simulation replays).
+        draw = random.Random(0x5EED)
+        name = API_ACCESS_PREFIX + "".join(draw.choice(_NAME_ALPHABET) for _ in range(5))
     needs_volume = False
     for key in ("initContainers", "containers"):
         for c in spec.get(key) or []:

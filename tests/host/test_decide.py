@@ -129,6 +129,30 @@ TABLE: list[tuple[str, JobRecord, PlanAction, float | None]] = [
     ("pending, cancel requested", rec(State.PENDING, h=None, cancel_requested=True), PlanAction.STOP, None),
     ("running", rec(State.RUNNING), PlanAction.WAIT, None),
     ("queued", rec(State.QUEUED, Cause.NO_CAPACITY), PlanAction.WAIT, None),
+    (
+        "stopping (ended on the cluster), within the stop grace",
+        rec(State.STOPPING, Cause.CONFIG_ERROR, since=NOW - 10),
+        PlanAction.WAIT,
+        NOW - 10 + decide.STOP_GRACE,
+    ),
+    (
+        "stopping, past the stop grace",
+        rec(State.STOPPING, Cause.CONFIG_ERROR, since=NOW - decide.STOP_GRACE),
+        PlanAction.STOP,
+        None,
+    ),
+    (
+        "stopping, what remains stopped a moment ago",
+        rec(State.STOPPING, Cause.CONFIG_ERROR, since=NOW - 100, stop_asked=NOW - 1),
+        PlanAction.WAIT,
+        NOW - 1 + decide.STOP_RESEND,
+    ),
+    (
+        "stopping, cancel requested",
+        rec(State.STOPPING, Cause.CANCELLED, cancel_requested=True),
+        PlanAction.STOP,
+        None,
+    ),
 ]
 
 
