@@ -14,7 +14,7 @@ import copy
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from kubesim.clock import unstamp
+from kubesim.clock import Clock, unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key, controller_of, owner_ref
 from kubesim.resources import JOBS, PODS
@@ -111,6 +111,26 @@ def _set_count(status: dict[str, Any], key: str, value: int) -> None:
 
 def _is_terminal(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _finished_time(clock: Clock, pod: dict[str, Any]) -> float:
+    """When a failed pod ended, in simulated time, looked up as upstream's ``getFinishedTime``
+    (pkg/controller/job/backoff_utils.go): the latest ``finishedAt`` when every container terminated,
+    else the ``Ready=False`` transition, else ``deletionTimestamp`` minus the grace period, else the pod's
+    creation. Whole seconds, as the API writes them."""
+    status = pod.get("status") or {}
+    meta = pod["metadata"]
+    statuses = status.get("containerStatuses") or []
+    ends = [((cs.get("state") or {}).get("terminated") or {}).get("finishedAt") for cs in statuses]
+    if statuses and all(ends):
+        return max(unstamp(clock, str(e)) for e in ends)
+    ready = cond.find(pod, "Ready")
+    if ready is not None and ready.get("status") == "False" and ready.get("lastTransitionTime"):
+        return unstamp(clock, str(ready["lastTransitionTime"]))
+    if meta.get("deletionTimestamp"):
+        grace = float(meta.get("deletionGracePeriodSeconds") or 0)
+        return unstamp(clock, str(meta["deletionTimestamp"])) - grace
+    return unstamp(clock, str(meta.get("creationTimestamp")))
 
 
 def _index(pod: dict[str, Any]) -> int:
@@ -215,6 +235,7 @@ class JobController(BaseController):
 
         succeeded_idx = {_index(p) for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"}
         vanished = self._vanished.pop(uid, [])
+        new_failures: list[float] = []
         for p in [*pods, *vanished]:
             puid = p["metadata"]["uid"]
             phase = (p.get("status") or {}).get("phase")
@@ -229,7 +250,10 @@ class JobController(BaseController):
                 if action == "FailJob":
                     self._fail_job[uid] = message
                 status["failed"] = int(status.get("failed") or 0) + 1
-                self._last_failure[uid] = now_s
+                new_failures.append(_finished_time(self.clock, p))
+        if new_failures:
+            # The back-off runs from when the last new failure happened, not from this (batched) sync.
+            self._last_failure[uid] = max(new_failures)
         active = [p for p in pods if not _is_terminal(p) and not p["metadata"].get("deletionTimestamp")]
         terminating = [p for p in pods if not _is_terminal(p) and p["metadata"].get("deletionTimestamp")]
 
