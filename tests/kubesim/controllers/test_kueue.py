@@ -129,7 +129,9 @@ def test_waiting_for_quota_then_admitted_when_quota_frees() -> None:
     )
     assert tj(sim, "b")["spec"]["suspend"] is True
     assert condition(tj(sim, "b"), "Suspended")["status"] == "True"  # type: ignore[index]
-    sim.advance(100)
+    sim.advance(100)  # a's pod ends; its Job syncs that a batch period later, and only then is a finished
+    assert tj(sim, "b")["spec"]["suspend"] is True
+    sim.advance(1)
     assert condition(workload(sim, "b"), "Admitted")["status"] == "True"  # type: ignore[index]
     assert tj(sim, "b")["spec"]["suspend"] is False
 

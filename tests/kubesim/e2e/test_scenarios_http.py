@@ -238,6 +238,8 @@ async def test_exit_code_under_never_is_the_terminated_state(sim: Simulator, cli
     since = created.metadata.resourceVersion
     await client.create(trainjob("never", runtime="torch-never", script="print bye; exit 7"))
     await sim.settle()
+    sim.advance(1)  # the Job syncs its failed pod a batch period later
+    await sim.settle()
     tj = await client.get(TrainJob, "never", namespace=NS)
     failed = cond(tj, "Failed")
     assert summary(failed) == ("True", "FailedJobs")
@@ -433,7 +435,10 @@ async def test_kueue_queueing_until_quota_frees(sim: Simulator, client: AsyncCli
     assert await job_pods(client, "second") == []
     since = wl.metadata.resourceVersion
 
-    sim.advance(100)  # the first job finishes and its quota is released
+    sim.advance(100)  # the first job's pod ends; its Job syncs that a batch period later
+    await sim.settle()
+    assert cond(await workload_of(client, "first"), "Finished") is None
+    sim.advance(1)  # the first job finishes and its quota is released
     await sim.settle()
     first_wl = await workload_of(client, "first")
     assert summary(cond(first_wl, "Finished")) == ("True", "Succeeded")
