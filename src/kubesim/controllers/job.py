@@ -1,7 +1,8 @@
 """The batch/v1 Job controller for Indexed Jobs (the kind JobSet creates), with Kubernetes 1.31+ rules.
 
 Pods are ``<job>-<index>-<random5>`` with the Job's labels plus ``batch.kubernetes.io/job-completion-index``
-(label and annotation); a replacement for a failed or terminating pod is created at once. Failures count
+(label and annotation); a replacement for a failed or terminating pod is created at the Job's next sync
+(a batch period after the pod's update, or once the pod-failure back-off has passed). Failures count
 toward ``backoffLimit`` (default 6): under ``restartPolicy: OnFailure`` the container restarts of running
 pods count; under ``Never`` the failed pods. ``activeDeadlineSeconds`` → ``DeadlineExceeded``. A failing
 Job first gets ``FailureTarget`` and deletes its pods; ``Failed`` is added once they are gone. Suspending
@@ -26,8 +27,10 @@ __all__ = ["JobController", "format_indexes", "pod_failure_action"]
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 SYNC_JOB_BATCH_PERIOD = 1.0
-"""Seconds after a pod's update that the Job is synced (kubernetes pkg/controller/job/job_controller.go,
-``SyncJobBatchPeriod``): pod events are batched, so a Job reacts to a pod that ended a second later."""
+"""Seconds after an event of one of its pods that a Job is synced (kubernetes
+pkg/controller/job/job_controller.go, ``SyncJobBatchPeriod``): ``addPod``, ``updatePod`` and ``deletePod``
+all enqueue the Job with ``enqueueSyncJobBatched``, so a Job reacts to a pod created, ready, ended or
+deleted a second later; a Job's own creation, spec change or deletion is synced at once."""
 COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
 _INDEX_FIELD = f"metadata.annotations['{INDEX_KEY}']"
 DEFAULT_TOLERATIONS = [
@@ -169,16 +172,11 @@ class JobController(BaseController):
             ref = controller_of(ev.obj)
             if ref is None or ref.get("kind") != "Job":
                 return
+            # Every pod event is synced a batch period later (the earliest pending sync wins, as the
+            # delaying queue keeps it): for that second a pod that failed has a Job that says nothing yet,
+            # as on a real cluster — the "starting (cause)" a reader sees before "failed".
             ns, job = ev.obj["metadata"].get("namespace", ""), str(ref.get("name"))
-            phase = (ev.obj.get("status") or {}).get("phase")
-            was = ((ev.old or {}).get("status") or {}).get("phase")
-            if ev.type == "MODIFIED" and phase in ("Succeeded", "Failed") and was != phase:
-                # A pod that ended is synced a batch period later (upstream's enqueueSyncJobBatched,
-                # SyncJobBatchPeriod = 1 s): for that second the pod has failed and its Job says nothing
-                # yet, as on a real cluster — the "starting (cause)" a reader sees before "failed".
-                self.requeue_at(self.clock.now() + SYNC_JOB_BATCH_PERIOD, ns, job)
-                return
-            yield (ns, job)
+            self.requeue_at(self.clock.now() + SYNC_JOB_BATCH_PERIOD, ns, job)
 
     def _forget(self, ev: WatchEvent) -> None:
         """Drop the bookkeeping of a Job or pod that is gone, so memory does not grow with every job run."""

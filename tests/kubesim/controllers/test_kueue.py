@@ -102,6 +102,9 @@ def test_workload_created_and_admitted() -> None:
     assert kpatch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["name"] == "node"
     assert condition(job, "Suspended")["reason"] == "Resumed"  # type: ignore[index]
     assert all(p["status"]["phase"] == "Running" for p in pods(sim))
+    # The Job counts its ready pods a batch period later; then the JobSet, TrainJob and Workload say so.
+    assert condition(workload(sim), "PodsReady")["status"] == "False"  # type: ignore[index]
+    sim.advance(1)
     assert condition(workload(sim), "PodsReady")["status"] == "True"  # type: ignore[index]
     no_controller_errors(sim)
 

@@ -393,6 +393,9 @@ async def test_suspend_and_resume_with_a_merge_patch(sim: Simulator, client: Asy
         "TrainJob is resumed",
     )
     assert summary(cond(await client.get(JobSet, "sr", namespace=NS), "Suspended")) == ("False", "ResumeJobs")
+    sim.advance(1)  # the Job counts its new pods ready a batch period later
+    await sim.settle()
+    tj = await client.get(TrainJob, "sr", namespace=NS)
     # Pods deleted by a suspension are not failures.
     assert tj.status["jobsStatus"] == [
         {"name": "node", "ready": 1, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}
@@ -401,7 +404,7 @@ async def test_suspend_and_resume_with_a_merge_patch(sim: Simulator, client: Asy
     assert len(pods) == 2 and {p.metadata.name for p in pods}.isdisjoint(first)
     assert all(p.status.phase == "Running" for p in pods)
     # The active deadline counts again from the resume (90 s of running time have passed in all).
-    sim.advance(100)
+    sim.advance(99)  # 100 s after the resume
     await sim.settle()
     assert cond(await client.get(TrainJob, "sr", namespace=NS), "Failed") is None
     sim.advance(1)
