@@ -49,8 +49,8 @@ DEFAULT_TOLERATIONS = [
 ]
 
 
-BACKOFF_BASE = 10.0
-BACKOFF_MAX = 360.0
+BACKOFF_BASE = 10.0  # DefaultJobPodFailureBackOff (pkg/controller/job/job_controller.go)
+BACKOFF_MAX = 600.0  # MaxJobPodFailureBackOff: 10 minutes in v1.36
 
 
 def pod_failure_action(policy: dict[str, Any] | None, pod: dict[str, Any]) -> tuple[str, str]:
@@ -350,7 +350,7 @@ class JobController(BaseController):
             self.store.update_status(JOBS, body)
 
     def _replacement_time(self, job: dict[str, Any]) -> float:
-        """When replacements may be created: 10 s after the last failure, doubling per failure, max 6 min."""
+        """When replacements may be created: 10 s after the last failure, doubling per failure, max 10 min."""
         uid = job["metadata"]["uid"]
         failed = int((job.get("status") or {}).get("failed") or 0)
         last = self._last_failure.get(uid)

@@ -588,6 +588,19 @@ def test_replacement_pods_back_off() -> None:
     assert len(pods(sim)) == 3  # then 20 s
 
 
+def test_replacement_back_off_is_capped_at_ten_minutes() -> None:
+    """Back-offs 10, 20, 40, 80, 160, 320 s, then 640 s capped at upstream's MaxJobPodFailureBackOff."""
+    sim = new_sim()
+    _never_runtime(sim, "torch-never10", backoffLimit=10)
+    submit(sim, trainjob(runtime="torch-never10", script="exit 1"))
+    sim.advance(630)  # the seventh pod, created and failed at 630 s
+    assert len(pods(sim)) == 7
+    sim.advance(599)
+    assert len(pods(sim)) == 7
+    sim.advance(1)
+    assert len(pods(sim)) == 8
+
+
 def test_pod_failure_policy_fail_job_and_ignore() -> None:
     sim = new_sim()
     policy = {
