@@ -30,6 +30,8 @@ async def _submit(tmp_path: Path, cluster: str, script: str, job_id: str, *extra
 async def test_logs_reads_every_node_with_a_prefix_or_one_node(sim: Simulator, tmp_path: Path) -> None:
     cluster, _ = await _setup(sim, tmp_path)
     await _submit(tmp_path, cluster, "rank=0: print zero; rank=1: print one; exit 0", "two")
+    await sim.settle()
+    sim.advance(1)  # both nodes ended at once; their Job syncs that a batch period later (a manual clock)
     code, _out, err = await _cli("--config", cluster, "watch", "two")
     assert code == 0, err
     code, out, err = await _cli("--config", cluster, "logs", "two")

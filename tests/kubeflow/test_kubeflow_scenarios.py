@@ -251,7 +251,9 @@ async def test_node_loss(scenario: Scenario) -> None:
     node = pod["spec"]["nodeName"]
     scenario.sim.actions.lose_node(node)
     await scenario.sim.settle()
-    obs = (await scenario.until(b, handle, _terminal, step=30))[-1]
+    # Read each second, as a supervisor does: the taint manager deletes the pod once its 300 s toleration
+    # has run out, the Job syncs that a batch period later, and the pod's evidence lasts its grace period.
+    obs = (await scenario.until(b, handle, _terminal, step=1))[-1]
     assert (obs.state, obs.cause) == (State.FAILED, Cause.NODE_LOST)
     ev = _evidence(obs, "Pod", "DeletionByTaintManager")
     assert (ev.name, ev.node) == (pod["metadata"]["name"], node)

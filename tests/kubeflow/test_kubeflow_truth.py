@@ -6,18 +6,24 @@ makes is in the history."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import itertools
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from kubeflow_fixtures import caught_up
+from kubeflow_fixtures import caught_up, ident
 from kubeflow_live import Live, job, live
 
-from dispatch import Actor, Cause, ManualClock, State
+from dispatch import Actor, Cause, Compute, Handle, JobRecord, ManualClock, Observation, State
+from dispatch.backend import place
 from dispatch.cluster import Cluster
 from dispatch.decide import STOP_GRACE
 from dispatch.records import MemoryStore, SqliteStore
 from dispatch.supervise import Supervisor
+from dispatch_kubeflow.backend import Backend
+from kubesim.clock import unstamp
+from kubesim.controllers.job import SYNC_JOB_BATCH_PERIOD
 from kubesim.resources import TRAINJOBS
 
 
@@ -193,3 +199,110 @@ async def _store_id(store: SqliteStore) -> str:
     from dispatch.records import store_identity
 
     return await store_identity(store)
+
+
+BLIP = "sleep 5; rank=0: exit 3; hang"  # both nodes run 5 s; then node 0 exits 3 while node 1 runs on
+
+
+async def _waiting(done: Callable[[], bool], *, tries: int = 2000) -> None:
+    """Return once ``done()`` holds, letting other tasks (a watch) run; fail after ``tries`` turns."""
+    for _ in range(tries):
+        if done():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the watch did not show what get shows")
+
+
+def _failed_pod(lv: Live, handle: Handle) -> dict[str, Any] | None:
+    return next((p for p in lv.pods(handle) if p["status"].get("phase") == "Failed"), None)
+
+
+async def _observe(lv: Live, backend: Backend, handle: Handle) -> Observation:
+    await lv.settle()
+    await caught_up(backend, lv.sim)
+    got = await backend.observe(handle)
+    assert isinstance(got, Observation), got
+    return got
+
+
+async def test_a_failing_node_reads_starting_with_its_cause_for_the_batch_period_then_failed(
+    lv: Live,
+) -> None:
+    """The Job controller syncs a pod that ended a batch period later (upstream's ``SyncJobBatchPeriod``,
+    1 s; kubesim does the same): for that second a job whose node 0 exited 3 while node 1 runs has no
+    failed Job yet, and the adapter reads ``starting`` with the pod's cause — as on a real cluster —, then
+    ``failed``/``exit_code`` once the Job has synced."""
+    backend = await lv.open()
+    h = await place(backend, job(BLIP, nodes=2), ident("blip"))
+    await lv.until(lambda: [p["status"].get("phase") for p in lv.pods(h)] == ["Running"] * 2, "both running")
+    assert (await _observe(lv, backend, h)).state is State.RUNNING
+    await lv.until(lambda: _failed_pod(lv, h) is not None, "node 0 failed", step=0.5)
+    pod = _failed_pod(lv, h)
+    assert pod is not None
+    (node,) = [c for c in pod["status"]["containerStatuses"] if c["name"] == "node"]
+    ended = unstamp(lv.sim.clock, node["state"]["terminated"]["finishedAt"])
+    assert lv.sim.clock.now() < ended + SYNC_JOB_BATCH_PERIOD
+    blip = await _observe(lv, backend, h)
+    assert (blip.state, blip.cause, blip.compute) == (State.STARTING, Cause.EXIT_CODE, Compute.PRESENT)
+    assert 3 in [e.exit_code for e in blip.outcome.evidence], blip.outcome
+    assert not [e for e in blip.outcome.evidence if e.kind == "Job"], "the Job has not synced yet"
+    lv.sim.advance(SYNC_JOB_BATCH_PERIOD)
+    after = await _observe(lv, backend, h)
+    assert (after.state, after.cause) == (State.FAILED, Cause.EXIT_CODE), after.outcome
+    assert "BackoffLimitExceeded" in [e.reason for e in after.outcome.evidence if e.kind == "Job"]
+
+
+async def test_the_record_never_goes_back_to_starting_through_the_blip(lv: Live) -> None:
+    """Through the host, the same job: read with ``get`` at each second and followed by a ``watch``, the
+    record goes ``running`` → ``running`` with the cause → ``stopping``/``failed`` with it; never
+    ``starting`` after ``running``, and its history never shows a state going back."""
+    clock = ManualClock()
+    store = MemoryStore(clock)
+    reader = Cluster(await lv.open(), store, clock=clock)
+    follower = Cluster(await lv.open(read_only=True), store, clock=clock)
+    rec = await reader.submit(job(BLIP, nodes=2), job_id="blip")
+    assert rec.handle is not None
+    watched: list[JobRecord] = []
+
+    async def follow() -> None:
+        async for r in follower.watch("blip"):
+            watched.append(r)
+
+    task = asyncio.ensure_future(follow())
+    read: list[tuple[State, Cause]] = []
+    try:
+        while True:
+            await lv.settle()
+            await caught_up(reader.backend, lv.sim)
+            got = await reader.get("blip")
+            now = (got.state, got.outcome.cause)
+            if not read or read[-1] != now:
+                read.append(now)
+            # The watch folds the same cluster through its own stream: it shows the same, in its time.
+            await _waiting(
+                lambda now=now: bool(watched) and (watched[-1].state, watched[-1].outcome.cause) == now
+            )
+            if got.outcome.terminal:
+                break
+            await _tick(lv, clock, 1.0)
+            assert len(read) < 100, read
+        await _waiting(task.done)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    # Read at each second: the blip (a `starting` reading with the pod's cause) keeps `running`, takes the
+    # cause; then the failed Job's remaining pod is stopping, and once it is gone the record is failed.
+    after = read[read.index((State.RUNNING, Cause.NONE)) :]
+    assert after[:2] == [(State.RUNNING, Cause.NONE), (State.RUNNING, Cause.EXIT_CODE)], read
+    assert after[2:] in (
+        [(State.STOPPING, Cause.EXIT_CODE), (State.FAILED, Cause.EXIT_CODE)],
+        [(State.FAILED, Cause.EXIT_CODE)],
+    ), read
+    followed = [(r.state, r.outcome.cause) for r in watched]
+    assert followed[-1] == (State.FAILED, Cause.EXIT_CODE) and (State.RUNNING, Cause.EXIT_CODE) in followed
+    since = [s for s, _ in followed[[s for s, _ in followed].index(State.RUNNING) :]]
+    assert State.STARTING not in since and all(b.rank >= a.rank for a, b in itertools.pairwise(since)), (
+        followed
+    )
+    history = [t.state for t in await reader.history("blip") if t.state is not None]
+    assert all(b.rank >= a.rank for a, b in itertools.pairwise(history)), history

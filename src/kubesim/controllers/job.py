@@ -1,7 +1,8 @@
 """The batch/v1 Job controller for Indexed Jobs (the kind JobSet creates), with Kubernetes 1.31+ rules.
 
 Pods are ``<job>-<index>-<random5>`` with the Job's labels plus ``batch.kubernetes.io/job-completion-index``
-(label and annotation); a replacement for a failed or terminating pod is created at once. Failures count
+(label and annotation); a replacement for a failed or terminating pod is created at the Job's next sync
+(a batch period after the pod's update, or once the pod-failure back-off has passed). Failures count
 toward ``backoffLimit`` (default 6): under ``restartPolicy: OnFailure`` the container restarts of running
 pods count; under ``Never`` the failed pods. ``activeDeadlineSeconds`` → ``DeadlineExceeded``. A failing
 Job first gets ``FailureTarget`` and deletes its pods; ``Failed`` is added once they are gone. Suspending
@@ -14,7 +15,7 @@ import copy
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from kubesim.clock import unstamp
+from kubesim.clock import Clock, unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key, controller_of, owner_ref
 from kubesim.resources import JOBS, PODS
@@ -26,8 +27,10 @@ __all__ = ["JobController", "format_indexes", "pod_failure_action"]
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 SYNC_JOB_BATCH_PERIOD = 1.0
-"""Seconds after a pod's update that the Job is synced (kubernetes pkg/controller/job/job_controller.go,
-``SyncJobBatchPeriod``): pod events are batched, so a Job reacts to a pod that ended a second later."""
+"""Seconds after an event of one of its pods that a Job is synced (kubernetes
+pkg/controller/job/job_controller.go, ``SyncJobBatchPeriod``): ``addPod``, ``updatePod`` and ``deletePod``
+all enqueue the Job with ``enqueueSyncJobBatched``, so a Job reacts to a pod created, ready, ended or
+deleted a second later; a Job's own creation, spec change or deletion is synced at once."""
 COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
 _INDEX_FIELD = f"metadata.annotations['{INDEX_KEY}']"
 DEFAULT_TOLERATIONS = [
@@ -46,8 +49,8 @@ DEFAULT_TOLERATIONS = [
 ]
 
 
-BACKOFF_BASE = 10.0
-BACKOFF_MAX = 360.0
+BACKOFF_BASE = 10.0  # DefaultJobPodFailureBackOff (pkg/controller/job/job_controller.go)
+BACKOFF_MAX = 600.0  # MaxJobPodFailureBackOff: 10 minutes in v1.36
 
 
 def pod_failure_action(policy: dict[str, Any] | None, pod: dict[str, Any]) -> tuple[str, str]:
@@ -113,6 +116,26 @@ def _is_terminal(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+def _finished_time(clock: Clock, pod: dict[str, Any]) -> float:
+    """When a failed pod ended, in simulated time, looked up as upstream's ``getFinishedTime``
+    (pkg/controller/job/backoff_utils.go): the latest ``finishedAt`` when every container terminated,
+    else the ``Ready=False`` transition, else ``deletionTimestamp`` minus the grace period, else the pod's
+    creation. Whole seconds, as the API writes them."""
+    status = pod.get("status") or {}
+    meta = pod["metadata"]
+    statuses = status.get("containerStatuses") or []
+    ends = [((cs.get("state") or {}).get("terminated") or {}).get("finishedAt") for cs in statuses]
+    if statuses and all(ends):
+        return max(unstamp(clock, str(e)) for e in ends)
+    ready = cond.find(pod, "Ready")
+    if ready is not None and ready.get("status") == "False" and ready.get("lastTransitionTime"):
+        return unstamp(clock, str(ready["lastTransitionTime"]))
+    if meta.get("deletionTimestamp"):
+        grace = float(meta.get("deletionGracePeriodSeconds") or 0)
+        return unstamp(clock, str(meta["deletionTimestamp"])) - grace
+    return unstamp(clock, str(meta.get("creationTimestamp")))
+
+
 def _index(pod: dict[str, Any]) -> int:
     try:
         return int((pod["metadata"].get("annotations") or {}).get(INDEX_KEY, "-1"))
@@ -149,16 +172,11 @@ class JobController(BaseController):
             ref = controller_of(ev.obj)
             if ref is None or ref.get("kind") != "Job":
                 return
+            # Every pod event is synced a batch period later (the earliest pending sync wins, as the
+            # delaying queue keeps it): for that second a pod that failed has a Job that says nothing yet,
+            # as on a real cluster — the "starting (cause)" a reader sees before "failed".
             ns, job = ev.obj["metadata"].get("namespace", ""), str(ref.get("name"))
-            phase = (ev.obj.get("status") or {}).get("phase")
-            was = ((ev.old or {}).get("status") or {}).get("phase")
-            if ev.type == "MODIFIED" and phase in ("Succeeded", "Failed") and was != phase:
-                # A pod that ended is synced a batch period later (upstream's enqueueSyncJobBatched,
-                # SyncJobBatchPeriod = 1 s): for that second the pod has failed and its Job says nothing
-                # yet, as on a real cluster — the "starting (cause)" a reader sees before "failed".
-                self.requeue_at(self.clock.now() + SYNC_JOB_BATCH_PERIOD, ns, job)
-                return
-            yield (ns, job)
+            self.requeue_at(self.clock.now() + SYNC_JOB_BATCH_PERIOD, ns, job)
 
     def _forget(self, ev: WatchEvent) -> None:
         """Drop the bookkeeping of a Job or pod that is gone, so memory does not grow with every job run."""
@@ -215,6 +233,7 @@ class JobController(BaseController):
 
         succeeded_idx = {_index(p) for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"}
         vanished = self._vanished.pop(uid, [])
+        new_failures: list[float] = []
         for p in [*pods, *vanished]:
             puid = p["metadata"]["uid"]
             phase = (p.get("status") or {}).get("phase")
@@ -229,7 +248,10 @@ class JobController(BaseController):
                 if action == "FailJob":
                     self._fail_job[uid] = message
                 status["failed"] = int(status.get("failed") or 0) + 1
-                self._last_failure[uid] = now_s
+                new_failures.append(_finished_time(self.clock, p))
+        if new_failures:
+            # The back-off runs from when the last new failure happened, not from this (batched) sync.
+            self._last_failure[uid] = max(new_failures)
         active = [p for p in pods if not _is_terminal(p) and not p["metadata"].get("deletionTimestamp")]
         terminating = [p for p in pods if not _is_terminal(p) and p["metadata"].get("deletionTimestamp")]
 
@@ -328,7 +350,7 @@ class JobController(BaseController):
             self.store.update_status(JOBS, body)
 
     def _replacement_time(self, job: dict[str, Any]) -> float:
-        """When replacements may be created: 10 s after the last failure, doubling per failure, max 6 min."""
+        """When replacements may be created: 10 s after the last failure, doubling per failure, max 10 min."""
         uid = job["metadata"]["uid"]
         failed = int((job.get("status") or {}).get("failed") or 0)
         last = self._last_failure.get(uid)

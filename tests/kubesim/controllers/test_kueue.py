@@ -102,6 +102,9 @@ def test_workload_created_and_admitted() -> None:
     assert kpatch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["name"] == "node"
     assert condition(job, "Suspended")["reason"] == "Resumed"  # type: ignore[index]
     assert all(p["status"]["phase"] == "Running" for p in pods(sim))
+    # The Job counts its ready pods a batch period later; then the JobSet, TrainJob and Workload say so.
+    assert condition(workload(sim), "PodsReady")["status"] == "False"  # type: ignore[index]
+    sim.advance(1)
     assert condition(workload(sim), "PodsReady")["status"] == "True"  # type: ignore[index]
     no_controller_errors(sim)
 
@@ -129,7 +132,9 @@ def test_waiting_for_quota_then_admitted_when_quota_frees() -> None:
     )
     assert tj(sim, "b")["spec"]["suspend"] is True
     assert condition(tj(sim, "b"), "Suspended")["status"] == "True"  # type: ignore[index]
-    sim.advance(100)
+    sim.advance(100)  # a's pod ends; its Job syncs that a batch period later, and only then is a finished
+    assert tj(sim, "b")["spec"]["suspend"] is True
+    sim.advance(1)
     assert condition(workload(sim, "b"), "Admitted")["status"] == "True"  # type: ignore[index]
     assert tj(sim, "b")["spec"]["suspend"] is False
 

@@ -144,10 +144,14 @@ def test_default_script_runs_five_seconds() -> None:
     sim = new_sim()
     submit(sim, trainjob())
     sim.advance(4)
-    assert condition(tj(sim), "Complete") is None
+    (p,) = pods(sim)
+    assert p["status"]["phase"] == "Running"
+    sim.advance(1)
+    (p,) = pods(sim)
+    assert p["status"]["phase"] == "Succeeded"
+    assert condition(tj(sim), "Complete") is None  # the Job syncs its ended pods a batch period later
     sim.advance(1)
     assert condition(tj(sim), "Complete") is not None
-    (p,) = pods(sim)
     assert sim.logs.lines(NS, p["metadata"]["name"], "node") == ["started", "done"]
 
 
@@ -184,6 +188,9 @@ def test_exit_code_with_restart_policy_never() -> None:
     ] = "Never"
     sim.store.create(CLUSTERTRAININGRUNTIMES, runtime)
     submit(sim, trainjob(runtime="torch-never", script="exit 7"))
+    assert [p["status"]["phase"] for p in pods(sim)] == ["Failed"]
+    assert condition(tj(sim), "Failed") is None  # the Job syncs its failed pod a batch period later
+    sim.advance(1)
     failed = condition(tj(sim), "Failed")
     assert failed is not None and failed["reason"] == "FailedJobs"
     # The Job controller's evidence outlives the pods: a Warning Event on the Job, as on a cluster.
@@ -581,6 +588,19 @@ def test_replacement_pods_back_off() -> None:
     assert len(pods(sim)) == 3  # then 20 s
 
 
+def test_replacement_back_off_is_capped_at_ten_minutes() -> None:
+    """Back-offs 10, 20, 40, 80, 160, 320 s, then 640 s capped at upstream's MaxJobPodFailureBackOff."""
+    sim = new_sim()
+    _never_runtime(sim, "torch-never10", backoffLimit=10)
+    submit(sim, trainjob(runtime="torch-never10", script="exit 1"))
+    sim.advance(630)  # the seventh pod, created and failed at 630 s
+    assert len(pods(sim)) == 7
+    sim.advance(599)
+    assert len(pods(sim)) == 7
+    sim.advance(1)
+    assert len(pods(sim)) == 8
+
+
 def test_pod_failure_policy_fail_job_and_ignore() -> None:
     sim = new_sim()
     policy = {
@@ -591,6 +611,7 @@ def test_pod_failure_policy_fail_job_and_ignore() -> None:
     }
     _never_runtime(sim, "torch-pfp", podFailurePolicy=policy, backoffLimit=3)
     submit(sim, trainjob("fail", runtime="torch-pfp", script="exit 42"))
+    sim.advance(1)  # the Job syncs its failed pod a batch period later
     job = jobs(sim, "fail")[0]
     failed = condition(job, "Failed")
     assert failed is not None and failed["reason"] == "PodFailurePolicy"
@@ -602,7 +623,9 @@ def test_pod_failure_policy_fail_job_and_ignore() -> None:
     (p,) = pods(sim, "pre")
     sim.actions.preempt(NS, p["metadata"]["name"])
     sim.settle_now()
-    # Ignored: not counted, replaced at once.
+    assert [x for x in pods(sim, "pre") if not x["metadata"].get("deletionTimestamp")] == []
+    sim.advance(1)  # the Job syncs the pod's deletion a batch period later
+    # Ignored: not counted, replaced at that sync.
     assert "failed" not in jobs(sim, "pre")[0]["status"]  # omitempty: 0 is not written
     assert len([x for x in pods(sim, "pre") if not x["metadata"].get("deletionTimestamp")]) == 1
 
@@ -630,4 +653,5 @@ def test_custom_nodes_and_restore() -> None:
     assert condition(sim.store.get(NODES, None, "gpu-a"), "Ready")["status"] == "True"  # type: ignore[index]
     assert "taints" not in sim.store.get(NODES, None, "gpu-a")["spec"]
     assert sim.logs.lines(NS, p["metadata"]["name"], "node") == ["a", "b"]
+    sim.advance(1)  # the Job syncs its ended pod a batch period later
     assert condition(tj(sim), "Complete") is not None

@@ -70,6 +70,7 @@ async def test_job_controller_and_kubelet_events_with_field_selectors(sim: Simul
     )
     assert code == 201, body
     await sim.settle()
+    sim.advance(1)  # the Job syncs its ended pod a batch period later
     job_events = await events(raw, "involvedObject.kind=Job,involvedObject.name=ok-node-0")
     reasons = [(e["type"], e["reason"], e["source"]["component"]) for e in job_events]
     assert ("Normal", "SuccessfulCreate", "job-controller") in reasons
@@ -164,6 +165,7 @@ async def test_kubectl_get_events_and_describe_trainjob(sim: Simulator, raw: Raw
     code, out, err = await kubectl(kc, "apply", "-f", str(manifest))
     assert code == 0, err
     await sim.settle()
+    sim.advance(1)  # the Job syncs its failed pod a batch period later
     tj = sim.store.get(TRAINJOBS, NS, "demo")
     supervisor = {
         "apiVersion": "v1",

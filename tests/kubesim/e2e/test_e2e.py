@@ -61,6 +61,9 @@ async def test_success_logs_and_status(sim: Simulator, client: AsyncClient) -> N
     await sim.settle()
     lines = [line async for line in client.log(pods[1].metadata.name, namespace=NS, container="node")]
     assert [x.rstrip("\n") for x in lines] == ["hi 1", "bye 1"]
+    assert cond(await client.get(TrainJob, "ok", namespace=NS), "Complete") is None
+    sim.advance(1)  # the Job syncs its ended pods a batch period later
+    await sim.settle()
     tj = await client.get(TrainJob, "ok", namespace=NS)
     done = cond(tj, "Complete")
     assert done is not None and done["reason"] == "AllJobsCompleted"

@@ -238,6 +238,8 @@ async def test_exit_code_under_never_is_the_terminated_state(sim: Simulator, cli
     since = created.metadata.resourceVersion
     await client.create(trainjob("never", runtime="torch-never", script="print bye; exit 7"))
     await sim.settle()
+    sim.advance(1)  # the Job syncs its failed pod a batch period later
+    await sim.settle()
     tj = await client.get(TrainJob, "never", namespace=NS)
     failed = cond(tj, "Failed")
     assert summary(failed) == ("True", "FailedJobs")
@@ -391,6 +393,9 @@ async def test_suspend_and_resume_with_a_merge_patch(sim: Simulator, client: Asy
         "TrainJob is resumed",
     )
     assert summary(cond(await client.get(JobSet, "sr", namespace=NS), "Suspended")) == ("False", "ResumeJobs")
+    sim.advance(1)  # the Job counts its new pods ready a batch period later
+    await sim.settle()
+    tj = await client.get(TrainJob, "sr", namespace=NS)
     # Pods deleted by a suspension are not failures.
     assert tj.status["jobsStatus"] == [
         {"name": "node", "ready": 1, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}
@@ -399,7 +404,7 @@ async def test_suspend_and_resume_with_a_merge_patch(sim: Simulator, client: Asy
     assert len(pods) == 2 and {p.metadata.name for p in pods}.isdisjoint(first)
     assert all(p.status.phase == "Running" for p in pods)
     # The active deadline counts again from the resume (90 s of running time have passed in all).
-    sim.advance(100)
+    sim.advance(99)  # 100 s after the resume
     await sim.settle()
     assert cond(await client.get(TrainJob, "sr", namespace=NS), "Failed") is None
     sim.advance(1)
@@ -433,7 +438,10 @@ async def test_kueue_queueing_until_quota_frees(sim: Simulator, client: AsyncCli
     assert await job_pods(client, "second") == []
     since = wl.metadata.resourceVersion
 
-    sim.advance(100)  # the first job finishes and its quota is released
+    sim.advance(100)  # the first job's pod ends; its Job syncs that a batch period later
+    await sim.settle()
+    assert cond(await workload_of(client, "first"), "Finished") is None
+    sim.advance(1)  # the first job finishes and its quota is released
     await sim.settle()
     first_wl = await workload_of(client, "first")
     assert summary(cond(first_wl, "Finished")) == ("True", "Succeeded")

@@ -48,6 +48,8 @@ async def test_oom_but_exit_0_completes_the_trainjob_reading_oomkilled(
 ) -> None:
     await client.create(trainjob("oomz", script="print work; oom-but-exit-0", runtime="dispatch-torch"))
     await sim.settle()
+    sim.advance(1)  # the Job syncs its ended pod a batch period later
+    await sim.settle()
     tj = await client.get(TrainJob, "oomz", namespace=NS)
     assert summary(cond(tj, "Complete")) == ("True", "AllJobsCompleted")
     (pod,) = await job_pods(client, "oomz")
