@@ -287,7 +287,8 @@ class KubeflowHarness:
                 if attempt == 29:
                     raise
                 if attempt >= 3:
-                    await self.advance(1.0)  # the cluster is down: a daemon tries again a moment later
+                    # The cluster is down: a daemon tries again a moment later (once the outage is over).
+                    await self.advance(max(1.0, min(10.0, self._down_until - self.clock.now())))
         return CrashingBackend(inner, crasher)
 
     def spec(self, script: str, nodes: int, time_limit: int | None) -> JobSpec:
