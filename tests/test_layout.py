@@ -198,12 +198,14 @@ def test_model_imports_nothing_of_dispatch_but_errors() -> None:
 # docs/architecture.md lists the same modules; test_architecture_page_lists_the_pure_modules keeps them equal.
 PURE = (
     "dispatch/cli/selectors.py",
+    "dispatch/decide.py",
     "dispatch/execlimits.py",
     "dispatch/fold.py",
     "dispatch/model",
     "dispatch/tally.py",
     "dispatch/memory/naming.py",
     "dispatch/memory/script.py",
+    "dispatch/supervise/decisions.py",
     "dispatch/ui/pages.py",
     "dispatch/ui/timeline.py",
     "dispatch_kubeflow/causes.py",

@@ -27,6 +27,7 @@ from dispatch.model import Actor, Handle, JobRecord, Observation, Plan, PlanActi
 from dispatch.records import Store
 from dispatch.writer import LeaseLostError
 
+from .decisions import same
 from .folding import Folding
 from .leases import Leases, Retry
 from .report import StepReport
@@ -290,13 +291,3 @@ class Acting:
             # Cancelled (or resubmitted) while it was being placed: the new incarnation is not wanted.
             await self.stop(handle, report, why="placed after its record moved on")
         return after
-
-
-def same(before: JobRecord, now: JobRecord) -> bool:
-    """True when the record is still the incarnation and state a decision was made on."""
-    return (
-        now.epoch == before.epoch
-        and now.outcome.state is before.outcome.state
-        and now.handle == before.handle
-        and now.cancel_requested == before.cancel_requested
-    )

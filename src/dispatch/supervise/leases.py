@@ -3,14 +3,13 @@
 A record is acted on only under this supervisor's live lease (checked again by every record write).
 Over a store with :class:`~dispatch.records.Leasing`, a supervisor that looks after every job without a
 ``capacity`` is a member of a fleet: it renews its membership in the store and leases only the jobs that
-hash to it among the live members (:func:`owner`). What it keeps per leased job — the lease's expiry on
+hash to it among the live members (:func:`~dispatch.supervise.decisions.owner`). What it keeps per leased job — the lease's expiry on
 its own clock, the record as last known, whether to observe it before trusting it, the retry of a failed
 action — is dropped together when the lease goes (:meth:`Leases.forget`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 from collections.abc import Collection
@@ -23,7 +22,9 @@ from dispatch.errors import ConflictError, DispatchError, NotFoundError
 from dispatch.model import JobRecord, State
 from dispatch.records import Leasing, Listing, Store
 
-__all__ = ["CLAIMABLE", "CLAIM_BATCH", "OWNED_CACHE", "Leases", "Retry", "owner"]
+from .decisions import owner
+
+__all__ = ["CLAIMABLE", "CLAIM_BATCH", "OWNED_CACHE", "Leases", "Retry"]
 
 log = logging.getLogger("dispatch.supervise")
 
@@ -241,9 +242,3 @@ class Leases:
         free = len(records) - len(held)
         self._after = records[-1].job_id if free >= self.claim_batch else ""
         return records
-
-
-def owner(job_id: str, members: tuple[str, ...]) -> str:
-    """The member a job belongs to: the highest hash of member and job id (rendezvous hashing), so a
-    member joining or leaving moves only its own share."""
-    return max(members, key=lambda m: hashlib.blake2b(f"{m}\x00{job_id}".encode(), digest_size=8).digest())

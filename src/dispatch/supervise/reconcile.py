@@ -31,6 +31,7 @@ from dispatch.model import (
 from dispatch.records import Store, Unreadable
 
 from .acting import Acting
+from .decisions import live, unwanted
 from .folding import Folding
 from .leases import Leases
 from .report import StepReport
@@ -211,22 +212,3 @@ class Reconciler:
             report.actions.append(f"{ident.job_id}: adopted {obs.handle}")
         except ConflictError:
             pass  # another supervisor adopted it first
-
-
-def live(obs: Observation) -> bool:
-    """Whether an observed incarnation still has (or may have) compute: leftovers to stop."""
-    return obs.compute is Compute.PRESENT or (obs.compute is Compute.UNKNOWN and not obs.outcome.terminal)
-
-
-def unwanted(rec: JobRecord, obs: Observation) -> bool:
-    """An incarnation its record no longer wants: of a finished record's current epoch, or of an epoch
-    that is neither the record's nor the previous one it is retiring (an object of another record of
-    the same job id is no business of this one's)."""
-    ident = obs.handle.identity
-    if ident.nonce != rec.nonce:
-        return False
-    n = ident.epoch.n
-    if n == rec.epoch.n:
-        return rec.outcome.terminal
-    prev = decide.previous_handle(rec)
-    return n < rec.epoch.n and (prev is None or prev.identity.epoch.n != n)
