@@ -203,6 +203,7 @@ PURE = (
     "dispatch/fold.py",
     "dispatch/model",
     "dispatch/tally.py",
+    "dispatch/memory/jobs.py",
     "dispatch/memory/naming.py",
     "dispatch/memory/script.py",
     "dispatch/supervise/decisions.py",

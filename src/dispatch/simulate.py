@@ -587,7 +587,7 @@ class MemoryHarness:
     def _truth(self) -> list[Observation]:
         """What the cluster holds, read past any outage (the run's view, not a client's)."""
         now = self.cluster.sync()
-        jobs = sorted(self.cluster._jobs.values(), key=lambda j: j.seq)
+        jobs = sorted(self.cluster.timeline.jobs.values(), key=lambda j: j.seq)
         return [Observation(j.handle, self.cluster.outcome_of(j), now) for j in jobs]
 
     async def disappear(self) -> None:
@@ -605,16 +605,16 @@ class MemoryHarness:
         self.clock.advance(seconds)
 
     def live(self) -> list[Identity]:
-        return [j.identity for j in self.cluster._jobs.values() if j.live]
+        return [j.identity for j in self.cluster.timeline.jobs.values() if j.live]
 
     def on_cluster(self) -> set[Identity]:
-        return {j.identity for j in self.cluster._jobs.values()}
+        return {j.identity for j in self.cluster.timeline.jobs.values()}
 
     def with_compute(self) -> set[Identity]:
-        return {j.identity for j in self.cluster._jobs.values() if j.nodes}
+        return {j.identity for j in self.cluster.timeline.jobs.values() if j.nodes}
 
     def created(self, job_id: str) -> list[Identity]:
-        return [j.identity for j in self.cluster._incarnations.get(job_id, [])]
+        return [j.identity for j in self.cluster.timeline.incarnations.get(job_id, [])]
 
     def overlaps(self) -> list[tuple[str, str]]:
         return [
