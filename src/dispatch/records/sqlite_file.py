@@ -103,11 +103,11 @@ class SqliteFile:
             self._transaction(conn, self._migrate, write=True)
 
     def _busy_retry(self, fn: Callable[[], T]) -> T:
-        """``fn()``, retried while SQLite answers busy, until ``busy_timeout`` has passed.
-
-        Switching a new store to WAL while another process holds a write lock on it (its own first
-        open) fails at once with SQLITE_BUSY: SQLite does not call its busy handler there, since
-        waiting could deadlock. Waiting outside any transaction cannot."""
+        """``fn()``, retried while SQLite answers busy, until ``busy_timeout`` has passed: a transaction
+        beginning while another connection holds the lock, and switching a new store to WAL while
+        another process holds a write lock on it (its own first open), which fails at once with
+        SQLITE_BUSY: SQLite does not call its busy handler there, since waiting could deadlock. Waiting
+        outside any transaction cannot."""
         deadline = time.monotonic() + self.busy_timeout
         pause = 0.002
         while True:
@@ -180,23 +180,18 @@ class SqliteFile:
     ) -> T:
         """Run ``body`` in one transaction, retrying while another connection holds the lock (bounded
         by ``busy_timeout``). Any failure rolls back, so a call applies whole or not at all."""
-        deadline = time.monotonic() + self.busy_timeout
-        pause = 0.002
-        while True:
+
+        def attempt() -> T:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
-                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                try:
-                    result = body(conn)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    self._rollback(conn)
-                    raise
-                return result
-            except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode & 0xFF not in _BUSY_CODES or time.monotonic() >= deadline:
-                    raise
-                time.sleep(pause)
-                pause = min(pause * 2, 0.05)
+                result = body(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                self._rollback(conn)
+                raise
+            return result
+
+        return self._busy_retry(attempt)
 
     @staticmethod
     def _rollback(conn: sqlite3.Connection) -> None:

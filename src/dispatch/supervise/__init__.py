@@ -26,6 +26,7 @@ any two of these is recovered from the record plus the cluster: ``start`` is ide
 :meth:`Supervisor.run` loops :meth:`step` until stopped (the daemon and ``dispatch run``).
 
 One module per part, each using only those before it: :mod:`.report` (:class:`StepReport`),
+:mod:`.ground` (what every part works over), :mod:`.decisions` (its small decisions over values, pure),
 :mod:`.watchfeed` (the watch kept open), :mod:`.view` (what it reads of the cluster besides the watch),
 :mod:`.leases` (which records it looks after, its leases, the fleet), :mod:`.folding` (readings folded
 into records; every write, under the lease), :mod:`.acting` (decide and act on one record),

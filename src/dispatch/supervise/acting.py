@@ -13,8 +13,7 @@ import logging
 from collections.abc import Callable
 
 from dispatch import decide
-from dispatch.backend import Backend, record_decision
-from dispatch.clock import Clock
+from dispatch.backend import record_decision
 from dispatch.errors import (
     DispatchError,
     InvalidError,
@@ -23,12 +22,12 @@ from dispatch.errors import (
     UnavailableError,
     UnsupportedError,
 )
-from dispatch.model import Actor, Handle, JobRecord, Observation, Plan, PlanAction, Policy, Unreachable
-from dispatch.records import Store
+from dispatch.model import Actor, Handle, JobRecord, Observation, Plan, PlanAction, Unreachable
 from dispatch.writer import LeaseLostError
 
 from .decisions import same
 from .folding import Folding
+from .ground import Ground
 from .leases import Leases, Retry
 from .report import StepReport
 from .view import ClusterView
@@ -48,21 +47,15 @@ class Acting:
 
     def __init__(
         self,
-        store: Store,
-        backend: Backend,
-        clock: Clock,
+        ground: Ground,
         *,
-        policy: Policy,
         poll: float,
         leases: Leases,
         view: ClusterView,
         folding: Folding,
         soon: Callable[[float], None],
     ) -> None:
-        self.store = store
-        self.backend = backend
-        self.clock = clock
-        self.policy = policy
+        self.ground = ground
         self.poll = poll
         self._leases = leases
         self._view = view
@@ -77,7 +70,7 @@ class Acting:
         failed action is retried later (see the module docstring)."""
         leases = self._leases
         retry = leases.retry.get(jid)
-        if retry is not None and self.clock.now() < retry.not_before:
+        if retry is not None and self.ground.clock.now() < retry.not_before:
             return
         if rec is not None:
             rec = leases.newest(rec)
@@ -97,12 +90,12 @@ class Acting:
                 delay = min(verdict.delay * 2 ** min(attempts - 1, 10), 300.0)
             else:
                 delay = 300.0
-            leases.retry[jid] = Retry(attempts, self.clock.now() + delay)
+            leases.retry[jid] = Retry(attempts, self.ground.clock.now() + delay)
             log.info("job %s: %s; next try in %g s", jid, verdict, delay)
 
     async def _work_on(self, jid: str, report: StepReport, rec: JobRecord | None, poll: bool) -> None:
         if rec is None:
-            rec = await self.store.get(jid)
+            rec = await self.ground.store.get(jid)
         got = await self._leases.own(rec)
         if got is None:
             return
@@ -112,8 +105,8 @@ class Acting:
             rec = await self._folding.refresh(rec, report)
             self._leases.fresh.discard(jid)  # only once observed: a failed refresh is tried again
         for _ in range(MAX_ACTIONS):
-            now = self.clock.now()
-            plan = decide.next(rec, self.policy, now)
+            now = self.ground.clock.now()
+            plan = decide.next(rec, self.ground.policy, now)
             if plan.action is PlanAction.DONE:
                 await self._leases.let_go(jid)
                 return
@@ -141,7 +134,7 @@ class Acting:
     async def _act(self, rec: JobRecord, plan: Plan, report: StepReport) -> JobRecord | None:
         """Perform ``plan`` for ``rec``; the record after it, or ``None`` to wait for a later step."""
         jid = rec.job_id
-        now = self.clock.now()
+        now = self.ground.clock.now()
         action = plan.action
         update = self._folding.update
         if action is PlanAction.REQUEUE:
@@ -150,7 +143,7 @@ class Acting:
             )
             if after.revision != rec.revision:
                 why = f"job {jid} epoch {rec.epoch}: requeued as epoch {after.epoch}: {plan.reason}"
-                await record_decision(self.backend, decide.current_handle(rec), "Requeued", why)
+                await record_decision(self.ground.backend, decide.current_handle(rec), "Requeued", why)
             return after
         if action in (PlanAction.FAIL, PlanAction.HOLD):
             after = await update(
@@ -159,7 +152,7 @@ class Acting:
             if after.revision != rec.revision:
                 reason = "GaveUp" if action is PlanAction.FAIL else "HeldByPolicy"
                 why = f"job {jid} epoch {rec.epoch}: {plan.reason}"
-                await record_decision(self.backend, rec.handle, reason, why, warning=True)
+                await record_decision(self.ground.backend, rec.handle, reason, why, warning=True)
             return after
         if action is PlanAction.SETTLE:
             return await self._settle(rec, report)
@@ -187,7 +180,7 @@ class Acting:
             why = f"observed {prev.identity}: {obs.state.value if isinstance(obs, Observation) else 'absent'}"
         else:
             why = f"no object carries {rec.job_id}@{rec.epoch}: it did not take effect"
-        now = self.clock.now()
+        now = self.ground.clock.now()
         return await self._folding.update(
             rec.job_id, lambda r: decide.settled(r, why, now=now) if same(rec, r) else None
         )
@@ -195,12 +188,12 @@ class Acting:
     async def stop(self, handle: Handle, report: StepReport, *, why: str) -> bool:
         """Stop an incarnation (idempotent); a lost response is settled by the next observation. Whether
         a stop was sent now (not within a poll of the last one)."""
-        now = self.clock.now()
+        now = self.ground.clock.now()
         asked = self._stopped.get(handle.ref)
         if asked is not None and now - asked < self.poll:
             return False
         try:
-            await self.backend.stop(handle)
+            await self.ground.backend.stop(handle)
         except OutcomeUnknownError as exc:
             report.errors.append(f"stop {handle.identity}: {exc}")
         except DispatchError as exc:
@@ -216,7 +209,7 @@ class Acting:
         handle = decide.current_handle(rec)
         if handle is None:
             return None
-        now = self.clock.now()
+        now = self.ground.clock.now()
         after = await self._folding.update(
             rec.job_id, lambda r: decide.stop_asked(r, plan, now=now) if same(rec, r) else None, current=rec
         )
@@ -231,9 +224,9 @@ class Acting:
         if not await self._view.gone(prev):
             await self.stop(prev, report, why=f"requeue of {rec.job_id} to {rec.epoch}")
             if not await self._view.gone(prev):
-                self._soon(self.clock.now() + self.poll)
+                self._soon(self.ground.clock.now() + self.poll)
                 return None  # pods linger: check again at a later step, never block the loop
-        now = self.clock.now()
+        now = self.ground.clock.now()
         self._stopped.pop(prev.ref, None)
         return await self._folding.update(rec.job_id, lambda r: decide.ceased(r, prev, now=now), current=rec)
 
@@ -244,7 +237,7 @@ class Acting:
             if found is not None:  # started before a crash, the handle never recorded
                 rec = await self._folding.fold(rec, found, confirmed=True, report=report)
                 handle = found.handle
-        now = self.clock.now()
+        now = self.ground.clock.now()
         if handle is None:
             return await self._folding.update(
                 rec.job_id,
@@ -259,7 +252,7 @@ class Acting:
             why = (
                 f"job {rec.job_id} epoch {rec.epoch}: carrying out the cancel request; stopping {handle.ref}"
             )
-            await record_decision(self.backend, handle, "Cancelled", why)
+            await record_decision(self.ground.backend, handle, "Cancelled", why)
         await self.stop(handle, report, why="cancel requested")
         obs = await self._view.reader.observe(handle)
         if isinstance(obs, Unreachable):
@@ -270,9 +263,9 @@ class Acting:
     async def _start(self, rec: JobRecord, report: StepReport) -> JobRecord | None:
         identity = rec.identity
         try:
-            prepared = await self.backend.prepare(rec.spec, identity, held=False)
+            prepared = await self.ground.backend.prepare(rec.spec, identity, held=False)
         except (InvalidError, UnsupportedError) as exc:  # what the cluster cannot run fails the job
-            refused, now = exc, self.clock.now()
+            refused, now = exc, self.ground.clock.now()
             return await self._folding.update(
                 rec.job_id,
                 lambda r: decide.start_refused(r, identity, refused, now=now) if same(rec, r) else None,
@@ -285,7 +278,7 @@ class Acting:
             # The requeue told on the new incarnation too: the old TrainJob is usually deleted by now.
             why = f"job {rec.job_id} epoch {identity.epoch}: placed as a requeue"
             why += f": {rec.plan.reason}" if rec.plan is not None and rec.plan.reason else ""
-            await record_decision(self.backend, handle, "Requeued", why)
+            await record_decision(self.ground.backend, handle, "Requeued", why)
         moved = after.cancel_requested or after.outcome.terminal or after.epoch.n != identity.epoch.n
         if handle is not None and moved:
             # Cancelled (or resubmitted) while it was being placed: the new incarnation is not wanted.

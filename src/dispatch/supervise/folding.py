@@ -12,14 +12,13 @@ import builtins
 from collections.abc import Callable
 
 from dispatch import decide, metrics
-from dispatch.backend import Backend, record_decision
-from dispatch.clock import Clock
+from dispatch.backend import record_decision
 from dispatch.errors import UnavailableError
 from dispatch.fold import folded, matches
 from dispatch.model import Absent, Cause, JobRecord, Observation, Policy, State, Transition, Unreachable
-from dispatch.records import Store
 from dispatch.writer import LeaseLostError, RecordWriter
 
+from .ground import Ground
 from .leases import Leases
 from .report import StepReport
 from .view import ClusterView
@@ -28,28 +27,19 @@ __all__ = ["Folding"]
 
 
 class Folding:
-    """Folds readings into the records a supervisor (``holder``) leases, and writes them (see the module
-    docstring). ``policy`` applies to records without their own (for the metrics of a write)."""
+    """Folds readings into the records a supervisor leases, and writes them (see the module docstring)."""
 
-    def __init__(
-        self,
-        store: Store,
-        backend: Backend,
-        clock: Clock,
-        *,
-        holder: str,
-        policy: Policy,
-        leases: Leases,
-        view: ClusterView,
-    ) -> None:
-        self.store = store
-        self.backend = backend
-        self.clock = clock
-        self.policy = policy
+    def __init__(self, ground: Ground, *, leases: Leases, view: ClusterView) -> None:
+        self.ground = ground
         self._leases = leases
         self._view = view
         self.writer = RecordWriter(
-            store, backend, clock, holder=holder, lease_until=leases.until.get, on_write=self._written
+            ground.store,
+            ground.backend,
+            ground.clock,
+            holder=ground.holder,
+            lease_until=leases.until.get,
+            on_write=self._written,
         )
 
     async def update(
@@ -71,7 +61,7 @@ class Folding:
     ) -> None:
         """After each record write of ours: remember the record as written, and count it."""
         self._leases.remember(after)
-        count(before, after, now, self.policy)
+        count(before, after, now, self.ground.policy)
 
     async def fold(
         self,
@@ -97,7 +87,7 @@ class Folding:
             if isinstance(second, Unreachable):
                 return rec
             obs = second
-        now = self.clock.now()
+        now = self.ground.clock.now()
         try:
             new = await self.update(
                 jid, lambda r: folded(r, obs, now=now, confirmed=True), current=rec if read else None
@@ -108,7 +98,7 @@ class Folding:
             report.folded += 1
             if new.outcome.terminal and not rec.outcome.terminal and new.outcome.cause is not Cause.NONE:
                 await record_decision(
-                    self.backend,
+                    self.ground.backend,
                     obs.handle,
                     "CauseRead",
                     _cause_read(new),

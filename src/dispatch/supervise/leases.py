@@ -16,13 +16,12 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from dispatch import decide, metrics
-from dispatch.backend import Backend
-from dispatch.clock import Clock
 from dispatch.errors import ConflictError, DispatchError, NotFoundError
 from dispatch.model import JobRecord, State
-from dispatch.records import Leasing, Listing, Store
+from dispatch.records import Leasing, Listing
 
 from .decisions import owner
+from .ground import Ground
 
 __all__ = ["CLAIMABLE", "CLAIM_BATCH", "OWNED_CACHE", "Leases", "Retry"]
 
@@ -47,26 +46,20 @@ class Retry:
 
 
 class Leases:
-    """The jobs one supervisor (``holder``) looks after and the leases it holds (see the module
-    docstring). ``jobs``, ``exclude``, ``capacity`` and ``claim_batch`` are the supervisor's options."""
+    """The jobs one supervisor looks after and the leases it holds (see the module docstring). ``lease``,
+    ``jobs``, ``exclude``, ``capacity`` and ``claim_batch`` are the supervisor's options."""
 
     def __init__(
         self,
-        store: Store,
-        backend: Backend,
-        clock: Clock,
+        ground: Ground,
         *,
-        holder: str,
         lease: float,
         jobs: frozenset[str] | None,
         exclude: Collection[str],
         capacity: int | None,
         claim_batch: int,
     ) -> None:
-        self.store = store
-        self.backend = backend
-        self.clock = clock
-        self.holder = holder
+        self.ground = ground
         self.lease = lease
         self.jobs = jobs
         self.exclude = exclude
@@ -75,7 +68,7 @@ class Leases:
         # The store's fleet calls when this supervisor is a fleet member: decided once, since a runtime
         # protocol check walks the protocol's members and the store never changes.
         self.fleet: Leasing | None = (
-            store if isinstance(store, Leasing) and jobs is None and capacity is None else None
+            ground.store if isinstance(ground.store, Leasing) and jobs is None and capacity is None else None
         )
         self._members: tuple[str, ...] = ()  # the fleet's live members at the last scan (fleet mode)
         # job id -> whether it hashes to us among ``_members``: asked for every watch change of every
@@ -109,19 +102,21 @@ class Leases:
 
     def ours(self, rec: JobRecord) -> bool:
         """Whether this supervisor looks after ``rec``: one of its jobs, on its own cluster (SPEC §6.1)."""
-        return self.mine(rec.job_id) and decide.owned(rec, self.backend.cluster_id, self.backend.name)
+        return self.mine(rec.job_id) and decide.owned(
+            rec, self.ground.backend.cluster_id, self.ground.backend.name
+        )
 
     async def own(self, rec: JobRecord) -> JobRecord | None:
         """``rec`` under our live lease (taken or renewed as needed), or ``None`` if it is not ours."""
         jid = rec.job_id
         if not self.ours(rec):
             return None
-        now = self.clock.now()
+        now = self.ground.clock.now()
         lease = rec.lease
-        ours = lease is not None and lease.holder == self.holder and self.until.get(jid, now) > now
+        ours = lease is not None and lease.holder == self.ground.holder and self.until.get(jid, now) > now
         if ours and self.until[jid] - now > self.lease / 2:
             return rec
-        if lease is not None and lease.holder != self.holder and lease.live(now):
+        if lease is not None and lease.holder != self.ground.holder and lease.live(now):
             self.forget(jid)
             return None
         if jid not in self.until and self.capacity is not None and len(self.until) >= self.capacity:
@@ -129,12 +124,12 @@ class Leases:
         if jid not in self.until and not self.assigned(jid):
             return None  # another live member's share: it takes the lease
         try:
-            got = await self.store.acquire_lease(jid, self.holder, self.lease)
+            got = await self.ground.store.acquire_lease(jid, self.ground.holder, self.lease)
         except (ConflictError, NotFoundError):
             self.forget(jid)
             return None
         assert got.lease is not None
-        if lease is not None and lease.holder != self.holder:  # expired: a dead supervisor's record
+        if lease is not None and lease.holder != self.ground.holder:  # expired: a dead supervisor's record
             metrics.current().inc("dispatch_leases_taken_over_total")
         if not ours:
             self.fresh.add(jid)  # events may have been someone else's until now: observe before trusting
@@ -150,7 +145,7 @@ class Leases:
         if owned is None:
             if len(self._owned) >= OWNED_CACHE:  # a long-lived daemon sees ever new ids: bounded
                 self._owned.clear()
-            owned = self._owned[jid] = owner(jid, self._members) == self.holder
+            owned = self._owned[jid] = owner(jid, self._members) == self.ground.holder
         return owned
 
     def newest(self, rec: JobRecord) -> JobRecord:
@@ -185,7 +180,7 @@ class Leases:
         """The record is final, or another member's now: give its lease back."""
         if jid in self.until:
             try:
-                await self.store.release_lease(jid, self.holder)
+                await self.ground.store.release_lease(jid, self.ground.holder)
             except DispatchError:
                 pass
         self.forget(jid)
@@ -194,7 +189,7 @@ class Leases:
         """Release every lease held (another supervisor may take them at once)."""
         for jid in sorted(self.until):
             try:
-                await self.store.release_lease(jid, self.holder)
+                await self.ground.store.release_lease(jid, self.ground.holder)
             except DispatchError as exc:
                 log.info("lease on %s not released: %s", jid, exc)
         self.until.clear()
@@ -204,21 +199,21 @@ class Leases:
         """A fleet member renews its membership and the leases that are half gone: at each scan, and
         between changes when a long step would otherwise let them lapse under load."""
         store = self.fleet
-        if store is None or (not due and self.clock.now() < self._next_keepalive):
+        if store is None or (not due and self.ground.clock.now() < self._next_keepalive):
             return
-        group = f"{self.backend.name}/{self.backend.cluster_id}"
-        now = self.clock.now()
+        group = f"{self.ground.backend.name}/{self.ground.backend.cluster_id}"
+        now = self.ground.clock.now()
         self._next_keepalive = now + self.lease / 4  # not every poll: a poll of 0 would renew per record
         try:
-            members = await store.heartbeat(group, self.holder, self.lease)
-            now_members = tuple(sorted({*members, self.holder}))
+            members = await store.heartbeat(group, self.ground.holder, self.lease)
+            now_members = tuple(sorted({*members, self.ground.holder}))
             if now_members != self._members:
                 # The shares moved: what this member now owns (a dead member's records, ones another
                 # member handed over) may lie anywhere in the claimable pages, so they start over.
                 self._members, self._owned, self._after = now_members, {}, ""
             due_ids = [jid for jid, until in self.until.items() if until - now <= self.lease / 2]
             if due_ids:
-                for rec in await store.renew_leases(self.holder, self.lease, due_ids):
+                for rec in await store.renew_leases(self.ground.holder, self.lease, due_ids):
                     self.until[rec.job_id] = now + self.lease  # asked at ``now``: it ends no sooner
                     self.known[rec.job_id] = rec
         except DispatchError as exc:
@@ -234,9 +229,9 @@ class Leases:
         assert store is not None  # called only for a fleet member
         await self.keepalive(due=True)
         records = await store.leasable(
-            self.holder, states=CLAIMABLE, limit=self.claim_batch, after=self._after
+            self.ground.holder, states=CLAIMABLE, limit=self.claim_batch, after=self._after
         )
-        held = {r.job_id for r in records if r.lease is not None and r.lease.holder == self.holder}
+        held = {r.job_id for r in records if r.lease is not None and r.lease.holder == self.ground.holder}
         for jid in [j for j in self.until if j not in held]:  # taken over or purged meanwhile
             self.forget(jid)
         free = len(records) - len(held)

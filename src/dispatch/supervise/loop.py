@@ -25,6 +25,7 @@ from dispatch.tally import oldest, tally
 
 from .acting import Acting
 from .folding import Folding
+from .ground import Ground
 from .leases import CLAIM_BATCH, Leases
 from .reconcile import Reconciler, UnmatchedPolicy
 from .report import StepReport
@@ -124,34 +125,21 @@ class Supervisor:
         self._next_resync = -math.inf
         self._closed = False
         self._starting: dict[tuple[str, int], float] = {}  # incarnation -> first seen starting
-        # The parts of a step, each of which knows only those below it.
+        # The parts of a step, each of which knows only those before it.
+        ground = Ground(backend, store, self.clock, policy, self.holder)
         self._view = ClusterView(backend, self.clock)
         self._leases = Leases(
-            store,
-            backend,
-            self.clock,
-            holder=self.holder,
+            ground,
             lease=self.lease,
             jobs=self.jobs,
             exclude=self.exclude,
             capacity=capacity,
             claim_batch=claim_batch,
         )
-        self._folding = Folding(
-            store,
-            backend,
-            self.clock,
-            holder=self.holder,
-            policy=policy,
-            leases=self._leases,
-            view=self._view,
-        )
+        self._folding = Folding(ground, leases=self._leases, view=self._view)
         self._writer = self._folding.writer
         self._acting = Acting(
-            store,
-            backend,
-            self.clock,
-            policy=policy,
+            ground,
             poll=self.poll,
             leases=self._leases,
             view=self._view,
@@ -159,10 +147,7 @@ class Supervisor:
             soon=self._soon,
         )
         self._reconciler = Reconciler(
-            store,
-            backend,
-            self.clock,
-            policy=policy,
+            ground,
             unmatched=self.unmatched,
             leases=self._leases,
             view=self._view,

@@ -11,8 +11,6 @@ import logging
 from enum import StrEnum
 
 from dispatch import decide
-from dispatch.backend import Backend
-from dispatch.clock import Clock
 from dispatch.errors import ConflictError, InvalidError, NotFoundError
 from dispatch.fold import matches
 from dispatch.model import (
@@ -28,11 +26,12 @@ from dispatch.model import (
     State,
     Transition,
 )
-from dispatch.records import Store, Unreadable
+from dispatch.records import Unreadable
 
 from .acting import Acting
 from .decisions import live, unwanted
 from .folding import Folding
+from .ground import Ground
 from .leases import Leases
 from .report import StepReport
 from .view import ClusterView
@@ -54,26 +53,20 @@ class UnmatchedPolicy(StrEnum):
 
 
 class Reconciler:
-    """Matches one supervisor's readings to records (see the module docstring); ``policy`` applies to
-    records without their own, ``unmatched`` to objects without a record."""
+    """Matches one supervisor's readings to records (see the module docstring); ``unmatched`` applies to
+    objects without a record."""
 
     def __init__(
         self,
-        store: Store,
-        backend: Backend,
-        clock: Clock,
+        ground: Ground,
         *,
-        policy: Policy,
         unmatched: UnmatchedPolicy,
         leases: Leases,
         view: ClusterView,
         folding: Folding,
         acting: Acting,
     ) -> None:
-        self.store = store
-        self.backend = backend
-        self.clock = clock
-        self.policy = policy
+        self.ground = ground
         self.unmatched = unmatched
         self._leases = leases
         self._view = view
@@ -99,7 +92,7 @@ class Reconciler:
             new = await self._folding.fold(got, obs, confirmed=False, report=report, read=True)
             return None if new is got else new
         try:
-            rec = await self.store.get(jid)
+            rec = await self.ground.store.get(jid)
         except NotFoundError:
             if isinstance(obs, Observation):
                 await self._unmatched(obs, report)
@@ -109,7 +102,7 @@ class Reconciler:
             return None
         if not self._folding.writer.owns(rec):
             return None
-        if rec.outcome.terminal and decide.final(rec, self.policy, self.clock.now()):
+        if rec.outcome.terminal and decide.final(rec, self.ground.policy, self.ground.clock.now()):
             if isinstance(obs, Observation) and live(obs) and unwanted(rec, obs):
                 got = await leases.own(rec)
                 if got is not None:
@@ -163,7 +156,7 @@ class Reconciler:
         )
         if stopped:
             why = f"{ident} ended {rec.outcome} and its compute was still there ({obs.outcome}): stopped it"
-            now = self.clock.now()
+            now = self.ground.clock.now()
             await self._folding.update(
                 rec.job_id,
                 lambda r: (
@@ -183,7 +176,7 @@ class Reconciler:
                     obs.handle, report, why=f"{ident} matches no record (unmatched: delete)"
                 )
             return
-        now = self.clock.now()
+        now = self.ground.clock.now()
         rec = JobRecord(
             job_id=ident.job_id,
             spec=JobSpec(command=ADOPTED_COMMAND),
@@ -192,7 +185,7 @@ class Reconciler:
             policy=Policy(),  # its spec is unknown here: never requeued, only followed
             epoch=ident.epoch,
             handle=obs.handle,
-            cluster=self.backend.cluster_id,
+            cluster=self.ground.backend.cluster_id,
             # "cancelled" means we cancelled it; we did not (fold's rule).
             outcome=obs.outcome
             if obs.state is not State.CANCELLED
@@ -208,7 +201,7 @@ class Reconciler:
             epoch=ident.epoch,
         )
         try:
-            await self.store.create(rec, first)
+            await self.ground.store.create(rec, first)
             report.actions.append(f"{ident.job_id}: adopted {obs.handle}")
         except ConflictError:
             pass  # another supervisor adopted it first
