@@ -41,7 +41,7 @@ RESYNC_JITTER = 0.9
 
 
 class Supervisor:
-    """Supervises the records of one store on one backend. See the module docstring.
+    """Supervises the records of one store on one backend. See :mod:`dispatch.supervise`.
 
     ``policy`` applies to records without their own; ``holder`` names this supervisor in leases
     (default: host, pid and a random suffix); ``lease`` is the lease duration and ``poll`` the interval
@@ -156,7 +156,8 @@ class Supervisor:
         )
 
     def __repr__(self) -> str:
-        return f"Supervisor(holder={self.holder!r}, backend={self.backend.name!r}, leased={len(self._leases.until)})"
+        leased = len(self._leases.until)
+        return f"Supervisor(holder={self.holder!r}, backend={self.backend.name!r}, leased={leased})"
 
     @property
     def leased(self) -> frozenset[str]:
