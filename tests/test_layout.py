@@ -198,12 +198,15 @@ def test_model_imports_nothing_of_dispatch_but_errors() -> None:
 # docs/architecture.md lists the same modules; test_architecture_page_lists_the_pure_modules keeps them equal.
 PURE = (
     "dispatch/cli/selectors.py",
+    "dispatch/decide.py",
     "dispatch/execlimits.py",
     "dispatch/fold.py",
     "dispatch/model",
     "dispatch/tally.py",
+    "dispatch/memory/jobs.py",
     "dispatch/memory/naming.py",
     "dispatch/memory/script.py",
+    "dispatch/supervise/decisions.py",
     "dispatch/ui/pages.py",
     "dispatch/ui/timeline.py",
     "dispatch_kubeflow/causes.py",
@@ -459,3 +462,40 @@ def test_no_module_draws_from_the_global_random_generator() -> None:
             ):
                 found.append(f"{path.relative_to(SRC)}:{node.lineno}: random.{node.func.attr}(...)")
     assert found == [], found
+
+
+CLASS_LINES = 400
+"""A class past this many lines does two things (STYLE.md, docs/architecture.md): split it along what
+it does. Counted from ``class`` to its last line, docstrings and comments included."""
+
+
+def _long_classes(root: Path) -> list[str]:
+    """Every class under ``root`` (nested ones included) longer than :data:`CLASS_LINES`."""
+    long = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                assert node.end_lineno is not None
+                lines = node.end_lineno - node.lineno + 1
+                if lines > CLASS_LINES:
+                    long.append(f"{path.relative_to(root)}:{node.lineno} {node.name}: {lines} lines")
+    return long
+
+
+def test_no_class_in_the_host_is_over_400_lines() -> None:
+    """Every class of ``dispatch``; none is excepted."""
+    assert _long_classes(SRC / "dispatch") == []
+
+
+def test_the_class_length_check_sees_a_long_class(tmp_path: Path) -> None:
+    def klass(name: str, lines: int) -> str:
+        return f"class {name}:\n" + "".join(f"    x{i} = {i}\n" for i in range(lines - 1))
+
+    (tmp_path / "a.py").write_text(klass("Fits", CLASS_LINES) + "\n\n" + klass("Over", CLASS_LINES + 1))
+    (tmp_path / "b.py").write_text(
+        "def f() -> None:\n" + "    " + klass("Nested", CLASS_LINES + 2).replace("\n", "\n    ")
+    )
+    assert _long_classes(tmp_path) == [
+        f"a.py:{CLASS_LINES + 3} Over: {CLASS_LINES + 1} lines",
+        f"b.py:2 Nested: {CLASS_LINES + 2} lines",
+    ]

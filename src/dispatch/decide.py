@@ -61,6 +61,7 @@ __all__ = [
     "forgotten",
     "gave_up",
     "held",
+    "leftovers_stopped",
     "next",
     "owned",
     "previous_handle",
@@ -283,6 +284,12 @@ def stop_asked(record: JobRecord, plan: Plan, *, now: float) -> Step | None:
         else []
     )
     return record.replace(stop_asked=now), transitions
+
+
+def leftovers_stopped(record: JobRecord, why: str, *, actor: Actor, now: float) -> Step:
+    """What a finished record's incarnation still ran on the cluster was stopped (a terminal record never
+    sits over live compute): said in the history; the outcome stays the cluster's."""
+    return record, [_t(now, actor, "stopped leftovers", why=why, epoch=record.epoch)]
 
 
 def final(record: JobRecord, policy: Policy, now: float) -> bool:

@@ -32,7 +32,7 @@ from dispatch.model import (
     Transition,
 )
 
-__all__ = ["fold", "matches", "progress", "refines", "remembered"]
+__all__ = ["fold", "folded", "matches", "progress", "refines", "remembered"]
 
 
 def matches(record: JobRecord, reading: Observation | Absent) -> bool:
@@ -44,6 +44,15 @@ def matches(record: JobRecord, reading: Observation | Absent) -> bool:
     and of other jobs say nothing about the record's present, so they are not folded.
     """
     return reading.handle.identity.same_incarnation(record.identity)
+
+
+def folded(
+    record: JobRecord, reading: Observation | Absent, *, now: float, confirmed: bool = False
+) -> tuple[JobRecord, list[Transition]] | None:
+    """:func:`fold` as a record change for :meth:`dispatch.writer.RecordWriter.update`: ``None`` when the
+    reading changes nothing (nothing to write)."""
+    new, transitions = fold(record, reading, now=now, confirmed=confirmed)
+    return None if new is record else (new, transitions)
 
 
 def fold(

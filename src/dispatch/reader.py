@@ -28,7 +28,7 @@ from dispatch.errors import (
     PermissionDeniedError,
     UnavailableError,
 )
-from dispatch.model import Absent, Handle, JobRecord, Observation, Unreachable
+from dispatch.model import Absent, Handle, Identity, JobRecord, Observation, Unreachable
 
 __all__ = ["READ_TIMEOUT", "Reader"]
 
@@ -50,6 +50,7 @@ class Reader:
         self.clock = clock
         self.unreachable: Unreachable | None = None
         """Since when, and why, the cluster has not answered (``None``: its last read succeeded)."""
+        self._index: tuple[builtins.list[Observation], dict[tuple[str, int, str], Observation]] | None = None
 
     def note(self, exc: BaseException, handle: Handle | None = None) -> Unreachable | None:
         """The unreachable reading error ``exc`` stands for, remembered (since the first failure, why the
@@ -94,10 +95,8 @@ class Reader:
         listed = listing if listing is not None else await self.listing()
         if isinstance(listed, Unreachable):
             return listed
-        for obs in listed:
-            if obs.handle.identity.same_incarnation(absent.handle.identity):
-                return obs
-        return absent
+        found = self.listed(absent.handle.identity, listed)
+        return found if found is not None else absent
 
     async def read(
         self, record: JobRecord, listing: builtins.list[Observation] | None = None
@@ -122,8 +121,17 @@ class Reader:
         listed = listing if listing is not None else await self.listing()
         if isinstance(listed, Unreachable):
             return listed
-        wanted = record.identity
-        for obs in listed:
-            if obs.handle.identity.same_incarnation(wanted):
-                return obs
-        return None
+        return self.listed(record.identity, listed)
+
+    def listed(self, identity: Identity, listing: builtins.list[Observation]) -> Observation | None:
+        """The first observation in ``listing`` of ``identity``'s incarnation (same job id, ``N`` and
+        nonce), looked up in an index of the listing kept until another listing is asked about: a
+        supervisor's poll asks this for every record placed nowhere yet, and a scan of the listing each
+        would be quadratic."""
+        if self._index is None or self._index[0] is not listing:
+            first: dict[tuple[str, int, str], Observation] = {}
+            for obs in listing:
+                ident = obs.handle.identity
+                first.setdefault((ident.job_id, ident.epoch.n, ident.nonce), obs)
+            self._index = (listing, first)
+        return self._index[1].get((identity.job_id, identity.epoch.n, identity.nonce))

@@ -13,7 +13,7 @@ The cluster also stops answering for a while (down, a partial answer, an answer 
 pods take their grace period to terminate, and a failing job reads ``starting`` for a moment before it
 fails, as on real controllers.
 
-After every step and at the end the invariants are checked: at most one live incarnation per job; no
+After every step and at the end the invariants are checked (:mod:`dispatch.invariants`): at most one live incarnation per job; no
 two incarnations' compute overlaps; every terminal record has a typed cause; no record is lost; no
 acknowledged submission is dropped (every one ends final); every requeue is allowed by the policy
 (rule, count, backoff); the history is append-only and explains the record's state and epoch; no state
@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import builtins
 import importlib
-import itertools
 import logging
 import random
 import shutil
@@ -56,12 +55,12 @@ from dispatch.errors import (
     UnavailableError,
     UnsupportedError,
 )
+from dispatch.invariants import Facts, Invariants
 from dispatch.memory import MemoryBackend, MemorySettings
 from dispatch.memory.cluster import MemoryCluster
 from dispatch.model import (
     Absent,
     Action,
-    Actor,
     Capabilities,
     Cause,
     Change,
@@ -475,7 +474,7 @@ class FaultyBackend:
 # ---------------------------------------------------------------------------------------- harnesses
 
 
-class Harness(Protocol):
+class Harness(Facts, Protocol):
     """The cluster side of one seeded run (see docs/supervisor.md, "Harnesses").
 
     A harness owns the simulated cluster on the run's :class:`ManualClock`: it opens writable backends on
@@ -484,9 +483,6 @@ class Harness(Protocol):
 
     name: str
     nodes: int
-    others_stop: bool
-    """Whether someone else stops jobs on this cluster (a deletion seen under way ends ``failed``/
-    ``cancelled``); where nobody does, such an outcome would be dispatch stopping what it should not."""
 
     async def start(self) -> None:
         """Bring the cluster up (before any backend is opened)."""
@@ -506,22 +502,6 @@ class Harness(Protocol):
 
     async def advance(self, seconds: float) -> None:
         """Move the cluster's and the run's clock forward."""
-
-    def live(self) -> list[Identity]:
-        """The incarnations that are on the cluster and not yet ended."""
-
-    def on_cluster(self) -> set[Identity]:
-        """Every incarnation the cluster shows (ended or not)."""
-
-    def with_compute(self) -> set[Identity]:
-        """Every incarnation with compute on the cluster now (running, or lingering after its end)."""
-
-    def created(self, job_id: str) -> list[Identity]:
-        """Every incarnation of ``job_id`` ever created, once per creation."""
-
-    def overlaps(self) -> list[tuple[str, str]]:
-        """Every compute overlap seen so far, as (job id, what overlapped): two incarnations of one job
-        with compute at once."""
 
     async def close(self) -> None:
         """Tear the cluster down."""
@@ -587,7 +567,7 @@ class MemoryHarness:
     def _truth(self) -> list[Observation]:
         """What the cluster holds, read past any outage (the run's view, not a client's)."""
         now = self.cluster.sync()
-        jobs = sorted(self.cluster._jobs.values(), key=lambda j: j.seq)
+        jobs = sorted(self.cluster.timeline.jobs.values(), key=lambda j: j.seq)
         return [Observation(j.handle, self.cluster.outcome_of(j), now) for j in jobs]
 
     async def disappear(self) -> None:
@@ -605,16 +585,16 @@ class MemoryHarness:
         self.clock.advance(seconds)
 
     def live(self) -> list[Identity]:
-        return [j.identity for j in self.cluster._jobs.values() if j.live]
+        return [j.identity for j in self.cluster.timeline.jobs.values() if j.live]
 
     def on_cluster(self) -> set[Identity]:
-        return {j.identity for j in self.cluster._jobs.values()}
+        return {j.identity for j in self.cluster.timeline.jobs.values()}
 
     def with_compute(self) -> set[Identity]:
-        return {j.identity for j in self.cluster._jobs.values() if j.nodes}
+        return {j.identity for j in self.cluster.timeline.jobs.values() if j.nodes}
 
     def created(self, job_id: str) -> list[Identity]:
-        return [j.identity for j in self.cluster._incarnations.get(job_id, [])]
+        return [j.identity for j in self.cluster.timeline.incarnations.get(job_id, [])]
 
     def overlaps(self) -> list[tuple[str, str]]:
         return [
@@ -748,8 +728,9 @@ class _Run:
         self.orphan = "orphan-0" if extra.random() < 0.15 else None  # a record of a gone cluster: forget
         self.corrupt = "corrupt-0" if self.store_kind == "sqlite" and extra.random() < 0.5 else None
         self.corrupt_reported = False
-        self.histories: dict[str, list[Transition]] = {}
-        self.violations: list[tuple[str, str]] = []  # (job id or "", message)
+        self.invariants = Invariants(
+            self.cluster, self.clock, policy=self.policy, lease=self.lease, poll=self.poll, note=self.note
+        )
         self.steps = 0
 
     def note(self, text: str) -> None:
@@ -871,7 +852,7 @@ class _Run:
             # What Supervisor.run does with a step that failed (the store went away): try again later.
             return StepReport(errors=[f"the step failed: {type(exc).__name__}: {exc}"])
         except Exception as exc:
-            self._violate("", f"{sup.holder} raised {type(exc).__name__}: {exc}")
+            self.invariants.violate("", f"{sup.holder} raised {type(exc).__name__}: {exc}")
             await sup.backend.close()
             self.supervisors[i] = None
             self.restart_at[i] = now
@@ -894,7 +875,7 @@ class _Run:
             except DispatchError as exc:
                 self.note(f"{sup.holder}: the step failed: {type(exc).__name__}: {exc}")
             except Exception as exc:
-                self._violate("", f"{sup.holder} (woken) raised {type(exc).__name__}: {exc}")
+                self.invariants.violate("", f"{sup.holder} (woken) raised {type(exc).__name__}: {exc}")
             else:
                 self._noted(sup, report)
             await sup.backend.close()
@@ -969,15 +950,19 @@ class _Run:
             if now - T0 > FAULT_PHASE + QUIESCE_LIMIT:
                 for rec in await self.store.list():
                     if not decide.final(rec, self.policy, now):
-                        self._violate(
+                        self.invariants.violate(
                             rec.job_id, f"{rec.job_id} never ended: {rec.outcome} epoch {rec.epoch}"
                         )
                 break
             await self.cluster.advance(rng.choice([0.5, 1.0, 2.0, 5.0]) if not quiet else 2.0)
         await self._check(final=True)
         if self.corrupt is not None and not self.corrupt_reported and self.steps:
-            self._violate(self.corrupt, f"{self.corrupt}: its row is corrupt, and no supervisor reported it")
-        return Result(self.seed, self._report(), self.trace, self.steps, frozenset(self.faults.hits))
+            self.invariants.violate(
+                self.corrupt, f"{self.corrupt}: its row is corrupt, and no supervisor reported it"
+            )
+        return Result(
+            self.seed, self.invariants.report(self.trace), self.trace, self.steps, frozenset(self.faults.hits)
+        )
 
     async def _submissions(self, now: float) -> None:
         assert self.user is not None
@@ -1059,10 +1044,17 @@ class _Run:
                     if job_id not in after:
                         # SPEC §6: purge deletes terminal records, even one its policy would requeue.
                         if not rec.outcome.terminal:
-                            self._violate(job_id, f"{job_id}: purge deleted a {rec.state.value} record")
+                            self.invariants.violate(
+                                job_id, f"{job_id}: purge deleted a {rec.state.value} record"
+                            )
                         self.purged.add(job_id)
-                        self.histories.pop(job_id, None)
+                        self.invariants.forget(job_id)
                         self.note(f"user: purged {job_id}")
+
+    async def _check(self, *, final: bool = False) -> None:
+        await self.invariants.check(
+            self.store, acked=self.acked, purged=self.purged, back_at=self.back_at, final=final
+        )
 
     async def _all_final(self) -> bool:
         now = self.clock.now()
@@ -1070,146 +1062,6 @@ class _Run:
             if not decide.final(rec, self.policy, now):
                 return False
         return not self.cluster.live()
-
-    def _violate(self, job_id: str, message: str) -> None:
-        if (job_id, message) not in self.violations:
-            self.violations.append((job_id, message))
-            self.note(f"VIOLATION {message}")
-
-    async def _check(self, *, final: bool = False) -> None:
-        now = self.clock.now()
-        live: dict[str, list[Identity]] = {}
-        for ident in self.cluster.live():
-            live.setdefault(ident.job_id, []).append(ident)
-        for job_id, idents in live.items():
-            if len(idents) > 1:
-                self._violate(
-                    job_id, f"{job_id}: {len(idents)} live incarnations: {', '.join(map(str, idents))}"
-                )
-        for job_id, what in self.cluster.overlaps():
-            self._violate(job_id, f"compute overlap: {what}")
-        records = {r.job_id: r for r in await self.store.list()}
-        on_cluster = self.cluster.on_cluster()
-        with_compute = self.cluster.with_compute()
-        for rec in records.values():
-            if rec.state is State.LOST and rec.identity in on_cluster:
-                self._violate(
-                    rec.job_id, f"{rec.job_id}: recorded lost, but {rec.job_id}@{rec.epoch} is on the cluster"
-                )
-            # A terminal record never sits over live compute: it is written only once a reading finds
-            # the compute gone, and compute that comes back is stopped within the stop grace.
-            since = rec.since if rec.since is not None else rec.updated_at
-            grace = decide.STOP_GRACE + decide.STOP_RESEND + self.lease + 2 * self.poll + 10.0
-            if rec.outcome.terminal and rec.identity in with_compute and now - since > grace:
-                self._violate(
-                    rec.job_id,
-                    f"{rec.job_id}: {rec.outcome} for {now - since:.0f} s while {rec.identity} has compute",
-                )
-            # Nor does an ended incarnation keep its compute for long: past the grace the supervisor stops
-            # what remains (counted from when some supervisor could have seen it).
-            seen_since = max(since, self.back_at)
-            if rec.state is State.STOPPING and now - seen_since > grace + 240.0:
-                self._violate(
-                    rec.job_id,
-                    f"{rec.job_id}: stopping for {now - since:.0f} s: what remains of {rec.identity} was never stopped",
-                )
-        for job_id in self.acked - self.purged:
-            if job_id not in records:
-                self._violate(job_id, f"{job_id}: acknowledged, but its record is gone")
-        for job_id, rec in records.items():
-            self._check_record(rec, await self.store.history(job_id), final=final, now=now)
-
-    def _check_record(self, rec: JobRecord, history: list[Transition], *, final: bool, now: float) -> None:
-        jid = rec.job_id
-        old = self.histories.get(jid, [])
-        if history[: len(old)] != old:
-            self._violate(jid, f"{jid}: history rewritten (was {len(old)} entries)")
-        self.histories[jid] = history
-        o = rec.outcome
-        if o.terminal:
-            typed = {
-                State.SUCCEEDED: o.cause is Cause.NONE,
-                State.CANCELLED: o.cause is Cause.CANCELLED,
-                State.FAILED: o.cause is not Cause.NONE,
-                State.LOST: True,
-            }[o.state]
-            if not typed:
-                self._violate(jid, f"{jid}: terminal {o.state.value} with cause {o.cause.value}")
-        stateful = [t for t in history if t.state is not None]
-        if o.state is State.FAILED and o.cause is Cause.CANCELLED and not self.cluster.others_stop:
-            # Nobody but dispatch stops jobs on this cluster: "cancelled by someone else" would be dispatch
-            # stopping a job its record did not want stopped (a reading during an outage, say).
-            self._violate(jid, f"{jid}: failed/cancelled, yet nobody else cancels jobs here")
-        self._check_forward(jid, stateful)
-        last = stateful[-1] if stateful else None
-        if last is None or last.state is not rec.state or (last.cause or Cause.NONE) is not o.cause:
-            shown = f"{last.state}/{last.cause}" if last is not None else "nothing"
-            self._violate(jid, f"{jid}: record {rec.state.value}/{o.cause.value} but history says {shown}")
-        epochs = [t.epoch for t in history if t.epoch is not None]
-        if not epochs or epochs[-1] != rec.epoch:
-            self._violate(jid, f"{jid}: record epoch {rec.epoch} not explained by its history")
-        policy = rec.policy if rec.policy is not None else self.policy
-        counts: dict[str, int] = {}  # requeues under each rule since the last (re)submission
-        for i, t in enumerate(history):
-            if t.what in ("submitted", "resubmitted"):
-                counts = {}
-            if t.what != "requeued":
-                continue
-            before = [p for p in history[:i] if p.state is not None]
-            cause = before[-1].cause if before else None
-            prev_epoch = next((p.epoch for p in reversed(history[:i]) if p.epoch is not None), None)
-            rule = policy.rule_for(cause) if cause is not None else None
-            assert t.epoch is not None
-            name = policy.rule_name(cause) if cause is not None else ""
-            k = counts[name] = counts.get(name, 0) + 1
-            allowed = policy.max_requeues is None or t.epoch.r <= policy.max_requeues
-            if rule is None or rule.action is not Action.REQUEUE or k > rule.max or not allowed:
-                self._violate(jid, f"{jid}: requeue to {t.epoch} after {cause} not allowed by the policy")
-                continue
-            if prev_epoch is None or prev_epoch.requeued() != t.epoch:
-                self._violate(jid, f"{jid}: requeue from {prev_epoch} to {t.epoch} skips an epoch")
-            # The placer's own line (a fold that found the object first writes one too, on its own
-            # clock, which may disagree with the placer's).
-            start = next(
-                (
-                    s
-                    for s in history[i:]
-                    if s.what == "started" and s.epoch == t.epoch and s.actor is not Actor.CLUSTER
-                ),
-                None,
-            )
-            if start is not None and start.at + 1e-9 < t.at + rule.delay(k):
-                self._violate(jid, f"{jid}: {t.epoch} started before its backoff of {rule.delay(k):g} s")
-        created = self.cluster.created(jid)
-        for ident in created:
-            if ident.epoch.n > rec.epoch.n:
-                self._violate(jid, f"{jid}: {ident} exists but the record is at {rec.epoch}")
-        ns = [i.epoch.n for i in created]
-        if len(ns) != len(set(ns)):
-            self._violate(jid, f"{jid}: an incarnation was created twice: {ns}")
-
-    def _check_forward(self, jid: str, stateful: list[Transition]) -> None:
-        """Within one incarnation the state never goes back (SPEC §2.3): ``held`` comes and goes by a
-        person's hold and release, and a cancel, which turns a record back to ``stopping``, is a stop."""
-        for before, after in itertools.pairwise(stateful):
-            if before.epoch != after.epoch or before.state is None or after.state is None:
-                continue
-            if State.HELD in (before.state, after.state) and before.state is not State.STOPPING:
-                continue
-            if after.state.rank < before.state.rank:
-                self._violate(
-                    jid,
-                    f"{jid}: {before.state.value} then {after.state.value} within incarnation {after.epoch}",
-                )
-
-    def _report(self) -> list[str]:
-        out = []
-        for job_id, message in self.violations:
-            lines = [
-                ln for ln in self.trace if (job_id and job_id in ln) or "CRASH" in ln or "VIOLATION" in ln
-            ]
-            out.append(f"{message}\n" + "\n".join(f"    {ln}" for ln in lines[-40:]))
-        return out
 
 
 ADAPTERS = {

@@ -1,0 +1,239 @@
+"""Which records a supervisor looks after, and its leases on them: :class:`Leases` (a fleet member's share).
+
+A record is acted on only under this supervisor's live lease (checked again by every record write).
+Over a store with :class:`~dispatch.records.Leasing`, a supervisor that looks after every job without a
+``capacity`` is a member of a fleet: it renews its membership in the store and leases only the jobs that
+hash to it among the live members (:func:`~dispatch.supervise.decisions.owner`). What it keeps per leased job — the lease's expiry on
+its own clock, the record as last known, whether to observe it before trusting it, the retry of a failed
+action — is dropped together when the lease goes (:meth:`Leases.forget`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from dispatch import decide, metrics
+from dispatch.errors import ConflictError, DispatchError, NotFoundError
+from dispatch.model import JobRecord, State
+from dispatch.records import Leasing, Listing
+
+from .decisions import owner
+from .ground import Ground
+
+__all__ = ["CLAIMABLE", "CLAIM_BATCH", "OWNED_CACHE", "Leases", "Retry"]
+
+log = logging.getLogger("dispatch.supervise")
+
+CLAIM_BATCH = 1000
+"""Claimable records a fleet member reads per scan (a page; the next scan reads the next one)."""
+
+OWNED_CACHE = 100_000
+"""How many job ids' fleet assignment a member keeps at most (see :meth:`Leases.assigned`)."""
+
+CLAIMABLE = frozenset(State) - {State.SUCCEEDED, State.CANCELLED}
+"""States of a record that may still need a supervisor (a failed or lost one may be requeued)."""
+
+
+@dataclass
+class Retry:
+    """A failed action of a job: how many times in a row, and not to try again before when."""
+
+    attempts: int
+    not_before: float
+
+
+class Leases:
+    """The jobs one supervisor looks after and the leases it holds (see the module docstring). ``lease``,
+    ``jobs``, ``exclude``, ``capacity`` and ``claim_batch`` are the supervisor's options."""
+
+    def __init__(
+        self,
+        ground: Ground,
+        *,
+        lease: float,
+        jobs: frozenset[str] | None,
+        exclude: Collection[str],
+        capacity: int | None,
+        claim_batch: int,
+    ) -> None:
+        self.ground = ground
+        self.lease = lease
+        self.jobs = jobs
+        self.exclude = exclude
+        self.capacity = capacity
+        self.claim_batch = claim_batch
+        # The store's fleet calls when this supervisor is a fleet member: decided once, since a runtime
+        # protocol check walks the protocol's members and the store never changes.
+        self.fleet: Leasing | None = (
+            ground.store if isinstance(ground.store, Leasing) and jobs is None and capacity is None else None
+        )
+        self._members: tuple[str, ...] = ()  # the fleet's live members at the last scan (fleet mode)
+        # job id -> whether it hashes to us among ``_members``: asked for every watch change of every
+        # member, so computed once per job while the membership stands (cleared when it changes).
+        self._owned: dict[str, bool] = {}
+        self._after = ""  # where the next page of claimable records starts
+        self._next_keepalive = -math.inf  # when a fleet member next renews its membership and leases
+        # job id -> our lease's expiry on our clock: the time we asked for it plus its duration, so a clock
+        # that disagrees with the store's (which stamps the record's expiry) cannot make us act too long.
+        self.until: dict[str, float] = {}
+        self.fresh: set[str] = set()  # newly leased: observe before trusting the record
+        # job id -> the record as our last write, lease change or read of it left it, for the records we
+        # lease: a change folds from it without reading the store (stale only if another process wrote
+        # meanwhile, which the compare-and-swap refuses).
+        self.known: dict[str, JobRecord] = {}
+        self.retry: dict[str, Retry] = {}
+
+    def __contains__(self, jid: str) -> bool:
+        """Whether this supervisor holds a lease on ``jid`` (as far as it knows)."""
+        return jid in self.until
+
+    def mine(self, job_id: str) -> bool:
+        """Whether this supervisor looks after ``job_id`` at all (``jobs``, ``exclude``)."""
+        return (self.jobs is None or job_id in self.jobs) and job_id not in self.exclude
+
+    def concerns(self, jid: str) -> bool:
+        """Whether a change of job ``jid`` is this supervisor's to fold: one of its jobs that it leases
+        or that hashes to it. Another member's is skipped (that member folds it, or observes the job
+        afresh when it takes over)."""
+        return self.mine(jid) and (jid in self.until or self.assigned(jid))
+
+    def ours(self, rec: JobRecord) -> bool:
+        """Whether this supervisor looks after ``rec``: one of its jobs, on its own cluster (SPEC §6.1)."""
+        return self.mine(rec.job_id) and decide.owned(
+            rec, self.ground.backend.cluster_id, self.ground.backend.name
+        )
+
+    async def own(self, rec: JobRecord) -> JobRecord | None:
+        """``rec`` under our live lease (taken or renewed as needed), or ``None`` if it is not ours."""
+        jid = rec.job_id
+        if not self.ours(rec):
+            return None
+        now = self.ground.clock.now()
+        lease = rec.lease
+        ours = lease is not None and lease.holder == self.ground.holder and self.until.get(jid, now) > now
+        if ours and self.until[jid] - now > self.lease / 2:
+            return rec
+        if lease is not None and lease.holder != self.ground.holder and lease.live(now):
+            self.forget(jid)
+            return None
+        if jid not in self.until and self.capacity is not None and len(self.until) >= self.capacity:
+            return None
+        if jid not in self.until and not self.assigned(jid):
+            return None  # another live member's share: it takes the lease
+        try:
+            got = await self.ground.store.acquire_lease(jid, self.ground.holder, self.lease)
+        except (ConflictError, NotFoundError):
+            self.forget(jid)
+            return None
+        assert got.lease is not None
+        if lease is not None and lease.holder != self.ground.holder:  # expired: a dead supervisor's record
+            metrics.current().inc("dispatch_leases_taken_over_total")
+        if not ours:
+            self.fresh.add(jid)  # events may have been someone else's until now: observe before trusting
+        self.until[jid] = now + self.lease  # asked at ``now``: the store's lease ends no sooner
+        self.known[jid] = got
+        return got
+
+    def assigned(self, jid: str) -> bool:
+        """Whether ``jid`` hashes to this supervisor among the fleet's live members (always, alone)."""
+        if len(self._members) < 2:
+            return True
+        owned = self._owned.get(jid)
+        if owned is None:
+            if len(self._owned) >= OWNED_CACHE:  # a long-lived daemon sees ever new ids: bounded
+                self._owned.clear()
+            owned = self._owned[jid] = owner(jid, self._members) == self.ground.holder
+        return owned
+
+    def newest(self, rec: JobRecord) -> JobRecord:
+        """``rec`` or, if newer, the copy of it our last write or lease change left (a scan's records
+        are read before the renewals made during the scan, which move their revision: a write from
+        the listed copy would only be refused by the compare-and-swap); the newer one is kept."""
+        known = self.known.get(rec.job_id)
+        if known is not None and known.revision > rec.revision:
+            return known
+        if rec.job_id in self.until:
+            self.known[rec.job_id] = rec
+        return rec
+
+    def remember(self, rec: JobRecord) -> None:
+        """``rec`` as our last write left it, kept if we lease it."""
+        if rec.job_id in self.until:
+            self.known[rec.job_id] = rec
+
+    def lost(self, jid: str) -> None:
+        """A write found our lease on ``jid`` gone."""
+        if jid in self.until:
+            metrics.current().inc("dispatch_leases_lost_total")
+        self.forget(jid)
+
+    def forget(self, jid: str) -> None:
+        self.until.pop(jid, None)
+        self.known.pop(jid, None)
+        self.fresh.discard(jid)
+        self.retry.pop(jid, None)
+
+    async def let_go(self, jid: str) -> None:
+        """The record is final, or another member's now: give its lease back."""
+        if jid in self.until:
+            try:
+                await self.ground.store.release_lease(jid, self.ground.holder)
+            except DispatchError:
+                pass
+        self.forget(jid)
+
+    async def release_all(self) -> None:
+        """Release every lease held (another supervisor may take them at once)."""
+        for jid in sorted(self.until):
+            try:
+                await self.ground.store.release_lease(jid, self.ground.holder)
+            except DispatchError as exc:
+                log.info("lease on %s not released: %s", jid, exc)
+        self.until.clear()
+        self.known.clear()
+
+    async def keepalive(self, *, due: bool = False) -> None:
+        """A fleet member renews its membership and the leases that are half gone: at each scan, and
+        between changes when a long step would otherwise let them lapse under load."""
+        store = self.fleet
+        if store is None or (not due and self.ground.clock.now() < self._next_keepalive):
+            return
+        group = f"{self.ground.backend.name}/{self.ground.backend.cluster_id}"
+        now = self.ground.clock.now()
+        self._next_keepalive = now + self.lease / 4  # not every poll: a poll of 0 would renew per record
+        try:
+            members = await store.heartbeat(group, self.ground.holder, self.lease)
+            now_members = tuple(sorted({*members, self.ground.holder}))
+            if now_members != self._members:
+                # The shares moved: what this member now owns (a dead member's records, ones another
+                # member handed over) may lie anywhere in the claimable pages, so they start over.
+                self._members, self._owned, self._after = now_members, {}, ""
+            due_ids = [jid for jid, until in self.until.items() if until - now <= self.lease / 2]
+            if due_ids:
+                for rec in await store.renew_leases(self.ground.holder, self.lease, due_ids):
+                    self.until[rec.job_id] = now + self.lease  # asked at ``now``: it ends no sooner
+                    self.known[rec.job_id] = rec
+        except DispatchError as exc:
+            if due:  # the scan reports it
+                raise
+            metrics.current().inc("dispatch_store_errors_total")
+            log.info("fleet keepalive failed, tried again within a poll: %s", exc)
+
+    async def fleet_records(self) -> Listing:
+        """A fleet member's scan: heartbeat, renew the leases due, then read what it leases and a page
+        of claimable records."""
+        store = self.fleet
+        assert store is not None  # called only for a fleet member
+        await self.keepalive(due=True)
+        records = await store.leasable(
+            self.ground.holder, states=CLAIMABLE, limit=self.claim_batch, after=self._after
+        )
+        held = {r.job_id for r in records if r.lease is not None and r.lease.holder == self.ground.holder}
+        for jid in [j for j in self.until if j not in held]:  # taken over or purged meanwhile
+            self.forget(jid)
+        free = len(records) - len(held)
+        self._after = records[-1].job_id if free >= self.claim_batch else ""
+        return records

@@ -1,0 +1,65 @@
+"""What a supervisor reads of its cluster besides the watch: :class:`ClusterView`."""
+
+from __future__ import annotations
+
+import builtins
+
+from dispatch import health
+from dispatch.backend import Backend, Watcher, compute_gone
+from dispatch.clock import Clock
+from dispatch.model import Capabilities, Handle, JobRecord, Observation
+from dispatch.reader import Reader
+
+__all__ = ["ClusterView"]
+
+
+class ClusterView:
+    """The cluster as one supervisor reads it: its capabilities (read once: they are per opened cluster),
+    one listing shared by every lookup of a step until :meth:`forget_listing` (a poll looks up every
+    record placed nowhere yet), and the :class:`~dispatch.reader.Reader` every single reading goes
+    through."""
+
+    def __init__(self, backend: Backend, clock: Clock) -> None:
+        self.backend = backend
+        self.reader = Reader(backend, clock)
+        self._capabilities: Capabilities | None = None
+        self._listing: builtins.list[Observation] | None = None
+
+    async def caps(self) -> Capabilities:
+        if self._capabilities is None:
+            self._capabilities = await self.backend.capabilities()
+        return self._capabilities
+
+    async def watching(self) -> bool:
+        """Whether changes come from a watch (else each record is polled)."""
+        return isinstance(self.backend, Watcher) and (await self.caps()).watch
+
+    def forget_listing(self) -> None:
+        """The next :meth:`list` asks the cluster again (the one kept may predate a write or a stop)."""
+        self._listing = None
+
+    def keep_listing(self, listing: builtins.list[Observation]) -> None:
+        """Use ``listing``, just read, for the next lookups."""
+        self._listing = listing
+
+    async def list(self) -> builtins.list[Observation]:
+        """The listing kept for this step, or a new one (a cluster that does not answer raises)."""
+        if self._listing is None:
+            self._listing = await self.backend.list()
+            health.current().mark("cluster")
+        return self._listing
+
+    async def fresh_listing(self) -> builtins.list[Observation]:
+        self.forget_listing()
+        return await self.list()
+
+    async def find(self, rec: JobRecord) -> Observation | None:
+        """The listed observation of the record's current incarnation (see
+        :meth:`~dispatch.reader.Reader.listed`)."""
+        return self.reader.listed(rec.identity, await self.list())
+
+    async def gone(self, handle: Handle) -> bool:
+        """True once no compute of the incarnation remains (see :func:`dispatch.backend.compute_gone`)."""
+        return await compute_gone(
+            self.backend, handle, cessation=(await self.caps()).cessation, listing=self.fresh_listing
+        )
