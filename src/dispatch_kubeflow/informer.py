@@ -135,6 +135,9 @@ class Informer:
             streams.tick(TICK_SECONDS, clock=self.clock)
             self._streams = streams
             self._task = asyncio.ensure_future(self._pump(streams))
+            # Its error is the feed's to raise (done()) and the next read's to restart from; with no feed
+            # waiting it is still retrieved here, not reported as "never retrieved" at exit.
+            self._task.add_done_callback(_retrieved)
             for key in sorted(self.view.identities):
                 await self.on_change(key, self.view.identities[key])
             self._started.set()
@@ -328,3 +331,10 @@ class Informer:
 def _rv(obj: Mapping[str, Any]) -> str:
     rv = meta_of(obj).get("resourceVersion")
     return rv if isinstance(rv, str) else ""
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        error = task.exception()
+        if error is not None:
+            _log.info("the watch of the cluster ended: %s", error)
