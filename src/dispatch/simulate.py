@@ -722,6 +722,9 @@ class _Run:
             else None
         )
         self.back_at = T0  # when the supervisors came back from their long absence
+        # job id -> the last time no running supervisor could take it: each was at its capacity with
+        # other jobs (a supervisor with a capacity leaves the rest to others; here there may be none).
+        self.unattended: dict[str, float] = {}
         self.ops = extra.random() < 0.5  # user operations: hold/release, resubmit, purge
         self.held: dict[str, float] = {}  # job id -> when the user releases it
         self.purged: set[str] = set()
@@ -1052,8 +1055,20 @@ class _Run:
                         self.note(f"user: purged {job_id}")
 
     async def _check(self, *, final: bool = False) -> None:
+        now = self.clock.now()
+        running = [sup for sup in self.supervisors if sup is not None]
+        full = [sup.leased for sup in running if sup.capacity is not None and len(sup.leased) >= sup.capacity]
+        if running and len(full) == len(running):
+            for rec in await self.store.list():
+                if not any(rec.job_id in leased for leased in full):
+                    self.unattended[rec.job_id] = now
         await self.invariants.check(
-            self.store, acked=self.acked, purged=self.purged, back_at=self.back_at, final=final
+            self.store,
+            acked=self.acked,
+            purged=self.purged,
+            back_at=self.back_at,
+            unattended=self.unattended,
+            final=final,
         )
 
     async def _all_final(self) -> bool:
