@@ -55,6 +55,7 @@ from dispatch.errors import (
     UnavailableError,
     UnsupportedError,
 )
+from dispatch.fleet import Fleet, FleetSupervisor, Member, Seat
 from dispatch.invariants import Facts, Invariants
 from dispatch.memory import MemoryBackend, MemorySettings
 from dispatch.memory.cluster import MemoryCluster
@@ -483,12 +484,18 @@ class Harness(Facts, Protocol):
 
     name: str
     nodes: int
+    clusters: tuple[str, ...]
+    """A fleet of clusters (SPEC §15): their names (``open`` then opens the first, ``open_member`` each);
+    empty for one cluster."""
 
     async def start(self) -> None:
         """Bring the cluster up (before any backend is opened)."""
 
     async def open(self, faults: Faults, crasher: Crasher | None, who: str) -> Backend:
         """A writable backend on the cluster for ``who`` (a supervisor life, or the user)."""
+
+    async def open_member(self, name: str, faults: Faults, crasher: Crasher | None, who: str) -> Backend:
+        """In a fleet, a writable backend on its cluster ``name``."""
 
     def spec(self, script: str, nodes: int, time_limit: int | None) -> JobSpec:
         """A job of ``nodes`` nodes whose every node runs the behaviour ``script``."""
@@ -516,8 +523,12 @@ class MemoryHarness:
 
     name = "memory"
     others_stop = False  # a vanished job is gone at once: absent, then lost
+    clusters: tuple[str, ...] = ()
 
-    def __init__(self, rng: random.Random, clock: ManualClock, trace: list[str]) -> None:
+    def __init__(
+        self, rng: random.Random, clock: ManualClock, trace: list[str], *, index: int = 0, label: str = ""
+    ) -> None:
+        self.label = label  # the cluster's name in a fleet's trace lines
         self.clock = clock
         self.trace = trace
         self.settings = MemorySettings(
@@ -527,13 +538,20 @@ class MemoryHarness:
             watch_history=rng.choice([3, 20, 10_000]),
         )
         self.nodes = self.settings.nodes
-        self.cluster = MemoryCluster(self.settings, clock=clock, rng=random.Random(0))
+        self.cluster = MemoryCluster(self.settings, clock=clock, rng=random.Random(index))
 
     async def start(self) -> None:
         pass
 
     async def open(self, faults: Faults, crasher: Crasher | None, who: str) -> Backend:
         return FaultyBackend(self.cluster, faults, crasher, self.trace, who)
+
+    async def open_member(self, name: str, faults: Faults, crasher: Crasher | None, who: str) -> Backend:
+        raise InvalidError(f"one cluster, not a fleet: no member {name!r}", path="cluster")
+
+    @property
+    def who(self) -> str:
+        return f"cluster {self.label}" if self.label else "cluster"
 
     def spec(self, script: str, nodes: int, time_limit: int | None) -> JobSpec:
         return JobSpec(command=("train",), nodes=nodes, env={"KUBESIM_SCRIPT": script}, time_limit=time_limit)
@@ -542,7 +560,7 @@ class MemoryHarness:
         if self.cluster.answering() is None and faults.hit(faults.outage, "outage", faults.later):
             how = faults.later.choice(["down", "partial", "errors"])
             seconds = faults.later.choice([2.0, 10.0, 40.0])
-            self.trace.append(f"t={self.clock.now() - T0:.1f} cluster: OUTAGE ({how}) for {seconds:g} s")
+            self.trace.append(f"t={self.clock.now() - T0:.1f} {self.who}: OUTAGE ({how}) for {seconds:g} s")
             self.cluster.outage(seconds, how)
             faults.hits.add(f"outage {how}")
         if rng.random() < 0.15:
@@ -557,7 +575,7 @@ class MemoryHarness:
                     # that failed for its configuration; a Trainer re-creating a JobSet).
                     event = "slow-stop 900"
                     faults.hits.add("compute left behind")
-                self.trace.append(f"t={self.clock.now() - T0:.1f} cluster: {event} {obs.handle.identity}")
+                self.trace.append(f"t={self.clock.now() - T0:.1f} {self.who}: {event} {obs.handle.identity}")
                 backend = MemoryBackend(cluster=self.cluster)
                 if event == "vanish":
                     await backend.vanish(obs.handle)
@@ -577,7 +595,7 @@ class MemoryHarness:
             if obs.state in (State.STARTING, State.RUNNING):
                 await backend.inject(obs.handle, "preempt")
             self.trace.append(
-                f"t={self.clock.now() - T0:.1f} cluster: preempted, then gone: {obs.handle.identity}"
+                f"t={self.clock.now() - T0:.1f} {self.who}: preempted, then gone: {obs.handle.identity}"
             )
             await backend.vanish(obs.handle)
 
@@ -653,6 +671,28 @@ def _script(rng: random.Random) -> tuple[str, int | None]:
     return rng.choice(choices)
 
 
+_ACTION_HITS = (
+    ("the first other cluster that takes it", "placed elsewhere"),
+    ("queued without capacity for", "given up for capacity"),
+    (": waits (no cluster", "no cluster takes it"),
+)
+"""Supervisor actions counted with the fault kinds a run hit (what a fleet's runs must exercise)."""
+
+Process = Supervisor | FleetSupervisor
+"""A supervisor process of a run: of one cluster, or of a fleet of clusters."""
+
+
+async def _close(process: Process | Cluster | Fleet) -> None:
+    """Close a process's connections to the cluster(s) (not the store: the run closes it)."""
+    if isinstance(process, Supervisor | Cluster):
+        await process.backend.close()
+        return
+    fleet = process.fleet if isinstance(process, FleetSupervisor) else process
+    for m in fleet.members:
+        if m.cluster is not None:
+            await m.cluster.backend.close()
+
+
 @dataclass
 class Result:
     """One run: its seed, the violations found (each with the trace lines that concern it)."""
@@ -687,10 +727,12 @@ class _Run:
         self._dir: Path | None = None
         self.faults = Faults(rng)
         self.faults.delay = self._delay
-        self.policy = _policy(rng)
+        # A harness may shape the policies (a fleet's requeues go elsewhere), from a stream of its own.
+        shape: Callable[[Policy], Policy] = getattr(self.cluster, "shape", lambda p: p)
+        self.policy = shape(_policy(rng))
         self.crashes = rng.random() < 0.85
-        self.user: Cluster | None = None  # opened in run(): a harness may open backends only once started
-        self.supervisors: list[Supervisor | None] = []
+        self.user: Cluster | Fleet | None = None  # opened in run(): a harness opens backends once started
+        self.supervisors: list[Process | None] = []
         self.crashers: list[Crasher | None] = []
         self.planned: list[tuple[Crasher, int | None] | None] = []  # a life drawn, its backend not yet open
         self.generation: list[int] = []
@@ -699,7 +741,7 @@ class _Run:
         self.poll = rng.choice([0.0, 1.0, 4.0])
         self.resync = rng.choice([0.0, 5.0, 30.0])
         self.lease_check = lease_check  # False only in a test: the zombie's writes go unchecked
-        self.zombies: list[tuple[Supervisor, asyncio.Future[StepReport], Crasher, float]] = []
+        self.zombies: list[tuple[Process, asyncio.Future[StepReport], Crasher, float]] = []
         self.skewed = extra.random() < 0.5  # supervisors' clocks disagree with the store's, and jump
         for i in range(rng.choice([1, 1, 2, 3])):
             self.supervisors.append(None)
@@ -713,7 +755,7 @@ class _Run:
         for j in range(rng.randint(1, 5)):
             script, limit = _script(rng)
             spec = self.cluster.spec(script, rng.randint(1, min(2, self.cluster.nodes)), limit)
-            own = _policy(rng) if rng.random() < 0.3 else None
+            own = shape(_policy(rng)) if rng.random() < 0.3 else None
             self.submits.append((rng.choice([0.0, 0.0, 5.0, 20.0]), f"job-{j}", spec, own))
         # A long absence of every supervisor, while the cluster preempts and its evidence disappears.
         self.absence: tuple[float, float] | None = (
@@ -760,18 +802,37 @@ class _Run:
         if offset:
             self.note(f"{holder}: clock off by {offset:+.1f} s")
         self.crashers[i] = crasher
+        store = FaultyStore(self.store, crasher, self.faults, self.trace, holder, self.clock)
+        options: dict[str, Any] = {
+            "holder": holder,
+            "lease": self.lease,
+            "poll": self.poll,
+            "resync": self.resync,
+            "capacity": capacity,
+        }
+        if self.cluster.clusters:
+            fleet = await self._fleet(crasher, holder, store, clock)
+            self.supervisors[i] = fleet.supervisor(rng=random.Random(self.names.random()), **options)
+            return
         self.supervisors[i] = Supervisor(
             await self.cluster.open(self.faults, crasher, holder),
-            FaultyStore(self.store, crasher, self.faults, self.trace, holder, self.clock),
+            store,
             policy=self.policy,
             clock=clock,
-            holder=holder,
-            lease=self.lease,
-            poll=self.poll,
-            resync=self.resync,
-            capacity=capacity,
             rng=random.Random(self.names.random()),
+            **options,
         )
+
+    async def _fleet(self, crasher: Crasher | None, who: str, store: Store, clock: Clock) -> Fleet:
+        """The fleet of clusters ``who`` opens (every cluster of the harness), over ``store``."""
+        members = []
+        for name in self.cluster.clusters:
+            backend = await self.cluster.open_member(name, self.faults, crasher, who)
+            cluster = Cluster(
+                backend, store, policy=self.policy, clock=clock, rng=random.Random(self.names.random())
+            )
+            members.append(Member(Seat(name, checkpoints="shared"), cluster))
+        return Fleet(members, store, policy=self.policy, clock=clock, rng=random.Random(self.names.random()))
 
     async def run(self) -> Result:
         await self.cluster.start()
@@ -780,13 +841,16 @@ class _Run:
                 self._dir = Path(tempfile.mkdtemp(prefix="dispatch-sim-store-"))
                 self.store = SqliteStore(self._dir / "records.db", clock=self.clock)
             self.note(f"store: {self.store_kind}")
-            self.user = Cluster(
-                await self.cluster.open(self.faults, None, "user"),
-                self.store,
-                policy=self.policy,
-                clock=self.clock,
-                rng=random.Random(self.names.random()),
-            )
+            if self.cluster.clusters:
+                self.user = await self._fleet(None, "user", self.store, self.clock)
+            else:
+                self.user = Cluster(
+                    await self.cluster.open(self.faults, None, "user"),
+                    self.store,
+                    policy=self.policy,
+                    clock=self.clock,
+                    rng=random.Random(self.names.random()),
+                )
             await self._plant()
             return await self._run()
         finally:
@@ -796,9 +860,9 @@ class _Run:
                 await asyncio.gather(task, return_exceptions=True)
             for sup in [*self.supervisors, *(z[0] for z in self.zombies)]:
                 if sup is not None:
-                    await sup.backend.close()
+                    await _close(sup)
             if self.user is not None:
-                await self.user.backend.close()
+                await _close(self.user)
             await self.cluster.close()
             await self.store.close()
             if self._dir is not None:
@@ -809,7 +873,8 @@ class _Run:
         whose row is corrupt (SQLite: every supervisor must report it and go on with the others)."""
         assert self.user is not None
         spec = self.cluster.spec("sleep 1; exit 0", 1, None)
-        planted = [(self.orphan, "gone-cluster"), (self.corrupt, self.user.cluster_id)]
+        here = self.user.cluster_id if isinstance(self.user, Cluster) else self.user.members[0].seat.identity
+        planted = [(self.orphan, "gone-cluster"), (self.corrupt, here)]
         for job_id, cluster in planted:
             if job_id is None:
                 continue
@@ -827,7 +892,7 @@ class _Run:
             conn.close()
             self.note(f"user: corrupted the row of {self.corrupt}")
 
-    async def _step(self, i: int, sup: Supervisor, now: float) -> StepReport | None:
+    async def _step(self, i: int, sup: Process, now: float) -> StepReport | None:
         """One step of supervisor ``i``, or ``None`` when it crashed or paused mid-step (a zombie)."""
         crasher = self.crashers[i]
         assert crasher is not None
@@ -848,7 +913,7 @@ class _Run:
             return task.result()
         except Crash as crash:
             self.note(f"{sup.holder}: CRASH {crash}")
-            await sup.backend.close()  # the process died: its connections with it
+            await _close(sup)  # the process died: its connections with it
             self.supervisors[i] = None
             self.restart_at[i] = now + self.rng.choice([0.0, 5.0, 40.0])
         except DispatchError as exc:
@@ -856,7 +921,7 @@ class _Run:
             return StepReport(errors=[f"the step failed: {type(exc).__name__}: {exc}"])
         except Exception as exc:
             self.invariants.violate("", f"{sup.holder} raised {type(exc).__name__}: {exc}")
-            await sup.backend.close()
+            await _close(sup)
             self.supervisors[i] = None
             self.restart_at[i] = now
         return None
@@ -870,6 +935,7 @@ class _Run:
             if not self.lease_check:
                 # The deliberately broken variant: the zombie's writes are neither checked against its
                 # lease nor compared-and-swapped (the write computed before the pause lands as is).
+                assert isinstance(sup, Supervisor), "the broken variant runs on one cluster"
                 sup._writer.holder = None
                 cast(FaultyStore, sup.store).blind = True
             crasher.wake.set()
@@ -881,12 +947,15 @@ class _Run:
                 self.invariants.violate("", f"{sup.holder} (woken) raised {type(exc).__name__}: {exc}")
             else:
                 self._noted(sup, report)
-            await sup.backend.close()
+            await _close(sup)
             await self._check()
 
-    def _noted(self, sup: Supervisor, report: StepReport) -> None:
+    def _noted(self, sup: Process, report: StepReport) -> None:
         for a in report.actions:
             self.note(f"{sup.holder}: {a}")
+            for words, hit in _ACTION_HITS:
+                if words in a:
+                    self.faults.hits.add(hit)
         for e in report.errors:
             self.note(f"{sup.holder}: error {e}")
         for u in report.unreadable:  # named once per supervisor, apart from the errors of its actions
@@ -904,7 +973,7 @@ class _Run:
         self.note(f"every supervisor is gone for {length:g} s")
         for i, sup in enumerate(self.supervisors):
             if sup is not None:
-                await sup.backend.close()
+                await _close(sup)
                 self.supervisors[i] = None
             self.planned[i] = None
             self.restart_at[i] = now + length
@@ -1082,6 +1151,7 @@ class _Run:
 ADAPTERS = {
     "memory": "dispatch.simulate:MemoryHarness",
     "kubeflow": "kubeflow_sim_harness:KubeflowHarness",
+    "fleet": "dispatch.simulate_fleet:FleetHarness",
 }
 """The harness each ``--adapter`` names. The Kubeflow one drives kubesim, which ``dispatch`` may not import
 (tests/test_layout.py): it lives beside the Kubeflow tests, in tests/kubeflow/kubeflow_sim_harness.py."""

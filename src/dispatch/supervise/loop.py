@@ -19,13 +19,13 @@ from dispatch import chance, decide, health, metrics
 from dispatch.backend import Backend, Watcher
 from dispatch.clock import Clock, SystemClock
 from dispatch.errors import DispatchError, InvalidError, UnsupportedError
-from dispatch.model import DEFAULT_POLICY, Change, JobRecord, Policy, State
+from dispatch.model import DEFAULT_POLICY, Change, JobRecord, Policy, State, Unreachable
 from dispatch.records import Store
 from dispatch.tally import oldest, tally
 
 from .acting import Acting
 from .folding import Folding
-from .ground import Ground
+from .ground import Ground, Placing
 from .leases import CLAIM_BATCH, Leases
 from .reconcile import Reconciler, UnmatchedPolicy
 from .report import StepReport
@@ -48,7 +48,8 @@ class Supervisor:
     between polls (and between checks of lingering compute), in seconds of ``clock``; ``resync`` how often
     the whole cluster is listed; ``jobs`` restricts it to some job ids (``dispatch run``), ``exclude``
     leaves some alone (records of a cluster that is gone: the CLI's stopped dev cluster); ``capacity``
-    caps how many records it leases at once.
+    caps how many records it leases at once; ``placer`` places each next incarnation in a fleet of clusters
+    (SPEC §15; :class:`dispatch.fleet.Fleet` gives one supervisor per cluster the same placer).
 
     **A fleet.** Over a store with :class:`~dispatch.records.Leasing` (all three dispatch stores), a
     supervisor that looks after every job, without a ``capacity``, is a member of a fleet: at each scan it renews its membership
@@ -78,6 +79,7 @@ class Supervisor:
         exclude: Collection[str] = (),
         claim_batch: int = CLAIM_BATCH,
         rng: random.Random | None = None,
+        placer: Placing | None = None,
     ) -> None:
         if not isinstance(policy, Policy):
             raise InvalidError(f"expected a Policy, got {type(policy).__name__}", path="policy")
@@ -126,7 +128,7 @@ class Supervisor:
         self._closed = False
         self._starting: dict[tuple[str, int], float] = {}  # incarnation -> first seen starting
         # The parts of a step, each of which knows only those before it.
-        ground = Ground(backend, store, self.clock, policy, self.holder)
+        ground = Ground(backend, store, self.clock, policy, self.holder, placer)
         self._view = ClusterView(backend, self.clock)
         self._leases = Leases(
             ground,
@@ -154,6 +156,12 @@ class Supervisor:
             folding=self._folding,
             acting=self._acting,
         )
+
+    @property
+    def unreachable(self) -> Unreachable | None:
+        """Since when, and why, this supervisor has not been able to read its cluster (``None``: its last
+        read succeeded)."""
+        return self._view.reader.unreachable
 
     def __repr__(self) -> str:
         leased = len(self._leases.until)
@@ -189,6 +197,8 @@ class Supervisor:
             else:
                 changes = await self._drain()
             report.changes = len(changes)
+            if changes:
+                self._view.reader.answered()  # the watch delivered: the cluster answers
             # Level, not edge: only the newest reading of each incarnation is folded (what the watch
             # delivered in between says nothing the newest does not, and a fold is a store write).
             latest: dict[str, Change] = {}
@@ -373,6 +383,8 @@ class Supervisor:
             recorder.set("dispatch_jobs_starting_oldest_seconds", oldest(self._starting, now))
         for rec in records:
             if not leases.ours(rec):
+                if rec.job_id in leases:  # handed to another cluster of a fleet (its last write was ours)
+                    await leases.let_go(rec.job_id)
                 continue
             if decide.final(rec, self.policy, now):
                 if rec.job_id in leases or (rec.lease is not None and rec.lease.holder == self.holder):

@@ -8,7 +8,7 @@ from dispatch import health
 from dispatch.backend import Backend, Watcher, compute_gone
 from dispatch.clock import Clock
 from dispatch.model import Capabilities, Handle, JobRecord, Observation
-from dispatch.reader import Reader
+from dispatch.reader import UNREACHABLE_ERRORS, Reader
 
 __all__ = ["ClusterView"]
 
@@ -45,7 +45,12 @@ class ClusterView:
     async def list(self) -> builtins.list[Observation]:
         """The listing kept for this step, or a new one (a cluster that does not answer raises)."""
         if self._listing is None:
-            self._listing = await self.backend.list()
+            try:
+                self._listing = await self.backend.list()
+            except UNREACHABLE_ERRORS as exc:
+                self.reader.note(exc)  # the supervisor's one account of whether its cluster answers
+                raise
+            self.reader.answered()
             health.current().mark("cluster")
         return self._listing
 
