@@ -73,9 +73,10 @@ SQUEUE = ("squeue", "--json", "--states=all")
 REQUEUE_SETTLE = 30.0
 """Seconds a release waits for a held (requeued) running job to leave COMPLETING for PENDING."""
 _SUBMIT = (
-    'mkdir -p -- "${1%/*}" || exit 74; '
     'if mkdir -- "$1" 2>/dev/null; then exec sbatch --parsable; fi; '
-    '[ -d "$1" ] && exit 75; mkdir -- "$1"; exit 74'
+    '[ -d "$1" ] && exit 75; '
+    'mkdir -p -- "${1%/*}" && mkdir -- "$1" || exit 74; '
+    "exec sbatch --parsable"
 )
 """One round trip for a start: make the job's directory, then submit the script (stdin) — or say the
 directory was there already (75: an earlier start of this identity) or could not be made (74)."""

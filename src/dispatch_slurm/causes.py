@@ -235,6 +235,13 @@ RULES: tuple[Rule, ...] = (
         lambda f: f.state == "PREEMPTED",
     ),
     Rule(
+        "FAILED with a reason that never clears (BadConstraints, ...): sbatch refused it",
+        State.FAILED,
+        Cause.INVALID_SPEC,
+        "Slurm refused it as asked (sbatch failed, yet 22.05 keeps the job's record, FAILED)",
+        lambda f: f.state == "FAILED" and f.reason in NEVER_CLEARS,
+    ),
+    Rule(
         "FAILED",
         State.FAILED,
         Cause.EXIT_CODE,

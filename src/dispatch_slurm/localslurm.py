@@ -298,23 +298,10 @@ class LocalSlurm:
                 f"not installed: {', '.join(missing)} (Debian: apt-get install slurmctld slurmd slurm-client munge)"
             )
         self.write_config()
-        munged = _which("munged")
-        assert munged is not None
-        self._run(
-            [
-                munged,
-                f"--socket={self.munge_socket}",
-                f"--key-file={self.root / 'munge' / 'munge.key'}",
-                f"--pid-file={self.root / 'run' / 'munged.pid'}",
-                f"--log-file={self.root / 'log' / 'munged.log'}",
-                f"--seed-file={self.root / 'munge' / 'munged.seed'}",
-                "--force",
-            ]
-        )
-        self._wait(lambda: self.munge_socket.exists(), timeout, "munged to open its socket")
+        self.start_munge(timeout)
         if self.accounting:
             self._start_accounting(timeout)
-        self._run([self._bin("slurmctld"), "-f", str(self.conf)])
+        self.start_controller()
         for n in self.node_names:
             self.start_node(n)
         self._wait(self._all_idle, timeout, "every node to be idle")
@@ -368,6 +355,42 @@ class LocalSlurm:
             if line.startswith("ClusterName=")
         )
         self._run([self._bin("sacctmgr"), "-i", "add", "cluster", cluster])
+
+    def start_munge(self, timeout: float = 60.0) -> None:
+        """Start this cluster's munged (again), and wait for its socket."""
+        self._run(
+            [
+                self._bin("munged"),
+                f"--socket={self.munge_socket}",
+                f"--key-file={self.root / 'munge' / 'munge.key'}",
+                f"--pid-file={self.root / 'run' / 'munged.pid'}",
+                f"--log-file={self.root / 'log' / 'munged.log'}",
+                f"--seed-file={self.root / 'munge' / 'munged.seed'}",
+                "--force",
+            ]
+        )
+        self._wait(lambda: self.munge_socket.exists(), timeout, "munged to open its socket")
+
+    def stop_munge(self) -> None:
+        """Stop this cluster's munged (by its pid) and wait until it is gone: every Slurm command then
+        fails to authenticate ("Munge encode failed")."""
+        self._kill("munged", signal.SIGTERM)
+
+    def start_controller(self) -> None:
+        """Start slurmctld (again): it recovers the jobs from its saved state."""
+        self._run([self._bin("slurmctld"), "-f", str(self.conf)])
+
+    def kill_controller(self) -> None:
+        """SIGKILL slurmctld (by its pid), as a crash would, and wait until it is gone."""
+        self._kill("slurmctld", signal.SIGKILL)
+
+    def _kill(self, daemon: str, sig: signal.Signals) -> None:
+        pid = _read_pid(self._pidfiles()[daemon])
+        if pid is None:
+            raise RuntimeError(f"{daemon} has no pid file")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        self._wait(lambda: not _alive(pid), 30.0, f"{daemon} to end")
 
     def start_node(self, node: str) -> None:
         """Start the slurmd of ``node`` (again)."""
