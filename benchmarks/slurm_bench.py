@@ -127,13 +127,18 @@ def bench_submitit(slurm: LocalSlurm, jobs: int, seconds: float, log: Path) -> d
 
 def slurm_times(slurm: LocalSlurm, since: float, prefix: str) -> tuple[float, float]:
     """(first start, last end) that accounting keeps for the jobs named ``prefix``* submitted since
-    ``since`` (epoch seconds), read outside the shims (not counted)."""
+    ``since`` (epoch seconds), read outside the shims (not counted). submitit takes a job for done once
+    its result file is written, before Slurm has ended it: this waits until accounting has every end."""
     env = {**slurm.env(), "SLURM_TIME_FORMAT": "%s", "PATH": os.defpath}
     argv = ["sacct", "-X", "-P", "-n", "-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 5)),
             "-o", "jobname,start,end"]  # fmt: skip
-    rows = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout.splitlines()
-    spans = [(float(r.split("|")[1]), float(r.split("|")[2])) for r in rows if r.startswith(prefix)]
-    return min(a for a, _ in spans), max(b for _, b in spans)
+    for _ in range(600):
+        rows = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout.splitlines()
+        spans = [r.split("|")[1:3] for r in rows if r.startswith(prefix)]
+        if spans and all(a.isdigit() and b.isdigit() for a, b in spans):
+            return min(float(a) for a, _ in spans), max(float(b) for _, b in spans)
+        time.sleep(0.1)
+    raise RuntimeError(f"accounting never showed every end of {prefix}* jobs")
 
 
 def per_job(commands: dict[str, int], jobs: int) -> str:

@@ -50,7 +50,8 @@ from dispatch_slurm.answers import Failure, answer, failure_of
 from dispatch_slurm.causes import Facts, classify
 from dispatch_slurm.errors import StaleHoldError
 from dispatch_slurm.preflight import ClusterInfo, read_cluster
-from dispatch_slurm.reader import SACCT_FIELDS, SlurmJob, parse_sacct, parse_squeue
+from dispatch_slurm.queries import Queries
+from dispatch_slurm.reader import SlurmJob
 from dispatch_slurm.script import (
     ACCEPTED_EXTENSIONS,
     CANCEL_FILE,
@@ -63,13 +64,11 @@ from dispatch_slurm.script import (
 from dispatch_slurm.settings import HOLD_BASE, Settings, parse_settings
 from dispatch_slurm.transport import CommandLostError, LocalTransport, Result, SshTransport, open_transport
 
-__all__ = ["NAME", "SQUEUE", "SlurmBackend", "factory", "open_backend"]
+__all__ = ["NAME", "SlurmBackend", "factory", "open_backend"]
 
 _log = logging.getLogger(__name__)
 
 NAME = "slurm"
-SQUEUE = ("squeue", "--json", "--states=all")
-"""The one listing every reading starts from: every job Slurm still knows, ended ones included."""
 REQUEUE_SETTLE = 30.0
 """Seconds a release waits for a held (requeued) running job to leave COMPLETING for PENDING."""
 _SUBMIT = (
@@ -81,10 +80,6 @@ _SUBMIT = (
 """One round trip for a start: make the job's directory, then submit the script (stdin) — or say the
 directory was there already (75: an earlier start of this identity) or could not be made (74)."""
 _EXISTED, _NO_DIRECTORY = 75, 74
-_IF_EXISTS = 'if [ -e "$1" ]; then exec cat -- "$1"; fi'
-_TAIL_FROM = 'if [ -e "$2" ]; then exec tail -c "+$1" -- "$2"; fi'
-_TAILS = 'for f in "$1"/node-*.out "$1"/batch.out; do if [ -f "$f" ]; then tail -n "$2" -- "$f"; fi; done'
-_TIME_FORMAT = {"SLURM_TIME_FORMAT": "%s"}  # sacct's End as epoch seconds, whatever the login node's zone
 _HISTORY = 10_000
 _ids = itertools.count(1)
 _CHECK_IDENTITY = Identity("dispatch-capabilities-check")
@@ -172,6 +167,7 @@ class SlurmBackend:
         self.info = info
         self.read_only = read_only
         self.store_id = store_id
+        self.queries = Queries(transport, info)
         self._poller: _Poller | None = None
         self._output_cache: dict[str, tuple[str, ...]] = {}  # Slurm job id → its settled output tail
 
@@ -278,30 +274,8 @@ class SlurmBackend:
 
     # --- reading --------------------------------------------------------------------------------
 
-    async def _run(
-        self, argv: Sequence[str], *, stdin: str | None = None, env: Mapping[str, str] | None = None
-    ) -> Result:
-        return await self.transport.run(argv, stdin=stdin, env=env)
-
-    async def _squeue(self) -> list[SlurmJob]:
-        """Every job Slurm lists (ended ones too, for ``MinJobAge``); ``UnavailableError`` unless it
-        answered completely."""
-        return parse_squeue(answer(await self._run(SQUEUE), "list Slurm's jobs"), self.info.dialect)
-
-    async def _sacct(self, *, ids: Sequence[str] = (), name: str | None = None) -> list[SlurmJob]:
-        """What accounting (or the completion log) keeps of the jobs ``ids`` or named ``name``; ``[]``
-        when the cluster keeps neither; ``UnavailableError`` when it did not answer."""
-        if not (self.info.accounting or self.info.jobcomp) or not (ids or name):
-            return []
-        argv = ["sacct", "-X", "-P", "-n", "--duplicates", "-o", SACCT_FIELDS]
-        if not self.info.accounting:
-            argv.insert(1, "-c")  # the completion log (jobcomp/filetxt), not the database
-        if ids:
-            argv += ["-j", ",".join(ids)]
-        if name:
-            argv += ["--name", name, "--starttime", "2000-01-01"]  # without -j sacct looks at today only
-        what = "read Slurm's accounting" if self.info.accounting else "read Slurm's completion log"
-        return parse_sacct(answer(await self._run(argv, env=_TIME_FORMAT), what))
+    async def _run(self, argv: Sequence[str], *, stdin: str | None = None) -> Result:
+        return await self.transport.run(argv, stdin=stdin)
 
     async def _failure_output(self, identity: Identity, job: SlurmJob, now: float) -> tuple[str, ...]:
         """The last lines of the job's output (every node's, then the batch script's): evidence, and
@@ -312,19 +286,10 @@ class SlurmBackend:
         n = self.settings.output_tail_lines
         if not n:
             return ()
-        directory = job_dir(self.info.workdir, identity)
-        tails = await self._run(["sh", "-c", _TAILS, "dispatch-tail", directory, str(n)])
-        lines = tuple(answer(tails, f"read the output of Slurm job {job.job_id}").splitlines()[-n:])
+        lines = await self.queries.tails(job_dir(self.info.workdir, identity), n)
         if not Facts(job=job, job_ref=job.job_id, now=now, output=lines).settling:
             self._output_cache[job.job_id] = lines
         return lines
-
-    async def _cancelled_by_us(self, identity: Identity) -> bool:
-        """Whether dispatch's cancel file is in the job's directory (``test`` answers 0 or 1)."""
-        found = await self._run(["test", "-e", self._cancel_marker(identity)])
-        if found.returncode not in (0, 1):
-            raise UnavailableError(f"cannot tell who cancelled {identity}: {found.error()}")
-        return found.ok
 
     async def _facts(self, identity: Identity, ref: str, job: SlurmJob | None, now: float) -> Facts:
         marks = naming.parse_comment(job.comment) if job is not None else None
@@ -333,7 +298,7 @@ class SlurmBackend:
             output = await self._failure_output(identity, job, now)
         cancelled_by_us = marks is not None and marks.cancelled
         if job is not None and job.source == "sacct" and job.state == "CANCELLED":
-            cancelled_by_us = await self._cancelled_by_us(identity)
+            cancelled_by_us = await self.queries.exists(self._cancel_marker(identity))
         return Facts(
             job=job,
             job_ref=ref,
@@ -353,13 +318,13 @@ class SlurmBackend:
     async def _find(self, handle: Handle) -> SlurmJob | None:
         """The Slurm job of ``handle``: in squeue, else in sacct (checked to be that incarnation);
         ``None`` only when both answered and neither knows it."""
-        for job in await self._squeue():
+        for job in await self.queries.jobs():
             if job.job_id == handle.ref:
                 marks = naming.parse_comment(job.comment)
                 if marks is None or not marks.identity.same_incarnation(handle.identity):
                     return None  # the id now names another job: ours is gone
                 return job
-        for job in await self._sacct(ids=[handle.ref]):
+        for job in await self.queries.accounted(ids=[handle.ref]):
             if job.job_id == handle.ref and job.name == naming.native_name(handle.identity):
                 return job
         return None
@@ -384,14 +349,14 @@ class SlurmBackend:
         out = []
         listed = set()
         asked = time.time()
-        for job in await self._squeue():
+        for job in await self.queries.jobs():
             marks = self._ours(job)
             if marks is not None:
                 listed.add(job.job_id)
                 out.append(await self._observation(marks.identity, job.job_id, job, asked))
         left = {ref: h for ref, h in (previous or {}).items() if ref not in listed}
         if left:
-            found = {j.job_id: j for j in await self._sacct(ids=sorted(left))}
+            found = {j.job_id: j for j in await self.queries.accounted(ids=sorted(left))}
             for ref, h in left.items():
                 gone = found.get(ref)
                 if gone is not None and gone.name != naming.native_name(h.identity):
@@ -426,7 +391,7 @@ class SlurmBackend:
     async def _existing(self, identity: Identity) -> str | None:
         """The Slurm job id of incarnation ``identity`` if an earlier start submitted it."""
         name = naming.native_name(identity)
-        for job in await self._squeue():
+        for job in await self.queries.jobs():
             marks = naming.parse_comment(job.comment)
             if job.name == name and marks is not None and marks.identity.same_incarnation(identity):
                 if marks.store != self.store_id:
@@ -440,7 +405,7 @@ class SlurmBackend:
                 and marks.identity.same_incarnation(identity)
             ):
                 naming.identity_of(job.as_object())  # raises ConflictError: the name does not match
-        for job in await self._sacct(name=name):
+        for job in await self.queries.accounted(name=name):
             if job.name == name:  # the completion log ignores --name: filter here
                 return job.job_id
         return None
@@ -453,17 +418,14 @@ class SlurmBackend:
         identity = prepared.identity
         _, directory, script = request_of(prepared.request)
         unknown = f"sbatch did not answer: incarnation {identity} may or may not exist"
-        try:
-            result = await self._run(["sh", "-c", _SUBMIT, "dispatch-submit", directory], stdin=script)
-            if result.returncode == _EXISTED:
-                # An earlier start of this identity made the directory: it may have submitted the job.
-                existing = await self._existing(identity)
-                if existing is not None:
-                    _log.info("adopted Slurm job %s for %s", existing, identity)
-                    return _handle(identity, existing, self.cluster_id)
-                result = await self._run(["sbatch", "--parsable"], stdin=script)
-        except CommandLostError as exc:
-            raise OutcomeUnknownError(f"{unknown} ({exc})") from None
+        result = await self._submit(["sh", "-c", _SUBMIT, "dispatch-submit", directory], script, unknown)
+        if result.returncode == _EXISTED:
+            # An earlier start of this identity made the directory: it may have submitted the job.
+            existing = await self._existing(identity)
+            if existing is not None:
+                _log.info("adopted Slurm job %s for %s", existing, identity)
+                return _handle(identity, existing, self.cluster_id)
+            result = await self._submit(["sbatch", "--parsable"], script, unknown)
         if result.returncode == _NO_DIRECTORY:
             raise UnavailableError(f"cannot create the job's directory {directory}: {result.error()}")
         if not result.ok:
@@ -478,6 +440,12 @@ class SlurmBackend:
             raise OutcomeUnknownError(f"sbatch answered {result.stdout.strip()[:80]!r}, not a job id")
         _log.info("submitted Slurm job %s for %s", job_id, identity)
         return _handle(identity, job_id, self.cluster_id)
+
+    async def _submit(self, argv: Sequence[str], script: str, unknown: str) -> Result:
+        try:
+            return await self._run(argv, stdin=script)
+        except CommandLostError as exc:  # sent, and the answer lost: the job may exist
+            raise OutcomeUnknownError(f"{unknown} ({exc})") from None
 
     async def stop(self, handle: Handle) -> None:
         self._check(handle)
@@ -627,8 +595,7 @@ class SlurmBackend:
             return True  # squeue no longer lists it: none of its steps can remain
         if not job.final or job.completing:
             return False
-        steps = answer(await self._run(["squeue", "-h", "-s", "-o", "%i"]), "list Slurm's job steps")
-        return not any(line.split(".")[0] == job.job_id for line in steps.split())
+        return job.job_id not in await self.queries.stepping()
 
     async def wait_ceased(self, handle: Handle) -> None:
         # Slurm tells no one when a job's last process is gone: ask again each interval.
@@ -659,7 +626,7 @@ class SlurmBackend:
         # The node count from the reading, else from the job's directory: an ended job that only the
         # completion log (or nothing) still knows keeps its node files.
         nodes = job.node_count if job is not None else 0
-        if node < 0 or (node >= nodes and not await self._exists(path)):
+        if node < 0 or (node >= nodes and not await self.queries.exists(path)):
             raise NotFoundError(
                 f"incarnation {handle.identity} has {max(nodes, 1)} node(s); there is no node {node}"
             )
@@ -679,8 +646,7 @@ class SlurmBackend:
         while True:
             job = await self._find(handle)
             ended = job is None or (job.final and not job.completing)
-            got = await self._run(["sh", "-c", _TAIL_FROM, "dispatch-follow", str(offset + 1), path])
-            chunk = answer(got, f"read the output of {handle.identity}")
+            chunk = await self.queries.text(path, offset=offset)
             offset += len(chunk.encode())
             pending += chunk
             *done, pending = pending.split("\n")
@@ -692,17 +658,11 @@ class SlurmBackend:
                 return
             await asyncio.sleep(interval)
 
-    async def _exists(self, path: str) -> bool:
-        found = await self._run(["test", "-e", path])
-        if found.returncode not in (0, 1):
-            raise UnavailableError(f"cannot read {path}: {found.error()}")
-        return found.ok
-
     async def _read(self, path: str, job: SlurmJob | None) -> str:
         # A node that runs but has not written yet is given a moment: its first line is on its way.
         text = ""
         for _ in range(30):
-            text = answer(await self._run(["sh", "-c", _IF_EXISTS, "dispatch-cat", path]), f"read {path}")
+            text = await self.queries.text(path)
             if text or job is None or job.state != "RUNNING":
                 return text
             await asyncio.sleep(0.1)
