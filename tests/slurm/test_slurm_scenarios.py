@@ -1,32 +1,31 @@
-"""Each scenario of SPEC §13 on the real local Slurm: the state and cause dispatch reports, with the
-Slurm job id, state, reason and exit code in the evidence."""
+"""Each scenario of SPEC §13 on every Slurm version (``site``: 22.05 here, 24.11 and 26.05 in Debian roots
+over ssh): the state and cause dispatch reports, with the Slurm job id, state, reason and exit code in
+the evidence."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
+from slurm_fixtures import Site
 
 from dispatch import ConflictError, JobSpec
 from dispatch.backend import place
 from dispatch.model import Cause, Identity, Observation, State
 from dispatch_slurm import SlurmBackend, StaleHoldError, open_backend, parse_settings
 from dispatch_slurm.jobs import parse_squeue
-from dispatch_slurm.localslurm import LocalSlurm
 from dispatch_slurm.script import node_output
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest_asyncio.fixture
-async def backend(slurm: LocalSlurm) -> AsyncIterator[SlurmBackend]:
-    raw = {"slurmConf": str(slurm.conf), "workdir": str(slurm.workdir), "pollInterval": "500ms"}
-    b = await open_backend(parse_settings(json.dumps(raw)))
+async def backend(site: Site) -> AsyncIterator[SlurmBackend]:
+    b = await open_backend(parse_settings(json.dumps(site.settings())))
     yield b
     await b.close()
 
@@ -62,10 +61,6 @@ def evidence(obs: Observation, handle: object) -> dict[str, object]:
     return {"reason": ev.reason, "exit": ev.exit_code, "node": ev.node, "output": ev.output}
 
 
-def slurm_cmd(slurm: LocalSlurm, *argv: str) -> str:
-    return subprocess.run(list(argv), env=slurm.env(), capture_output=True, text=True, check=True).stdout
-
-
 async def test_success_on_two_nodes(backend: SlurmBackend) -> None:
     h = await place(backend, sh("echo hello from $NODE_RANK of $WORLD_SIZE", nodes=2), ident("ok"))
     obs = await final(backend, h)
@@ -99,7 +94,7 @@ def _append(path: str, line: str) -> None:
 
 
 async def test_a_memory_message_written_after_the_job_ended_still_names_the_memory(
-    backend: SlurmBackend, slurm: LocalSlurm
+    backend: SlurmBackend, site: Site
 ) -> None:
     """slurmstepd's "exceeded memory limit" can reach the output after Slurm reports the job FAILED (seen
     under load): a SIGKILLed step's job stays running while the line may still come, and is read
@@ -111,7 +106,7 @@ async def test_a_memory_message_written_after_the_job_ended_still_names_the_memo
     assert (ending.state, ending.cause) == (State.RUNNING, Cause.NONE), ending.outcome
     assert "memory" in ending.outcome.evidence[0].message
     _append(
-        node_output(str(slurm.workdir), late.identity, 0),
+        node_output(str(site.cluster.workdir), late.identity, 0),
         f"slurmstepd: error: Step {late.ref}.0 exceeded memory limit (614400 > 524288), being killed",
     )
     obs = await final(backend, late)
@@ -129,7 +124,8 @@ async def test_time_limit(backend: SlurmBackend) -> None:
     assert evidence(obs, h)["reason"] == "TIMEOUT/TimeLimit"
 
 
-async def test_node_failure(backend: SlurmBackend, slurm: LocalSlurm) -> None:
+async def test_node_failure(backend: SlurmBackend, site: Site) -> None:
+    slurm = site.cluster
     h = await place(backend, sh("sleep 600"), ident("node"))
     running = await until(backend, h, lambda o: o.state is State.RUNNING)
     node = running.outcome.evidence[0].node
@@ -144,23 +140,23 @@ async def test_node_failure(backend: SlurmBackend, slurm: LocalSlurm) -> None:
     assert str(ev["reason"]).startswith("NODE_FAIL") and ev["node"] == node
 
 
-async def test_preemption(backend: SlurmBackend, slurm: LocalSlurm) -> None:
+async def test_preemption(backend: SlurmBackend, site: Site) -> None:
     h = await place(backend, sh("sleep 600"), ident("preempt"))
     node = (await until(backend, h, lambda o: o.state is State.RUNNING)).outcome.evidence[0].node
     assert node
-    slurm.preempt(node, seconds=2)
+    site.cluster.preempt(node, seconds=2)
     obs = await final(backend, h)
     assert (obs.state, obs.cause) == (State.FAILED, Cause.PREEMPTED)
     assert evidence(obs, h)["reason"] == "PREEMPTED"
 
 
-async def test_cancel_by_dispatch_and_by_someone_else(backend: SlurmBackend, slurm: LocalSlurm) -> None:
+async def test_cancel_by_dispatch_and_by_someone_else(backend: SlurmBackend, site: Site) -> None:
     ours = await place(backend, sh("sleep 600"), ident("cancel-us"))
     theirs = await place(backend, sh("sleep 600"), ident("cancel-them"))
     await until(backend, ours, lambda o: o.state is State.RUNNING)
     await until(backend, theirs, lambda o: o.state is State.RUNNING)
     await backend.stop(ours)
-    slurm_cmd(slurm, "scancel", theirs.ref)
+    site.slurm("scancel", theirs.ref)
     by_us, by_them = await final(backend, ours), await final(backend, theirs)
     assert (by_us.state, by_us.cause) == (State.CANCELLED, Cause.CANCELLED)
     assert (by_them.state, by_them.cause) == (State.FAILED, Cause.CANCELLED)
@@ -185,7 +181,7 @@ async def test_hold_release_and_a_stale_release(backend: SlurmBackend) -> None:
 
 
 async def test_a_release_right_after_holding_a_running_job_starts_it_again(
-    backend: SlurmBackend, slurm: LocalSlurm
+    backend: SlurmBackend, site: Site
 ) -> None:
     """Holding a running job requeues it, which revokes its launch credential; slurmd refuses a credential
     made in the same second as that revocation and kills the relaunch (FAILED, exit 1: "Job credential
@@ -195,7 +191,7 @@ async def test_a_release_right_after_holding_a_running_job_starts_it_again(
     token = await backend.hold(h)
     held_until = int(time.time())  # the requeue happened at this second or before
     await backend.release(h, token)
-    (job,) = [j for j in parse_squeue(slurm_cmd(slurm, "squeue", "--json")) if j.job_id == h.ref]
+    (job,) = [j for j in parse_squeue(site.slurm("squeue", "--json", "--states=all")) if j.job_id == h.ref]
     assert job.eligible_time > held_until, (job.eligible_time, held_until)
     obs = await until(backend, h, lambda o: o.state is State.RUNNING or o.outcome.terminal)
     assert obs.state is State.RUNNING, obs.outcome
