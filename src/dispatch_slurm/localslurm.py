@@ -31,6 +31,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,7 @@ __all__ = [
     "main",
     "missing_binaries",
     "preempt_node",
+    "wait_state_saved",
 ]
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -290,11 +292,17 @@ class LocalSlurm:
         """Start slurmctld (again: after :meth:`kill_controller`, it recovers its state)."""
         self._run([self._bin("slurmctld"), "-f", str(self.conf)])
 
-    def kill_controller(self) -> int:
-        """A crash of the controller: SIGKILL slurmctld (by its pid). Its pid."""
+    def kill_controller(self, *, saved: bool = True) -> int:
+        """A crash of the controller: SIGKILL slurmctld (by its pid). Its pid.
+
+        ``saved``: first wait until slurmctld has saved the changes made so far (see
+        :func:`wait_state_saved`), so the restarted controller knows what ran; without it, a job
+        started just before the crash comes back PENDING and its node is drained ("Duplicate jobid")."""
         pid = read_pid(self._pidfiles()["slurmctld"])
         if pid is None or not alive(pid):
             raise RuntimeError("slurmctld does not run")
+        if saved:
+            wait_state_saved(self.root / "state", time.time())
         kill_all([pid])
         wait_until(lambda: not alive(pid), 30, "slurmctld to die", self.logs)
         return pid
@@ -384,6 +392,25 @@ class LocalSlurm:
 
     def _all_idle(self) -> bool:
         return all_idle(self.run, self.node_names)
+
+
+SAVE_MAX_WAIT = 5.0
+"""slurmctld saves a change of its state at most this many seconds later (``SAVE_MAX_WAIT`` of
+slurmctld/state_save.c), checking for work every second."""
+
+
+def wait_state_saved(state: Path, since: float) -> None:
+    """Wait until slurmctld has written its job state (``state/job_state``) after ``since`` (epoch
+    seconds), or until it must have written whatever changed before: ``SAVE_MAX_WAIT`` and its poll
+    later. Saving is not a command slurmctld takes; its file's time is what shows."""
+    deadline = since + SAVE_MAX_WAIT + 1.5
+    while time.time() < deadline:
+        try:
+            if (state / "job_state").stat().st_mtime > since:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
 
 
 def all_idle(run: Runner, nodes: Sequence[str]) -> bool:

@@ -58,7 +58,7 @@ from dispatch_slurm.daemons import (
 )
 from dispatch_slurm.debroot import slurm_version
 from dispatch_slurm.localdb import LocalDb
-from dispatch_slurm.localslurm import all_idle, preempt_node
+from dispatch_slurm.localslurm import all_idle, preempt_node, wait_state_saved
 
 __all__ = ["RootSlurm", "main"]
 
@@ -327,9 +327,12 @@ class RootSlurm:
         """Start slurmctld (again: after :meth:`kill_controller`, it recovers its saved state)."""
         self._must("slurmctld", "-f", str(self.conf))
 
-    def kill_controller(self) -> int:
-        """A crash of the controller: SIGKILL slurmctld (by its pid). Its pid."""
+    def kill_controller(self, *, saved: bool = True) -> int:
+        """A crash of the controller: SIGKILL slurmctld (by its pid). Its pid. ``saved``: first wait
+        until slurmctld has saved the changes made so far (:func:`~dispatch_slurm.localslurm.wait_state_saved`)."""
         pid = self._pid("slurmctld")
+        if saved:
+            wait_state_saved(self.dir / "state", time.time())
         kill_all([pid])
         wait_until(lambda: not alive(pid), 30, "slurmctld to die", self.logs)
         return pid
@@ -345,7 +348,7 @@ class RootSlurm:
         pid = self._pid(f"slurmd-{node}")
         kill_all([pid])
         doomed = []
-        for proc in self._namespace_processes():
+        for proc in self.processes():
             try:
                 cmdline = Path(f"/proc/{proc}/cmdline").read_bytes().replace(b"\0", b" ")
                 environ = Path(f"/proc/{proc}/environ").read_bytes().split(b"\0")
@@ -404,7 +407,7 @@ class RootSlurm:
                 terminate(pid, timeout)
         keeper = self.keeper()
         if keeper is not None:
-            left = [p for p in self._namespace_processes() if p != keeper]
+            left = [p for p in self.processes() if p != keeper]
             kill_all(descendants(left))
             kill_all([keeper])
             deadline = time.monotonic() + timeout
@@ -413,7 +416,7 @@ class RootSlurm:
         if self.accounting:
             self.db.stop(timeout)
 
-    def _namespace_processes(self) -> list[int]:
+    def processes(self) -> list[int]:
         """Every process in the cluster's mount namespace (the daemons, the jobs' slurmstepd and
         tasks, the commands run inside), by the namespace's identity, not by name: other clusters run
         the same programs from the same root."""
