@@ -174,6 +174,7 @@ PURE = (
     "dispatch_kubeflow/trainjob.py",
     "dispatch_slurm/behaviour.py",
     "dispatch_slurm/causes.py",
+    "dispatch_slurm/clusterconf.py",
     "dispatch_slurm/jobs.py",
     "dispatch_slurm/naming.py",
     "dispatch_slurm/script.py",
