@@ -214,6 +214,7 @@ class RootSlurm:
             dbd_conf = d / "slurmdbd.conf"
             dbd_conf.write_text(slurmdbd_conf(self.layout, dbd_port=dbd, db_port=db))
             dbd_conf.chmod(0o600)
+            (d / "dbd-port").write_text(str(dbd))
             (d / "db-port").write_text(str(db))
         self._write_ssh(ssh)
 
@@ -276,13 +277,7 @@ class RootSlurm:
         if self.accounting:
             self.db.start(timeout)
             self._must("slurmdbd")
-            dbd = int(
-                next(
-                    x.split("=")[1]
-                    for x in self.conf.read_text().split()
-                    if x.startswith("AccountingStoragePort=")
-                )
-            )
+            dbd = int(self._read("dbd-port"))
             wait_until(lambda: port_busy(dbd), timeout, "slurmdbd to listen", self.logs)
             self._must("sacctmgr", "-i", "add", "cluster", CLUSTER_NAME)
         self.start_controller()
