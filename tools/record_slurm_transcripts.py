@@ -8,12 +8,13 @@ commands), and writes ``tests/slurm/transcripts/<version>/<scenario>.json``:
 - ``squeue``: the job's entry of ``squeue --json`` (``squeue_argv``: with ``--states=all`` from 23.02 on,
   whose squeue applies its default state filter to ``--json`` too), taken at the end, or at the moment
   the scenario shows its state (``suspended``, ``held_after_requeue``: a later listing shows another);
-- ``sacct``: the job's line of the completion log (``sacct -c -X -P -n --duplicates``), what a cluster
+- ``sacct``: the job's line of the completion log (``sacct -c -X -P -n --duplicates``, with
+  ``SLURM_TIME_FORMAT=%s`` as the adapter runs it), what a cluster
   without a database answers; ``sacct_db``: its line of the same ``sacct`` without ``-c`` (slurmdbd), and
   ``sacct_json``: its entries of ``sacct --json``, what a real site answers;
 - ``output``: the last lines of its batch and node output files.
 
-and ``<version>/scontrol-show-config.txt`` (what opening reads). Run it after a Slurm upgrade:
+and ``<version>/scontrol-show-config.accounting.txt`` (what opening reads, on a cluster with accounting). Run it after a Slurm upgrade:
 ``python tools/record_slurm_transcripts.py [22.05 24.11 26.05]`` (about three minutes per version: the
 time limit scenario waits for Slurm's once-a-minute check).
 """
@@ -35,8 +36,8 @@ from dispatch.backend import place
 from dispatch.model import Handle, Identity
 from dispatch_slurm import SlurmBackend, open_backend, parse_settings
 from dispatch_slurm.debroot import RELEASES, find_root, slurm_version
-from dispatch_slurm.jobs import SACCT_FIELDS
 from dispatch_slurm.localslurm import LocalSlurm
+from dispatch_slurm.reader import SACCT_FIELDS
 from dispatch_slurm.rootslurm import RootSlurm
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "slurm" / "transcripts"
@@ -150,12 +151,23 @@ class Recorder:
     def write(self, out: Path) -> None:
         time.sleep(2)  # the last ends reach the completion log and the database
         queue = self.listing()
-        fields = ["-X", "-P", "-n", "--duplicates", "-o", SACCT_FIELDS]
-        jobcomp = _lines(self.run("sacct", "-c", *fields))
-        database = _lines(self.run("sacct", *fields))
+        # End as the adapter reads it: epoch seconds, whatever the login node's zone.
+        fields = [
+            "env",
+            "SLURM_TIME_FORMAT=%s",
+            "sacct",
+            "-X",
+            "-P",
+            "-n",
+            "--duplicates",
+            "-o",
+            SACCT_FIELDS,
+        ]
+        jobcomp = _lines(self.run(*fields, "-c"))
+        database = _lines(self.run(*fields))
         accounted = json.loads(self.run("sacct", "--json"))["jobs"]
         out.mkdir(parents=True, exist_ok=True)
-        (out / "scontrol-show-config.txt").write_text(self.run("scontrol", "show", "config"))
+        (out / "scontrol-show-config.accounting.txt").write_text(self.run("scontrol", "show", "config"))
         recorded = f"Slurm {self.backend.info.version}, {time.strftime('%Y-%m-%d')}"
         for name, (identity, ref) in self.jobs.items():
             directory = self.cluster.workdir / self.backend.native_name(identity)

@@ -107,3 +107,16 @@ def test_a_preempted_job_is_requeued_and_succeeds_at_incarnation_2(tmp_path: Pat
     out = done.stdout
     assert "pre-1@1.0" in out and "PREEMPTED" in out and "failed  (preempted)" in out, out
     assert "outcome: succeeded / none  (pre-1@2.1)" in out, out
+
+
+def test_logs_of_a_finished_two_node_job_print_each_node(tmp_path: Path, site: Site) -> None:
+    """`dispatch logs` printed node 0, then "there is no node 1" (exit 1) once the job had ended: the
+    node count came from a reading the ended job no longer had (24.11)."""
+    job = tmp_path / "two.yaml"
+    job.write_text("command: [sh, -c, 'echo hello from $NODE_RANK']\nnodes: 2\n")
+    cfg = str(config(tmp_path, site, scripts=False))
+    done = dispatch(tmp_path, "run", str(job), "--job-id", "two-nodes", "--config", cfg)
+    assert done.returncode == 0, done.stdout + done.stderr
+    logs = dispatch(tmp_path, "logs", "two-nodes", "--config", cfg)
+    assert logs.returncode == 0, logs.stdout + logs.stderr
+    assert logs.stdout.splitlines() == ["[node 0] hello from 0", "[node 1] hello from 1"], logs.stdout
