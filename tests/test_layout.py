@@ -175,6 +175,7 @@ PURE = (
     "dispatch_slurm/answers.py",
     "dispatch_slurm/behaviour.py",
     "dispatch_slurm/causes.py",
+    "dispatch_slurm/clusterconf.py",
     "dispatch_slurm/naming.py",
     "dispatch_slurm/reader.py",
     "dispatch_slurm/script.py",
