@@ -52,10 +52,11 @@ Timed from the job's end, so a process that first reads the job later does not w
 OOM_MARKERS = ("exceeded memory limit", "oom-kill", "out of memory")
 _SIGKILL = 9
 _STEP_CANCELLED = re.compile(
-    r"\*\*\* STEP (?P<step>\d+\.\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)(?P<due> DUE TO [^*]*)? \*\*\*"
+    r"\*\*\* STEP (?P<step>\d+\.\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)(?: DUE [Tt][Oo] (?P<due>[^*]*?))? \*\*\*"
 )
-"""slurmstepd's line for a step it was told to cancel; ``DUE TO`` names Slurm's own reasons (time limit,
-preemption), a line without it is an ``scancel`` of the step (or srun's own ``--kill-on-bad-exit``)."""
+"""slurmstepd's line for a step it was told to cancel. ``DUE TO`` names Slurm's own reasons (time limit,
+preemption, node failure, requeue, a failed task); a signal (``scancel`` of the step) is the line with
+no reason up to 24.11, ``DUE to SIGNAL Killed`` from 26.05 on."""
 _TASK_EXITED = re.compile(r": tasks? [0-9,\-]+: Exited with exit code (\d+)")
 """srun's line for tasks that exited by themselves ("srun: error: n1: task 0: Exited with exit code 3")."""
 
@@ -132,12 +133,14 @@ def _killed(job: SlurmJob) -> bool:
 def cancelled_step(output: tuple[str, ...]) -> str | None:
     """The step someone cancelled (``scancel JOB.STEP``) as its output tells it (``"12.0 on n1 at
     2026-12-06T12:18:17"``), or ``None``. Not Slurm's own cancels (``DUE TO TIME LIMIT``, ``DUE TO
-    PREEMPTION``), not a memory kill (its message comes first), and not srun's ``--kill-on-bad-exit``
-    after a task exited non-zero (24.11 prints the same line for the tasks it stops then)."""
+    PREEMPTION``...), not a memory kill (its message comes first), and not srun's ``--kill-on-bad-exit``
+    after a task exited non-zero (24.11 prints the same line for the tasks it stops then, 26.05 ``DUE
+    TO TASK FAILURE``)."""
     if _oom_in_output(output) or _task_exit(output) is not None:
         return None
     for line in output:
-        if (m := _STEP_CANCELLED.search(line)) is not None and not m.group("due"):
+        m = _STEP_CANCELLED.search(line)
+        if m is not None and (m.group("due") is None or m.group("due").startswith("SIGNAL")):
             return f"{m.group('step')} on {m.group('node')} at {m.group('at')}"
     return None
 

@@ -41,75 +41,116 @@ def doc(path: Path) -> dict[str, Any]:
     return data
 
 
-# --- what each version says in each scenario ---------------------------------------------------------
+# --- what each version says in each scenario ----------------------------------------------------------
 
-# scenario → (state, cause, exit code in the evidence, the evidence's reason), per version where they
-# differ: 24.11 says NODE_FAIL's end was a SIGHUP (no exit code), 22.05 a raw status of 0.
+VERSIONS = ("22.05", "24.11", "26.05")
+DIALECTS = {v: dialect_of(v) for v in VERSIONS}
+
+# scenario → (state, cause, exit code in the evidence, the evidence's reason). Where versions differ, the
+# differences are Slurm's: 22.05 reports NODE_FAIL and someone's cancel with a raw status of 0, later
+# versions a SIGHUP (no exit code) and the batch script's 143.
 EXPECTED: dict[str, tuple[State, Cause, int | None, str]] = {
     "completed": (State.SUCCEEDED, Cause.NONE, 0, "COMPLETED"),
     "exit3_two_nodes": (State.FAILED, Cause.EXIT_CODE, 3, "FAILED/NonZeroExitCode"),
+    "over_memory": (State.FAILED, Cause.OUT_OF_MEMORY, 137, "FAILED/NonZeroExitCode"),
     "timeout": (State.FAILED, Cause.TIMEOUT, 143, "TIMEOUT/TimeLimit"),
-    "node_fail": (State.FAILED, Cause.NODE_LOST, 0, "NODE_FAIL/NodeDown"),
+    "node_fail": (State.FAILED, Cause.NODE_LOST, None, "NODE_FAIL/NodeDown"),
+    "preempted": (State.FAILED, Cause.PREEMPTED, 143, "PREEMPTED"),
     "cancelled_by_dispatch": (State.CANCELLED, Cause.CANCELLED, None, "CANCELLED"),
-    "cancelled_by_someone": (State.FAILED, Cause.CANCELLED, 0, "CANCELLED"),
+    "cancelled_by_someone": (State.FAILED, Cause.CANCELLED, 143, "CANCELLED"),
+    "step_cancelled_by_someone": (State.FAILED, Cause.CANCELLED, 137, "FAILED/NonZeroExitCode"),
+    "suspended": (State.RUNNING, Cause.NONE, None, "SUSPENDED"),
     "held_by_dispatch": (State.HELD, Cause.NONE, None, "PENDING/BeginTime"),
+    "held_after_requeue": (State.HELD, Cause.NONE, None, "PENDING"),
     "running": (State.RUNNING, Cause.NONE, None, "RUNNING"),
 }
-ON_24_11 = {"node_fail": None, "cancelled_by_someone": 143}  # the exit codes 24.11 reports instead
+ON_22_05 = {"node_fail": 0, "cancelled_by_someone": 0}
+RECORDED = [(v, n) for v in VERSIONS for n in sorted(EXPECTED) if (TRANSCRIPTS / v / f"{n}.json").exists()]
 
 
-def replay_22_05(name: str) -> tuple[Facts, dict[str, Any]]:
-    record = doc(TRANSCRIPTS / f"{name}.json")
-    (job,) = parse_squeue(json.dumps({"jobs": [record["squeue"]]}), V22)
-    facts = Facts(
+def recorded(version: str, name: str) -> dict[str, Any]:
+    """A scenario as tools/record_slurm_transcripts.py recorded it on a real Slurm ``version``."""
+    return doc(TRANSCRIPTS / version / f"{name}.json")
+
+
+def facts_of(version: str, record: dict[str, Any], job: Any, *, now: float | None = None) -> Facts:
+    """The facts of a recorded job, read ``now`` (default: an hour after its end, or at its submission)."""
+    if now is None:
+        now = float(job.end_time + 3600 if job.end_time else number(record["squeue"]["submit_time"]) or 0)
+    return Facts(
         job=job,
         job_ref=job.job_id,
-        now=float(record["squeue"]["submit_time"]),
+        now=now,
         cancelled_by_us=(m := parse_comment(job.comment)) is not None and m.cancelled,
-        output=tuple(record["output"]) if job.state == "FAILED" else (),
+        output=tuple(record["output"]) if job.state in ("FAILED", "OUT_OF_MEMORY") else (),
     )
-    return facts, record["squeue"]
 
 
-def replay_24_11(name: str) -> tuple[Facts, dict[str, Any]]:
-    pick = doc(TRANSCRIPTS / "24.11" / "picks.json")[name]
-    answered = (TRANSCRIPTS / "24.11" / pick.get("file", "squeue-json-t-all.ended.json")).read_text()
-    (job,) = [j for j in parse_squeue(answered, V24) if j.job_id == str(pick["job"])]
-    (raw,) = [e for e in json.loads(answered)["jobs"] if e["job_id"] == pick["job"]]
-    facts = Facts(
-        job=job,
-        job_ref=job.job_id,
-        now=float(number(raw["submit_time"]) or 0),
-        cancelled_by_us=(m := parse_comment(job.comment)) is not None and m.cancelled,
-        output=tuple(pick.get("output", ())),
-    )
-    return facts, raw
+def test_every_version_recorded_every_scenario() -> None:
+    assert len(RECORDED) == len(VERSIONS) * len(EXPECTED), sorted(set(EXPECTED) - {n for _, n in RECORDED})
 
 
-@pytest.mark.parametrize("version", ["22.05", "24.11"])
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize(("version", "name"), RECORDED)
 def test_each_version_reads_each_scenario_as_section_13_says(version: str, name: str) -> None:
-    facts, raw = (replay_22_05 if version == "22.05" else replay_24_11)(name)
-    outcome = classify(facts)
+    record = recorded(version, name)
+    (job,) = parse_squeue(json.dumps({"jobs": [record["squeue"]]}), DIALECTS[version])
+    outcome = classify(facts_of(version, record, job))
     state, cause, exit_code, reason = EXPECTED[name]
-    if version == "24.11":
-        exit_code = ON_24_11.get(name, exit_code)
+    if version == "22.05":
+        exit_code = ON_22_05.get(name, exit_code)
     assert (outcome.state, outcome.cause) == (state, cause), outcome
     (ev,) = outcome.evidence
-    assert ev.kind == "SlurmJob" and ev.name == str(number(raw["job_id"]))
-    assert (ev.reason, ev.exit_code) == (reason, exit_code)
-    assert ev.node == (raw["nodes"] or None)
+    assert ev.kind == "SlurmJob" and ev.name == str(number(record["squeue"]["job_id"]))
+    assert ev.reason.startswith(reason) and ev.exit_code == exit_code, ev
+    assert ev.node == (record["squeue"]["nodes"] or None)
+    if name == "step_cancelled_by_someone":
+        assert f"step {job.job_id}.0 on n" in ev.message, ev.message
+
+
+def _with_end(line: str, end: int | None) -> str:
+    """A recorded sacct line in SACCT_FIELDS' order: recordings made before ``End`` was read lack it."""
+    fields = line.split("|")
+    return line if len(fields) >= 9 else "|".join([*fields[:7], str(end or ""), *fields[7:]])
+
+
+ENDED = [
+    (v, n)
+    for v, n in RECORDED
+    if recorded(v, n)["sacct"] and EXPECTED[n][0] not in (State.RUNNING, State.HELD)
+]
+
+
+@pytest.mark.parametrize(("version", "name"), ENDED)
+def test_each_version_reads_the_completion_log_after_the_queue_forgot_the_job(
+    version: str, name: str
+) -> None:
+    """Text sacct keeps exit:signal (3:0, 0:1) that 22.05's sacct --json loses; the completion log keeps
+    no comment (who cancelled comes from dispatch's cancel file: without it, someone else did). Jobs
+    recorded while they ran or were held have the line of how the recording ended them: not replayed."""
+    record = recorded(version, name)
+    end = record["squeue"].get("end_time")
+    (job,) = parse_sacct(_with_end(record["sacct"], number(end)))
+    assert job.job_id == str(number(record["squeue"]["job_id"])) and job.source == "sacct"
+    outcome = classify(facts_of(version, record, job, now=float((job.end_time or 0) + 3600)))
+    state, cause, _, _ = EXPECTED[name]
+    if name == "cancelled_by_dispatch":
+        state = State.FAILED
+    assert (outcome.state, outcome.cause) == (state, cause), outcome
+    if name == "exit3_two_nodes":
+        assert outcome.evidence[0].exit_code == 3
 
 
 def test_the_24_11_exit_code_object_and_the_22_05_raw_status_read_alike() -> None:
     """22.05's 768 is exit 3; 24.11's {status: ERROR, return_code: 3} is exit 3; 24.11's NODE_FAIL
     {status: SIGNALED, signal: {id: 1, name: HUP}} is signal 1 and no exit code."""
-    (old,) = parse_squeue(json.dumps({"jobs": [doc(TRANSCRIPTS / "exit3_two_nodes.json")["squeue"]]}), V22)
-    assert (old.exit_code, old.signal) == (3, None)
-    ended = {
-        j.job_id: j
-        for j in parse_squeue((TRANSCRIPTS / "24.11" / "squeue-json-t-all.ended.json").read_text(), V24)
-    }
+    old = recorded("22.05", "exit3_two_nodes")["squeue"]
+    assert old["exit_code"] == 36608  # srun stopped the other task: 143 (the evidence takes srun's 3)
+    (job,) = parse_squeue(json.dumps({"jobs": [old]}), V22)
+    assert (job.exit_code, job.signal) == (143, None)
+    (job,) = parse_squeue(json.dumps({"jobs": [{**old, "exit_code": 768}]}), V22)
+    assert (job.exit_code, job.signal) == (3, None)
+    listed = (TRANSCRIPTS / "24.11" / "squeue-json-t-all.ended.json").read_text()
+    ended = {j.job_id: j for j in parse_squeue(listed, V24)}
     assert (ended["1"].exit_code, ended["1"].signal) == (3, None)
     assert (ended["14"].exit_code, ended["14"].signal) == (None, 1)
     assert ended["5"].end_time == 1796551752 and ended["5"].node_count == 2
@@ -132,24 +173,14 @@ def test_a_running_job_held_by_dispatch_on_24_11_is_held_with_its_restart() -> N
     assert outcome.state is State.HELD
 
 
-@pytest.mark.parametrize("version", ["22.05", "24.11"])
-def test_the_completion_log_reads_alike_on_both_versions(version: str) -> None:
-    """Text sacct -c keeps exit:signal (3:0, 0:1) that sacct --json of 22.05 loses. These recordings
-    predate the End column: it is added empty here, where SACCT_FIELDS puts it (before the comment)."""
-    if version == "22.05":
-        lines = [doc(p)["sacct"] for p in sorted(TRANSCRIPTS.glob("*.json")) if doc(p)["sacct"]]
-    else:
-        lines = (TRANSCRIPTS / "24.11" / "sacct-c-P.all.txt").read_text().splitlines()
-    text = "\n".join("|".join([*line.split("|")[:7], "", *line.split("|")[7:]]) for line in lines)
-    jobs = {j.job_id: j for j in parse_sacct(text)}
-    assert all(j.source == "sacct" and j.state in BASE_STATES for j in jobs.values())
-    if version == "22.05":
-        assert (jobs["2"].state, jobs["2"].exit_code) == ("FAILED", 3)
-    else:
-        assert "JobID" not in jobs  # the header line of a recording without -n
-        assert (jobs["1"].state, jobs["1"].exit_code) == ("FAILED", 3)
-        assert (jobs["14"].state, jobs["14"].exit_code, jobs["14"].signal) == ("NODE_FAIL", None, 1)
-        assert jobs["18"].state == "COMPLETED"  # the last attempt of a requeued job wins
+def test_the_24_11_completion_log_with_its_header_and_a_requeued_job() -> None:
+    """The recording has sacct's header line (recorded without -n) and both attempts of a requeued job."""
+    lines = (TRANSCRIPTS / "24.11" / "sacct-c-P.all.txt").read_text().splitlines()
+    jobs = {j.job_id: j for j in parse_sacct("\n".join(_with_end(line, None) for line in lines))}
+    assert "JobID" not in jobs and all(j.state in BASE_STATES for j in jobs.values())
+    assert (jobs["1"].state, jobs["1"].exit_code) == ("FAILED", 3)
+    assert (jobs["14"].state, jobs["14"].exit_code, jobs["14"].signal) == ("NODE_FAIL", None, 1)
+    assert jobs["18"].state == "COMPLETED"  # the last attempt of a requeued job wins
 
 
 def test_sacct_end_is_read_as_epoch_seconds_and_cancelled_by_keeps_who() -> None:

@@ -1,5 +1,5 @@
-"""The rendezvous works with a real program (SPEC §13): on the local Slurm, a job of two nodes and two
-processes per node follows torch.distributed's environment conventions — every process reaches the
+"""The rendezvous works with a real program (SPEC §13), on every Slurm version: a job of two nodes and
+two processes per node follows torch.distributed's environment conventions — every process reaches the
 master at MASTER_ADDR:MASTER_PORT over TCP, with its RANK, LOCAL_RANK, NODE_RANK and WORLD_SIZE. The
 master's address is node 0's NodeAddr (here 127.0.0.1), not its NodeName (n1 resolves nowhere)."""
 
@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
+from slurm_fixtures import Site
 
 from dispatch import JobSpec
 from dispatch.backend import place
 from dispatch.model import Identity, State
 from dispatch_slurm import SlurmBackend, open_backend, parse_settings
-from dispatch_slurm.localslurm import LocalSlurm
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -52,16 +53,21 @@ else:
 
 
 @pytest_asyncio.fixture
-async def backend(slurm: LocalSlurm) -> AsyncIterator[SlurmBackend]:
-    raw = {"slurmConf": str(slurm.conf), "workdir": str(slurm.workdir), "pollInterval": "500ms"}
-    b = await open_backend(parse_settings(json.dumps(raw)))
+async def backend(site: Site) -> AsyncIterator[SlurmBackend]:
+    b = await open_backend(parse_settings(json.dumps(site.settings())))
     yield b
     await b.close()
 
 
-async def test_processes_on_two_nodes_meet_at_master_addr_and_port(backend: SlurmBackend) -> None:
-    spec = JobSpec(command=("python3", "-c", PROGRAM), nodes=2, procs_per_node=2)
-    h = await place(backend, spec, Identity("rendezvous"))
+async def test_processes_on_two_nodes_meet_at_master_addr_and_port(backend: SlurmBackend, site: Site) -> None:
+    # A port of its own: the clusters of parallel test workers share this host, and job ids (so the
+    # default port, 29500 + the id) repeat across them.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"MASTER_PORT": str(port)}
+    spec = JobSpec(command=("python3", "-c", PROGRAM), nodes=2, procs_per_node=2, env=env)
+    h = await place(backend, spec, Identity(f"rendezvous-{site.version}"))
     async with asyncio.timeout(180):
         while True:
             obs = await backend.observe(h)
@@ -71,12 +77,18 @@ async def test_processes_on_two_nodes_meet_at_master_addr_and_port(backend: Slur
     node0 = [line async for line in backend.output(h, node=0)]
     node1 = [line async for line in backend.output(h, node=1)]
     assert obs.state is State.SUCCEEDED, (obs.outcome, node0, node1)
-    port = 29500 + int(h.ref) % 20000
+    first = site.slurm("scontrol", "show", "hostnames", obs.outcome.evidence[0].node or "").split()[0]
+    (addr,) = [
+        w.split("=", 1)[1]
+        for w in site.slurm("scontrol", "-o", "show", "node", first).split()
+        if w.startswith("NodeAddr=")
+    ]
+    assert addr != first  # the NodeName resolves nowhere but in Slurm: the address is what the nodes reach
     (master,) = [line for line in node0 if "master" in line]
-    assert master == f"rank=0 local=0 node=0 world=4 master at 127.0.0.1:{port} met [1, 2, 3]"
+    assert master == f"rank=0 local=0 node=0 world=4 master at {addr}:{port} met [1, 2, 3]"
     others = sorted(line for line in node0 + node1 if "welcome" in line)
     assert others == [
-        f"rank=1 local=1 node=0 world=4 welcome from 127.0.0.1:{port}",
-        f"rank=2 local=0 node=1 world=4 welcome from 127.0.0.1:{port}",
-        f"rank=3 local=1 node=1 world=4 welcome from 127.0.0.1:{port}",
+        f"rank=1 local=1 node=0 world=4 welcome from {addr}:{port}",
+        f"rank=2 local=0 node=1 world=4 welcome from {addr}:{port}",
+        f"rank=3 local=1 node=1 world=4 welcome from {addr}:{port}",
     ]

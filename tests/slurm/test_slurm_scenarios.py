@@ -334,7 +334,7 @@ async def test_a_requeue_by_slurm_or_an_admin_is_a_restart_in_place(site: Site, 
 
 
 async def test_a_start_is_one_round_trip_and_looks_up_only_after_an_earlier_attempt(
-    backend: SlurmBackend, slurm: LocalSlurm
+    backend: SlurmBackend,
 ) -> None:
     """One `sh -c` makes the job's directory and submits (no --test-only, no identity lookup, no mkdir
     of its own); a start that finds the directory made (an earlier attempt) looks the identity up, and
@@ -346,7 +346,7 @@ async def test_a_start_is_one_round_trip_and_looks_up_only_after_an_earlier_atte
     again = await place(backend, sh("sleep 1"), h.identity)  # as after a crash before the handle was kept
     assert again == h
     tried = ident("tried-before")
-    Path(node_output(str(slurm.workdir), tried, 0)).parent.mkdir(parents=True)  # an attempt that failed
+    Path(node_output(backend.info.workdir, tried, 0)).parent.mkdir(parents=True)  # an attempt that failed
     started = await place(backend, sh("sleep 1"), tried)
     assert (await final(backend, started)).state is State.SUCCEEDED
     assert (await final(backend, h)).state is State.SUCCEEDED

@@ -89,6 +89,7 @@ def test_the_script_carries_the_identity_and_the_rendezvous() -> None:
     for line in ("--nodes=2", "--ntasks-per-node=4", "--time=2", "--no-requeue", "--export=NONE"):
         assert line in script
     assert "WORLD_SIZE=8" in script and "MASTER_ADDR=" in script and "NODE_RANK=$SLURM_NODEID" in script
+    assert 'MASTER_PORT="${MASTER_PORT:-$(( 29500 + SLURM_JOB_ID % 20000 ))}"' in script
     assert "'0.1 0.2'" in script  # each argument quoted once
     held = build_request(
         spec, Identity("train-7"), parse_settings(b"{}"), workdir="/w", store_id="s1", held=True
