@@ -227,8 +227,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("versions", nargs="*", default=list(VERSIONS), choices=VERSIONS)
-    for version in parser.parse_args(argv).versions:
+    parser.add_argument("versions", nargs="*", help=f"of {', '.join(VERSIONS)} (default: every one)")
+    versions = parser.parse_args(argv).versions or list(VERSIONS)
+    unknown = [v for v in versions if v not in VERSIONS]
+    if unknown:
+        parser.error(f"no cluster of Slurm {', '.join(unknown)}: choose from {', '.join(VERSIONS)}")
+    for version in versions:
         asyncio.run(record(version))
     return 0
 
