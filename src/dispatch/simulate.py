@@ -705,6 +705,124 @@ class Result:
     """The fault kinds the run hit."""
 
 
+class _User:
+    """The user's side of a run: the jobs submitted (each acknowledged once its record exists), and the
+    other operations — cancel, hold (released later), resubmit, purge, forget the gone cluster's record —
+    through the user's own :class:`Cluster` or :class:`Fleet` (``client``, opened by the run)."""
+
+    def __init__(
+        self,
+        submits: list[tuple[float, str, JobSpec, Policy | None]],
+        *,
+        ops: bool,
+        orphan: str | None,
+        extra: random.Random,
+        invariants: Invariants,
+        note: Callable[[str], None],
+    ) -> None:
+        self.submits = submits
+        self.ops = ops  # user operations: hold/release, resubmit, purge
+        self.orphan = orphan  # a record of a gone cluster: forget it
+        self.extra = extra
+        self.invariants = invariants
+        self.note = note
+        self.client: Cluster | Fleet | None = None
+        self.store: Store = MemoryStore()
+        self.acked: set[str] = set()
+        self.held: dict[str, float] = {}  # job id -> when the user releases it
+        self.purged: set[str] = set()
+
+    def opened(self, client: Cluster | Fleet, store: Store) -> None:
+        self.client, self.store = client, store
+
+    async def cancel_one(self, rng: random.Random) -> None:
+        """Now and then, cancel one of the jobs."""
+        assert self.client is not None
+        if rng.random() < 0.03 and self.acked - self.purged:
+            job_id = rng.choice(sorted(self.acked - self.purged))
+            await self._do(f"cancel {job_id}", self.client.cancel(job_id))
+
+    async def submissions(self, now: float) -> None:
+        """Submit each job whose time has come and that is not acknowledged yet."""
+        assert self.client is not None
+        for at, job_id, spec, own in self.submits:
+            if job_id in self.acked or now < T0 + at:
+                continue
+            try:
+                await self.client.submit(spec, job_id=job_id, policy=own)
+                self.note(f"user: submitted {job_id}")
+            except DispatchError as exc:
+                self.note(f"user: submit {job_id}: {type(exc).__name__}: {exc}")
+            try:
+                await self.store.get(job_id)
+                self.acked.add(job_id)  # the record exists: the submission was acknowledged
+            except DispatchError:
+                pass
+
+    async def _do(self, what: str, call: Awaitable[Any]) -> bool:
+        self.note(f"user: {what}")
+        try:
+            await call
+        except DispatchError as exc:
+            self.note(f"user: {what}: {type(exc).__name__}: {exc}")
+            return False
+        return True
+
+    async def _record(self, job_id: str) -> JobRecord | None:
+        try:
+            return await self.store.get(job_id)
+        except NotFoundError:  # purged (a terminal record, even one held)
+            return None
+
+    async def operations(self, now: float, quiet: bool) -> None:
+        """The user's other operations: hold (released later), resubmit a finished job, purge finished
+        records, forget the gone cluster's record."""
+        user, extra = self.client, self.extra
+        assert user is not None
+        for job_id, at in sorted(self.held.items()):
+            if now >= at or quiet:
+                if await self._do(f"release {job_id}", user.release(job_id)):
+                    del self.held[job_id]
+                else:
+                    rec = await self._record(job_id)
+                    if rec is None or rec.outcome.terminal or rec.hold_token is None:
+                        del self.held[job_id]  # it ended (or was purged): nothing to release
+        orphan = self.orphan
+        if orphan is not None and (quiet or extra.random() < 0.02):
+            forgotten = await self._do(f"forget {orphan}", user.forget(orphan, "its cluster is gone"))
+            self.orphan = None if forgotten else orphan
+        if not self.ops or quiet:
+            return
+        mine = sorted(self.acked - self.purged)
+        roll = extra.random()
+        if roll < 0.02 and mine:
+            job_id = extra.choice(mine)
+            if job_id not in self.held:
+                await self._do(f"hold {job_id}", user.hold(job_id))
+                # Held even when the read after the hold failed: the user sees it and releases it later.
+                rec = await self._record(job_id)
+                if rec is not None and rec.hold_token is not None:
+                    self.held[job_id] = now + extra.choice([1.0, 10.0, 40.0])
+        elif roll < 0.04 and mine:
+            job_id = extra.choice(mine)
+            await self._do(f"resubmit {job_id}", user.resubmit(job_id, wait=0))
+        elif roll < 0.05:
+            before = {r.job_id: r for r in await self.store.list()}
+            cutoff = now - extra.choice([0.0, 10.0, 30.0])
+            if await self._do(f"purge older than t={cutoff - T0:.1f}", user.purge(cutoff)):
+                after = {r.job_id for r in await self.store.list()}
+                for job_id, rec in before.items():
+                    if job_id not in after:
+                        # SPEC §6: purge deletes terminal records, even one its policy would requeue.
+                        if not rec.outcome.terminal:
+                            self.invariants.violate(
+                                job_id, f"{job_id}: purge deleted a {rec.state.value} record"
+                            )
+                        self.purged.add(job_id)
+                        self.invariants.forget(job_id)
+                        self.note(f"user: purged {job_id}")
+
+
 class _Run:
     def __init__(
         self, seed: int, harness: HarnessFactory, *, lease_check: bool = True, store: str | None = None
@@ -731,7 +849,6 @@ class _Run:
         shape: Callable[[Policy], Policy] = getattr(self.cluster, "shape", lambda p: p)
         self.policy = shape(_policy(rng))
         self.crashes = rng.random() < 0.85
-        self.user: Cluster | Fleet | None = None  # opened in run(): a harness opens backends once started
         self.supervisors: list[Process | None] = []
         self.crashers: list[Crasher | None] = []
         self.planned: list[tuple[Crasher, int | None] | None] = []  # a life drawn, its backend not yet open
@@ -750,13 +867,12 @@ class _Run:
             self.generation.append(0)
             self.restart_at.append(0.0)
             self._plan(i)
-        self.acked: set[str] = set()
-        self.submits: list[tuple[float, str, JobSpec, Policy | None]] = []
+        submits: list[tuple[float, str, JobSpec, Policy | None]] = []
         for j in range(rng.randint(1, 5)):
             script, limit = _script(rng)
             spec = self.cluster.spec(script, rng.randint(1, min(2, self.cluster.nodes)), limit)
             own = shape(_policy(rng)) if rng.random() < 0.3 else None
-            self.submits.append((rng.choice([0.0, 0.0, 5.0, 20.0]), f"job-{j}", spec, own))
+            submits.append((rng.choice([0.0, 0.0, 5.0, 20.0]), f"job-{j}", spec, own))
         # A long absence of every supervisor, while the cluster preempts and its evidence disappears.
         self.absence: tuple[float, float] | None = (
             (T0 + extra.uniform(5.0, 60.0), extra.choice([120.0, 300.0, 900.0]))
@@ -767,14 +883,15 @@ class _Run:
         # job id -> the last time no running supervisor could take it: each was at its capacity with
         # other jobs (a supervisor with a capacity leaves the rest to others; here there may be none).
         self.unattended: dict[str, float] = {}
-        self.ops = extra.random() < 0.5  # user operations: hold/release, resubmit, purge
-        self.held: dict[str, float] = {}  # job id -> when the user releases it
-        self.purged: set[str] = set()
-        self.orphan = "orphan-0" if extra.random() < 0.15 else None  # a record of a gone cluster: forget
+        ops = extra.random() < 0.5
+        orphan = "orphan-0" if extra.random() < 0.15 else None
         self.corrupt = "corrupt-0" if self.store_kind == "sqlite" and extra.random() < 0.5 else None
         self.corrupt_reported = False
         self.invariants = Invariants(
             self.cluster, self.clock, policy=self.policy, lease=self.lease, poll=self.poll, note=self.note
+        )
+        self.side = _User(
+            submits, ops=ops, orphan=orphan, extra=extra, invariants=self.invariants, note=self.note
         )
         self.steps = 0
 
@@ -841,17 +958,19 @@ class _Run:
                 self._dir = Path(tempfile.mkdtemp(prefix="dispatch-sim-store-"))
                 self.store = SqliteStore(self._dir / "records.db", clock=self.clock)
             self.note(f"store: {self.store_kind}")
+            user: Cluster | Fleet
             if self.cluster.clusters:
-                self.user = await self._fleet(None, "user", self.store, self.clock)
+                user = await self._fleet(None, "user", self.store, self.clock)
             else:
-                self.user = Cluster(
+                user = Cluster(
                     await self.cluster.open(self.faults, None, "user"),
                     self.store,
                     policy=self.policy,
                     clock=self.clock,
                     rng=random.Random(self.names.random()),
                 )
-            await self._plant()
+            self.side.opened(user, self.store)
+            await self._plant(user)
             return await self._run()
         finally:
             for _, task, crasher, _ in self.zombies:
@@ -861,20 +980,19 @@ class _Run:
             for sup in [*self.supervisors, *(z[0] for z in self.zombies)]:
                 if sup is not None:
                     await _close(sup)
-            if self.user is not None:
-                await _close(self.user)
+            if self.side.client is not None:
+                await _close(self.side.client)
             await self.cluster.close()
             await self.store.close()
             if self._dir is not None:
                 shutil.rmtree(self._dir, ignore_errors=True)
 
-    async def _plant(self) -> None:
+    async def _plant(self, user: Cluster | Fleet) -> None:
         """The records no submission makes: one of a cluster that is gone (for ``forget``), and one
         whose row is corrupt (SQLite: every supervisor must report it and go on with the others)."""
-        assert self.user is not None
         spec = self.cluster.spec("sleep 1; exit 0", 1, None)
-        here = self.user.cluster_id if isinstance(self.user, Cluster) else self.user.members[0].seat.identity
-        planted = [(self.orphan, "gone-cluster"), (self.corrupt, here)]
+        here = user.cluster_id if isinstance(user, Cluster) else user.members[0].seat.identity
+        planted = [(self.side.orphan, "gone-cluster"), (self.corrupt, here)]
         for job_id, cluster in planted:
             if job_id is None:
                 continue
@@ -992,12 +1110,12 @@ class _Run:
                 self.faults.on = False
                 self.crashes = False
                 self.note("faults, events and crashes stop")
-            await self._submissions(now)
+            await self.side.submissions(now)
             if not quiet:
                 await self._events()
             if self.absence is not None and now >= self.absence[0]:
                 await self._absent(now)
-            await self._operations(now, quiet)
+            await self.side.operations(now, quiet)
             await self._wake(now)
             for i, sup in enumerate(self.supervisors):
                 if sup is None:
@@ -1016,7 +1134,12 @@ class _Run:
                 self.steps += 1
                 self._noted(sup, report)
                 await self._check()
-            done = quiet and len(self.acked) == len(self.submits) and not self.zombies and not self.held
+            done = (
+                quiet
+                and len(self.side.acked) == len(self.side.submits)
+                and not self.zombies
+                and not self.side.held
+            )
             if done and await self._all_final():
                 break
             if now - T0 > FAULT_PHASE + QUIESCE_LIMIT:
@@ -1036,92 +1159,9 @@ class _Run:
             self.seed, self.invariants.report(self.trace), self.trace, self.steps, frozenset(self.faults.hits)
         )
 
-    async def _submissions(self, now: float) -> None:
-        assert self.user is not None
-        for at, job_id, spec, own in self.submits:
-            if job_id in self.acked or now < T0 + at:
-                continue
-            try:
-                await self.user.submit(spec, job_id=job_id, policy=own)
-                self.note(f"user: submitted {job_id}")
-            except DispatchError as exc:
-                self.note(f"user: submit {job_id}: {type(exc).__name__}: {exc}")
-            try:
-                await self.store.get(job_id)
-                self.acked.add(job_id)  # the record exists: the submission was acknowledged
-            except DispatchError:
-                pass
-
     async def _events(self) -> None:
-        rng = self.rng
-        assert self.user is not None
-        await self.cluster.events(rng, self.faults)
-        if rng.random() < 0.03 and self.acked - self.purged:
-            job_id = rng.choice(sorted(self.acked - self.purged))
-            await self._user(f"cancel {job_id}", self.user.cancel(job_id))
-
-    async def _user(self, what: str, call: Awaitable[Any]) -> bool:
-        self.note(f"user: {what}")
-        try:
-            await call
-        except DispatchError as exc:
-            self.note(f"user: {what}: {type(exc).__name__}: {exc}")
-            return False
-        return True
-
-    async def _record(self, job_id: str) -> JobRecord | None:
-        try:
-            return await self.store.get(job_id)
-        except NotFoundError:  # purged (a terminal record, even one held)
-            return None
-
-    async def _operations(self, now: float, quiet: bool) -> None:
-        """The user's other operations: hold (released later), resubmit a finished job, purge finished
-        records, forget the gone cluster's record."""
-        user, extra = self.user, self.extra
-        assert user is not None
-        for job_id, at in sorted(self.held.items()):
-            if now >= at or quiet:
-                if await self._user(f"release {job_id}", user.release(job_id)):
-                    del self.held[job_id]
-                else:
-                    rec = await self._record(job_id)
-                    if rec is None or rec.outcome.terminal or rec.hold_token is None:
-                        del self.held[job_id]  # it ended (or was purged): nothing to release
-        orphan = self.orphan
-        if orphan is not None and (quiet or extra.random() < 0.02):
-            forgotten = await self._user(f"forget {orphan}", user.forget(orphan, "its cluster is gone"))
-            self.orphan = None if forgotten else orphan
-        if not self.ops or quiet:
-            return
-        mine = sorted(self.acked - self.purged)
-        roll = extra.random()
-        if roll < 0.02 and mine:
-            job_id = extra.choice(mine)
-            if job_id not in self.held:
-                await self._user(f"hold {job_id}", user.hold(job_id))
-                # Held even when the read after the hold failed: the user sees it and releases it later.
-                rec = await self._record(job_id)
-                if rec is not None and rec.hold_token is not None:
-                    self.held[job_id] = now + extra.choice([1.0, 10.0, 40.0])
-        elif roll < 0.04 and mine:
-            job_id = extra.choice(mine)
-            await self._user(f"resubmit {job_id}", user.resubmit(job_id, wait=0))
-        elif roll < 0.05:
-            before = {r.job_id: r for r in await self.store.list()}
-            cutoff = now - extra.choice([0.0, 10.0, 30.0])
-            if await self._user(f"purge older than t={cutoff - T0:.1f}", user.purge(cutoff)):
-                after = {r.job_id for r in await self.store.list()}
-                for job_id, rec in before.items():
-                    if job_id not in after:
-                        # SPEC §6: purge deletes terminal records, even one its policy would requeue.
-                        if not rec.outcome.terminal:
-                            self.invariants.violate(
-                                job_id, f"{job_id}: purge deleted a {rec.state.value} record"
-                            )
-                        self.purged.add(job_id)
-                        self.invariants.forget(job_id)
-                        self.note(f"user: purged {job_id}")
+        await self.cluster.events(self.rng, self.faults)
+        await self.side.cancel_one(self.rng)
 
     async def _check(self, *, final: bool = False) -> None:
         now = self.clock.now()
@@ -1133,8 +1173,8 @@ class _Run:
                     self.unattended[rec.job_id] = now
         await self.invariants.check(
             self.store,
-            acked=self.acked,
-            purged=self.purged,
+            acked=self.side.acked,
+            purged=self.side.purged,
             back_at=self.back_at,
             unattended=self.unattended,
             final=final,
