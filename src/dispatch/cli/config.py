@@ -76,9 +76,11 @@ DEFAULT_CONFIG = """\
 # The embedded default (SPEC §11): the Kubeflow adapter against the dev cluster (a kubesim started in the
 # background, see `dispatch dev-cluster`), records in SQLite under the user's state directory. The policy
 # is the default one with a 1 s backoff, so that the quick start's requeue (`dispatch run
-# examples/preempted.yaml`) takes seconds, not minutes.
+# examples/preempted.yaml`) takes seconds, not minutes. Every dev cluster holds the checkpoint claim.
 adapter: kubeflow
-settings: {kubeconfig: <state dir>/dev-cluster/kubeconfig}
+settings:
+  kubeconfig: <state dir>/dev-cluster/kubeconfig
+  checkpointVolume: {claimName: dispatch-checkpoints, mountPath: /checkpoints}
 policy:
   rules:
     preempted: {action: requeue, max: 3, backoff: 1}
@@ -90,7 +92,10 @@ policy:
 
 DEFAULT_DOCUMENT: Mapping[str, object] = {
     "adapter": "kubeflow",
-    "settings": {"kubeconfig": "<state dir>/dev-cluster/kubeconfig"},
+    "settings": {
+        "kubeconfig": "<state dir>/dev-cluster/kubeconfig",
+        "checkpointVolume": {"claimName": "dispatch-checkpoints", "mountPath": "/checkpoints"},
+    },
     "policy": {
         "rules": {
             cause: {"action": "requeue", "max": 3, "backoff": 1}
