@@ -693,38 +693,37 @@ def _loop(
     return 0
 
 
-def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Namespace:
-    def env(name: str, default: str) -> str:
-        return environ.get(name) or default
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument(
-        "--steps", type=int, default=int(env("TRAIN_STEPS", "40")), help="steps in all ($TRAIN_STEPS)"
-    )
-    p.add_argument(
-        "--checkpoint-every",
-        type=int,
-        default=int(env("TRAIN_CHECKPOINT_EVERY", "10")),
-        metavar="K",
-        help="checkpoint every K steps ($TRAIN_CHECKPOINT_EVERY)",
-    )
-    p.add_argument("--seed", type=int, default=int(env("TRAIN_SEED", "0")), help="the seed ($TRAIN_SEED)")
-    p.add_argument(
+_OPTIONS: tuple[tuple[str, str, type[int] | type[float], float, str], ...] = (
+    # option, variable, type, default, what
+    ("--steps", "TRAIN_STEPS", int, 40, "steps in all"),
+    ("--checkpoint-every", "TRAIN_CHECKPOINT_EVERY", int, 10, "checkpoint every K steps"),
+    ("--seed", "TRAIN_SEED", int, 0, "the seed of the data and of the initial parameters"),
+    (
         "--step-time",
-        type=float,
-        default=float(env("TRAIN_STEP_TIME", "0")),
-        metavar="SECONDS",
-        help="seconds each step takes at least, standing for real work ($TRAIN_STEP_TIME)",
-    )
+        "TRAIN_STEP_TIME",
+        float,
+        0.0,
+        "seconds each step takes at least, standing for real work",
+    ),
+    ("--connect-timeout", "TRAIN_CONNECT_TIMEOUT", float, 120.0, "seconds the ranks wait for each other"),
+)
+
+
+def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Namespace:
+    """The options, each defaulting to its ``TRAIN_*`` variable; :class:`UsageProblem` for a variable
+    that is not a number."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    for option, variable, kind, default, what in _OPTIONS:
+        text = environ.get(variable)
+        if text:
+            try:
+                default = kind(text)
+            except ValueError:
+                expected = "an integer" if kind is int else "a number"
+                raise UsageProblem(f"{variable}={text!r}: expected {expected}") from None
+        p.add_argument(option, type=kind, default=default, help=f"{what} (${variable}, default {default})")
     p.add_argument("--checkpoint-dir", help="default: $DISPATCH_CHECKPOINT_DIR/$DISPATCH_JOB_ID")
-    p.add_argument(
-        "--connect-timeout",
-        type=float,
-        default=float(env("TRAIN_CONNECT_TIMEOUT", "120")),
-        metavar="SECONDS",
-        help="how long ranks wait for each other at the start",
-    )
-    p.add_argument("--backend", choices=("numpy", "torch"), default=env("TRAIN_BACKEND", "numpy"))
+    p.add_argument("--backend", choices=("numpy", "torch"), default=environ.get("TRAIN_BACKEND") or "numpy")
     args = p.parse_args(list(argv))
     if args.steps < 0 or args.checkpoint_every < 1 or args.step_time < 0 or args.connect_timeout <= 0:
         p.error("--steps >= 0, --checkpoint-every >= 1, --step-time >= 0 and --connect-timeout > 0")
@@ -739,7 +738,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv, env)
-    except ValueError as exc:  # a TRAIN_* variable that is not a number
+    except UsageProblem as exc:
         print(f"train: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     stop = StopFlag()

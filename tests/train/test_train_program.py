@@ -203,7 +203,7 @@ def test_kubeflow_trainers_variables_are_read_too(tmp_path: Path) -> None:
         ({"RANK": "one", "WORLD_SIZE": "2"}, "RANK='one': expected an integer"),
         ({"RANK": "2", "WORLD_SIZE": "2"}, "rank 2 is not in [0, 2)"),
         ({"DISPATCH_EPOCH": "2"}, "DISPATCH_EPOCH='2': expected \"N.R\""),
-        ({"TRAIN_STEPS": "many"}, "invalid literal for int()"),
+        ({"TRAIN_STEPS": "many"}, "TRAIN_STEPS='many': expected an integer"),
     ],
 )
 def test_bad_environment_is_a_clear_error(tmp_path: Path, env: dict[str, str], words: str) -> None:
