@@ -21,7 +21,7 @@ from dispatch import JobSpec
 from dispatch.backend import place
 from dispatch.model import Handle, Identity
 from dispatch_slurm import SlurmBackend, open_backend, parse_settings
-from dispatch_slurm.jobs import SACCT_FIELDS
+from dispatch_slurm.reader import SACCT_FIELDS
 from dispatch_slurm.localslurm import LocalSlurm
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "slurm" / "transcripts"
@@ -29,7 +29,8 @@ OOM = "python3 -c 'import time; b = bytearray(600 * 1024 * 1024); time.sleep(60)
 
 
 def _cmd(slurm: LocalSlurm, *argv: str) -> str:
-    return subprocess.run(list(argv), env=slurm.env(), capture_output=True, text=True, check=False).stdout
+    env = {**slurm.env(), "SLURM_TIME_FORMAT": "%s"}  # sacct's End as the adapter reads it: epoch seconds
+    return subprocess.run(list(argv), env=env, capture_output=True, text=True, check=False).stdout
 
 
 async def _until_state(backend: SlurmBackend, slurm: LocalSlurm, ref: str, states: set[str]) -> None:

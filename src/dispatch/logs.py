@@ -1,7 +1,7 @@
 """Structured logs for the daemons (``dispatch supervise``, ``dispatch-admission``): JSON lines or text.
 
-dispatch logs through the standard :mod:`logging` module only (loggers under ``dispatch`` and
-``dispatch_kubeflow``), so a host application routes it as it likes; :func:`configure` is what the
+dispatch logs through the standard :mod:`logging` module only (loggers under ``dispatch``,
+``dispatch_kubeflow`` and ``dispatch_slurm``), so a host application routes it as it likes; :func:`configure` is what the
 daemons call for ``--log-format json|text``. A JSON line carries ``time``, ``level``, ``logger``,
 ``message`` and, when the call site gives them (``extra={...}``), ``job_id``, ``epoch``, ``action`` and
 ``cause``. Secrets never reach a line: the HTTP client libraries below dispatch are kept at WARNING (at
@@ -22,6 +22,7 @@ from dispatch.errors import InvalidError
 
 __all__ = [
     "FIELDS",
+    "LOGGERS",
     "MARK",
     "SECRETS",
     "JsonFormatter",
@@ -36,6 +37,9 @@ __all__ = [
 
 FIELDS = ("job_id", "epoch", "action", "cause")
 """Context fields a log call may pass with ``extra=`` and a JSON line then carries."""
+
+LOGGERS = ("dispatch", "dispatch_kubeflow", "dispatch_slurm")
+"""The loggers :func:`configure` sends out: the host's and each adapter package's."""
 
 # Loggers of the libraries under us that log request headers (tokens) at DEBUG.
 _WIRE_LOGGERS = ("httpx", "httpcore", "httpx2", "httpcore2", "hpack", "h2", "aiohttp.client", "urllib3")
@@ -152,8 +156,8 @@ def configure(
 ) -> logging.Handler:
     """Send dispatch's logs to ``stream`` (stderr) as ``json`` lines or ``text``; return the handler.
 
-    Only the ``dispatch`` and ``dispatch_kubeflow`` loggers are configured, and the HTTP libraries'
-    loggers are held at WARNING so no request header is ever logged."""
+    Only dispatch's loggers (:data:`LOGGERS`) are configured, and the HTTP libraries' loggers are held
+    at WARNING so no request header is ever logged."""
     if fmt not in ("json", "text"):
         raise InvalidError(f"expected json or text, got {fmt!r}", path="log-format")
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
@@ -163,7 +167,7 @@ def configure(
         else _TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
     handler.addFilter(_REDACT)
-    for name in ("dispatch", "dispatch_kubeflow"):
+    for name in LOGGERS:
         logger = logging.getLogger(name)
         logger.addHandler(handler)
         logger.setLevel(level)

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dispatch import InvalidError, metrics
-from dispatch.logs import configure, secret
+from dispatch.logs import LOGGERS, configure, secret
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
@@ -104,11 +104,13 @@ def test_json_log_lines_carry_the_context_and_never_a_secret() -> None:
         )
         log.warning("header Authorization: Bearer abc.def.ghi")
         logging.getLogger("httpx2").debug("Authorization: Bearer leaked")  # held at WARNING: dropped
+        logging.getLogger("dispatch_slurm.backend").info("submitted Slurm job 7")  # every adapter's too
     finally:
-        for name in ("dispatch", "dispatch_kubeflow"):
+        for name in LOGGERS:
             logging.getLogger(name).removeHandler(handler)
     lines = [json.loads(x) for x in stream.getvalue().splitlines()]
-    assert len(lines) == 2
+    assert len(lines) == 3
+    assert lines[2]["logger"] == "dispatch_slurm.backend" and lines[2]["message"] == "submitted Slurm job 7"
     first = lines[0]
     assert first["level"] == "info" and first["logger"] == "dispatch.supervise"
     assert (first["job_id"], first["epoch"], first["action"], first["cause"]) == (

@@ -16,8 +16,8 @@ from dispatch import ConflictError, JobSpec
 from dispatch.backend import place
 from dispatch.model import Cause, Identity, Observation, State
 from dispatch_slurm import SlurmBackend, StaleHoldError, open_backend, parse_settings
-from dispatch_slurm.jobs import parse_squeue
 from dispatch_slurm.localslurm import LocalSlurm
+from dispatch_slurm.reader import parse_squeue
 from dispatch_slurm.script import node_output
 
 pytestmark = pytest.mark.timeout(300)
@@ -120,6 +120,14 @@ async def test_a_memory_message_written_after_the_job_ended_still_names_the_memo
     plain = await final(backend, never)
     assert (plain.state, plain.cause) == (State.FAILED, Cause.EXIT_CODE), plain.outcome
     assert evidence(plain, never)["exit"] == 128 + 9
+    # The wait is timed from the job's end (Slurm's end_time), not from a process's first reading: a
+    # process that first reads the job now (a supervisor started late) reads it settled at once.
+    fresh = await open_backend(backend.settings)
+    try:
+        first = await fresh.observe(never)
+    finally:
+        await fresh.close()
+    assert (first.state, first.cause) == (State.FAILED, Cause.EXIT_CODE), first.outcome
 
 
 async def test_time_limit(backend: SlurmBackend) -> None:
@@ -195,7 +203,8 @@ async def test_a_release_right_after_holding_a_running_job_starts_it_again(
     token = await backend.hold(h)
     held_until = int(time.time())  # the requeue happened at this second or before
     await backend.release(h, token)
-    (job,) = [j for j in parse_squeue(slurm_cmd(slurm, "squeue", "--json")) if j.job_id == h.ref]
+    listed = parse_squeue(slurm_cmd(slurm, "squeue", "--json", "--states=all"), backend.info.dialect)
+    (job,) = [j for j in listed if j.job_id == h.ref]
     assert job.eligible_time > held_until, (job.eligible_time, held_until)
     obs = await until(backend, h, lambda o: o.state is State.RUNNING or o.outcome.terminal)
     assert obs.state is State.RUNNING, obs.outcome
