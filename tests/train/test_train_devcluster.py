@@ -163,11 +163,13 @@ def _follow_when_submitted(session: Session, job: str) -> subprocess.Popen[str]:
 
 
 @pytest.mark.timeout(600)
-def test_a_scripted_job_runs_its_script_beside_them(session: Session) -> None:
-    done = session.run("run", "examples/hello.yaml", "--job-id", "scripted")
+def test_the_scripted_preempted_example_runs_its_script_beside_them(session: Session) -> None:
+    """examples/preempted.yaml carries a KUBESIM_SCRIPT: its pods run the script, not `python -m train`."""
+    done = session.run("run", "examples/preempted.yaml", "--job-id", "scripted")
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "failed  (preempted)" in done.stdout and "outcome: succeeded / none  (scripted@2.1)" in done.stdout
     logs = session.run("logs", "scripted")
-    assert "[node 1] hello from rank 1 of scripted at epoch 1.0" in logs.stdout
+    assert "[node 1] node 1: done" in logs.stdout, logs.stdout
 
 
 @pytest.mark.timeout(300)

@@ -152,6 +152,8 @@ class _Run:
     """Processes mode: the exit code of the current process, once it ended."""
     start_failure: str | None = None
     """Processes mode: why the command could not be run (the runtime's ``StartError``)."""
+    disrupted: set[str] = field(default_factory=set)
+    """The ``kubesim.io/disrupt`` values already acted on."""
 
 
 def _resolve_env(container: dict[str, Any], pod: dict[str, Any]) -> dict[str, str]:
@@ -196,7 +198,6 @@ class KubeletController(BaseController):
         self.behaviours = Behaviours()
         self._ip_seq = 0
         self.runner: ProcessRunner | None = None
-        self.disrupted: set[tuple[str, str]] = set()
 
     def setup(self) -> None:
         # Scripts set through ``sim.behaviours`` are the simulator's, shared with this kubelet.
@@ -265,9 +266,9 @@ class KubeletController(BaseController):
     def _disrupt(self, pod: dict[str, Any], run: _Run) -> bool:
         """Act on the pod's ``kubesim.io/disrupt`` annotation once; whether it did (the pod changed)."""
         value = str((pod["metadata"].get("annotations") or {}).get(DISRUPT, "")).strip()
-        if not value or (run.uid, value) in self.disrupted:
+        if not value or value in run.disrupted:
             return False
-        self.disrupted.add((run.uid, value))
+        run.disrupted.add(value)
         try:
             (step,) = parse_script(value)
             if step.verb not in DISRUPTIONS or step.guards:
