@@ -21,8 +21,8 @@ from dispatch import JobSpec
 from dispatch.backend import place
 from dispatch.model import Handle, Identity
 from dispatch_slurm import SlurmBackend, open_backend, parse_settings
-from dispatch_slurm.reader import SACCT_FIELDS
 from dispatch_slurm.localslurm import LocalSlurm
+from dispatch_slurm.reader import SACCT_FIELDS
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "slurm" / "transcripts"
 OOM = "python3 -c 'import time; b = bytearray(600 * 1024 * 1024); time.sleep(60)'"

@@ -32,7 +32,9 @@ def test_a_command_item_with_nul_is_refused_with_its_index() -> None:
 def test_a_command_item_with_line_breaks_is_accepted_and_survives_its_json_form() -> None:
     spec = JobSpec(command=("sh", "-c", "set -e\necho one\r\necho 'two'\n"))
     assert JobSpec.loads(spec.dumps()) == spec
-    assert JobSpec.loads('command: [sh, -c, "echo a\\necho b"]\n', format="yaml").command[2] == "echo a\necho b"
+    assert (
+        JobSpec.loads('command: [sh, -c, "echo a\\necho b"]\n', format="yaml").command[2] == "echo a\necho b"
+    )
 
 
 @pytest.mark.parametrize("char", ["\x00", "\n", "\r"])

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
-from .trainlog import ROOT, WAIT, Run
+from .trainlog import ROOT, WAIT, Run, ranks
 
 BIN = Path(sys.executable).parent
 JOB = "examples/train/job.yaml"
@@ -153,13 +154,60 @@ def test_the_training_job_is_preempted_after_a_checkpoint_and_resumes_to_the_sam
     assert "requeue 1 of 3 under rule preempted" in history.stdout
 
 
-def _follow_when_submitted(session: Session, job: str) -> subprocess.Popen[str]:
+def _follow_when_submitted(session: Session, job: str, *common: str) -> subprocess.Popen[str]:
     """``dispatch logs JOB --follow --node 0`` once the job exists (it waits for the node to start)."""
     deadline = time.monotonic() + WAIT
-    while session.run("--json", "status", job).returncode != 0:
+    while session.run(*common, "--json", "status", job).returncode != 0:
         assert time.monotonic() < deadline, f"{job} was not submitted within {WAIT:g} s"
         time.sleep(0.2)
-    return session.start("logs", job, "--follow", "--node", "0")
+    return session.start(*common, "logs", job, "--follow", "--node", "0")
+
+
+@pytest.mark.timeout(900)
+def test_preempted_by_kueue_it_resumes_in_place_from_its_checkpoint(session: Session) -> None:
+    """examples/train/queued-cluster.yaml sends the job through Kueue; examples/train/urgent.yaml, a job of
+    higher priority, takes its quota. Kueue suspends it (its pods get SIGTERM), requeues its Workload and
+    admits it again once the urgent job is done: the same incarnation starts over and resumes from its own
+    checkpoint."""
+    config = session.home / "queued-cluster.yaml"
+    text = (ROOT / "examples" / "train" / "queued-cluster.yaml").read_text()
+    config.write_text(text.replace("~/.local/state/dispatch/dev-cluster/kubeconfig", str(session.kubeconfig)))
+    run = session.start("--config", str(config), "run", JOB, "--job-id", "queued")
+    try:
+        follow = _follow_when_submitted(session, "queued", "--config", str(config))
+        assert follow.stdout is not None
+        lines = []
+        for line in follow.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith(f"checkpoint step {K} epoch 1: "):
+                break
+        else:
+            raise AssertionError("\n".join(lines))
+        session.kubectl("apply", "-f", str(ROOT / "examples" / "train" / "urgent.yaml"))
+        lines += [line.rstrip("\n") for line in follow.stdout]  # to the end of the first pods
+        follow.wait(timeout=WAIT)
+        out, err = run.communicate(timeout=600)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, out + err
+    assert "queued  (preempted)" in out and "outcome: succeeded / none  (queued@1.0)" in out, out
+    first = Run.of(lines)
+    assert first.checkpoints[-1] == first.reached  # written on SIGTERM, when Kueue suspended it
+    again = Run.of(session.run("--config", str(config), "logs", "queued", "--node", "0").stdout.splitlines())
+    assert again.resumed_from == first.reached and again.first == first.reached + 1
+    assert again.final_loss == _uninterrupted(session.home)
+
+
+def _uninterrupted(cwd: Path) -> str:
+    """The final loss of the job file's command never interrupted: its two ranks on loopback, at full speed."""
+    spec = yaml.safe_load((ROOT / JOB).read_text())
+    args = list(spec["command"][2:])
+    at = args.index("--step-time")
+    del args[at : at + 2]
+    group = ranks(2, args, cwd, extra={"DISPATCH_CHECKPOINT_DIR": str(cwd / "reference")})
+    assert [r.finish() for r in group] == [0, 0], [r.output() for r in group]
+    return group[0].run().final_loss
 
 
 @pytest.mark.timeout(600)

@@ -322,8 +322,7 @@ def _config_from(raw: object, source: str, base: Path | None, cluster: str | Non
         if isinstance(value, str) and value and base is not None:
             # Like store.sqlite: a relative path is relative to the config file, not to where you are.
             path = expand_user(value, what=f"settings.{key}")
-            if not path.is_absolute():
-                settings[key] = os.path.normpath(base / path)
+            settings[key] = str(path) if path.is_absolute() else os.path.normpath(base / path)
     store = doc.store
     if store.kind == "sqlite" and store.path and base is not None and not Path(store.path).is_absolute():
         store = StoreChoice("sqlite", str(base / store.path))
