@@ -454,17 +454,6 @@ class Snapshot(Struct, frozen=True):
             return State.RUNNING  # every node finished; the TrainJob says Complete next, not "starting" again
         return State.STARTING
 
-    @property
-    def pods_behind(self) -> bool:
-        """A pod's container still runs, the pod not deleted, while the incarnation fails: a failing Job
-        deletes its pods, so this view of them is older than the failure (the pods' stream is behind
-        another). What they show next — a disruption, an exit code, their end — explains the failure;
-        until then nothing does."""
-        return self.failing is not None and any(
-            p.phase == "Running" and not p.deleting and any(c.running for c in p.containers if not c.init)
-            for p in self.pods
-        )
-
     def pod_state(self) -> State:
         """The state for a pod-level cause: ``failed`` while failing, else the live state."""
         return State.FAILED if self.failing is not None else self.live_state()
@@ -735,7 +724,7 @@ def _unschedulable(s: Snapshot) -> Outcome | None:
 
 
 def _exit_code(s: Snapshot) -> Outcome | None:
-    if s.failing is None or s.pods_behind:
+    if s.failing is None:
         return None
     found = _failed_container(s)
     if found is None:
@@ -857,7 +846,7 @@ def _outlived(s: Snapshot) -> Outcome | None:
 
 
 def _failed_otherwise(s: Snapshot) -> Outcome | None:
-    if s.failing is None or s.pods_behind:
+    if s.failing is None:
         return None
     return Outcome(State.FAILED, Cause.UNKNOWN, s.supporting())
 
@@ -1034,7 +1023,7 @@ RULES: Final[tuple[Rule, ...]] = (
     ),
     Rule(
         "exit_code",
-        "TrainJob `Failed` (or a Job failing) with a container exit code ≠ 0 (`state` or `lastState`), once no container of it still runs in a pod not deleted (such a view of the pods is older than the failure: what they show next decides)",
+        "TrainJob `Failed` (or a Job failing) with a container exit code ≠ 0 (`state` or `lastState`)",
         "TrainJob, JobSet, Job, Pod",
         "failed / exit_code",
         _exit_code,
@@ -1055,7 +1044,7 @@ RULES: Final[tuple[Rule, ...]] = (
     ),
     Rule(
         "failed_otherwise",
-        "TrainJob, JobSet or Job failing with no other signal, once no container of it still runs in a pod not deleted",
+        "TrainJob, JobSet or Job failing with no other signal",
         "TrainJob, JobSet, Job",
         "failed / unknown",
         _failed_otherwise,

@@ -904,25 +904,6 @@ def test_an_unschedulable_pod_does_not_keep_a_failed_job_queued() -> None:
     assert classify(snap(FAILED_TJ, pods=[unschedulable])).state is State.FAILED
 
 
-def test_a_failure_read_before_its_pods_changed_waits_for_them() -> None:
-    """The scheduler preempted rank 0: its Job fails at once, rank 1 stops with it (exit 143) and both pods
-    go. A reader whose pods' stream lags the Jobs' saw `failed / unknown` (or rank 1's exit code), which
-    no policy requeues (a tutorial run under load, issue 37): while a pod still runs undeleted, the failure
-    waits for what the pods show next."""
-    preempted = cond("DisruptionTarget", "PreemptionByScheduler", message="default-scheduler: preempting")
-    stale = [pod("tj-node-0-0-aaaaa"), pod("tj-node-0-1-bbbbb")]
-    waiting = classify(snap(FAILED_TJ, jobs=[FAILING_JOB], pods=stale))
-    assert (waiting.state, waiting.cause) == (State.RUNNING, Cause.NONE)
-    rank_1_stopped = pod("tj-node-0-1-bbbbb", "Failed", container(state=terminated(143)))
-    still = classify(snap(FAILED_TJ, jobs=[FAILING_JOB], pods=[stale[0], rank_1_stopped]))
-    assert still.state is not State.FAILED  # not concluded: the failed rank's exit is read, not yet final
-    disrupted = pod("tj-node-0-0-aaaaa", conditions=(preempted,), deleting=True)
-    now = classify(snap(FAILED_TJ, jobs=[FAILING_JOB], pods=[disrupted, rank_1_stopped]))
-    assert (now.state, now.cause) == (State.FAILED, Cause.PREEMPTED)
-    # A failure with its pods stopped and nothing else to say is still `unknown`, and an exit code still one.
-    assert classify(snap(FAILED_TJ, jobs=[FAILING_JOB], pods=[rank_1_stopped])).cause is Cause.EXIT_CODE
-
-
 def test_a_node_that_finished_first_does_not_make_a_running_job_starting() -> None:
     done = pod("p1", "Succeeded", container(state=terminated(0, "Completed")))
     assert classify(snap(pods=[pod("p0"), done])).state is State.RUNNING
