@@ -7,7 +7,7 @@ import asyncio
 
 import click
 
-from dispatch.cli.action import READ, action, complete_job, report_error
+from dispatch.cli.action import READ, action, complete_job, quiet_pipe, report_error
 from dispatch.cli.embedded import OfflineBackend
 from dispatch.cli.exits import EXIT_FAILED, EXIT_OK
 from dispatch.cli.options import Options, parse_duration
@@ -215,11 +215,25 @@ async def logs(
     prefix = node is None and nodes > 1
     unread: dict[int, DispatchError] = {}
 
+    readers: list[asyncio.Task[None]] = []
+    reader_gone = False
+
     def show(n: int, line: str) -> None:
-        if out.as_json:
-            out.json({"jobId": job, "node": n, "line": line})
-        else:
-            out.line(f"[node {n}] {line}" if prefix else line)
+        nonlocal reader_gone
+        try:
+            if out.as_json:
+                out.json({"jobId": job, "node": n, "line": line})
+            else:
+                out.line(f"[node {n}] {line}" if prefix else line)
+        except BrokenPipeError:
+            # The reader went away (`| grep -m1`). Each node's reading is cancelled at its next wait, deep
+            # in the stream, so every level of it closes in order; raised from here instead, the streams
+            # were left to the loop's shutdown, which closed them twice at once (a traceback).
+            if not reader_gone:
+                reader_gone = True
+                quiet_pipe()
+                for task in readers:
+                    task.cancel()
 
     async def read(n: int) -> None:
         try:
@@ -245,13 +259,23 @@ async def logs(
     if follow and len(chosen) > 1:  # every node's lines as they come
         try:
             async with asyncio.TaskGroup() as group:
-                for n in chosen:
-                    group.create_task(read(n))
+                readers.extend(group.create_task(read(n)) for n in chosen)
         except BaseExceptionGroup as group_error:  # an error that is every node's (unsupported): one line
             raise group_error.exceptions[0] from None
     else:
         for n in chosen:
-            await read(n)
+            task = asyncio.create_task(read(n))
+            readers[:] = [task]
+            try:
+                await asyncio.wait([task])
+            except asyncio.CancelledError:  # the command itself is cancelled (Ctrl-C)
+                task.cancel()
+                raise
+            if reader_gone:
+                break
+            task.result()  # its error is the command's
+    if reader_gone:
+        raise BrokenPipeError
     if len(unread) == len(chosen) == 1:
         raise unread[chosen[0]]
     for n, exc in sorted(unread.items()):
