@@ -247,15 +247,17 @@ class Backend:
         self._listed_once = False
         # The one reading path (SPEC §9.6): every reader of this process shares this cache; the host's
         # feed (every watch) is filled from it.
+        self.feed = Feed(self._fill)
+        """The host's feed, which this backend fills from the informer (its readings, and whether the
+        cluster answers it: :meth:`Feed.troubled`)."""
         self.informer = Informer(
             client,
             settings.namespace,
             [*self._incarnation_kinds(), *runtime_kinds(settings.namespace)],
             on_change=self._changed,
             clock=clock,
+            on_trouble=self.feed.troubled,
         )
-        self.feed = Feed(self._fill)
-        """The host's feed, which this backend fills from the informer."""
 
     def _incarnation_kinds(self) -> list[Kind]:
         return kinds(
