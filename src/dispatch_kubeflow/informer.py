@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
@@ -101,6 +102,8 @@ class Informer:
         """What could not read the cluster at its last attempt (a kind's watch, the listing) -> why."""
         self._troubled_since: float | None = None
         self.rvs: dict[str, str] = {}
+        self.listed_at: dict[str, float] = {}
+        """When (``time.monotonic``) each kind was last listed whole: how old a snapshot's objects are."""
         self._gone: OrderedDict[str, None] = OrderedDict()
         """Incarnations whose TrainJob was deleted while followed (their identities are kept, bounded)."""
         self._extras: dict[str, Extras] = {}
@@ -214,6 +217,7 @@ class Informer:
                 self._drop(kind.key)
                 continue
             self._replace(kind.key, items, rv)
+            self.listed_at[kind.key] = time.monotonic()
 
     async def close(self) -> None:
         task, self._task = self._task, None
