@@ -6,9 +6,9 @@ call answered), ``cluster`` (the cluster API answered) — and says how long eac
 while every expectation holds. For liveness a check never marked since it was expected counts from the
 expectation, so a daemon starting up is given the same grace; for readiness it fails until it passed
 once (a daemon is not ready before its first turn of the loop read the store and the cluster). Time is
-the monotonic clock: probes are about this
-process, not about the simulated clocks of tests. A daemon that knows it is not ready (reconnecting to
-its cluster) says why with :meth:`Health.block` until :meth:`Health.unblock`.
+the monotonic clock: probes are about this process, not about the simulated clocks of tests. A daemon
+that knows it is not ready (reconnecting to its cluster, or its cluster does not answer) says why with
+:meth:`Health.block` until :meth:`Health.unblock`.
 
 :func:`reconnect_delay` is the capped, jittered backoff of a daemon's reconnects.
 
