@@ -164,9 +164,7 @@ def test_readyz_is_503_while_a_killed_dev_cluster_does_not_answer_and_200_once_i
     and reconnects; started again, the daemon reconnects and is ready again."""
     started = session.run("dev-cluster", "start")
     assert started.returncode == 0, started.stderr
-    (session.home / "job.yaml").write_text(JOB)
-    submitted = session.run("submit", "job.yaml", "--job-id", "before")
-    assert submitted.returncode == 0, submitted.stderr
+    # No job: a step that acts on one could fail on the dead cluster before the account says so.
     pid = int(json.loads((session.home / "state" / "dev-cluster" / "state.json").read_text())["pid"])
 
     proc = subprocess.Popen(
