@@ -374,7 +374,7 @@ class Backend:
     async def _checked_runtime(self, spec: JobSpec) -> dict[str, Any]:
         if not isinstance(spec, JobSpec):
             raise InvalidError(f"expected a JobSpec, got {type(spec).__name__}", path="spec")
-        _, ref, _ = job_extensions(spec)
+        _, ref, _ = job_extensions(spec, self.settings)
         reasons = unsupported_extensions(spec, self.settings)
         ns = self.settings.runtime_namespace(ref.kind)
         where = f'{ref.kind} "{ref.runtime}"'
