@@ -111,6 +111,39 @@ async def test_a_foreground_deletion_by_someone_else_that_loops_is_stopped_by_th
     await sup.close()
 
 
+async def test_dispatch_cancel_stops_a_foreground_deletion_that_loops_with_no_supervisor(lv: Live) -> None:
+    """The same loop with no supervisor running: the record says ``stopping`` (it once read ``lost``, and
+    ``dispatch cancel`` refused: "it already ended"); the user's cancel stops what remains, the loop ends
+    and the record ends with no pod left."""
+    clock = ManualClock()
+    cluster = Cluster(await lv.open(), MemoryStore(clock), clock=clock)
+    rec = await cluster.submit(job(), job_id="foreground-cancel")
+    assert rec.handle is not None
+    while not lv.pods(rec.handle):
+        await _tick(lv, clock, 1.0)
+    name = rec.handle.ref.split("/", 1)[1]
+    lv.sim.store.delete(TRAINJOBS, "default", name, propagation="Foreground")
+    for _ in range(6):  # the Trainer re-creates the JobSet while the deletion waits on it
+        await _tick(lv, clock, 5.0)
+        await caught_up(cluster.backend, lv.sim)
+        assert (await cluster.get("foreground-cancel")).state is State.STOPPING
+    assert lv.pods(rec.handle, live=False), "the loop ended by itself: kubesim did not re-create the JobSet"
+    await cluster.cancel("foreground-cancel")
+    waited = 0.0
+    while True:
+        await _tick(lv, clock, 5.0)
+        await caught_up(cluster.backend, lv.sim)
+        got = await cluster.get("foreground-cancel")
+        if got.outcome.terminal:
+            break
+        waited += 5.0
+        assert waited < 600, got.outcome
+    assert got.outcome.cause is Cause.CANCELLED, got.outcome
+    for _ in range(10):  # nothing comes back
+        await _tick(lv, clock, 5.0)
+    assert not lv.pods(rec.handle, live=False)
+
+
 async def test_a_config_error_given_up_leaves_no_pod(lv: Live) -> None:
     """A job whose pods cannot be created (a missing Secret) fails ``config_error`` once its grace is past —
     but its pods still hold their nodes: the record is ``stopping`` until the supervisor stops them, then
