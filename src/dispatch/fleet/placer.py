@@ -37,8 +37,8 @@ def _answering() -> Unreachable | None:
 class Seat:
     """One cluster of a fleet: its configured ``name``, the ``checkpoints`` directory its jobs see (a name
     shared by the clusters that see the same one), its ``backend`` once opened (``None`` while it cannot
-    be: ``down`` says why), its ``identity`` (known from its last open, even while it is down) and
-    ``unreachable``, how its readers last found it (``None``: answering)."""
+    be: ``down`` says why, ``down_since`` since when), its ``identity`` (known from its last open, even
+    while it is down) and ``unreachable``, how its readers last found it (``None``: answering)."""
 
     name: str
     checkpoints: str = ""
@@ -46,6 +46,7 @@ class Seat:
     identity: str = ""
     down: str = ""
     unreachable: Callable[[], Unreachable | None] = field(default=_answering)
+    down_since: float | None = None
 
     def opened(self, backend: Backend) -> None:
         self.backend, self.identity, self.down = backend, backend.cluster_id, ""
