@@ -338,7 +338,9 @@ class Supervisor:
             listing = await self._view.list()
         except DispatchError as exc:
             report.errors.append(f"list: {exc}")
-            self._next_resync = self.clock.now()  # try again next step
+            # Try again at the next poll: not at once, which made `run` step without pause (a busy loop)
+            # for as long as the cluster did not answer.
+            self._next_resync = self.clock.now() + self.poll
             return
         try:
             listed_records = await self.store.list()
