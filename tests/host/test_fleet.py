@@ -325,6 +325,21 @@ async def test_a_cancel_while_its_cluster_is_down_is_kept_and_done_once_it_answe
     assert two.with_compute("one") == []
 
 
+async def test_capabilities_say_since_when_a_cluster_has_not_answered(two: Two, clock: ManualClock) -> None:
+    two.backends["b"].cluster.outage(100)
+    down = (await two.fleet.capabilities())["b"]
+    assert isinstance(down, dispatch.Unreachable) and down.at == clock.now()
+    assert "does not answer" in down.reason
+    clock.advance(30)
+    again = (await two.fleet.capabilities())["b"]
+    assert isinstance(again, dispatch.Unreachable) and again.at == down.at  # since then, not since now
+    assert await two.fleet.note("fleet/down/b") is not None  # another process says the same
+    assert isinstance((await two.fleet.capabilities())["a"], dispatch.Capabilities)
+    clock.advance(80)
+    assert isinstance((await two.fleet.capabilities())["b"], dispatch.Capabilities)
+    assert await two.fleet.note("fleet/down/b") is None
+
+
 # -------------------------------------------------------------------------------------- open_fleet
 
 FLAKY: dict[str, Any] = {"down": True, "opened": 0}

@@ -84,16 +84,19 @@ class FleetBase:
         ``seat.down_since`` since when), and learn, from the store, the identities of those that cannot
         be opened now."""
         for m in self.members:
+            opened = False
             if m.cluster is None and m.reopen is not None:
                 try:
                     self._seated(m, await m.reopen())
+                    opened = True
                 except Exception as exc:  # any adapter's failure to open: that cluster is down, not us
                     m.seat.down = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             key = IDENTITY_KEY.format(name=m.name)
             if m.cluster is not None:
                 if await self._note(key) != m.seat.identity:
                     await self._set_note(key, m.seat.identity)
-                await self._answers(m)
+                if opened:  # it answered its opening
+                    await self._answers(m)
             else:
                 if not m.seat.identity:
                     m.seat.identity = await self._note(key) or ""

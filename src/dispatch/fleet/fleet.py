@@ -13,7 +13,7 @@ import asyncio
 import builtins
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dispatch import chance, decide
 from dispatch.cluster import POLL_MAX, Cluster
@@ -36,11 +36,13 @@ from dispatch.model import (
     new_job_id,
 )
 from dispatch.placement import Candidate, place
-from dispatch.records import Changes, Listing
+from dispatch.records import ChangeNotifier, Changes, Listing
 
 from .base import FleetBase, Member
 from .placer import PLACE_TIMEOUT
-from .supervisor import FleetSupervisor
+
+if TYPE_CHECKING:
+    from .supervisor import FleetSupervisor
 
 __all__ = ["Fleet", "Member"]
 
@@ -265,21 +267,28 @@ class Fleet(FleetBase):
         return await self.store.list()
 
     def changes(self) -> Changes | None:
-        return self._any().changes()
+        """The store's change feed (see :meth:`Cluster.changes <dispatch.Cluster.changes>`): the store's,
+        whichever of the clusters answer."""
+        return self.store.changes() if isinstance(self.store, ChangeNotifier) else None
 
     async def capabilities(self) -> dict[str, Capabilities | Unreachable]:
         """Each cluster's capabilities by name, or since when and why it cannot be reached (asked of
-        every cluster at once, each given :data:`~dispatch.fleet.placer.PLACE_TIMEOUT` seconds)."""
+        every cluster at once, each given :data:`~dispatch.fleet.placer.PLACE_TIMEOUT` seconds to answer
+        a listing of its jobs). The store keeps since when one has not answered (``dispatch clusters``
+        in another process says the same)."""
         await self.open_members()
         got = await asyncio.gather(*(self._capabilities(m) for m in self.members))
         return {m.name: caps for m, caps in zip(self.members, got, strict=True)}
 
     async def _capabilities(self, m: Member) -> Capabilities | Unreachable:
+        """Its capabilities, once a listing of its jobs shows it answers (what an adapter knows of its
+        cluster it may say without asking it)."""
         if m.cluster is None:
             return await self._down(m, m.seat.down or "not opened")
         try:
             async with asyncio.timeout(PLACE_TIMEOUT):
                 caps = await m.cluster.capabilities()
+                await m.cluster.backend.list()
         except TimeoutError:
             return await self._down(m, f"it did not answer within {PLACE_TIMEOUT:g} s")
         except DispatchError as exc:
@@ -293,6 +302,8 @@ class Fleet(FleetBase):
         """One supervisor per cluster of the fleet, each placing next incarnations with the fleet's
         placer (``options``: the :class:`~dispatch.supervise.Supervisor` options; ``holder`` gets each
         cluster's name appended)."""
+        from .supervisor import FleetSupervisor  # the supervisor loads only where one runs
+
         return FleetSupervisor(self, policy=policy if policy is not None else self.policy, **options)
 
     async def __aenter__(self) -> Fleet:
