@@ -340,6 +340,37 @@ async def test_capabilities_say_since_when_a_cluster_has_not_answered(two: Two, 
     assert await two.fleet.note("fleet/down/b") is None
 
 
+async def test_a_fleet_supervisor_of_some_clusters_leaves_the_others_and_says_which_fail(two: Two) -> None:
+    sup = two.fleet.supervisor(poll=1.0, only=("b",))
+    assert set(sup.supervisors) == {"b"}
+    with pytest.raises(InvalidError, match="no cluster 'z' in this fleet; it has: a, b"):
+        two.fleet.supervisor(only=("z",))
+    await two.fleet.submit(spec(PREEMPT_ONCE), job_id="on-a", clusters=("a",))
+    await two.fleet.submit(spec("sleep 2; exit 0"), job_id="on-b", clusters=("b",))
+    two.backends["b"].cluster.outage(5)
+    failing: builtins.list[dict[str, str]] = []
+
+    async def on_step(report: Any) -> None:
+        failing.append(dict(sup.failing))
+        assert all(e.startswith("b: ") for e in report.errors)  # each error names its cluster
+
+    start = two.clock.now()
+
+    async def until() -> bool:
+        return two.clock.now() >= start + 20
+
+    running = asyncio.ensure_future(sup.run(until=until, on_step=on_step))
+    while not running.done():
+        await settle()
+        two.clock.advance(1.0)
+    running.result()
+    assert failing[0] == {"b": "b: list: the memory cluster does not answer (outage)"}
+    assert failing[-1] == {}  # b answers again
+    assert (await two.fleet.get("on-b")).state is State.SUCCEEDED
+    a = await two.fleet.get("on-a")  # nobody supervised a: preempted, and left so
+    assert (a.state, a.outcome.cause, a.epoch) == (State.FAILED, Cause.PREEMPTED, Epoch())
+
+
 # -------------------------------------------------------------------------------------- open_fleet
 
 FLAKY: dict[str, Any] = {"down": True, "opened": 0}
