@@ -362,3 +362,30 @@ def test_supervise_supervises_every_cluster_of_the_fleet(tmp_path: Path) -> None
     assert only.exit_code == 0, only.stdout + only.stderr
     started = json.loads(only.stdout.splitlines()[0])
     assert (started["supervisor"], started["adapter"]) == ("b=h/b", {"fleet": ["b"]})
+
+
+def test_supervise_requeues_a_job_preempted_on_one_cluster_onto_the_other(tmp_path: Path) -> None:
+    """`submit` places it on a; only `supervise` (one step at a time) carries it on: preempted there, its
+    next incarnation placed on b once a's compute is gone, where it succeeds."""
+    fleet = Fleet(tmp_path)
+    assert fleet("submit", fleet.job(PREEMPT_ONCE), "--job-id", "p").exit_code == 0
+    said = []
+    for _ in range(2000):  # one step each; the job's own time (its script's sleeps) decides how many
+        step = fleet("supervise", "--once", "--poll", "0.1", "--lease", "5", "--holder", "h")
+        assert step.exit_code == 0, step.stdout + step.stderr
+        said.append(step.stdout)
+        rec = fleet.json("status", "p")
+        assert isinstance(rec, dict)
+        if rec["outcome"]["state"] == "succeeded":
+            break
+    else:
+        raise AssertionError(f"not succeeded after 2000 steps: {rec}")
+    assert (rec["epoch"], rec["clusterName"]) == ("2.1", "b")
+    actions = "".join(said)
+    assert "p@1.0: requeue (policy rule preempted: " in actions and ", on another cluster, " in actions
+    assert "p@2.1: placed on b: the first other cluster that takes it" in actions
+    history = fleet("history", "p").stdout
+    assert "placed on b: the first other cluster that takes it" in history
+    incarnations = history.split("incarnations:\n", 1)[1].splitlines()
+    assert incarnations[0].startswith("  1 (p@1.0): failed / preempted on a")
+    assert incarnations[1] == "  2 (p@2.1): succeeded / none on b"
