@@ -210,3 +210,24 @@ def test_what_a_node_cannot_be_given_is_refused_at_submit_naming_the_limit(
             assert done.returncode == 2, done.stderr
             assert f"\nerror: {path}: {what}: " in "\n" + done.stderr, done.stderr
             assert "on a Kubernetes node may hold at most 131,071 (Linux's MAX_ARG_STRLEN)" in done.stderr
+
+
+def test_twenty_thousand_environment_entries_are_refused_at_submit_naming_the_limit(
+    served: Served, tmp_path: Path
+) -> None:
+    """Issue 38: 20,000 env entries were accepted and failed later on the cluster. A TrainJob's node
+    carries at most 128 (Trainer's limit), dispatch's own two among them: refused at once, said so."""
+    job = yaml.safe_load((ROOT / "examples" / "hello.yaml").read_text())
+    path = tmp_path / "many.json"
+    path.write_text(
+        json.dumps({**job, "env": {**job.get("env", {}), **{f"E{i}": "v" for i in range(20_000)}}})
+    )
+    for dry in ((), ("--dry-run",)):
+        done = served.dispatch("submit", path, "--job-id", "many", *dry)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert (
+            f"\nerror: {path}: env: 20001 entries plus dispatch's 2 (DISPATCH_JOB_ID, DISPATCH_EPOCH) "
+            in ("\n" + done.stderr)
+        ), done.stderr
+        assert "exceed Trainer's limit of 128; at most 126 are allowed" in done.stderr
+    assert served.dispatch("status", "many").returncode == 1  # refused before any record was written

@@ -428,6 +428,27 @@ def test_cancel_prints_where_the_job_is_and_with_wait_how_it_ended(config: Path,
     assert waited.stdout.splitlines()[-1].endswith(" c2@1.0: cancelled (cancelled)"), waited.stdout
 
 
+def test_cancel_of_a_queued_job_that_never_ran_says_cancelled_and_of_a_running_one_stopping(
+    config: Path, tmp_path: Path
+) -> None:
+    """Issue 38: ``cancel`` printed ``running`` even for a job that was queued and never ran."""
+    config.write_text(
+        config.read_text().replace(
+            "startDelay: 0, cessationDelay: 0", "nodes: 1, startDelay: 0, cessationDelay: 1"
+        )
+    )
+    submit(config, tmp_path, "hang", "runs")
+    assert submit(config, tmp_path, "hang", "waits").stdout == "submitted waits@1.0: queued (no_capacity)\n"
+    assert json.loads(invoke(config, "status", "waits", "-o", "json").stdout)["outcome"]["state"] == "queued"
+    queued = invoke(config, "cancel", "waits")
+    assert (queued.exit_code, queued.stdout) == (0, "cancel: waits@1.0: cancelled (cancelled)\n"), (
+        queued.stdout
+    )
+    running = invoke(config, "cancel", "runs")
+    assert running.exit_code == 0, running.stderr
+    assert running.stdout == "cancel: runs@1.0: stop asked; the job is stopping until its compute is gone\n"
+
+
 @pytest.mark.parametrize("kind", ["fifo", "device"])
 def test_a_job_file_that_is_not_a_regular_file_is_refused_at_once(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "job.yaml"

@@ -95,6 +95,51 @@ async def test_a_probed_cluster_costs_a_submit_one_create_and_reads_send_no_writ
     assert sim.requests.writes() == []
 
 
+async def _state(cluster: str, job_id: str) -> str:
+    code, out, err = await _cli("--config", cluster, "--json", "status", job_id)
+    assert code == 0, err
+    return str(json.loads(out)["outcome"]["state"])
+
+
+async def test_read_commands_send_two_requests_once_the_cluster_facts_are_kept(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    """Issue 38: a read command sent 9-13 requests where kubectl sends one. Once a first read has kept the
+    cluster's facts (discovery, the CRD's version, the identity), ``status`` of a running job and ``list``
+    send two (the TrainJobs and the pods), ``logs --node N`` of a finished job two (the pods, the log),
+    ``logs`` of a two-node job three (one log read per node: a pod's log is asked for by its name), and a
+    finished job's ``status`` and ``history`` none. Counted on kubesim's request log, through the CLI."""
+    cluster, job = await _setup(sim, tmp_path)
+    done = tmp_path / "done.yaml"
+    done.write_text(yaml.safe_dump({**JOB, "env": {"KUBESIM_SCRIPT": "print hello from {rank}; exit 0"}}))
+    for job_id, path in (("reads-run", job), ("reads-done", str(done))):
+        code, _out, err = await _cli("--config", cluster, "submit", path, "--job-id", job_id)
+        assert code == 0, err
+    for _ in range(60):
+        await sim.settle()
+        sim.advance(1)
+        if (await _state(cluster, "reads-run"), await _state(cluster, "reads-done")) == (
+            "running",
+            "succeeded",
+        ):
+            break
+    else:
+        raise AssertionError("the jobs did not reach running and succeeded")
+
+    async def sent(*args: str) -> list[str]:
+        before = len(list(sim.requests))
+        code, _out, err = await _cli("--config", cluster, *args)
+        assert code == 0, err
+        return sorted(f"{r.verb} {r.resource}" for r in list(sim.requests)[before:])
+
+    assert await sent("status", "reads-run") == ["list pods", "list trainjobs"]
+    assert await sent("list") == ["list pods", "list trainjobs"]
+    assert await sent("logs", "reads-done", "--node", "1") == ["get pods/log", "list pods"]
+    assert await sent("logs", "reads-done") == ["get pods/log", "get pods/log", "list pods"]
+    assert await sent("status", "reads-done") == []
+    assert await sent("history", "reads-done") == []
+
+
 async def test_list_agrees_with_status_when_the_trainjob_is_deleted(sim: Simulator, tmp_path: Path) -> None:
     cluster, job = await _setup(sim, tmp_path)
     code, out, err = await _cli("--config", cluster, "--json", "submit", job, "--job-id", "vanishing")

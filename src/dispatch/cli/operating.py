@@ -279,17 +279,21 @@ async def _supervise_opened(
         said: dict[str, str] = {}  # job -> the last action line shown for it
 
         failed: list[str] = []  # what went wrong in a --once step: the exit code says so
-        failing = 0  # steps in a row with errors
+        failing = 0  # steps in a row with errors, or after which the cluster did not answer
         lost = False
 
         async def report(r: StepReport) -> None:
             nonlocal failing
             failed.extend(r.errors)
-            failing = failing + 1 if r.errors else 0
-            # A fleet is ready while no cluster's last step failed (each steps on its own).
+            # A fleet is ready while no cluster's last step failed (each steps on its own); one cluster
+            # while its reads and its watch answer (a cache may answer while the watch fails).
             first = next(iter(sup.failing.values()), None) if isinstance(sup, FleetSupervisor) else None
+            down = None if isinstance(sup, FleetSupervisor) else sup.unreachable
+            failing = failing + 1 if r.errors or down is not None else 0
             if r.errors or first is not None:
                 health.current().block(f"the last step failed: {first or r.errors[0]}")
+            elif down is not None:
+                health.current().block(f"the cluster does not answer since {when(down.at)}: {down.reason}")
             else:
                 health.current().unblock()
             for a in r.actions:
@@ -314,7 +318,10 @@ async def _supervise_opened(
             if once:
                 return True
             if failing >= UNREACHABLE_STEPS and isinstance(cluster, Cluster):
-                try:  # failing steps: is the cluster still there? (a restarted one may have moved)
+                # Failing steps: is the cluster still there? (a restarted one may have moved.) A listing
+                # the adapter answers from its cache says yes while its watch still retries: a blip
+                # rides on it, and the daemon reconnects once the watch gave up.
+                try:
                     await cluster.backend.capabilities()
                     await cluster.backend.list()
                 except DispatchError as exc:

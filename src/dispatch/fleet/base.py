@@ -19,7 +19,10 @@ from dispatch.records import KeyValues, Store
 
 from .placer import PATIENCE, Placer, Seat
 
-__all__ = ["DOWN_KEY", "IDENTITY_KEY", "FleetBase", "Member"]
+__all__ = ["DOWN_KEY", "IDENTITY_KEY", "REOPEN", "FleetBase", "Member"]
+
+REOPEN = 15.0
+"""Seconds between two attempts to open a cluster of the fleet that could not be opened."""
 
 IDENTITY_KEY = "fleet/cluster/{name}"
 """Where the store keeps the identity of each cluster of a fleet, by name: a cluster that cannot be
@@ -38,6 +41,8 @@ class Member:
     seat: Seat
     cluster: Cluster | None = None
     reopen: Callable[[], Awaitable[Cluster]] | None = None
+    tried: float | None = None
+    """When opening it last failed (it is tried again :data:`REOPEN` s later)."""
 
     @property
     def name(self) -> str:
@@ -80,16 +85,21 @@ class FleetBase:
         member.seat.unreachable = lambda: cluster.unreachable
 
     async def open_members(self) -> None:
-        """Open each cluster that is not open yet (a failure leaves it closed, ``seat.down`` saying why,
-        ``seat.down_since`` since when), and learn, from the store, the identities of those that cannot
-        be opened now."""
+        """Open each cluster that is not open yet and was not tried within :data:`REOPEN` seconds (not at
+        every submit; a failure leaves it closed, ``seat.down`` saying why, ``seat.down_since`` since
+        when), and learn, from the store, the identities of those that cannot be opened now."""
+        now = self.clock.now()
         for m in self.members:
             opened = False
-            if m.cluster is None and m.reopen is not None:
+            # Half a second early counts: the fleet supervisor's wait of REOPEN s, on the event loop's
+            # clock, may end a moment before this clock says so (and the attempt would wait another REOPEN).
+            due = m.tried is None or now - m.tried >= REOPEN - 0.5
+            if m.cluster is None and m.reopen is not None and due:
                 try:
                     self._seated(m, await m.reopen())
                     opened = True
                 except Exception as exc:  # any adapter's failure to open: that cluster is down, not us
+                    m.tried = now
                     m.seat.down = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             key = IDENTITY_KEY.format(name=m.name)
             if m.cluster is not None:

@@ -20,15 +20,14 @@ from dispatch.errors import DispatchError
 from dispatch.model import Policy
 from dispatch.supervise import StepReport, Supervisor
 
+from .base import REOPEN
+
 if TYPE_CHECKING:
     from .fleet import Fleet, Member
 
 __all__ = ["REOPEN", "FleetSupervisor"]
 
 log = logging.getLogger("dispatch.supervise")
-
-REOPEN = 15.0
-"""Seconds between two attempts to open a cluster of the fleet that could not be opened."""
 
 
 class FleetSupervisor:
