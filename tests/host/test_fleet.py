@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from dispatch import (
 )
 from dispatch.cluster import Cluster
 from dispatch.fleet import Fleet, FleetSupervisor, Member, Seat
+from dispatch.fleet.supervisor import REOPEN
 from dispatch.memory import MemoryBackend, MemorySettings
 from dispatch.model import JobRecord, Transition
 from dispatch.placement import order
@@ -398,7 +400,8 @@ async def test_open_fleet_opens_each_cluster_and_one_that_cannot_be_opened_joins
         "a": Berth("memory", Config(adapter={"cluster": "fleet-open-a"}), checkpoints="nfs"),
         "b": Berth("fleet-flaky-test", Config(adapter={"cluster": "fleet-open-b"}), checkpoints="nfs"),
     }
-    fleet = await open_fleet(clusters, store, policy=ELSEWHERE)
+    clock = dispatch.ManualClock(time.time())
+    fleet = await open_fleet(clusters, store, policy=ELSEWHERE, clock=clock)
     async with fleet:
         a, b = fleet.members
         assert a.cluster is not None and a.seat.identity == a.cluster.cluster_id
@@ -411,6 +414,9 @@ async def test_open_fleet_opens_each_cluster_and_one_that_cannot_be_opened_joins
         rec = await fleet.submit(spec(), job_id="j", clusters=("a", "b"))
         assert rec.cluster == a.seat.identity
         FLAKY["down"] = False
+        await fleet.open_members()  # tried again only REOPEN s after it failed, not at every submit
+        assert b.cluster is None
+        clock.advance(REOPEN)
         await fleet.open_members()
         assert b.cluster is not None and b.seat.down == "" and b.seat.down_since is None
         assert await fleet.note("fleet/cluster/b") == b.seat.identity
