@@ -1,8 +1,8 @@
 """A fleet of a real Slurm (22.05, the ``slurm`` fixture) and a Kubernetes cluster (``python -m kubesim
 serve``, its own process) through the command line, as issue 39's Done-when says (SPEC §15): a job
-preempted on Slurm is requeued onto Kubeflow and succeeds there, and ``history`` names both clusters; with
-Slurm's controller down a new job goes to Kubeflow, a Slurm job waits unchanged (shown as last known), and
-one that may only go to Slurm (``--cluster slurm``) waits for it.
+preempted on Slurm is requeued onto Kubeflow and succeeds there, ``history`` names both clusters and the
+page draws both bars; with Slurm's controller down a new job goes to Kubeflow, a Slurm job waits unchanged
+(shown as last known), and one that may only go to Slurm (``--cluster slurm``) waits for it.
 
 Real processes throughout: ``dispatch`` as a subprocess, Slurm's daemons, kubesim over HTTP.
 """
@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,23 @@ def test_a_job_preempted_on_slurm_is_requeued_onto_kubeflow_and_succeeds_there(f
     incarnations = history.stdout.split("incarnations:\n", 1)[1].splitlines()
     assert incarnations[0].startswith("  1 (moved@1.0): failed / preempted on slurm"), incarnations
     assert incarnations[1] == "  2 (moved@2.1): succeeded / none on k8s", incarnations
+    # The page draws both bars, each naming its cluster (tests/ui/test_fleet_page.py looks in chromium).
+    page = subprocess.Popen(
+        [str(BIN / "dispatch"), "ui", "--address", "127.0.0.1:0"],
+        env=fleet.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert page.stdout is not None
+        first = page.stdout.readline()
+        url = re.search(r"serving the page at (http://\S+)", first)
+        assert url, first
+        with urllib.request.urlopen(url.group(1) + "jobs/moved", timeout=60) as got:
+            html = got.read().decode()
+    finally:
+        page.send_signal(signal.SIGTERM)
+        page.wait(timeout=30)
+    bars = re.findall(r'<g class="bar" data-epoch="([^"]+)"[^>]*data-cluster="([^"]+)"', html)
+    assert bars == [("1.0", "slurm"), ("2.1", "k8s")], bars
     rows = {r["name"]: r for r in fleet.json("clusters")}
     assert rows["slurm"]["reachable"] and rows["k8s"]["reachable"]
     assert (rows["slurm"]["jobs"], rows["k8s"]["jobs"]) == (0, 1)  # its current incarnation is on k8s
