@@ -389,3 +389,42 @@ def test_supervise_requeues_a_job_preempted_on_one_cluster_onto_the_other(tmp_pa
     incarnations = history.split("incarnations:\n", 1)[1].splitlines()
     assert incarnations[0].startswith("  1 (p@1.0): failed / preempted on a")
     assert incarnations[1] == "  2 (p@2.1): succeeded / none on b"
+
+
+def test_validate_says_where_the_fleet_would_place_the_job_and_why_no_cluster_takes_it(
+    tmp_path: Path,
+) -> None:
+    tag = uuid.uuid4().hex[:10]
+    config = tmp_path / "fleet.yaml"
+    config.write_text(
+        "clusters:\n"
+        f"  a: {{adapter: memory, settings: {{cluster: v-{tag}-a}}, store: {{sqlite: jobs.db}}}}\n"
+        f"  b: {{adapter: memory, settings: {{cluster: v-{tag}-b, nodes: 8}}}}\n"
+        "placement: {order: [a, b]}\n"
+    )
+
+    def validate(nodes: int, *more: str) -> Result:
+        job = tmp_path / f"job-{nodes}.yaml"
+        job.write_text(
+            f"command: [python, train.py]\nnodes: {nodes}\nextensions:\n  dispatch/Image: {{ref: 'x:1'}}\n"
+        )
+        return CliRunner().invoke(cli, ["--config", str(config), "validate", str(job), *more])
+
+    one = validate(1)
+    assert one.exit_code == 0, one.stderr
+    assert f"ok: the fleet ({config}) would have it placed on a: the first that takes it" in one.stdout
+    six = validate(6)
+    assert six.exit_code == 0, six.stderr
+    assert (
+        "placed on b: the first that takes it; passed over a: does not take this job (the job asks for 6 "
+        'nodes; this memory cluster has 4 (setting "nodes"))' in six.stdout
+    )
+    assert "placed on b" in validate(1, "--cluster", "b").stdout
+    only_a = validate(6, "--cluster", "a")
+    assert only_a.exit_code == 1
+    assert "job-6.yaml: a does not take this job (the job asks for 6 nodes" in only_a.stderr
+    big = validate(64)
+    assert big.exit_code == 1 and "error: 2 reasons:" in big.stderr
+    assert "b does not take this job (the job asks for 64 nodes; this memory cluster has 8" in big.stderr
+    listed = CliRunner().invoke(cli, ["--config", str(config), "list", "-o", "json"])
+    assert listed.exit_code == 0 and json.loads(listed.stdout) == []  # validate wrote no record
