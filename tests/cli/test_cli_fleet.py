@@ -428,3 +428,24 @@ def test_validate_says_where_the_fleet_would_place_the_job_and_why_no_cluster_ta
     assert "b does not take this job (the job asks for 64 nodes; this memory cluster has 8" in big.stderr
     listed = CliRunner().invoke(cli, ["--config", str(config), "list", "-o", "json"])
     assert listed.exit_code == 0 and json.loads(listed.stdout) == []  # validate wrote no record
+
+
+def test_clusters_of_a_config_naming_one_and_of_the_embedded_default_with_its_dev_cluster_stopped(
+    tmp_path: Path,
+) -> None:
+    one = tmp_path / "one.yaml"
+    one.write_text(
+        f"adapter: memory\nsettings: {{cluster: one-{uuid.uuid4().hex[:10]}}}\nstore: {{sqlite: one.db}}\n"
+    )
+    rows = json.loads(CliRunner().invoke(cli, ["--config", str(one), "clusters", "-o", "json"]).stdout)
+    assert [(r["name"], r["adapter"], r["reachable"], r["jobs"]) for r in rows] == [
+        ("one", "memory", True, 0)
+    ]
+    assert rows[0]["capabilities"]["limits"] == {"maxNodes": 4}
+    # No config, no dev cluster running: said, and since when; nothing is started to answer.
+    dev = CliRunner().invoke(cli, ["clusters"])
+    assert dev.exit_code == 0, dev.stderr
+    _, row = dev.stdout.splitlines()
+    assert row.startswith("dev cluster  kubeflow  (not known yet)  no, since "), row
+    assert "the dev cluster is not running (`dispatch dev-cluster start` starts a new, empty one)" in row
+    assert not (tmp_path / "state" / "dev-cluster" / "state.json").exists()
