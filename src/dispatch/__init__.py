@@ -74,19 +74,26 @@ from dispatch.records import Store
 from dispatch.registry import Adapter, adapters, describe, new_backend, register
 
 if TYPE_CHECKING:
+    from dispatch.fleet import Berth, Fleet, open_fleet
     from dispatch.records import MemoryStore, PostgresStore, SqliteStore, default_store_path
 
 __version__ = "0.1.0"
 
 _LAZY = {"MemoryStore", "PostgresStore", "SqliteStore", "default_store_path"}
+_FLEET = {"Berth", "Fleet", "open_fleet"}
 
 
 def __getattr__(name: str) -> Any:
-    # The stores load sqlite3 and threads; keep ``import dispatch`` light by loading them on first use.
+    # The stores load sqlite3 and threads, a fleet the supervisor; keep ``import dispatch`` light by
+    # loading them on first use.
     if name in _LAZY:
         import dispatch.records as records
 
         return getattr(records, name)
+    if name in _FLEET:
+        import dispatch.fleet as fleet
+
+        return getattr(fleet, name)
     raise AttributeError(f"module 'dispatch' has no attribute {name!r}")
 
 
@@ -100,6 +107,7 @@ __all__ = [
     "Adapter",
     "AdapterConfig",
     "Backend",
+    "Berth",
     "BusyError",
     "Capabilities",
     "Cause",
@@ -115,6 +123,7 @@ __all__ = [
     "Evidence",
     "Extension",
     "Extensions",
+    "Fleet",
     "Handle",
     "HoldToken",
     "Holder",
@@ -163,6 +172,7 @@ __all__ = [
     "describe",
     "new_backend",
     "open",
+    "open_fleet",
     "register",
     "register_extension",
 ]

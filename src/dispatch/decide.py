@@ -341,8 +341,11 @@ def _t(
     state: State | None = None,
     cause: Cause | None = None,
     epoch: Epoch | None = None,
+    cluster: str = "",
 ) -> Transition:
-    return Transition(at=now, actor=actor, what=what, why=why, state=state, cause=cause, epoch=epoch)
+    return Transition(
+        at=now, actor=actor, what=what, why=why, state=state, cause=cause, epoch=epoch, cluster=cluster
+    )
 
 
 def submitted(
@@ -376,7 +379,7 @@ def submitted(
         plan=Plan(PlanAction.START, placed, placed=cluster) if placed else None,
     )
     why = "; ".join(w for w in ("held" if held else "", placed) if w)
-    first = _t(now, Actor.USER, "submitted", why=why, state=State.PENDING, epoch=epoch)
+    first = _t(now, Actor.USER, "submitted", why=why, state=State.PENDING, epoch=epoch, cluster=cluster)
     return record, first
 
 
@@ -388,7 +391,7 @@ def started(record: JobRecord, handle: Handle, *, actor: Actor, now: float) -> S
     if record.handle == handle and record.unknown_write is None:
         return None
     new = record.replace(handle=handle, unknown_write=None)
-    return new, [_t(now, actor, "started", why=str(handle), epoch=record.epoch)]
+    return new, [_t(now, actor, "started", why=str(handle), epoch=record.epoch, cluster=handle.cluster)]
 
 
 def write_unknown(record: JobRecord, note: str, what: str, *, actor: Actor, now: float) -> Step:
@@ -559,7 +562,7 @@ def placed(record: JobRecord, cluster: str, why: str, *, now: float) -> Step | N
     plan = record.plan
     if plan is not None and plan.placed == cluster and record.cluster == cluster:
         return None
-    t = _t(now, Actor.SUPERVISOR, "placed", why=why, epoch=record.epoch)
+    t = _t(now, Actor.SUPERVISOR, "placed", why=why, epoch=record.epoch, cluster=cluster)
     not_before = plan.not_before if plan is not None else None
     return record.replace(
         cluster=cluster, plan=Plan(PlanAction.START, why, not_before=not_before, placed=cluster)

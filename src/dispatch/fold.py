@@ -101,6 +101,7 @@ def fold(
                 what="started",
                 why=f"{handle} (found on the cluster)",
                 epoch=record.epoch,
+                cluster=handle.cluster,
             )
         )
     if observed == record.outcome and handle == record.handle and record.unknown_write is None:

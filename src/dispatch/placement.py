@@ -16,13 +16,17 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-__all__ = ["Candidate", "Placement", "order", "place"]
+from msgspec import Struct
+
+__all__ = ["PATIENCE", "Candidate", "Placement", "order", "place"]
+
+PATIENCE = 300.0
+"""Seconds a job may wait on a cluster for capacity before that cluster counts as refusing new work (a
+fleet's default; its config's ``placement.patience``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(Struct, frozen=True):
     """One cluster of the fleet as placement sees it now: its configured ``name``, its ``identity`` (empty
     when it was never opened), ``refusing`` (why it takes no work now: unreachable, refuses the spec,
     jobs waiting there for capacity; empty when it takes work) and ``checkpoints`` (the name of the
@@ -34,8 +38,7 @@ class Candidate:
     checkpoints: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
+class Placement(Struct, frozen=True):
     """Where the incarnation goes (``chosen``; ``None`` when no allowed cluster takes it now) and why."""
 
     chosen: Candidate | None

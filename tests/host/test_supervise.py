@@ -575,3 +575,32 @@ async def test_resyncs_come_between_nine_tenths_and_the_whole_interval_apart(
     assert len({tuple(times) for times in at}) > 1, "eight supervisors, every resync at the same moments"
     for s in sups:
         await s.close()
+
+
+async def test_a_supervisor_whose_cluster_does_not_answer_waits_a_poll_between_steps(
+    cluster: Cluster, backend: MemoryBackend, clock: ManualClock
+) -> None:
+    """A listing that fails is tried again at the next poll: ``run`` did it at once, stepping without a
+    pause (a busy loop, a core's worth of CPU) for as long as the cluster was down."""
+    await cluster.submit(spec("sleep 600; exit 0"), job_id="j")
+    backend.cluster.outage(30)
+    sup = cluster.supervisor(poll=5.0)
+    steps: builtins.list[float] = []
+
+    async def on_step(report: Any) -> None:
+        steps.append(clock.now())
+
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(sup.run(stop=stop, on_step=on_step))
+    try:
+        for _ in range(40):  # time stands still: one step, then it waits for the clock
+            await asyncio.sleep(0)
+        assert len(steps) <= 2, f"{len(steps)} steps while no time passed"
+        for _ in range(6):
+            clock.advance(5.0)
+            for _ in range(40):
+                await asyncio.sleep(0)
+        assert 6 <= len(steps) <= 14, steps  # about one a poll
+    finally:
+        stop.set()
+        await task

@@ -28,6 +28,7 @@ from dispatch import (
     ReadOnlyError,
     SharedCheckpoint,
     State,
+    UnavailableError,
     UnsupportedError,
 )
 from dispatch.backend import place
@@ -536,3 +537,41 @@ async def test_read_only_view_of_a_cluster(make: Make, job: Job) -> None:
         Identity("x")
     )
     assert (await writer.observe(handle)).state is not State.CANCELLED
+
+
+# --- outages --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["down", "errors"])
+async def test_a_cluster_that_does_not_answer_takes_no_write_and_checks_no_spec(
+    make: Make, clock: ManualClock, job: Job, how: str
+) -> None:
+    """Not kinder than a real cluster: with its API server down (or slurmctld down) a create, a stop, a
+    hold is refused and nothing is done, and checking a spec — which reads the cluster (Kubeflow's
+    runtime, Slurm's ``sbatch --test-only``) — fails too. What it knows of itself it still says."""
+    backend = make(nodes=2, startDelay=0, cessationDelay=0)
+    running = await place(backend, job("hang"), Identity("running"))
+    backend.cluster.outage(10, how)
+    with pytest.raises(UnavailableError):
+        await backend.capabilities(job("sleep 1"))
+    assert (await backend.capabilities()).limits.max_nodes == 2
+    with pytest.raises(UnavailableError):
+        await place(backend, job("sleep 1"), Identity("new"))
+    with pytest.raises(UnavailableError):
+        await backend.stop(running)
+    with pytest.raises(UnavailableError):
+        await backend.hold(running)
+    clock.advance(10)
+    assert [o.handle.identity.job_id for o in await backend.list()] == ["running"]  # nothing was created
+    assert (await backend.observe(running)).state is State.RUNNING  # nor stopped
+    await place(backend, job("sleep 1"), Identity("new"))  # it answers again
+
+
+async def test_a_partial_outage_still_takes_writes(make: Make, clock: ManualClock, job: Job) -> None:
+    backend = make(nodes=2, startDelay=0)
+    backend.cluster.outage(10, "partial")
+    handle = await place(backend, job("hang"), Identity("j"))
+    with pytest.raises(UnavailableError):
+        await backend.observe(handle)  # the answer is partial: unreachable, never "gone"
+    clock.advance(10)
+    assert (await backend.observe(handle)).state is State.RUNNING

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,6 +17,9 @@ from dispatch.cluster import Cluster
 from dispatch.errors import InvalidError
 from dispatch.model import JobSpec
 
+if TYPE_CHECKING:
+    from dispatch.fleet import Fleet
+
 __all__ = ["COMMANDS"]
 
 
@@ -23,7 +27,7 @@ __all__ = ["COMMANDS"]
 @click.argument("job", shell_complete=complete_job)
 @click.option("--wait", is_flag=True, help="Then wait until the job has ended, and print how it ended.")
 @action(WRITE, job="job")
-async def cancel(opts: Options, cluster: Cluster, job: str, wait: bool) -> int:
+async def cancel(opts: Options, cluster: Cluster | Fleet, job: str, wait: bool) -> int:
     """Cancel JOB: record the intent, stop its incarnation, and print where the job is now (``--wait``:
     then how it ended). A job that already ended is left as it is (exit code 3)."""
     await refuse_gone(opts, cluster, job, "cancel")
@@ -59,7 +63,7 @@ async def cancel(opts: Options, cluster: Cluster, job: str, wait: bool) -> int:
 @click.option("--reason", metavar="TEXT", help="Why, for the history (default: its cluster is gone).")
 @action(READ)
 async def forget(
-    opts: Options, cluster: Cluster, jobs: tuple[str, ...], cluster_gone: bool, reason: str | None
+    opts: Options, cluster: Cluster | Fleet, jobs: tuple[str, ...], cluster_gone: bool, reason: str | None
 ) -> int:
     """End JOBS, whose cluster is gone: each is recorded lost (the user as actor, the reason in its
     history) and never requeued. Nothing is asked of any cluster; a job of this cluster is refused
@@ -68,7 +72,7 @@ async def forget(
         raise click.UsageError("name the jobs to forget, or --cluster-gone")
     todo = list(jobs)
     if cluster_gone:
-        if not opts.cluster_file().embedded:
+        if not opts.cluster_file().embedded or not isinstance(cluster, Cluster):
             raise InvalidError(
                 "only the embedded default's dev cluster is known to be gone when it stops; name the jobs "
                 "of a cluster that no longer exists instead",
@@ -97,7 +101,7 @@ async def forget(
     help="Finished jobs last changed longer ago than this (30m, 24h, 168h).",
 )
 @action(READ)
-async def purge(opts: Options, cluster: Cluster, older_than: str) -> int:
+async def purge(opts: Options, cluster: Cluster | Fleet, older_than: str) -> int:
     """Delete finished jobs' records (and their histories) last changed longer ago than --older-than.
     Unfinished jobs are never deleted; nothing is asked of any cluster."""
 
@@ -110,7 +114,7 @@ async def purge(opts: Options, cluster: Cluster, older_than: str) -> int:
 @click.command()
 @click.argument("job", shell_complete=complete_job)
 @action(WRITE, job="job")
-async def hold(opts: Options, cluster: Cluster, job: str) -> int:
+async def hold(opts: Options, cluster: Cluster | Fleet, job: str) -> int:
     """Hold JOB (keep it from running) until released."""
     await refuse_gone(opts, cluster, job, "hold")
     opts.out.summary(await cluster.hold(job), "hold")
@@ -120,7 +124,7 @@ async def hold(opts: Options, cluster: Cluster, job: str) -> int:
 @click.command()
 @click.argument("job", shell_complete=complete_job)
 @action(WRITE, job="job")
-async def release(opts: Options, cluster: Cluster, job: str) -> int:
+async def release(opts: Options, cluster: Cluster | Fleet, job: str) -> int:
     """Release the hold on JOB."""
     await refuse_gone(opts, cluster, job, "release")
     opts.out.summary(await cluster.release(job), "release")
@@ -139,7 +143,7 @@ async def release(opts: Options, cluster: Cluster, job: str) -> int:
 )
 @action(WRITE, job="job", spec="jobfile")
 async def resubmit(
-    opts: Options, cluster: Cluster, job: str, jobfile: str | None, spec: JobSpec | None, wait: float
+    opts: Options, cluster: Cluster | Fleet, job: str, jobfile: str | None, spec: JobSpec | None, wait: float
 ) -> int:
     """Start a new incarnation of finished JOB (with JOBFILE's spec, if given), once the previous
     incarnation's compute is gone."""

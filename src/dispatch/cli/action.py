@@ -15,6 +15,7 @@ import click
 
 from dispatch.cli.config import read_token
 from dispatch.cli.exits import EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID
+from dispatch.cli.fleetconfig import FleetConfig
 from dispatch.cli.jobfile import load_job
 from dispatch.cli.options import COMMON, Options, common_options, options_from
 from dispatch.cli.standing import refuse_gone_offline
@@ -41,7 +42,9 @@ WRITE = "write"
 Opening = str | None | Callable[[Mapping[str, Any]], str | None]
 
 
-def action(opens: Opening = None, *, job: str | None = None, spec: str | None = None) -> Callable[..., Any]:
+def action(
+    opens: Opening = None, *, job: str | None = None, spec: str | None = None, fleet_clusters: bool = False
+) -> Callable[..., Any]:
     """The one way to write a command's body: ``async def body(opts, cluster, **args) -> int | None``.
 
     The decorator adds the common options (``--config``, ``--token-file``, ``--json``/``-o``,
@@ -49,8 +52,9 @@ def action(opens: Opening = None, *, job: str | None = None, spec: str | None = 
     before anything opens, so a typo is reported first), opens the cluster as ``opens`` says (``READ``,
     ``WRITE``, ``None`` for no cluster — then the body gets no ``cluster`` — or a function of the
     arguments choosing one), and closes it after. ``job``: the argument naming the job a write command
-    acts on; when its dev cluster is gone, nothing is started. Errors become one line and an exit code
-    (:func:`execute`)."""
+    acts on; when its dev cluster is gone, nothing is started. ``fleet_clusters``: the command reads
+    ``--cluster`` in a fleet (:attr:`Options.fleet_clusters`); the others refuse it there. Errors become
+    one line and an exit code (:func:`execute`)."""
 
     def decorate(body: Callable[..., Coroutine[Any, Any, int | None]]) -> Callable[..., None]:
         @common_options
@@ -62,7 +66,7 @@ def action(opens: Opening = None, *, job: str | None = None, spec: str | None = 
             )
             name = click.get_current_context().info_name or body.__name__
             mode = opens(kwargs) if callable(opens) else opens
-            execute(opts, _act(opts, name, body, mode, job, spec, kwargs))
+            execute(opts, _act(opts, name, body, mode, job, spec, kwargs, fleet_clusters))
 
         return command
 
@@ -77,7 +81,15 @@ async def _act(
     job: str | None,
     spec: str | None,
     kwargs: dict[str, Any],
+    fleet_clusters: bool = False,
 ) -> int | None:
+    if opts.clusters and not fleet_clusters and isinstance(opts.cluster_file(), FleetConfig):
+        raise InvalidError(
+            f"{','.join(opts.clusters)}: in a fleet ({opts.cluster_file().source}) --cluster names the "
+            "clusters a new job may go to (run, submit, validate) and those list, clusters and supervise look "
+            f"at; `{name}` works on the whole fleet, each job on its own cluster",
+            path="--cluster",
+        )
     if spec is not None:
         kwargs["spec"] = load_job(kwargs[spec]) if kwargs[spec] is not None else None
     if mode is None:

@@ -1,18 +1,23 @@
-"""The cluster and the adapters: ``check``/``open``, ``schema``, ``adapters``, ``version``. (The dev cluster's
-commands are in :mod:`dispatch.cli.devcluster`.)"""
+"""The cluster and the adapters: ``check``/``open``, ``clusters``, ``schema``, ``adapters``, ``version``. (The
+dev cluster's commands are in :mod:`dispatch.cli.devcluster`.)"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from dispatch.cli.action import action
+from dispatch.cli.action import READ, action
+from dispatch.cli.config import ClusterFile
 from dispatch.cli.exits import EXIT_OK
 from dispatch.cli.options import Options
+from dispatch.cluster import Cluster
 from dispatch.errors import DispatchError
 from dispatch.registry import describe as describe_adapter
 from dispatch.registry import load_installed
+
+if TYPE_CHECKING:
+    from dispatch.fleet import Fleet
 
 __all__ = ["COMMANDS", "DISTRIBUTION", "adapter_schema"]
 
@@ -42,12 +47,43 @@ async def _check(opts: Options, *, read_only: bool = False, refresh: bool = Fals
     # Opened here rather than by the decorator: only this command may ask to probe again.
     cf = opts.cluster_file()
     async with await opts.open(read_only=read_only, refresh=refresh) as cluster:
-        caps = await cluster.capabilities()
         try:  # the store is opened lazily: read from it, so a store down or refusing us fails here
             await cluster.records()
         except DispatchError as exc:
             raise type(exc)(f"the store {cf.store} cannot be read: {exc}") from None
+        if not isinstance(cluster, Cluster) or not isinstance(cf, ClusterFile):
+            return await _roll(opts, cluster)  # a fleet: each of its clusters
+        caps = await cluster.capabilities()
         opts.out.capabilities(cf.adapter, cf.source, str(cf.store), caps)
+    return EXIT_OK
+
+
+@click.command("clusters")
+@action(READ, fleet_clusters=True)
+async def clusters_(opts: Options, cluster: Cluster | Fleet) -> int:
+    """List the configured clusters: each one's name, adapter and identity, whether it answers (since when
+    not, and why), its capabilities, its checkpoints and how many jobs are on it.
+
+    In a fleet every cluster (--cluster: those named); else the one configured."""
+    return await _roll(opts, cluster)
+
+
+async def _roll(opts: Options, cluster: Cluster | Fleet) -> int:
+    """The rows of ``dispatch clusters`` (and of ``check`` on a fleet): people's table, or JSON."""
+    from dispatch.cli.roll import roll
+
+    rows = await roll(opts, cluster)
+    out = opts.out
+    if out.as_json:
+        out.json([r.to_json() for r in rows])
+    elif out.output == "name":
+        out.names(r.name for r in rows)
+    else:
+        out.table(
+            ["cluster", "adapter", "identity", "reachable", "checkpoints", "jobs", "capabilities"],
+            [r.cells() for r in rows],
+            styles=["" if r.down is None else "red" for r in rows],
+        )
     return EXIT_OK
 
 
@@ -106,4 +142,4 @@ async def version(opts: Options) -> int:
     return EXIT_OK
 
 
-COMMANDS = (check, open_, schema, adapters_, version)
+COMMANDS = (check, open_, clusters_, schema, adapters_, version)

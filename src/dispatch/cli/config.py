@@ -242,6 +242,8 @@ class ClusterFile(ConfigFile, frozen=True):
     """The embedded default: the dev cluster, started by the commands that need it."""
     cluster: str = ""
     """The cluster's name in a file naming several (``clusters:``); empty for a one-cluster file."""
+    checkpoints: str = ""
+    """In a fleet: the name of the checkpoint directory the cluster's jobs see (``checkpoints:``)."""
 
 
 def parse_config(
@@ -255,10 +257,11 @@ def parse_config(
     try:
         return _parse_config(text, source, base, cluster)
     except InvalidError as exc:
-        raise _in_file(exc, source) from None
+        raise in_file(exc, source) from None
 
 
-def _in_file(exc: InvalidError, source: str) -> InvalidError:
+def in_file(exc: InvalidError, source: str) -> InvalidError:
+    """``exc`` as one line that names the file ``source`` first (``cluster.yaml: settings.x: ...``)."""
     if source == "<default>" or str(exc).startswith(f"{source}:"):
         return exc
     err = InvalidError(exc.detail, path=exc.path)
@@ -295,18 +298,35 @@ _RELATIVE_PATHS = ("kubeconfig", "slurmConf", "workdir")
 
 
 def _parse_config(text: str | bytes, source: str, base: Path | None, cluster: str | None) -> ClusterFile:
-    what = source
+    return config_from(read_document(text, source), source, base, cluster)
+
+
+def read_document(text: str | bytes, source: str) -> object:
+    """A config document's value: YAML, or JSON / TOML for a ``.json`` / ``.toml`` source (strictly:
+    duplicate keys, nulls, ... are refused naming ``source``)."""
     if source.endswith(".json"):
-        raw = load_json(text, what=what)
-    elif source.endswith(".toml"):
-        raw = load_toml(text, what=what)
-    else:
-        raw = load_yaml(text, what=what)
-    return _config_from(raw, source, base, cluster)
+        return load_json(text, what=source)
+    if source.endswith(".toml"):
+        return load_toml(text, what=source)
+    return load_yaml(text, what=source)
 
 
-def _config_from(raw: object, source: str, base: Path | None, cluster: str | None) -> ClusterFile:
+def is_fleet(raw: object) -> bool:
+    """Whether a config document describes a fleet (``clusters:`` and ``placement:``; see
+    :mod:`dispatch.cli.fleetconfig`)."""
+    return isinstance(raw, Mapping) and "clusters" in raw and "placement" in raw
+
+
+def config_from(raw: object, source: str, base: Path | None, cluster: str | None) -> ClusterFile:
+    """The cluster a decoded config document describes (``cluster``: one of those a file naming several
+    profiles names), its relative paths resolved from ``base``."""
     name = ""
+    if is_fleet(raw):
+        raise InvalidError(
+            "this file describes a fleet of clusters (`placement:`), not one cluster: "
+            "dispatch.cli.fleetconfig reads it",
+            path="placement",
+        )
     if isinstance(raw, Mapping) and "clusters" in raw:
         name, doc = _pick(ClustersFile.from_json(raw), cluster)
     elif cluster:
@@ -316,6 +336,12 @@ def _config_from(raw: object, source: str, base: Path | None, cluster: str | Non
         )
     else:
         doc = ConfigFile.from_json(raw)
+    return resolved(doc, source, base, name)
+
+
+def resolved(doc: ConfigFile, source: str, base: Path | None, name: str = "") -> ClusterFile:
+    """One cluster of a decoded config file, its relative paths (settings naming files, a SQLite store)
+    resolved from the file's directory ``base``; ``name``: its name in a file naming several."""
     settings = dict(doc.settings)
     for key in _RELATIVE_PATHS:
         value = settings.get(key)
@@ -467,7 +493,7 @@ def embedded_config() -> ClusterFile:
     """The embedded default: the ``kubeflow`` adapter on the dev cluster's kubeconfig, the default store."""
     # Its policy and adapter; the kubeconfig is the real path. From the decoded document: no YAML parser
     # to import for the commonest command line (the parser costs a read command ~0.03 s of CPU).
-    cf = _config_from(DEFAULT_DOCUMENT, "<default>", None, None)
+    cf = config_from(DEFAULT_DOCUMENT, "<default>", None, None)
     return cf.replace(settings={**cf.settings, "kubeconfig": str(dev_dir() / "kubeconfig")}, embedded=True)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dispatch import decide
 from dispatch.cli.options import Options
@@ -16,10 +16,13 @@ from dispatch.cluster import Cluster
 from dispatch.errors import DispatchError
 from dispatch.model import JobRecord, State
 
+if TYPE_CHECKING:
+    from dispatch.fleet import Fleet
+
 __all__ = ["QUIET", "TAIL", "follow", "interrupted", "waiting_for"]
 
 
-async def interrupted(opts: Options, cluster: Cluster, job_id: str, where: str) -> str:
+async def interrupted(opts: Options, cluster: Cluster | Fleet, job_id: str, where: str) -> str:
     """What Ctrl-C during ``run`` leaves behind, in words: a job waiting to be (re)started (a requeue's
     backoff) has nothing to start it until a supervisor runs, and that must be said."""
     try:
@@ -39,7 +42,7 @@ async def interrupted(opts: Options, cluster: Cluster, job_id: str, where: str) 
     )
 
 
-async def follow(opts: Options, cluster: Cluster, rec: JobRecord, *, supervise: bool) -> int:
+async def follow(opts: Options, cluster: Cluster | Fleet, rec: JobRecord, *, supervise: bool) -> int:
     """Supervise (or, without ``supervise``, only follow) the job to its final outcome, printing every
     transition, then the outcome and the last lines each node printed; the exit code of the outcome.
 
@@ -67,6 +70,8 @@ async def follow(opts: Options, cluster: Cluster, rec: JobRecord, *, supervise: 
             opts.say(f"{when(time.time())}  {jid}@{latest.epoch}  waiting for {waiting_for(opts, latest)}")
         return line
 
+    # In a fleet, each started line names the cluster it went to.
+    names = None if isinstance(cluster, Cluster) else {m.seat.identity: m.name for m in cluster.members}
     with out.progress(_live_line(rec, started)) as status:
         ticker = asyncio.create_task(_tick(status, tick))
 
@@ -75,7 +80,7 @@ async def follow(opts: Options, cluster: Cluster, rec: JobRecord, *, supervise: 
             current = await cluster.record(jid)
             history = await cluster.history(jid)
             for t in history[printed:]:
-                out.transition(jid, t)
+                out.transition(jid, t, names)
             if len(history) > printed:
                 changed = time.monotonic()
             printed = len(history)
@@ -142,13 +147,14 @@ def waiting_for(opts: Options, rec: JobRecord) -> str:
     return what
 
 
-async def _show_output(opts: Options, cluster: Cluster, rec: JobRecord) -> None:
+async def _show_output(opts: Options, cluster: Cluster | Fleet, rec: JobRecord) -> None:
     """The last :data:`TAIL` lines of each node of a job that succeeded, as ``run`` ends, when the
     cluster can read output (a failure's evidence already holds the failed node's last lines)."""
     if rec.handle is None:
         return
     try:
-        if not (await cluster.capabilities()).output:
+        own = cluster if isinstance(cluster, Cluster) else cluster.owner(rec)
+        if not (await own.capabilities()).output:
             return
     except DispatchError:
         return

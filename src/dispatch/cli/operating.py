@@ -6,21 +6,24 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from dispatch.cli.action import action
 from dispatch.cli.config import ClusterFile
 from dispatch.cli.exits import EXIT_FAILED, EXIT_OK
+from dispatch.cli.fleetconfig import FleetConfig
 from dispatch.cli.options import Options
 from dispatch.cli.render import when
 from dispatch.cli.standing import last_known
 from dispatch.cluster import Cluster
 from dispatch.errors import DispatchError, InvalidError, UnsupportedError
+from dispatch.model import JobRecord
 
 if TYPE_CHECKING:  # the supervisor (and its health endpoint's HTTP server) loads only for `supervise`
-    from dispatch.supervise import StepReport
+    from dispatch.fleet import Fleet, FleetSupervisor
+    from dispatch.supervise import StepReport, Supervisor
 
 __all__ = ["COMMANDS", "UNMATCHED", "left_alone"]
 
@@ -78,7 +81,7 @@ UNMATCHED = ("ignore", "adopt", "delete")
     default=None,
     help="Write structured logs to stderr: one JSON object per line, or text.",
 )
-@action()
+@action(fleet_clusters=True)
 async def supervise(
     opts: Options,
     lease: float,
@@ -202,8 +205,8 @@ UNREACHABLE_STEPS = 3
 
 async def _supervise_opened(
     opts: Options,
-    cluster: Cluster,
-    cf: ClusterFile,
+    cluster: Cluster | Fleet,
+    cf: ClusterFile | FleetConfig,
     stop: asyncio.Event,
     lease: float,
     poll: float,
@@ -215,33 +218,61 @@ async def _supervise_opened(
     log_format: str | None,
 ) -> int | None:
     """Supervise on one opened cluster until told to stop (the exit code) or until the cluster stops
-    answering (``None``: the caller reconnects)."""
+    answering (``None``: the caller reconnects); or on a fleet of clusters, each supervised on its own
+    (:class:`~dispatch.fleet.FleetSupervisor`: one that cannot be opened is tried again meanwhile)."""
     from dispatch import health, metrics
     from dispatch.cli.ui import serving
+    from dispatch.fleet.supervisor import REOPEN, FleetSupervisor
 
     out = opts.out
     async with cluster, serving(opts, cluster, ui_address, option="--ui-address") as page:
-        # Records of a stopped dev cluster are not this cluster's to recover: left as last known.
-        gone = await last_known(opts, cluster, await cluster.records())
-        sup = cluster.supervisor(
-            poll=poll, lease=lease, resync=resync, unmatched=unmatched, holder=holder, exclude=gone
-        )
+        options: dict[str, Any] = {
+            "poll": poll,
+            "lease": lease,
+            "resync": resync,
+            "unmatched": unmatched,
+            "holder": holder,
+        }
+        if isinstance(cluster, Cluster):
+            # Records of a stopped dev cluster are not this cluster's to recover: left as last known.
+            gone = await last_known(opts, cluster, await cluster.records())
+            sup: Supervisor | FleetSupervisor = cluster.supervisor(exclude=gone, **options)
+        else:
+            # Records of a cluster of the fleet that cannot be opened now are its, once it can: only those
+            # of no cluster of the fleet are left alone.
+            gone = {
+                r.job_id: f"{r.cluster} (not one of this fleet's clusters)" for r in await foreign(cluster)
+            }
+            sup = cluster.supervisor(exclude=gone, only=opts.fleet_clusters, **options)
+        who = _holders(sup)
         # --log-format json: what the daemon says is JSON lines too, never a plain line.
         say = out.json if out.as_json or log_format == "json" else None
         port = metrics.served_port()
+        where = cf.adapter if isinstance(cf, ClusterFile) else {"fleet": _supervised(opts, cf)}
         if say is not None:
             say(
-                {"supervisor": sup.holder, "adapter": cf.adapter, "store": str(cf.store), "event": "started"}
+                {"supervisor": who, "adapter": where, "store": str(cf.store), "event": "started"}
                 | ({"metricsPort": port} if port is not None else {})
                 | ({"page": page} if page is not None else {})
             )
         else:
             served = f"; metrics on port {port}" if port is not None else ""
             served += f"; the page at {page}" if page is not None else ""
-            out.line(f"supervisor {sup.holder} on {cf.adapter} ({cf.store}): started{served}")
+            on = where if isinstance(where, str) else f"the fleet {', '.join(where['fleet'])}"
+            out.line(f"supervisor {who} on {on} ({cf.store}): started{served}")
+        if not isinstance(cluster, Cluster):
+            for m in cluster.members:
+                if m.cluster is None and (not opts.fleet_clusters or m.name in opts.fleet_clusters):
+                    closed = (
+                        f"cluster {m.name} cannot be opened ({m.seat.down}); tried again every {REOPEN:g} s"
+                    )
+                    if say is not None:
+                        say({"supervisor": who, "cluster": m.name, "event": "closed", "why": m.seat.down})
+                    else:
+                        out.line(f"{when(cluster.clock.now())}  {closed}", style="yellow")
         if gone:
             if say is not None:
-                say({"supervisor": sup.holder, "event": "left-alone", "jobs": sorted(gone)})
+                say({"supervisor": who, "event": "left-alone", "jobs": sorted(gone)})
             else:
                 out.line(left_alone(gone))
 
@@ -254,28 +285,31 @@ async def _supervise_opened(
         async def report(r: StepReport) -> None:
             nonlocal failing
             failed.extend(r.errors)
-            down = sup.unreachable  # its reads and its watch (a cache may answer while the watch fails)
+            # A fleet is ready while no cluster's last step failed (each steps on its own); one cluster
+            # while its reads and its watch answer (a cache may answer while the watch fails).
+            first = next(iter(sup.failing.values()), None) if isinstance(sup, FleetSupervisor) else None
+            down = None if isinstance(sup, FleetSupervisor) else sup.unreachable
             failing = failing + 1 if r.errors or down is not None else 0
-            if r.errors:
-                health.current().block(f"the last step failed: {r.errors[0]}")
+            if r.errors or first is not None:
+                health.current().block(f"the last step failed: {first or r.errors[0]}")
             elif down is not None:
                 health.current().block(f"the cluster does not answer since {when(down.at)}: {down.reason}")
             else:
                 health.current().unblock()
             for a in r.actions:
                 if say is not None:
-                    say({"supervisor": sup.holder, "action": a})
+                    say({"supervisor": who, "action": a})
                 elif said.get(a.split(":", 1)[0]) != a:  # one repeated step after step is said once
                     said[a.split(":", 1)[0]] = a
                     out.line(f"{when(cluster.clock.now())}  {a}")
             for e in r.errors:
                 if say is not None:
-                    say({"supervisor": sup.holder, "error": e})
+                    say({"supervisor": who, "error": e})
                 else:
                     out.line(f"{when(cluster.clock.now())}  error: {e}", style="red")
             for u in r.unreadable:  # named once; the others are supervised regardless
                 if say is not None:
-                    say({"supervisor": sup.holder, "skipped": u})
+                    say({"supervisor": who, "skipped": u})
                 else:
                     out.line(f"{when(cluster.clock.now())}  skipped: {u}", style="yellow")
 
@@ -283,7 +317,7 @@ async def _supervise_opened(
             nonlocal lost
             if once:
                 return True
-            if failing >= UNREACHABLE_STEPS:
+            if failing >= UNREACHABLE_STEPS and isinstance(cluster, Cluster):
                 # Failing steps: is the cluster still there? (a restarted one may have moved.) A listing
                 # the adapter answers from its cache says yes while its watch still retries: a blip
                 # rides on it, and the daemon reconnects once the watch gave up.
@@ -300,9 +334,9 @@ async def _supervise_opened(
         if lost and not stop.is_set():
             return None
         if say is not None:
-            say({"supervisor": sup.holder, "event": "stopped"} | ({"failed": len(failed)} if once else {}))
+            say({"supervisor": who, "event": "stopped"} | ({"failed": len(failed)} if once else {}))
         else:
-            out.line(f"supervisor {sup.holder}: stopped, leases released")
+            out.line(f"supervisor {who}: stopped, leases released")
         if once and failed:
             # A one-shot run (cron, CI) must not read as success when its actions failed.
             out.line(f"error: {len(failed)} action(s) of this step failed (see above)", style="red")
@@ -310,8 +344,33 @@ async def _supervise_opened(
         return EXIT_OK
 
 
+async def foreign(fleet: Fleet) -> list[JobRecord]:
+    """The unfinished records of no cluster of the fleet (another config's)."""
+    return [
+        r
+        for r in await fleet.records()
+        if r.cluster and not r.outcome.terminal and fleet.member_of(r) is None
+    ]
+
+
+def _holders(sup: Supervisor | FleetSupervisor) -> str:
+    """How the daemon names itself: its holder; a fleet's, each cluster's supervisor's."""
+    from dispatch.fleet.supervisor import FleetSupervisor
+
+    if isinstance(sup, FleetSupervisor):
+        return (
+            ", ".join(f"{name}={s.holder}" for name, s in sup.supervisors.items()) or "(no cluster open yet)"
+        )
+    return sup.holder
+
+
+def _supervised(opts: Options, cf: FleetConfig) -> list[str]:
+    return [n for n in cf.names if not opts.fleet_clusters or n in opts.fleet_clusters]
+
+
 def left_alone(gone: Mapping[str, str]) -> str:
-    """The supervisor's note on the jobs of a dev cluster that is gone: every one of them, by name."""
+    """The supervisor's note on the jobs of a dev cluster that is gone, or of another cluster: every one
+    of them, by name."""
     dead = sorted(j for j, why in gone.items() if why.startswith("gone: "))
     other = sorted(j for j in gone if j not in dead)
     parts = [f"{len(dead)} job(s) of a dev cluster that is gone ({', '.join(dead)})"] if dead else []

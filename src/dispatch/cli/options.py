@@ -1,24 +1,29 @@
 """The options every command takes (``--config``, ``-o``, ``--quiet``, ...): :class:`Options`, which opens
-the configured cluster, and the click parameters that declare them once."""
+the configured cluster (or fleet of clusters), and the click parameters that declare them once."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from msgspec import Struct
 
 from dispatch.cli import devcluster
-from dispatch.cli.config import ClusterFile, check_settings, load_config, open_cluster, read_token
+from dispatch.cli.config import ClusterFile, check_settings, open_cluster, read_token
 from dispatch.cli.embedded import OfflineBackend
+from dispatch.cli.fleetconfig import FleetConfig, open_configured_fleet
+from dispatch.cli.fleetconfig import load as load_config
 from dispatch.cli.render import Renderer, probe_progress
 from dispatch.cluster import Cluster
 from dispatch.errors import InvalidError, ReadOnlyError, UnavailableError, UnsupportedError
 from dispatch.logs import structured as structured_logs
 from dispatch.registry import describe as describe_adapter
+
+if TYPE_CHECKING:
+    from dispatch.fleet import Fleet
 
 __all__ = [
     "COMMON",
@@ -46,10 +51,10 @@ class Options(Struct):
     no_headers: bool = False
     quiet: bool = False
     epoch_times: bool = False
-    cluster: str | None = None
+    clusters: tuple[str, ...] = ()
     namespace: str | None = None
     context: str | None = None
-    _cf: ClusterFile | None = None
+    _cf: ClusterFile | FleetConfig | None = None
 
     @property
     def as_json(self) -> bool:
@@ -59,16 +64,45 @@ class Options(Struct):
     def out(self) -> Renderer:
         return Renderer(output=self.output, no_headers=self.no_headers, epoch_times=self.epoch_times)
 
-    def cluster_file(self) -> ClusterFile:
+    def cluster_file(self) -> ClusterFile | FleetConfig:
+        """The configured cluster (a profile of a file naming several, with ``--cluster``), or fleet."""
         if self._cf is None:
-            cf = load_config(self.config, cluster=self.cluster)
-            self._cf = with_overrides(cf, {"namespace": self.namespace, "context": self.context})
+            if len(self.clusters) > 1 and not self._names_fleet():
+                raise InvalidError(
+                    f"{','.join(self.clusters)}: a config names one cluster, or profiles of which a "
+                    "command uses one; several clusters at once are a fleet's (`placement:`, docs/fleet.md)",
+                    path="--cluster",
+                )
+            cf = load_config(self.config, cluster=self.clusters[0] if self.clusters else None)
+            if isinstance(cf, FleetConfig):
+                for name in self.clusters:
+                    cf.member(name)  # a name the fleet does not have is refused, naming those it has
+                for flag, given in (("-n/--namespace", self.namespace), ("--context", self.context)):
+                    if given is not None:
+                        raise InvalidError(
+                            f"{flag}: each cluster of the fleet {cf.source} has its own settings; set it there",
+                            path=flag.split("/")[-1],
+                        )
+                self._cf = cf
+            else:
+                self._cf = with_overrides(cf, {"namespace": self.namespace, "context": self.context})
         return self._cf
+
+    def _names_fleet(self) -> bool:
+        """Whether the config is a fleet (read without deciding anything else)."""
+        return isinstance(load_config(self.config), FleetConfig)
+
+    @property
+    def fleet_clusters(self) -> tuple[str, ...]:
+        """In a fleet, the clusters ``--cluster`` names (what ``run``/``submit`` may place a job on,
+        ``list``/``clusters``/``supervise`` look at); empty: all of them, or not a fleet."""
+        return self.clusters if isinstance(self.cluster_file(), FleetConfig) else ()
 
     async def open(
         self, *, read_only: bool = False, refresh: bool = False, start_dev: bool = True
-    ) -> Cluster:
-        """Open the configured cluster; ``read_only`` forces read-only mode (no probe, no write).
+    ) -> Cluster | Fleet:
+        """Open the configured cluster, or fleet; ``read_only`` forces read-only mode (no probe, no
+        write).
 
         With no config (the embedded default) a write command starts the dev cluster when it is not
         running, and says so; a read command does not, and sees the records as last known. Without
@@ -76,6 +110,9 @@ class Options(Struct):
         ``UnavailableError``."""
         cf = self.cluster_file()
         token = read_token(self.token_file)  # a bad token file is reported before anything starts
+        if isinstance(cf, FleetConfig):
+            with self.opening(cf):
+                return await open_configured_fleet(cf, token=token, read_only=read_only, refresh=refresh)
         if read_only:
             cf = cf.replace(read_only=True)
         if cf.embedded:
@@ -103,9 +140,11 @@ class Options(Struct):
         (``--config``, ``--cluster``, ``-n``, ``--context``, ``--token-file``), then ``words``."""
         import shlex
 
+        # In a fleet --cluster names where new jobs go, not what a command on a job opens: left out.
+        profile = None if isinstance(self._cf, FleetConfig) or not self.clusters else self.clusters[0]
         chosen = (
             ("--config", self.config),
-            ("--cluster", self.cluster),
+            ("--cluster", profile),
             ("-n", self.namespace),
             ("--context", self.context),
             ("--token-file", self.token_file),
@@ -113,9 +152,11 @@ class Options(Struct):
         return " ".join(["dispatch", *(f"{flag} {shlex.quote(v)}" for flag, v in chosen if v), *words])
 
     def offline(self) -> Cluster:
-        """The records of the embedded default with no dev cluster running: shown as last known."""
+        """The records of the embedded default with no dev cluster running (or of any config, for a
+        shell's completion): shown as last known."""
         cf = self.cluster_file()
-        return Cluster(OfflineBackend(cf.adapter), cf.store.open(), policy=cf.policy)
+        adapter = cf.adapter if isinstance(cf, ClusterFile) else "fleet"
+        return Cluster(OfflineBackend(adapter), cf.store.open(), policy=cf.policy)
 
     def say(self, text: str) -> None:
         """A note for people, on stderr (stdout stays the command's result); a log line with JSON logs;
@@ -127,10 +168,13 @@ class Options(Struct):
         else:
             click.echo(text, err=True)
 
-    def opening(self, cf: ClusterFile) -> AbstractContextManager[Any]:
+    def opening(self, cf: ClusterFile | FleetConfig) -> AbstractContextManager[Any]:
         """Nothing waits silently: while the adapter opens, what it waits for (its probe) is shown — a
         spinner on a terminal, lines on stderr otherwise (never with ``--json`` or ``--quiet``)."""
-        where = "the dev cluster" if cf.embedded else f"the {cf.adapter} cluster ({cf.source})"
+        if isinstance(cf, FleetConfig):
+            where = f"the fleet {', '.join(cf.names)} ({cf.source})"
+        else:
+            where = "the dev cluster" if cf.embedded else f"the {cf.adapter} cluster ({cf.source})"
         # With JSON logs the probe's lines are already log lines: no plain copy on stderr.
         quiet = self.output != "text" or self.quiet or structured_logs()
         return probe_progress(self.out, f"opening {where}", quiet)
@@ -174,8 +218,9 @@ def options_from(given: Mapping[str, Any], outer: Options | None = None) -> Opti
     list``) are the defaults of a command's."""
     v = dict(given)
     if outer is not None:
-        for key in ("config", "token_file", "cluster", "namespace", "context"):
+        for key in ("config", "token_file", "namespace", "context"):
             v[key] = v[key] or getattr(outer, key)
+        v["cluster"] = _names(v["cluster"]) or outer.clusters
         for key in ("no_headers", "quiet", "epoch_times"):
             v[key] = v[key] or getattr(outer, key)
         v["output"] = v["output"] or (None if outer.output == "text" else outer.output)
@@ -186,10 +231,21 @@ def options_from(given: Mapping[str, Any], outer: Options | None = None) -> Opti
         v["no_headers"],
         v["quiet"],
         v["epoch_times"],
-        v["cluster"],
+        _names(v["cluster"]),
         v["namespace"],
         v["context"],
     )
+
+
+def _names(given: tuple[str, ...] | str | None) -> tuple[str, ...]:
+    """``--cluster`` as given, repeated and comma-separated (``--cluster a,b --cluster c``): the names."""
+    if not given:
+        return ()
+    items = [given] if isinstance(given, str) else list(given)
+    names = tuple(dict.fromkeys(n.strip() for item in items for n in item.split(",")))
+    if "" in names:  # read with the options, before a command's body: click's usage error (exit 2)
+        raise click.UsageError(f"--cluster {','.join(items)!r}: expected cluster names, comma-separated")
+    return names
 
 
 def _output(as_json: bool, output: str | None) -> str:
@@ -222,7 +278,9 @@ _COMMON_PARAMS: list[click.Parameter] = [
     click.Option(
         ["--cluster"],
         metavar="NAME",
-        help="One of the clusters the config file names (`clusters:`); default: its `default`.",
+        multiple=True,
+        help="Profiles (`clusters:`): the one to use (default: its `default`). A fleet (`placement:`): "
+        "the clusters a new job may go to, and those list/clusters/supervise look at (repeatable, or a,b).",
     ),
     click.Option(["-n", "--namespace"], metavar="NS", help="Kubernetes: the namespace (settings.namespace)."),
     click.Option(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,7 +12,17 @@ from dispatch.cli.action import READ, action, complete_job, quiet_pipe, report_e
 from dispatch.cli.embedded import OfflineBackend
 from dispatch.cli.exits import EXIT_FAILED, EXIT_OK
 from dispatch.cli.options import Options, parse_duration
-from dispatch.cli.standing import current_record, exit_code, last_known, next_steps, unreachable
+from dispatch.cli.standing import (
+    cluster_names,
+    current_record,
+    down_of,
+    exit_code,
+    last_known,
+    names_in,
+    next_steps,
+    unreachable,
+    where_of,
+)
 from dispatch.cluster import Cluster
 from dispatch.errors import (
     BusyError,
@@ -23,16 +34,19 @@ from dispatch.errors import (
 )
 from dispatch.model import JobRecord, State
 
+if TYPE_CHECKING:
+    from dispatch.fleet import Fleet
+
 __all__ = ["COMMANDS"]
 
 
 @click.command()
 @click.argument("job", shell_complete=complete_job)
 @action(READ)
-async def status(opts: Options, cluster: Cluster, job: str) -> int:
+async def status(opts: Options, cluster: Cluster | Fleet, job: str) -> int:
     """Show the record of JOB, refreshed from the cluster (read-only: no probe, no write)."""
     rec, gone = await current_record(opts, cluster, job)
-    opts.out.record(rec, gone=gone)
+    opts.out.record(rec, gone=gone, names=await names_in(opts, cluster, [rec]))
     return EXIT_OK
 
 
@@ -53,7 +67,11 @@ async def status(opts: Options, cluster: Cluster, job: str) -> int:
 @click.option("-w", "--watch", "keep_watching", is_flag=True, help="After the list, a line per change.")
 @action(READ)
 async def list_(
-    opts: Options, cluster: Cluster, states: tuple[str, ...], selector: str | None, keep_watching: bool
+    opts: Options,
+    cluster: Cluster | Fleet,
+    states: tuple[str, ...],
+    selector: str | None,
+    keep_watching: bool,
 ) -> int:
     """List every job, refreshed from the cluster (read-only: no probe, no write).
 
@@ -63,8 +81,12 @@ async def list_(
 
     wanted = [State(s) for s in states] or None
     requirements = parse_selector(selector) if selector else []
-    if opts.context is not None:  # the records alone would answer: the context would never be read
+    if opts.context is not None and isinstance(cluster, Cluster):  # else the context would never be read
         await cluster.capabilities()
+    if keep_watching and not isinstance(cluster, Cluster):
+        raise UnsupportedError(
+            ["--watch follows one cluster's jobs; in a fleet `dispatch watch JOB` follows one"]
+        )
     stored = await cluster.records()
     mine = list(stored)
     if opts.namespace is not None:  # only those: another namespace's jobs are not this backend's to read
@@ -73,20 +95,34 @@ async def list_(
             elsewhere = sorted({ns for r in stored if (ns := namespace_of(r)) is not None})
             others = f"; namespaces with jobs: {', '.join(elsewhere)}" if elsewhere else ""
             opts.say(f"no job in namespace {opts.namespace}{others}")
+    if opts.fleet_clusters and not isinstance(cluster, Cluster):  # --cluster in a fleet: only those
+        on = {cluster.member(n).seat.identity for n in opts.fleet_clusters}
+        mine = [r for r in mine if r.cluster in on]
     gone = await last_known(opts, cluster, mine)
-    if isinstance(cluster.backend, OfflineBackend):  # no cluster to ask: the records as last known
-        records = [r for r in mine if wanted is None or r.state in wanted]
-    elif not gone and opts.namespace is None:
+    if isinstance(cluster, Cluster) and isinstance(cluster.backend, OfflineBackend):
+        records = [r for r in mine if wanted is None or r.state in wanted]  # no cluster to ask: as last known
+    elif not gone and opts.namespace is None and not opts.fleet_clusters:
         records = await cluster.list(wanted)
     else:  # refresh the others one by one; the gone ones stay as last known
         records = [r if r.job_id in gone or r.outcome.terminal else await cluster.get(r.job_id) for r in mine]
         records = [r for r in records if wanted is None or r.state in wanted]
     records = [r for r in records if matches(r, requirements)]
-    if cluster.unreachable is not None:  # none refreshed: each unfinished one as last known, and why
-        gone = {**{r.job_id: unreachable(cluster) for r in records if not r.outcome.terminal}, **gone}
-        click.echo(f"note: {unreachable(cluster)}: unfinished jobs are shown as last known", err=True)
+    # Those whose cluster did not answer: each unfinished one as last known, and why.
+    downs = {
+        r.job_id: (down, where_of(cluster, r))
+        for r in records
+        if not r.outcome.terminal and (down := down_of(cluster, r)) is not None
+    }
+    gone = {**{j: unreachable(d, w) for j, (d, w) in downs.items()}, **gone}
+    for down, where in {(d.reason, w): (d, w) for d, w in downs.values()}.values():
+        click.echo(f"note: {unreachable(down, where)}: unfinished jobs are shown as last known", err=True)
+    names = (
+        None
+        if isinstance(cluster, Cluster)
+        else await cluster_names(opts, cluster, [r.cluster for r in records])
+    )
     out = opts.out
-    out.records(records, gone=gone)
+    out.records(records, gone=gone, names=names)
     for bad in stored.unreadable:  # one line each, on stderr: the others are listed
         click.echo(f"skipped: {bad}", err=True)
     if not keep_watching:
@@ -102,14 +138,14 @@ async def list_(
             and matches(rec, requirements)
             and opts.namespace in (None, namespace_of(rec))
         ):
-            out.records([rec], gone=gone)
+            out.records([rec], gone=gone, names=names)
     return EXIT_OK
 
 
 @click.command()
 @click.argument("job", required=False, shell_complete=complete_job)
 @action(READ)
-async def watch(opts: Options, cluster: Cluster, job: str | None) -> int:
+async def watch(opts: Options, cluster: Cluster | Fleet, job: str | None) -> int:
     """Print records as they change: one job until it ends, or every job until interrupted.
 
     With JOB the exit code is its outcome's: 0 only when it succeeded."""
@@ -132,24 +168,26 @@ async def watch(opts: Options, cluster: Cluster, job: str | None) -> int:
 @click.command()
 @click.argument("job", shell_complete=complete_job)
 @action(READ)
-async def history(opts: Options, cluster: Cluster, job: str) -> int:
+async def history(opts: Options, cluster: Cluster | Fleet, job: str) -> int:
     """Show the transitions of JOB, oldest first, then every incarnation and why it ended.
 
     The record is refreshed first (read-only), so the last lines say where the job is now."""
-    await current_record(opts, cluster, job)
-    opts.out.transitions(job, await cluster.history(job), incarnations=True)
+    rec, _ = await current_record(opts, cluster, job)
+    told = await cluster.history(job)
+    opts.out.transitions(job, told, incarnations=True, names=await names_in(opts, cluster, [rec], told))
     return EXIT_OK
 
 
 @click.command("describe")
 @click.argument("job", shell_complete=complete_job)
 @action(READ)
-async def describe_(opts: Options, cluster: Cluster, job: str) -> int:
+async def describe_(opts: Options, cluster: Cluster | Fleet, job: str) -> int:
     """Show JOB whole: its record and spec, every incarnation as a timeline (states, causes, evidence,
     the rule of each requeue), its cluster objects, and the next steps a person could take."""
     rec, gone = await current_record(opts, cluster, job)
     steps = [s for s in next_steps(opts, rec) if " describe " not in s]
-    opts.out.describe(rec, await cluster.history(job), steps, gone=gone)
+    told = await cluster.history(job)
+    opts.out.describe(rec, told, steps, gone=gone, names=await names_in(opts, cluster, [rec], told))
     return EXIT_OK
 
 
@@ -178,7 +216,7 @@ async def describe_(opts: Options, cluster: Cluster, job: str) -> int:
 @action(READ)
 async def logs(
     opts: Options,
-    cluster: Cluster,
+    cluster: Cluster | Fleet,
     job: str,
     follow: bool,
     node: int | None,
@@ -312,15 +350,18 @@ def check_epoch(opts: Options, rec: JobRecord, n: int, r: int | None) -> None:
         raise NotFoundError(f"{rec.job_id} has no epoch {n}.{r}: its incarnation {n} is {rec.epoch}")
 
 
-def other_cluster(opts: Options, cluster: Cluster, rec: JobRecord) -> str:
+def other_cluster(opts: Options, cluster: Cluster | Fleet, rec: JobRecord) -> str:
     """Why the output of a record of another cluster (or adapter) cannot be read here: only its own
     cluster has it (SPEC §6.1). The record is shown as last known, as everywhere else."""
     theirs = rec.cluster or (
         f"a {rec.handle.backend} cluster" if rec.handle is not None else "another cluster"
     )
-    here = cluster.cluster_id or "none: the dev cluster is not running"
+    if isinstance(cluster, Cluster):
+        here = f"this cluster ({cluster.cluster_id or 'none: the dev cluster is not running'})"
+    else:
+        here = f"a cluster of this fleet ({', '.join(m.name for m in cluster.members)})"
     return (
-        f"cannot read the output of {rec.job_id}: it ran on {theirs}, not on this cluster ({here}), and only "
+        f"cannot read the output of {rec.job_id}: it ran on {theirs}, not on {here}, and only "
         f"its own cluster has its nodes' output (`dispatch --config ITS-CONFIG logs {rec.job_id}` reads it); "
         f"shown as last known: {rec.job_id}@{rec.epoch} {rec.outcome}, its evidence in "
         f"`{opts.again('describe', rec.job_id)}`"

@@ -202,14 +202,16 @@ class Renderer:
 
     # ------------------------------------------------------------------ dispatch's values
 
-    def record(self, rec: JobRecord, *, gone: str | None = None) -> None:
+    def record(
+        self, rec: JobRecord, *, gone: str | None = None, names: Mapping[str, str] | None = None
+    ) -> None:
         """A record; ``gone`` says why this process does not refresh it — its cluster is another one, or
-        is gone — so it is shown as last known."""
+        is gone — so it is shown as last known. ``names`` (a fleet's): cluster identity -> name."""
         if self.output == "name":
             self.line(rec.job_id)
             return
         if self.as_json:
-            self.json({**rec.to_json(), "lastKnown": gone} if gone else rec.to_json())
+            self.json(_as_json(rec, gone, names))
             return
         pairs: list[tuple[str, str]] = [
             ("job", rec.job_id),
@@ -226,10 +228,11 @@ class Renderer:
             pairs.append(("cancel", "requested"))
         if rec.unknown_write:
             pairs.append(("unknown", rec.unknown_write))
+        name = (names or {}).get(rec.cluster, "")
         if gone:
-            pairs.append(("cluster", f"{gone}; shown as last known"))
-        elif rec.cluster and self.output == "wide":
-            pairs.append(("cluster", rec.cluster))
+            pairs.append(("cluster", f"{name + ': ' if name else ''}{gone}; shown as last known"))
+        elif rec.cluster and (self.output == "wide" or names is not None):
+            pairs.append(("cluster", f"{name} ({rec.cluster})" if name else rec.cluster))
         width = max(len(k) for k, _ in pairs) + 1
         for key, value in pairs:
             style = _COLOURS.get(rec.state) if key == "state" else None
@@ -242,23 +245,24 @@ class Renderer:
             for out_line in ev.output:
                 self.line(f"{indent}  | {printable(out_line)}")
 
-    def records(self, recs: Sequence[JobRecord], *, gone: Mapping[str, str] | None = None) -> None:
+    def records(
+        self,
+        recs: Sequence[JobRecord],
+        *,
+        gone: Mapping[str, str] | None = None,
+        names: Mapping[str, str] | None = None,
+    ) -> None:
         """A table of records; those in ``gone`` (job id → why) are marked ``(last known)``: their
-        cluster is another one, or is gone."""
+        cluster is another one, or is gone. ``names`` (a fleet's): a column names each one's cluster."""
         gone = gone or {}
         if self.output == "name":
             self.names(r.job_id for r in recs)
             return
         if self.as_json:
-            self.json(
-                [
-                    {**r.to_json(), "lastKnown": gone[r.job_id]} if r.job_id in gone else r.to_json()
-                    for r in recs
-                ]
-            )
+            self.json([_as_json(r, gone.get(r.job_id), names) for r in recs])
             return
         wide = self.output == "wide"
-        headers = ["job", "state", "cause", "epoch", "updated"]
+        headers = ["job", "state", "cause", *(["cluster"] if names is not None else []), "epoch", "updated"]
         if wide:
             headers += ["created", "handle", "intents"]
         rows = []
@@ -267,6 +271,7 @@ class Renderer:
                 r.job_id,
                 r.state.value + (" (last known)" if r.job_id in gone else ""),
                 r.outcome.cause.value,
+                *([names.get(r.cluster) or r.cluster or "-"] if names is not None else []),
                 str(r.epoch),
                 when(r.updated_at),
             ]
@@ -289,11 +294,14 @@ class Renderer:
             f"{prefix}{rec.job_id}@{rec.epoch}: {outcome_text(rec.outcome)}", style=_COLOURS.get(rec.state)
         )
 
-    def transition(self, job_id: str, t: Transition) -> None:
+    def transition(self, job_id: str, t: Transition, names: Mapping[str, str] | None = None) -> None:
+        """One line of a history; ``names`` (a fleet's) names the cluster a started line went to."""
         if self.as_json:
             self.json({"jobId": job_id, "transition": t.to_json()})
             return
         parts = [when(t.at), f"{job_id}@{t.epoch}" if t.epoch else job_id, t.actor.value, t.what]
+        if names is not None and t.cluster and t.what == "started":
+            parts.append(f"on {names.get(t.cluster, t.cluster)}")
         if t.state is not None and t.state.value != t.what:
             parts.append(t.state.value)
         if t.cause is not None and t.cause.value != "none":
@@ -303,16 +311,25 @@ class Renderer:
             text += f"  — {t.why}"
         self.line(printable(text), style=_COLOURS.get(t.state) if t.state else None)
 
-    def transitions(self, job_id: str, ts: Sequence[Transition], *, incarnations: bool = False) -> None:
+    def transitions(
+        self,
+        job_id: str,
+        ts: Sequence[Transition],
+        *,
+        incarnations: bool = False,
+        names: Mapping[str, str] | None = None,
+    ) -> None:
         if self.as_json:
             self.json([t.to_json() for t in ts])
             return
         for t in ts:
-            self.transition(job_id, t)
+            self.transition(job_id, t, names)
         if incarnations:
             self.line("incarnations:")
             for inc in incarnations_of(ts):
                 text = f"  {inc.epoch.n} ({job_id}@{inc.epoch}): {inc.state.value} / {inc.cause.value}"
+                if names is not None and inc.cluster:
+                    text += f" on {names.get(inc.cluster, inc.cluster)}"
                 if inc.then:
                     text += f"  — {inc.then}"
                 self.line(text, style=_COLOURS.get(inc.state))
@@ -330,23 +347,30 @@ class Renderer:
         self.evidence(o.evidence, indent="  ")
 
     def describe(
-        self, rec: JobRecord, ts: Sequence[Transition], steps: Sequence[str], *, gone: str | None = None
+        self,
+        rec: JobRecord,
+        ts: Sequence[Transition],
+        steps: Sequence[str],
+        *,
+        gone: str | None = None,
+        names: Mapping[str, str] | None = None,
     ) -> None:
         """One job whole: the record, the spec, every incarnation as a timeline (states, causes,
-        evidence, the rule of each requeue), its cluster objects, and the next steps."""
+        evidence, the rule of each requeue, the cluster it ran on), its cluster objects, and the next
+        steps. ``names`` (a fleet's): cluster identity -> name."""
         incs = incarnations_of(ts)
         if self.as_json:
             self.json(
                 {
-                    "record": rec.to_json(),
-                    "incarnations": [i.to_json() for i in incs],
+                    "record": _as_json(rec, None, names),
+                    "incarnations": [i.to_json(names) for i in incs],
                     "history": [t.to_json() for t in ts],
                     "next": list(steps),
                 }
                 | ({"cluster": {"gone": gone}} if gone else {})
             )
             return
-        self.record(rec, gone=gone)
+        self.record(rec, gone=gone, names=names)
         spec = rec.spec
         self.line("spec:")
         self.line(f"  command: {printable(str(list(spec.command)))}")
@@ -370,6 +394,9 @@ class Renderer:
                 f"  {inc.epoch}  {inc.state.value} / {inc.cause.value}  ({span})",
                 style=_COLOURS.get(inc.state),
             )
+            if inc.cluster and names is not None:  # a fleet: where each one ran
+                where = names.get(inc.cluster)
+                self.line(f"    cluster: {where} ({inc.cluster})" if where else f"    cluster: {inc.cluster}")
             for obj in inc.objects:
                 self.line(f"    object: {obj}")
             for step in inc.steps:
@@ -419,6 +446,12 @@ class Renderer:
 
 TIME_KEYS = frozenset({"at", "createdAt", "updatedAt", "expiresAt", "notBefore"})
 """The keys of dispatch's JSON whose numbers are times (epoch seconds in the model's own JSON)."""
+
+
+def _as_json(rec: JobRecord, gone: str | None, names: Mapping[str, str] | None) -> dict[str, Any]:
+    """A record's JSON, with why it is shown as last known and (a fleet's) its cluster's name."""
+    name = (names or {}).get(rec.cluster)
+    return rec.to_json() | ({"lastKnown": gone} if gone else {}) | ({"clusterName": name} if name else {})
 
 
 def rfc3339(at: float) -> str:
@@ -523,7 +556,8 @@ def probe_progress(renderer: Renderer, text: str, quiet: bool = False) -> Iterat
 
 class Incarnation(Struct):
     """One incarnation as the history tells it: its epoch, how it ended (or where it is), what came next,
-    when it began and ended, the cluster objects it was placed as, and the evidence of its states."""
+    when it began and ended, the cluster objects it was placed as, the evidence of its states, and the
+    cluster it was placed on (its identity; empty in histories written before it was kept)."""
 
     epoch: Epoch
     state: State = State.PENDING
@@ -533,9 +567,13 @@ class Incarnation(Struct):
     until: float | None = None
     objects: list[str] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
+    cluster: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, names: Mapping[str, str] | None = None) -> dict[str, Any]:
+        where = {"cluster": self.cluster} if self.cluster else {}
+        if self.cluster and names is not None and names.get(self.cluster):
+            where["clusterName"] = names[self.cluster]
+        return where | {
             "epoch": str(self.epoch),
             "state": self.state.value,
             "cause": self.cause.value,
@@ -566,6 +604,8 @@ def incarnations_of(ts: Sequence[Transition]) -> list[Incarnation]:
             current.then = f"{t.what}: {t.why}"
         if t.what == "started" and t.why:
             current.objects.append(t.why)
+        if t.cluster:  # where it was placed, then started: the last one says where it ran
+            current.cluster = t.cluster
         if t.state is not None and t.what not in ("requeued", "resubmitted"):
             current.state = t.state
             current.cause = t.cause if t.cause is not None else Cause.NONE

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import click
 
 from dispatch.cli import devcluster
 from dispatch.cli.action import READ, WRITE, action
+from dispatch.cli.config import ClusterFile
 from dispatch.cli.exits import EXIT_OK
 from dispatch.cli.following import follow, interrupted
 from dispatch.cli.jobfile import load_adapter_extensions, load_spec, refused_job
@@ -16,6 +18,9 @@ from dispatch.cli.standing import mark_placed
 from dispatch.cluster import Cluster
 from dispatch.errors import ConflictError, DispatchError, InvalidError, UnsupportedError
 from dispatch.model import JobRecord, JobSpec, Policy, State, new_job_id
+
+if TYPE_CHECKING:
+    from dispatch.fleet import Fleet
 
 __all__ = ["COMMANDS"]
 
@@ -28,9 +33,14 @@ __all__ = ["COMMANDS"]
     is_flag=True,
     help="Only follow the job: apply no recovery policy (a preempted job ends failed / preempted).",
 )
-@action(WRITE, spec="jobfile")
+@action(WRITE, spec="jobfile", fleet_clusters=True)
 async def run(
-    opts: Options, cluster: Cluster, jobfile: str, spec: JobSpec, job_id: str | None, no_supervise: bool
+    opts: Options,
+    cluster: Cluster | Fleet,
+    jobfile: str,
+    spec: JobSpec,
+    job_id: str | None,
+    no_supervise: bool,
 ) -> int:
     """Submit JOBFILE and supervise it to its final outcome, printing every transition.
 
@@ -55,7 +65,7 @@ NEVER_REQUEUE = Policy()
 
 async def _submit(
     opts: Options,
-    cluster: Cluster,
+    cluster: Cluster | Fleet,
     jobfile: str,
     spec: JobSpec,
     *,
@@ -68,7 +78,9 @@ async def _submit(
     job_id = job_id if job_id is not None else new_job_id()
     try:
         with refused_job(jobfile):
-            return await cluster.submit(spec, job_id=job_id, held=held, policy=policy)
+            return await cluster.submit(
+                spec, job_id=job_id, held=held, policy=policy, clusters=opts.fleet_clusters
+            )
     except (InvalidError, UnsupportedError, ConflictError):
         raise  # refused before a record was written (a refused start ends it), or the id is another's
     except DispatchError as exc:
@@ -87,7 +99,7 @@ async def _submit(
 
 @click.command()
 @click.argument("jobfile", type=click.Path(dir_okay=False))
-@action()
+@action(fleet_clusters=True)
 async def validate(opts: Options, jobfile: str) -> int:
     """Check JOBFILE strictly; with a cluster config (or a running dev cluster), also ask the cluster,
     read-only, whether it would accept the job."""
@@ -130,6 +142,9 @@ async def _ask_cluster(opts: Options, spec: JobSpec, jobfile: str) -> tuple[str 
             f"(`dispatch dev-cluster start` starts it); not checked: {CLUSTER_CHECKS}"
         )
     cluster = await opts.open(read_only=True)
+    if not isinstance(cluster, Cluster) or not isinstance(cf, ClusterFile):
+        async with cluster:
+            return await _ask_fleet(opts, cluster, spec, jobfile)
     async with cluster:
         with settings_refused(cf):
             # Read-only, the adapter notes what a write command's open refuses: the same refusal here.
@@ -144,16 +159,52 @@ async def _ask_cluster(opts: Options, spec: JobSpec, jobfile: str) -> tuple[str 
     return f"the {cf.adapter} cluster ({cf.source}) would accept it (asked read-only; nothing created)", None
 
 
+async def _ask_fleet(
+    opts: Options, fleet: Cluster | Fleet, spec: JobSpec, jobfile: str
+) -> tuple[str | None, str | None]:
+    """``validate`` in a fleet: where the job would be placed now (each allowed cluster asked whether it
+    takes the spec, as a submit's placement asks), and every check of a submit on that one, creating
+    nothing; refused when no cluster takes the spec, each one's reason said."""
+    from msgspec.structs import replace
+
+    from dispatch.placement import place
+
+    assert not isinstance(fleet, Cluster)
+    allowed = opts.fleet_clusters
+    cf = opts.cluster_file()
+    assert not isinstance(cf, ClusterFile)
+    # Opened read-only to ask, each cluster says read-only: only those configured so refuse new jobs.
+    candidates = [
+        replace(c, refusing="read-only (readOnly: true in the config): it accepts no new jobs")
+        if cf.member(c.name).read_only and not c.refusing
+        else c
+        for c in await fleet.placer.candidates(spec, "validate", 1, allowed, writing=False)
+    ]
+    got = place(candidates, allowed=allowed)
+    if got.chosen is None:
+        if all(c.refusing.startswith("does not take this job") for c in candidates):
+            raise UnsupportedError([f"{jobfile}: {c.name} {c.refusing}" for c in candidates])
+        return None, f"{got.why}; a submit waits for one of them"
+    chosen = fleet.member(got.chosen.name).cluster
+    assert chosen is not None
+    with refused_job(jobfile):
+        await chosen.dry_run(spec)
+    return (
+        f"the fleet ({cf.source}) would have it {got.why} (asked read-only; nothing created)",
+        None,
+    )
+
+
 @click.command()
 @click.argument("jobfile", type=click.Path(dir_okay=False))
 @click.option("--held", is_flag=True, help="Create it held: it waits for `dispatch release`.")
 @click.option("--dry-run", is_flag=True, help="Print the native object it would create; create nothing.")
 @click.option("--job-id", metavar="ID", help="Job id (default: generated).")
 # A dry run only reads, so the cluster is opened read-only: no probe, and no write can leave.
-@action(lambda args: READ if args["dry_run"] else WRITE, spec="jobfile")
+@action(lambda args: READ if args["dry_run"] else WRITE, spec="jobfile", fleet_clusters=True)
 async def submit(
     opts: Options,
-    cluster: Cluster,
+    cluster: Cluster | Fleet,
     jobfile: str,
     spec: JobSpec,
     held: bool,

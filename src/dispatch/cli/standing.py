@@ -4,16 +4,21 @@ why) when the record is another cluster's or its dev cluster is gone; what a per
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import click
 
 from dispatch.cli import devcluster
+from dispatch.cli.config import ClusterFile
 from dispatch.cli.embedded import OfflineBackend, gone_jobs, mark
 from dispatch.cli.exits import EXIT_ALREADY_ENDED, EXIT_FAILED, EXIT_OK
 from dispatch.cli.options import Options
 from dispatch.cluster import Cluster
 from dispatch.errors import ConflictError
-from dispatch.model import JobRecord, State
+from dispatch.model import JobRecord, State, Transition, Unreachable
+
+if TYPE_CHECKING:
+    from dispatch.fleet import Fleet
 
 __all__ = [
     "CLUSTER_NAME",
@@ -21,44 +26,62 @@ __all__ = [
     "cluster_name",
     "cluster_names",
     "current_record",
+    "down_of",
     "exit_code",
     "failing_node",
     "last_known",
     "mark_placed",
+    "names_in",
     "next_steps",
     "refuse_gone",
     "refuse_gone_offline",
     "unreachable",
+    "where_of",
 ]
 
 
-async def current_record(opts: Options, cluster: Cluster, job: str) -> tuple[JobRecord, str | None]:
-    """The job's record refreshed from the cluster; as last known (and why) when its cluster is gone."""
+async def current_record(opts: Options, cluster: Cluster | Fleet, job: str) -> tuple[JobRecord, str | None]:
+    """The job's record refreshed from its cluster; as last known (and why) when its cluster is another,
+    gone, or does not answer."""
     rec = await cluster.record(job)
     gone = await last_known(opts, cluster, [rec])
     if job in gone:
         return rec, gone[job]
-    if isinstance(cluster.backend, OfflineBackend):
+    if isinstance(cluster, Cluster) and isinstance(cluster.backend, OfflineBackend):
         return rec, None
     rec = await cluster.get(job)
-    if cluster.unreachable is not None and not rec.outcome.terminal:
-        return rec, unreachable(cluster)
+    down = down_of(cluster, rec)
+    if down is not None and not rec.outcome.terminal:
+        return rec, unreachable(down, where_of(cluster, rec))
     return rec, None
 
 
-def unreachable(cluster: Cluster) -> str:
-    """Why a record is shown as last known while its cluster does not answer (SPEC §5)."""
+def down_of(cluster: Cluster | Fleet, record: JobRecord) -> Unreachable | None:
+    """Since when, and why, the record's own cluster has not answered this process (``None``: it
+    answers, or it is none of this process's clusters)."""
+    return cluster.unreachable if isinstance(cluster, Cluster) else cluster.unreachable_of(record)
+
+
+def where_of(cluster: Cluster | Fleet, record: JobRecord) -> str:
+    """The record's cluster as a fleet names it ("" for a cluster opened alone: "the cluster")."""
+    return "" if isinstance(cluster, Cluster) else cluster.name_of(record.cluster)
+
+
+def unreachable(down: Unreachable, name: str = "") -> str:
+    """Why a record is shown as last known while its cluster (``name``, in a fleet) does not answer
+    (SPEC §5)."""
     import time
 
-    down = cluster.unreachable
-    assert down is not None
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(down.at))
-    return f"cluster unreachable since {since} ({down.reason})"
+    return f"cluster {name + ' ' if name else ''}unreachable since {since} ({down.reason})"
 
 
-async def mark_placed(opts: Options, cluster: Cluster, job_id: str) -> None:
+async def mark_placed(opts: Options, cluster: Cluster | Fleet, job_id: str) -> None:
     """After a job was placed: on the embedded default, remember which dev cluster instance runs it; and
-    what people call its cluster (:func:`cluster_name`), for the page to show instead of an identity."""
+    what people call its cluster (:func:`cluster_name`), for the page to show instead of an identity. (A
+    fleet names its clusters itself.)"""
+    if not isinstance(cluster, Cluster):
+        return
     if opts.cluster_file().embedded:
         dev = devcluster.running()
         if dev is not None:
@@ -78,6 +101,8 @@ def cluster_name(opts: Options) -> str:
     from pathlib import Path
 
     cf = opts.cluster_file()
+    if not isinstance(cf, ClusterFile):
+        return Path(cf.source).stem
     context = cf.settings.get("context")
     if cf.cluster:
         return cf.cluster
@@ -86,16 +111,34 @@ def cluster_name(opts: Options) -> str:
     return "dev cluster" if cf.embedded else Path(cf.source).stem
 
 
-async def cluster_names(opts: Options, cluster: Cluster, clusters: Sequence[str]) -> dict[str, str]:
-    """The names of ``clusters`` (identities) that have one: the opened one's, and those kept in the
-    store's notes by the commands that placed jobs there."""
-    here = cluster.cluster_id if not isinstance(cluster.backend, OfflineBackend) else ""
+async def cluster_names(opts: Options, cluster: Cluster | Fleet, clusters: Sequence[str]) -> dict[str, str]:
+    """The names of ``clusters`` (identities) that have one: a fleet's names for its own, the opened
+    cluster's, and those kept in the store's notes by the commands that placed jobs there."""
+    here = ""
+    if isinstance(cluster, Cluster) and not isinstance(cluster.backend, OfflineBackend):
+        here = cluster.cluster_id
     out: dict[str, str] = {}
     for ident in clusters:
-        name = cluster_name(opts) if ident == here else await cluster.note(CLUSTER_NAME + ident)
+        if not isinstance(cluster, Cluster) and cluster.name_of(ident) != ident:
+            name: str | None = cluster.name_of(ident)
+        elif ident == here:
+            name = cluster_name(opts)
+        else:
+            name = await cluster.note(CLUSTER_NAME + ident)
         if name:
             out[ident] = name
     return out
+
+
+async def names_in(
+    opts: Options, cluster: Cluster | Fleet, records: Sequence[JobRecord], history: Sequence[Transition] = ()
+) -> dict[str, str] | None:
+    """In a fleet, the names of the clusters ``records`` and ``history`` name, for the commands to show
+    them (``None`` for a cluster opened alone: its output says no more than it did)."""
+    if isinstance(cluster, Cluster):
+        return None
+    idents = {r.cluster for r in records} | {t.cluster for t in history}
+    return await cluster_names(opts, cluster, sorted(i for i in idents if i))
 
 
 async def refuse_gone_offline(opts: Options, job: str) -> None:
@@ -108,12 +151,13 @@ async def refuse_gone_offline(opts: Options, job: str) -> None:
         raise ConflictError(f"job {job!r}: {gone[job]}")
 
 
-async def last_known(opts: Options, cluster: Cluster, records: list[JobRecord]) -> Mapping[str, str]:
+async def last_known(opts: Options, cluster: Cluster | Fleet, records: list[JobRecord]) -> Mapping[str, str]:
     """Records this process shows as last known, never refreshing them (so never to ``lost``), with why:
-    those of another cluster (only a process on a record's own cluster changes it, SPEC §6.1), and those
-    of a dev cluster that is gone (which says more)."""
+    those of another cluster (only a process on a record's own cluster changes it, SPEC §6.1), those of
+    a cluster of the fleet that cannot be opened now, and those of a dev cluster that is gone (which says
+    more)."""
     out: dict[str, str] = {}
-    if opts.cluster_file().embedded:
+    if opts.cluster_file().embedded and isinstance(cluster, Cluster):
         out.update(
             {
                 j: f"gone: {why}"
@@ -121,16 +165,19 @@ async def last_known(opts: Options, cluster: Cluster, records: list[JobRecord]) 
             }
         )
     for rec in records:
-        if rec.job_id not in out and not rec.outcome.terminal and not await cluster.belongs(rec):
-            out[rec.job_id] = (
-                unreachable(cluster)
-                if cluster.unreachable is not None
-                else f"{rec.cluster or 'another cluster'} (not this one)"
-            )
+        if rec.job_id in out or rec.outcome.terminal or await cluster.belongs(rec):
+            continue
+        down = down_of(cluster, rec)
+        if down is not None:
+            out[rec.job_id] = unreachable(down, where_of(cluster, rec))
+        elif isinstance(cluster, Cluster):
+            out[rec.job_id] = f"{rec.cluster or 'another cluster'} (not this one)"
+        else:
+            out[rec.job_id] = f"{rec.cluster or 'another cluster'} (not one of this fleet's clusters)"
     return out
 
 
-async def refuse_gone(opts: Options, cluster: Cluster, job: str, what: str) -> None:
+async def refuse_gone(opts: Options, cluster: Cluster | Fleet, job: str, what: str) -> None:
     gone = await last_known(opts, cluster, [await cluster.record(job)])
     if job in gone:
         raise ConflictError(f"cannot {what} job {job!r}: {gone[job]}")

@@ -20,11 +20,12 @@ from dispatch.cli.embedded import gone_jobs
 from dispatch.cli.exits import EXIT_OK
 from dispatch.cli.options import Options
 from dispatch.cli.standing import cluster_names
+from dispatch.cluster import Cluster
 from dispatch.model import JobRecord
 from dispatch.ui import DEFAULT_ADDRESS
 
 if TYPE_CHECKING:
-    from dispatch.cluster import Cluster
+    from dispatch.fleet import Fleet
     from dispatch.ui.app import UiServer
 
 __all__ = ["COMMANDS", "command", "no_authentication", "serve_page", "serving"]
@@ -42,7 +43,7 @@ def no_authentication(host: str) -> str | None:
     )
 
 
-async def serve_page(opts: Options, cluster: Cluster, address: str, *, option: str) -> UiServer:
+async def serve_page(opts: Options, cluster: Cluster | Fleet, address: str, *, option: str) -> UiServer:
     """Serve the page for ``cluster`` at ``address`` (``option`` names the flag in errors), saying
     where, and that it has no authentication when not on loopback."""
     from dispatch.ui.app import parse_address, serve
@@ -51,7 +52,7 @@ async def serve_page(opts: Options, cluster: Cluster, address: str, *, option: s
 
     async def notes(records: Sequence[JobRecord]) -> Mapping[str, str]:
         """Jobs of a dev cluster that is gone: shown as last known, saying why (as `status` does)."""
-        if not embedded:
+        if not embedded or not isinstance(cluster, Cluster):
             return {}
         gone = await gone_jobs(cluster, records, devcluster.running())
         return {job: f"gone: {why}" for job, why in gone.items()}
@@ -69,7 +70,7 @@ async def serve_page(opts: Options, cluster: Cluster, address: str, *, option: s
 
 @contextlib.asynccontextmanager
 async def serving(
-    opts: Options, cluster: Cluster, address: str | None, *, option: str
+    opts: Options, cluster: Cluster | Fleet, address: str | None, *, option: str
 ) -> AsyncIterator[str | None]:
     """While the ``with`` lasts, serve the page at ``address`` (nothing when ``None``); yields its URL."""
     if address is None:
@@ -88,7 +89,7 @@ async def serving(
     help="Where to serve the page (port 0 picks a free one). Beyond loopback it has no authentication.",
 )
 @action(READ)
-async def command(opts: Options, cluster: Cluster, address: str) -> int:
+async def command(opts: Options, cluster: Cluster | Fleet, address: str) -> int:
     """Serve a read-only web page of every job and each job's incarnations on a timeline, live.
 
     It reads the store (and the cluster, read-only, for output tails) until interrupted."""

@@ -9,25 +9,22 @@ placed anew (a requeue under a rule with ``elsewhere`` leaves its cluster).
 
 from __future__ import annotations
 
+import asyncio
 import builtins
-import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dispatch import chance, decide
-from dispatch.clock import Clock, SystemClock
-from dispatch.cluster import Cluster
+from dispatch.cluster import POLL_MAX, Cluster
 from dispatch.errors import (
     ConflictError,
+    DispatchError,
     InvalidError,
-    OtherClusterError,
     UnavailableError,
     UnsupportedError,
 )
 from dispatch.model import (
-    DEFAULT_POLICY,
     Capabilities,
     JobRecord,
     JobSpec,
@@ -39,130 +36,24 @@ from dispatch.model import (
     new_job_id,
 )
 from dispatch.placement import Candidate, place
-from dispatch.records import Changes, KeyValues, Listing, Store
+from dispatch.records import ChangeNotifier, Changes, Listing
 
-from .placer import PATIENCE, Placer, Seat
-from .supervisor import REOPEN, FleetSupervisor
+from .base import FleetBase, Member
+from .placer import PLACE_TIMEOUT
+
+if TYPE_CHECKING:
+    from .supervisor import FleetSupervisor
 
 __all__ = ["Fleet", "Member"]
 
-IDENTITY_KEY = "fleet/cluster/{name}"
-"""Where the store keeps the identity of each cluster of a fleet, by name: a cluster that cannot be
-opened now is still known (a job may wait for it; its records are named)."""
 
-
-@dataclass(eq=False)
-class Member:
-    """One cluster of a fleet: its :class:`Seat` (name, checkpoints, identity) and the opened
-    :class:`Cluster`, or ``None`` while it cannot be opened (``reopen`` tries again)."""
-
-    seat: Seat
-    cluster: Cluster | None = None
-    reopen: Callable[[], Awaitable[Cluster]] | None = None
-    tried: float | None = None
-    """When opening it last failed (it is tried again :data:`~dispatch.fleet.supervisor.REOPEN` s later)."""
-
-    @property
-    def name(self) -> str:
-        return self.seat.name
-
-
-class Fleet:
-    """Clusters by name over one ``store`` (see the module docstring). ``weights`` (name -> weight > 0)
-    replaces the configured order by a weighted spread; ``patience``: see :data:`PATIENCE`.
+class Fleet(FleetBase):
+    """Clusters by name over one ``store``, used as one (see the module docstring): each cluster a
+    :class:`Member`, in the order placement tries them unless ``weights`` (name -> weight > 0) spread
+    the jobs; ``patience``: see :data:`~dispatch.fleet.PATIENCE`. :func:`~dispatch.fleet.open_fleet`
+    opens one from each cluster's adapter and config.
 
     An async context manager; :meth:`close` closes every cluster's backend, then the store."""
-
-    def __init__(
-        self,
-        members: Sequence[Member],
-        store: Store,
-        *,
-        policy: Policy = DEFAULT_POLICY,
-        clock: Clock | None = None,
-        weights: Mapping[str, float] | None = None,
-        patience: float = PATIENCE,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.members = list(members)
-        self.store = store
-        self.policy = policy
-        self.clock: Clock = clock if clock is not None else SystemClock()
-        self.rng = rng
-        for m in self.members:
-            if m.cluster is not None:
-                self._seated(m, m.cluster)
-        self.placer = Placer(
-            [m.seat for m in self.members], store, self.clock, weights=weights, patience=patience
-        )
-        self._closed = False
-
-    # ------------------------------------------------------------------ the clusters
-
-    def _seated(self, member: Member, cluster: Cluster) -> None:
-        member.cluster = cluster
-        member.seat.opened(cluster.backend)
-        member.seat.unreachable = lambda: cluster.unreachable
-
-    async def open_members(self) -> None:
-        """Open each cluster that is not open yet and was not tried within :data:`REOPEN` seconds (a
-        failure leaves it closed, ``seat.down`` saying why), and learn, from the store, the identities of
-        those that cannot be opened now."""
-        now = self.clock.now()
-        for m in self.members:
-            due = m.tried is None or now - m.tried >= REOPEN
-            if m.cluster is None and m.reopen is not None and due:
-                try:
-                    self._seated(m, await m.reopen())
-                except Exception as exc:  # any adapter's failure to open: that cluster is down, not us
-                    m.tried = now
-                    m.seat.down = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            key = IDENTITY_KEY.format(name=m.name)
-            if m.cluster is not None:
-                if await self._note(key) != m.seat.identity:
-                    await self._set_note(key, m.seat.identity)
-            elif not m.seat.identity:
-                m.seat.identity = await self._note(key) or ""
-
-    def member(self, name: str) -> Member:
-        for m in self.members:
-            if m.name == name:
-                return m
-        names = ", ".join(m.name for m in self.members)
-        raise InvalidError(f"no cluster {name!r} in this fleet; it has: {names}", path="cluster")
-
-    def name_of(self, identity: str) -> str:
-        """The fleet's name for a cluster identity (the identity itself when it is none of the fleet's)."""
-        for m in self.members:
-            if identity and m.seat.identity == identity:
-                return m.name
-        return identity
-
-    def owner(self, record: JobRecord) -> Cluster:
-        """The opened cluster the record belongs to; ``UnavailableError`` when its cluster is one of the
-        fleet that cannot be reached, :class:`~dispatch.errors.OtherClusterError` when it is none of the
-        fleet's."""
-        for m in self.members:
-            if record.cluster and m.seat.identity == record.cluster:
-                if m.cluster is None:
-                    raise UnavailableError(
-                        f"job {record.job_id!r} is on cluster {m.name}, which cannot be reached now "
-                        f"({m.seat.down or 'not opened'}); its record is as last known"
-                    )
-                return m.cluster
-        opened = [m.cluster for m in self.members if m.cluster is not None]
-        for cluster in opened:
-            if cluster.owns(record):  # a record without a cluster yet: its adapter's
-                return cluster
-        if not opened:
-            raise UnavailableError("no cluster of this fleet can be reached now")
-        raise OtherClusterError(record.job_id, record.cluster)
-
-    def _any(self) -> Cluster:
-        for m in self.members:
-            if m.cluster is not None:
-                return m.cluster
-        raise UnavailableError("no cluster of this fleet can be reached now")
 
     # ------------------------------------------------------------------ the operator
 
@@ -185,7 +76,7 @@ class Fleet:
         job_id = check_job_id(job_id) if job_id is not None else new_job_id()
         await self.open_members()
         candidates = await self.placer.candidates(spec, job_id, 1, allowed)
-        placement = self._place(candidates)
+        placement = self._place(candidates, allowed)
         chosen = placement[0]
         if chosen is None:
             return await self._wait_for(spec, job_id, held, policy, allowed, candidates, placement[1])
@@ -203,8 +94,8 @@ class Fleet:
         return tuple(dict.fromkeys(clusters))
 
     @staticmethod
-    def _place(candidates: Sequence[Candidate]) -> tuple[Candidate | None, str]:
-        got = place(candidates)
+    def _place(candidates: Sequence[Candidate], allowed: Sequence[str] = ()) -> tuple[Candidate | None, str]:
+        got = place(candidates, allowed=allowed)
         return got.chosen, got.why
 
     async def _wait_for(
@@ -304,17 +195,62 @@ class Fleet:
         return Listing((r for r in records if wanted is None or r.state in wanted), stored.unreadable)
 
     async def watch(self, job_id: str | None = None) -> AsyncIterator[JobRecord]:
-        """One job's records as they change, from its cluster (the fleet follows one job at a time)."""
+        """One job's records as they change (the fleet follows one job at a time), until it is terminal:
+        from its own cluster's watch, and from the next one's once the record moves there (a requeue
+        placed elsewhere: the old cluster's watch sees nothing of it, so the record is looked at every
+        :data:`~dispatch.cluster.POLL_MAX` seconds meanwhile). A record whose cluster cannot be reached
+        is yielded as last known, once."""
         if job_id is None:
             raise UnsupportedError(["a fleet follows one job at a time: name it"])
-        rec = await self.store.get(job_id)
+        last = -1
+        while True:
+            rec = await self.store.get(job_id)
+            try:
+                cluster = self.owner(rec)
+            except (UnavailableError, ConflictError):
+                yield rec
+                return
+            async for got in self._watch_on(cluster, job_id, rec.cluster):
+                if got.revision != last:
+                    last = got.revision
+                    yield got
+                if got.outcome.terminal:
+                    return
+
+    async def _watch_on(self, cluster: Cluster, job_id: str, here: str) -> AsyncIterator[JobRecord]:
+        """``cluster``'s watch of the job, ending when the record moves to another cluster than ``here``
+        (the last record yielded is then the store's, on its new cluster)."""
+        queue: asyncio.Queue[JobRecord | None] = asyncio.Queue()
+
+        async def pump() -> None:
+            async for got in cluster.watch(job_id):
+                await queue.put(got)
+            await queue.put(None)
+
+        pumping = asyncio.ensure_future(pump())
         try:
-            cluster = self.owner(rec)
-        except (UnavailableError, ConflictError):
-            yield rec
-            return
-        async for got in cluster.watch(job_id):
-            yield got
+            while True:
+                getting = asyncio.ensure_future(queue.get())
+                ticking = asyncio.ensure_future(self.clock.sleep(POLL_MAX))
+                done, _ = await asyncio.wait({getting, ticking, pumping}, return_when=asyncio.FIRST_COMPLETED)
+                ticking.cancel()
+                if getting in done:
+                    watched = getting.result()
+                    if watched is None:  # its cluster's watch ended: the record is terminal there
+                        return
+                    got = watched
+                else:
+                    getting.cancel()
+                    if pumping in done and pumping.exception() is not None:
+                        raise pumping.exception()  # type: ignore[misc]
+                    got = await self.store.get(job_id)
+                if got.cluster != here or got.outcome.terminal:
+                    yield got
+                    return
+                yield got
+        finally:
+            pumping.cancel()
+            await asyncio.gather(pumping, return_exceptions=True)
 
     async def output(self, job_id: str, **options: Any) -> AsyncIterator[str]:
         rec = await self.store.get(job_id)
@@ -331,33 +267,34 @@ class Fleet:
         return await self.store.list()
 
     def changes(self) -> Changes | None:
-        return self._any().changes()
-
-    async def note(self, key: str) -> str | None:
-        return await self._note(key)
-
-    async def set_note(self, key: str, value: str | None) -> None:
-        await self._set_note(key, value)
-
-    async def _note(self, key: str) -> str | None:
-        return await self.store.get_value(key) if isinstance(self.store, KeyValues) else None
-
-    async def _set_note(self, key: str, value: str | None) -> None:
-        if isinstance(self.store, KeyValues):
-            await self.store.put_value(key, value)
+        """The store's change feed (see :meth:`Cluster.changes <dispatch.Cluster.changes>`): the store's,
+        whichever of the clusters answer."""
+        return self.store.changes() if isinstance(self.store, ChangeNotifier) else None
 
     async def capabilities(self) -> dict[str, Capabilities | Unreachable]:
-        """Each cluster's capabilities by name, or since when and why it cannot be reached."""
-        out: dict[str, Capabilities | Unreachable] = {}
-        for m in self.members:
-            if m.cluster is None:
-                out[m.name] = Unreachable(at=self.clock.now(), reason=m.seat.down or "not opened")
-                continue
-            try:
-                out[m.name] = await m.cluster.capabilities()
-            except UnavailableError as exc:
-                out[m.name] = m.cluster.unreachable or Unreachable(at=self.clock.now(), reason=str(exc))
-        return out
+        """Each cluster's capabilities by name, or since when and why it cannot be reached (asked of
+        every cluster at once, each given :data:`~dispatch.fleet.placer.PLACE_TIMEOUT` seconds to answer
+        a listing of its jobs). The store keeps since when one has not answered (``dispatch clusters``
+        in another process says the same)."""
+        await self.open_members()
+        got = await asyncio.gather(*(self._capabilities(m) for m in self.members))
+        return {m.name: caps for m, caps in zip(self.members, got, strict=True)}
+
+    async def _capabilities(self, m: Member) -> Capabilities | Unreachable:
+        """Its capabilities, once a listing of its jobs shows it answers (what an adapter knows of its
+        cluster it may say without asking it)."""
+        if m.cluster is None:
+            return await self._down(m, m.seat.down or "not opened")
+        try:
+            async with asyncio.timeout(PLACE_TIMEOUT):
+                caps = await m.cluster.capabilities()
+                await m.cluster.backend.list()
+        except TimeoutError:
+            return await self._down(m, f"it did not answer within {PLACE_TIMEOUT:g} s")
+        except DispatchError as exc:
+            return await self._down(m, f"{type(exc).__name__}: {exc}")
+        await self._answers(m)
+        return caps
 
     # ------------------------------------------------------------------ supervising, closing
 
@@ -365,6 +302,8 @@ class Fleet:
         """One supervisor per cluster of the fleet, each placing next incarnations with the fleet's
         placer (``options``: the :class:`~dispatch.supervise.Supervisor` options; ``holder`` gets each
         cluster's name appended)."""
+        from .supervisor import FleetSupervisor  # the supervisor loads only where one runs
+
         return FleetSupervisor(self, policy=policy if policy is not None else self.policy, **options)
 
     async def __aenter__(self) -> Fleet:

@@ -16,14 +16,11 @@ from dispatch.backend import Backend
 from dispatch.clock import Clock
 from dispatch.errors import DispatchError, InvalidError, UnsupportedError
 from dispatch.model import Cause, JobRecord, JobSpec, State, Unreachable
-from dispatch.placement import Candidate, Placement, order, place
+from dispatch.placement import PATIENCE, Candidate, Placement, order, place
 from dispatch.reader import UNREACHABLE_ERRORS
 from dispatch.records import Store
 
 __all__ = ["PATIENCE", "Placer", "Seat"]
-
-PATIENCE = 300.0
-"""Seconds a job may wait on a cluster for capacity before that cluster counts as refusing new work."""
 
 PLACE_TIMEOUT = 10.0
 """Seconds a cluster is given to say whether it accepts a spec before it counts as unreachable."""
@@ -37,8 +34,8 @@ def _answering() -> Unreachable | None:
 class Seat:
     """One cluster of a fleet: its configured ``name``, the ``checkpoints`` directory its jobs see (a name
     shared by the clusters that see the same one), its ``backend`` once opened (``None`` while it cannot
-    be: ``down`` says why), its ``identity`` (known from its last open, even while it is down) and
-    ``unreachable``, how its readers last found it (``None``: answering)."""
+    be: ``down`` says why, ``down_since`` since when), its ``identity`` (known from its last open, even
+    while it is down) and ``unreachable``, how its readers last found it (``None``: answering)."""
 
     name: str
     checkpoints: str = ""
@@ -46,6 +43,7 @@ class Seat:
     identity: str = ""
     down: str = ""
     unreachable: Callable[[], Unreachable | None] = field(default=_answering)
+    down_since: float | None = None
 
     def opened(self, backend: Backend) -> None:
         self.backend, self.identity, self.down = backend, backend.cluster_id, ""
@@ -97,19 +95,23 @@ class Placer:
         )
 
     async def candidates(
-        self, spec: JobSpec, job_id: str, epoch: int, allowed: Sequence[str] = ()
+        self, spec: JobSpec, job_id: str, epoch: int, allowed: Sequence[str] = (), *, writing: bool = True
     ) -> list[Candidate]:
-        """Each allowed cluster as placement sees it now, in the order to try them."""
+        """Each allowed cluster as placement sees it now, in the order to try them. Without ``writing``
+        (a question asked of clusters opened read-only: would they take it?) a cluster's read-only mode
+        is not a refusal."""
         names = order([s.name for s in self.seats], self.weights, job_id, epoch)
         seats = [s for n in names for s in self.seats if s.name == n and (not allowed or n in allowed)]
         waiting = await self._waiting()
-        refusals = await asyncio.gather(*(self._refusal(s, spec, waiting) for s in seats))
+        refusals = await asyncio.gather(*(self._refusal(s, spec, waiting, writing) for s in seats))
         return [
             Candidate(s.name, s.identity, refusing=why, checkpoints=s.checkpoints)
             for s, why in zip(seats, refusals, strict=True)
         ]
 
-    async def _refusal(self, seat: Seat, spec: JobSpec, waiting: Mapping[str, list[float]]) -> str:
+    async def _refusal(
+        self, seat: Seat, spec: JobSpec, waiting: Mapping[str, list[float]], writing: bool = True
+    ) -> str:
         if seat.backend is None:
             return f"unreachable ({seat.down or 'not opened'})"
         gone = seat.unreachable()
@@ -122,7 +124,7 @@ class Placer:
             return f"does not take this job ({exc})"
         except (*UNREACHABLE_ERRORS, DispatchError) as exc:
             return f"unreachable ({type(exc).__name__}: {exc})"
-        if not caps.writable:
+        if writing and not caps.writable:
             return f"{caps.mode.value}: it accepts no new jobs"
         sinces = waiting.get(seat.identity, [])
         if sinces:

@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from dispatch.clock import Clock
 from dispatch.errors import DispatchError
 from dispatch.model import Policy
 from dispatch.supervise import StepReport, Supervisor
+
+from .base import REOPEN
 
 if TYPE_CHECKING:
     from .fleet import Fleet, Member
@@ -27,25 +29,38 @@ __all__ = ["REOPEN", "FleetSupervisor"]
 
 log = logging.getLogger("dispatch.supervise")
 
-REOPEN = 15.0
-"""Seconds between two attempts to open a cluster of the fleet that could not be opened."""
-
 
 class FleetSupervisor:
     """Supervises every cluster of ``fleet`` (see the module docstring). ``options`` are each member
     supervisor's; ``holder`` (default: the host's) gets ``/<cluster name>`` appended per cluster."""
 
-    def __init__(self, fleet: Fleet, *, policy: Policy, holder: str | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        fleet: Fleet,
+        *,
+        policy: Policy,
+        holder: str | None = None,
+        only: Collection[str] = (),
+        **options: Any,
+    ) -> None:
         self.fleet = fleet
         self.policy = policy
         self.options = options
         self.holder = holder or ""
+        self.only = frozenset(only)
+        for name in self.only:
+            fleet.member(name)  # a name the fleet does not have is refused, naming those it has
         self.supervisors: dict[str, Supervisor] = {}
+        self.failing: dict[str, str] = {}
+        """The clusters whose supervisor's last step failed, with its first error (see :meth:`run`)."""
         for m in fleet.members:
             self._member(m)
 
     def _member(self, member: Member) -> Supervisor | None:
-        """The supervisor of an opened cluster (made on first need), ``None`` for one not opened."""
+        """The supervisor of an opened cluster (made on first need), ``None`` for one not opened or not
+        among those this one supervises (``only``)."""
+        if self.only and member.name not in self.only:
+            return None
         got = self.supervisors.get(member.name)
         if got is None and member.cluster is not None:
             holder = f"{self.holder}/{member.name}" if self.holder else None
@@ -105,7 +120,9 @@ class FleetSupervisor:
         on_step: Callable[[StepReport], Awaitable[None]] | None = None,
     ) -> None:
         """Run every member supervisor until ``stop`` is set or ``until()`` is true (asked by each after
-        each of its steps), opening meanwhile the clusters that could not be opened."""
+        each of its steps), opening meanwhile the clusters that could not be opened. ``on_step`` gets each
+        member's reports, their errors prefixed with its cluster's name (as :meth:`step`'s), and
+        :attr:`failing` says, after each, which clusters' last step failed."""
         stop = stop if stop is not None else asyncio.Event()
 
         async def done() -> bool:
@@ -115,18 +132,36 @@ class FleetSupervisor:
 
         tasks: dict[str, asyncio.Task[None]] = {}
 
+        def reporting(name: str) -> Callable[[StepReport], Awaitable[None]]:
+            async def report(got: StepReport) -> None:
+                got.errors[:] = [f"{name}: {e}" for e in got.errors]
+                if got.errors:
+                    self.failing[name] = got.errors[0]
+                else:
+                    self.failing.pop(name, None)
+                if on_step is not None:
+                    await on_step(got)
+
+            return report
+
         def launch() -> None:
             for m in self.fleet.members:
                 sup = self._member(m)
                 if sup is not None and m.name not in tasks:
-                    tasks[m.name] = asyncio.ensure_future(sup.run(stop=stop, until=done, on_step=on_step))
+                    tasks[m.name] = asyncio.ensure_future(
+                        sup.run(stop=stop, until=done, on_step=reporting(m.name))
+                    )
 
         launch()
         stopper = asyncio.ensure_future(stop.wait())
         try:
             while not stop.is_set():
                 waiting: builtins.set[asyncio.Future[Any]] = {stopper, *tasks.values()}
-                closed = [m for m in self.fleet.members if m.cluster is None]
+                closed = [
+                    m
+                    for m in self.fleet.members
+                    if m.cluster is None and (not self.only or m.name in self.only)
+                ]
                 finished, _ = await asyncio.wait(
                     waiting, timeout=REOPEN if closed else None, return_when=asyncio.FIRST_COMPLETED
                 )

@@ -104,6 +104,9 @@ class MemoryBackend:
         self._open()
         if spec is not None:
             self._check(spec)
+            # Checking a spec reads the cluster, as a real adapter's does (Kubeflow reads the runtime,
+            # Slurm asks `sbatch --test-only`): it fails while the cluster does not answer.
+            self.cluster.check_answering()
         return Capabilities(
             mode=Mode.READ_ONLY if self.read_only else Mode.READ_WRITE,
             holds=True,

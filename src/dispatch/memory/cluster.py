@@ -161,6 +161,7 @@ class MemoryCluster:
     ) -> Handle:
         """Create the incarnation, or return the handle of the one already under ``name``. ``store`` is
         the identity of the store whose record it is (see :meth:`store_of`)."""
+        self._accept_write()
         now = self.sync()
         existing = self.timeline.jobs.get(name)
         if existing is not None:
@@ -194,6 +195,7 @@ class MemoryCluster:
         return handle
 
     def stop(self, handle: Handle) -> None:
+        self._accept_write()
         now = self.sync()
         job = self.lookup(handle)
         if job is not None and not job.live and job.nodes and job.compute_until is not None:
@@ -214,6 +216,7 @@ class MemoryCluster:
         self.timeline.settle(now)
 
     def hold(self, handle: Handle) -> str:
+        self._accept_write()
         now = self.sync()
         job = self.require(handle)
         if job.phase is Phase.HELD:
@@ -237,6 +240,7 @@ class MemoryCluster:
         return job.hold_token
 
     def release(self, handle: Handle, token: str) -> None:
+        self._accept_write()
         now = self.sync()
         job = self.require(handle)
         if job.phase is not Phase.HELD or job.hold_token != token:
@@ -320,6 +324,20 @@ class MemoryCluster:
             self._outage = None
             return None
         return how
+
+    def check_answering(self) -> None:
+        """``UnavailableError`` while the cluster does not answer (see :meth:`outage`): what a read of
+        it meets."""
+        self._answer()
+
+    def _accept_write(self) -> None:
+        """Refuse a write while the cluster does not answer at all, or its controller is down: a real
+        one refuses the connection (Kubernetes' API server down) or the command (``sbatch``/``scancel``
+        with slurmctld down), and nothing is done. A partial outage (some nodes do not report) still
+        takes writes."""
+        how = self.answering()
+        if how in ("down", "errors"):
+            raise UnavailableError(f"the memory cluster does not answer ({how} outage): nothing was sent")
 
     def _answer(self) -> None:
         """Refuse a read while the cluster does not answer; a partial answer or one that carries errors

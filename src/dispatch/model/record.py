@@ -39,7 +39,9 @@ class Lease(Model, frozen=True):
 
 
 class Transition(Model, frozen=True):
-    """One entry of a record's append-only history: what changed, why, and by whom."""
+    """One entry of a record's append-only history: what changed, why, and by whom. ``cluster``: on the
+    lines that place an incarnation (submitted, placed, started), the identity of the cluster it was
+    placed on (SPEC §6.1, §15); empty on the others, and in histories written before it was kept."""
 
     json_path: ClassVar[str] = "transition"
 
@@ -50,6 +52,7 @@ class Transition(Model, frozen=True):
     state: State | None = None
     cause: Cause | None = None
     epoch: Epoch | None = None
+    cluster: str = ""
 
 
 class JobRecord(Model, frozen=True):

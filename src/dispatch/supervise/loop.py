@@ -222,7 +222,12 @@ class Supervisor:
             # 90-100 % of the interval, drawn each time (controller-runtime jitters its SyncPeriod the
             # same way): members started together do not list the store and the cluster all at once.
             self._next_resync = now + self.resync * self.rng.uniform(RESYNC_JITTER, 1.0)
-            await self._reconcile(report)
+            if not await self._reconcile(report):
+                # The cluster did not answer: list it again with the next scan, a poll from now (at once
+                # made `run` step without pause, a busy loop, for as long as the cluster was down). The
+                # same moment as the scan's, so no step comes between without the error: the daemon
+                # counts failing steps in a row to tell a cluster that is gone.
+                self._next_resync = now + self.poll
         if now >= self._next_scan:
             self._next_scan = now + self.poll
             await self._scan(report, poll=not watching)
@@ -331,15 +336,14 @@ class Supervisor:
             await aclose(changes)
         return out
 
-    async def _reconcile(self, report: StepReport) -> None:
+    async def _reconcile(self, report: StepReport) -> bool:
         """List the cluster: fold what the watch may have missed, handle unmatched objects, and stop
-        incarnations that no record wants."""
+        incarnations that no record wants. False when the cluster could not be listed."""
         try:
             listing = await self._view.list()
         except DispatchError as exc:
             report.errors.append(f"list: {exc}")
-            self._next_resync = self.clock.now()  # try again next step
-            return
+            return False
         try:
             listed_records = await self.store.list()
         except DispatchError:
@@ -362,6 +366,7 @@ class Supervisor:
                 await self._reconciler.listed(obs, known, report)
             except DispatchError as exc:
                 report.errors.append(f"{obs.handle.identity}: {type(exc).__name__}: {exc}")
+        return True
 
     async def _scan(self, report: StepReport, *, poll: bool) -> None:
         """Lease every record that needs supervising and work on it (observing first when polling)."""

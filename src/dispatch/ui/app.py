@@ -1,4 +1,5 @@
-"""The page's HTTP server: an aiohttp application over a :class:`~dispatch.Cluster`, its one way in.
+"""The page's HTTP server: an aiohttp application over a :class:`~dispatch.Cluster` (or a
+:class:`~dispatch.Fleet` of them, which reads the same way), its one way in.
 
 Read-only by construction: it calls the cluster's ``records``/``record``/``history`` (the records as
 stored), ``changes`` (the store's change feed) and ``output``; never ``Cluster.get``/``list`` (they fold
@@ -16,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -27,6 +28,9 @@ from dispatch.model import JobRecord, check_job_id
 from dispatch.ui import DEFAULT_ADDRESS
 from dispatch.ui.feed import RESYNC, Broadcast
 from dispatch.ui.pages import Filters, JobRow, Tail, Unreadable, error_page, job_page, jobs_page
+
+if TYPE_CHECKING:
+    from dispatch.fleet import Fleet
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -72,7 +76,7 @@ _LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
 
 @dataclass(frozen=True, slots=True)
 class _Context:
-    cluster: Cluster
+    cluster: Cluster | Fleet
     store_label: str
     notes: Notes | None
     loopback_only: bool
@@ -118,7 +122,7 @@ def cluster_of(record: JobRecord) -> str:
 
 
 def make_app(
-    cluster: Cluster,
+    cluster: Cluster | Fleet,
     *,
     store_label: str = "",
     notes: Notes | None = None,
@@ -126,7 +130,7 @@ def make_app(
     loopback_only: bool = True,
 ) -> web.Application:
     """The page's application over ``cluster`` (its records, and its output for tails), read through
-    :class:`~dispatch.Cluster` only.
+    :class:`~dispatch.Cluster` (or :class:`~dispatch.Fleet`) only.
 
     ``notes`` says which records to show as last known and why; ``names`` what clusters are called;
     ``loopback_only`` refuses requests whose ``Host`` header is not a loopback name (set it when the
@@ -197,13 +201,24 @@ async def _guard(
 
 
 async def _here(context: _Context) -> str:
-    """The identity of the cluster the page was opened on ("" while it cannot be reached): a backend
-    opened on first use knows it once open."""
+    """The identity of the cluster the page was opened on ("" while it cannot be reached, and for a
+    fleet): a backend opened on first use knows it once open."""
+    cluster = context.cluster
+    if not isinstance(cluster, Cluster):
+        return ""
     try:
-        await context.cluster.backend.capabilities()
-        return context.cluster.backend.cluster_id
+        await cluster.backend.capabilities()
+        return cluster.backend.cluster_id
     except DispatchError:
         return ""
+
+
+def _fleet(context: _Context) -> tuple[list[str], set[str]]:
+    """A fleet's clusters: their names, and the identities of those known ((), () for one cluster)."""
+    cluster = context.cluster
+    if isinstance(cluster, Cluster):
+        return [], set()
+    return [m.name for m in cluster.members], {m.seat.identity for m in cluster.members if m.seat.identity}
 
 
 async def _names(context: _Context, clusters: Sequence[str]) -> Mapping[str, str]:
@@ -213,6 +228,7 @@ async def _names(context: _Context, clusters: Sequence[str]) -> Mapping[str, str
 
 async def _rows(context: _Context, records: Sequence[JobRecord]) -> list[JobRow]:
     here = await _here(context)
+    fleet, own = _fleet(context)
     notes = await context.notes(records) if context.notes is not None else {}
     names = await _names(context, [cluster_of(r) for r in records])
     rows = []
@@ -220,6 +236,8 @@ async def _rows(context: _Context, records: Sequence[JobRecord]) -> list[JobRow]
         note = notes.get(rec.job_id, "")
         if not note and here and rec.cluster and rec.cluster != here:
             note = "not this one"  # as every command shows a record of another cluster (SPEC §6.1)
+        if not note and fleet and rec.cluster and rec.cluster not in own:
+            note = "not one of this fleet's"
         cluster = cluster_of(rec)
         rows.append(JobRow(rec, cluster, note, names.get(cluster, "")))
     return rows
@@ -240,6 +258,7 @@ async def _jobs(request: web.Request) -> web.Response:
         store=context.store_label,
         cluster=here,
         cluster_name=named.get(here, ""),
+        fleet=_fleet(context)[0],
     )
     return _html(page)
 
@@ -294,7 +313,9 @@ async def _job(request: web.Request) -> web.Response:
     history = await context.cluster.history(job_id)
     row = (await _rows(context, [rec]))[0]
     tail = await _tail(context, row, _node(request.query, rec.spec.nodes, _failing(rec)))
-    return _html(job_page(row, history, tail, now=time.time()))
+    # In a fleet each incarnation's bar names its cluster (alone, every one is on the same cluster).
+    names = await _names(context, [t.cluster for t in history]) if _fleet(context)[0] else None
+    return _html(job_page(row, history, tail, now=time.time(), names=names))
 
 
 async def _events(request: web.Request) -> web.StreamResponse:
@@ -357,7 +378,7 @@ class UiServer:
 
 
 async def serve(
-    cluster: Cluster,
+    cluster: Cluster | Fleet,
     address: str = DEFAULT_ADDRESS,
     *,
     store_label: str = "",

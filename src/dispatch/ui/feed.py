@@ -20,6 +20,7 @@ from dispatch.errors import DispatchError
 
 if TYPE_CHECKING:
     from dispatch.cluster import Cluster
+    from dispatch.fleet import Fleet
 
 __all__ = ["RESYNC", "Broadcast"]
 
@@ -39,7 +40,7 @@ _log = logging.getLogger(__name__)
 class Broadcast:
     """Follows the store's changes once (from :meth:`start` to :meth:`stop`) for every subscriber."""
 
-    def __init__(self, cluster: Cluster, *, poll: float = POLL) -> None:
+    def __init__(self, cluster: Cluster | Fleet, *, poll: float = POLL) -> None:
         self._cluster = cluster
         self._poll = poll
         self._queues: set[asyncio.Queue[str | None]] = set()

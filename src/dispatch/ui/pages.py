@@ -17,7 +17,7 @@ from html import escape
 from dispatch.decide import FINAL_PLANS, current_handle
 from dispatch.errors import InvalidError
 from dispatch.model import Cause, Evidence, JobRecord, State, Transition
-from dispatch.ui.timeline import Box, Geometry, Line, Text, Timeline, layout, timeline
+from dispatch.ui.timeline import Box, Geometry, Line, Text, Timeline, cluster_label, layout, timeline
 
 __all__ = [
     "Filters",
@@ -111,11 +111,12 @@ class Filters:
         )
 
     def keep(self, row: JobRow) -> bool:
+        """Whether the row passes every filter (the cluster by its identity, or by its name)."""
         rec = row.record
         return (
             (self.state is None or rec.state is self.state)
             and (self.cause is None or rec.outcome.cause is self.cause)
-            and (self.cluster is None or row.cluster == self.cluster)
+            and (self.cluster is None or self.cluster in (row.cluster, row.cluster_name))
         )
 
     @property
@@ -228,14 +229,19 @@ def jobs_page(
     store: str = "",
     cluster: str = "",
     cluster_name: str = "",
+    fleet: Sequence[str] = (),
 ) -> str:
     """Every job (those ``filters`` keep; the newest first, at most :data:`MAX_ROWS`) with its state,
     cause, cluster, epoch, age and last change; unreadable records on their own rows, first. ``store``
-    and ``cluster`` (``cluster_name``) say what the page reads (records of another cluster are marked as
-    such)."""
+    and ``cluster`` (``cluster_name``), or ``fleet`` (its clusters' names), say what the page reads
+    (records of another cluster are marked as such)."""
     readable = [r for r in rows if isinstance(r, JobRow)]
+    # A fleet's clusters are chosen by name, each of them (those without jobs too); others by identity.
+    named = {r.cluster: r.cluster_name for r in readable if r.cluster and r.cluster_name in fleet}
     clusters = sorted(
-        {r.cluster for r in readable if r.cluster} | ({filters.cluster} if filters.cluster else set())
+        {named.get(r.cluster, r.cluster) for r in readable if r.cluster}
+        | set(fleet)
+        | ({filters.cluster} if filters.cluster else set())
     )
     form = (
         '<form class="filters" method="get" action="/">'
@@ -296,6 +302,8 @@ def jobs_page(
         where += [f"this cluster: {esc(cluster_name)} (<code>{esc(cluster)}</code>)"]
     elif cluster:
         where += [f"this cluster: <code>{esc(cluster)}</code>"]
+    if fleet:
+        where += [f"this fleet: {esc(', '.join(fleet))}"]
     head = "<h1>Jobs</h1>" + (f'<p class="meta">{" · ".join(where)}</p>' if where else "") + form
     return _page("jobs", head, live=live, now=now)
 
@@ -327,9 +335,10 @@ def _box(b: Box) -> str:
     )
 
 
-def svg(geo: Geometry) -> str:
-    """The timeline as inline SVG: a ``g.bar`` per incarnation (its epoch, state, cause and the rule
-    of the requeue that followed as data attributes), each box with a ``<title>`` (a tooltip)."""
+def svg(geo: Geometry, names: Mapping[str, str] | None = None) -> str:
+    """The timeline as inline SVG: a ``g.bar`` per incarnation (its epoch, state, cause, the rule of
+    the requeue that followed and, in a fleet, the cluster it was placed on as data attributes), each box
+    with a ``<title>`` (a tooltip)."""
     out = [
         f'<svg class="timeline" viewBox="0 0 {_num(geo.width)} {_num(geo.height)}" '
         f'width="{_num(geo.width)}" height="{_num(geo.height)}" role="img" '
@@ -340,9 +349,11 @@ def svg(geo: Geometry) -> str:
     for row in geo.rows:
         bar = row.bar
         rule = bar.follow.rule if bar.follow else ""
+        where = cluster_label(bar, names)
         out.append(
             f'<g class="bar" data-epoch="{esc(bar.epoch)}" data-state="{esc(bar.state.value)}" '
-            f'data-cause="{esc(bar.cause.value)}" data-rule="{esc(rule)}">'
+            f'data-cause="{esc(bar.cause.value)}" data-rule="{esc(rule)}"'
+            + (f' data-cluster="{esc(where)}">' if where else ">")
         )
         out += [*map(_line, row.lines), *map(_box, row.boxes), *map(_text, row.texts), "</g>"]
     out.append("</svg>")
@@ -378,11 +389,14 @@ def _evidence(ev: Evidence) -> str:
     return "".join(out)
 
 
-def _incarnations(rec: JobRecord, tl: Timeline) -> str:
+def _incarnations(rec: JobRecord, tl: Timeline, names: Mapping[str, str] | None) -> str:
     out: list[str] = []
     for bar in reversed(tl.bars):  # the newest first: that is what one looks for
         current = bar.epoch.n == rec.epoch.n
-        head = f"{_pill(bar.state, bar.label)}"
+        where = cluster_label(bar, names)
+        head = f"{_pill(bar.state, bar.label)}" + (
+            f' <span class="on">on {esc(where)}</span>' if where else ""
+        )
         took = f"{clock(bar.start)} → {clock(bar.end)}" + (" (still going)" if bar.live else "")
         out.append(
             f'<article class="incarnation" data-epoch="{esc(bar.epoch)}"><h3>incarnation '
@@ -444,9 +458,17 @@ def _history(history: Sequence[Transition]) -> str:
     )
 
 
-def job_page(row: JobRow, history: Sequence[Transition], tail: Tail, *, now: float) -> str:
+def job_page(
+    row: JobRow,
+    history: Sequence[Transition],
+    tail: Tail,
+    *,
+    now: float,
+    names: Mapping[str, str] | None = None,
+) -> str:
     """One job: its summary, its incarnations on a timeline, the evidence of each, the output tail of
-    the chosen node, its history as text, and its spec."""
+    the chosen node, its history as text, and its spec. ``names`` (a fleet's: cluster identity -> name)
+    names on each incarnation the cluster it was placed on."""
     rec = row.record
     tl = timeline(history, now)
     facts: list[tuple[str, str]] = [
@@ -475,14 +497,18 @@ def job_page(row: JobRow, history: Sequence[Transition], tail: Tail, *, now: flo
     if rec.lease is not None:
         facts.append(("lease", esc(f"{rec.lease.holder} until {when(rec.lease.expires_at)} UTC")))
     summary = '<dl class="facts">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"
-    picture = svg(layout(tl)) + _legend(tl) if tl.bars else '<p class="meta">no incarnation recorded yet</p>'
+    picture = (
+        svg(layout(tl, names=names), names) + _legend(tl)
+        if tl.bars
+        else '<p class="meta">no incarnation recorded yet</p>'
+    )
     spec = json.dumps(rec.spec.to_json(), indent=2, sort_keys=False)
     head = f'<p class="crumbs"><a href="/">all jobs</a></p><h1>job <code>{esc(rec.job_id)}</code></h1>'
     live = (
         summary
         + f'<section><h2>Incarnations <span class="meta">{len(tl.bars)}</span></h2>'
         + f'<div class="scroll">{picture}</div></section>'
-        + f"<section><h2>Evidence</h2>{_incarnations(rec, tl)}</section>"
+        + f"<section><h2>Evidence</h2>{_incarnations(rec, tl, names)}</section>"
         + _tail(rec, tail)
         + _history(history)
         + f'<section><h2>Spec</h2><pre class="spec">{esc(spec)}</pre></section>'

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -29,6 +29,7 @@ __all__ = [
     "Segment",
     "Text",
     "Timeline",
+    "cluster_label",
     "layout",
     "ticks",
     "timeline",
@@ -104,6 +105,9 @@ class Bar:
     marks: tuple[Mark, ...] = ()
     follow: Follow | None = None
     final: str = ""
+    cluster: str = ""
+    """The identity of the cluster it was placed on (its last placing line's; empty when the history
+    does not say)."""
 
     @property
     def label(self) -> str:
@@ -236,6 +240,7 @@ def _bar(group: _Group, following: _Group | None, now: float) -> Bar:
         marks=tuple(marks),
         follow=follow,
         final=final,
+        cluster=next((t.cluster for t in reversed(items) if t.cluster), ""),
     )
 
 
@@ -306,13 +311,23 @@ class Geometry:
 
 
 LEFT = 64.0
-"""Room for the epoch at the left of each row (pixels)."""
+"""Room for the epoch (and under it the cluster) at the left of each row (pixels)."""
+CLUSTER_CHARS = 9
+"""A cluster's name under the epoch is cut to this many characters (the bar's tooltip has it whole)."""
 RIGHT = 16.0
 ROW = 58.0
 BAR = 18.0
 TOP = 26.0
 END_CAP = 6.0
 """The width of the cap that shows a terminal state at a bar's end (so an instant outcome shows)."""
+
+
+def cluster_label(bar: Bar, names: Mapping[str, str] | None) -> str:
+    """What a bar says of its cluster: its name (its identity when it has none), only where ``names``
+    is given (a fleet's page)."""
+    if names is None or not bar.cluster:
+        return ""
+    return names.get(bar.cluster) or bar.cluster
 
 
 def ticks(start: float, end: float, most: int = 6) -> list[float]:
@@ -362,11 +377,12 @@ def _seconds(value: float) -> str:
     return f"{value:g} s"
 
 
-def layout(tl: Timeline, width: float = 960.0) -> Geometry:
-    """The picture of ``tl`` on a canvas ``width`` pixels wide: per incarnation a row with its epoch, a
-    bar from placement to end split into coloured state segments, a cap in the colour of its terminal
-    state, ticks for marks, its end label (the cause) and, when one followed, how the next incarnation
-    did (rule and backoff); a dashed line leads into a bar from the requeue that made it."""
+def layout(tl: Timeline, width: float = 960.0, names: Mapping[str, str] | None = None) -> Geometry:
+    """The picture of ``tl`` on a canvas ``width`` pixels wide: per incarnation a row with its epoch and
+    the cluster it was placed on (``names``: cluster identity -> what people call it; only when given,
+    as a fleet does), a bar from placement to end split into coloured state segments, a cap in the colour
+    of its terminal state, ticks for marks, its end label (the cause) and, when one followed, how the next
+    incarnation did (rule and backoff); a dashed line leads into a bar from the requeue that made it."""
     span = max(tl.end - tl.start, 1e-9)
     inner = max(width - LEFT - RIGHT, 1.0)
 
@@ -389,8 +405,13 @@ def layout(tl: Timeline, width: float = 960.0) -> Geometry:
         lines: list[Line] = []
         y = TOP + i * ROW + 8
         texts.append(Text(8, y + BAR - 4, str(bar.epoch), "epoch"))
+        where = cluster_label(bar, names)
+        if where:
+            short = where if len(where) <= CLUSTER_CHARS else where[: CLUSTER_CHARS - 1] + "…"
+            texts.append(Text(8, y + BAR + 14, short, "cluster"))
         x0, x1 = x(bar.start), x(bar.end)
-        boxes.append(Box(x0, y, max(x1 - x0, 0.0), BAR, "track", f"incarnation {bar.epoch}"))
+        on = f" on {where}" if where else ""
+        boxes.append(Box(x0, y, max(x1 - x0, 0.0), BAR, "track", f"incarnation {bar.epoch}{on}"))
         for seg in bar.segments:
             sx0, sx1 = x(seg.start), x(seg.end)
             took = _seconds(round(seg.end - seg.start, 1))
