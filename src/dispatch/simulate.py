@@ -71,6 +71,7 @@ from dispatch.model import (
     Observation,
     Policy,
     Rule,
+    Share,
     State,
     Transition,
 )
@@ -280,6 +281,11 @@ class FaultyStore:
         )
         return out
 
+    async def leave(self, group: str, holder: str) -> None:
+        assert isinstance(self.inner, Leasing)
+        inner = self.inner
+        await self._call("leave", lambda: inner.leave(group, holder), write=True)
+
     async def leasable(self, holder: str, *, states: Any, limit: int, after: str = "") -> Listing:
         assert isinstance(self.inner, Leasing)
         inner = self.inner
@@ -427,15 +433,15 @@ class FaultyBackend:
     async def release(self, handle: Handle, token: HoldToken) -> None:
         await self.inner.release(handle, token)
 
-    def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
-        return self._watch(cursor)
+    def watch(self, cursor: str | None = None, *, share: Share | None = None) -> AsyncIterator[Change]:
+        return self._watch(cursor, share)
 
-    async def _watch(self, cursor: str | None) -> AsyncIterator[Change]:
+    async def _watch(self, cursor: str | None, share: Share | None) -> AsyncIterator[Change]:
         f = self.faults
         if cursor is not None and f.hit(f.watch, "expired cursor"):
             self._note("fault: watch cursor expired (relist)")
             cursor = None
-        inner = self.inner.watch(cursor)
+        inner = self.inner.watch(cursor, share=share)
         held: Change | None = None  # a change delivered after the next one (out of order)
         try:
             async for change in inner:

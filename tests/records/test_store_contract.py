@@ -667,6 +667,19 @@ async def test_fleet_members_heartbeat_and_expire(store: Store, clock: ManualClo
         await store.heartbeat("memory/c1", "sup-a", -1)
 
 
+async def test_a_member_that_leaves_is_no_longer_listed(store: Store, clock: ManualClock) -> None:
+    assert isinstance(store, Leasing)
+    await store.heartbeat("memory/c1", "sup-a", 10)
+    await store.heartbeat("memory/c2", "sup-a", 10)
+    assert await store.heartbeat("memory/c1", "sup-b", 10) == ["sup-a", "sup-b"]
+    await store.leave("memory/c1", "sup-a")  # at once, not when its membership would have ended
+    await store.leave("memory/c1", "sup-z")  # never a member: nothing happens
+    assert await store.heartbeat("memory/c1", "sup-b", 10) == ["sup-b"]
+    assert await store.heartbeat("memory/c2", "sup-c", 10) == ["sup-a", "sup-c"]  # its other fleet's
+    with pytest.raises(InvalidError, match="holder"):
+        await store.leave("memory/c1", "")
+
+
 async def test_leasable_is_what_a_holder_leases_then_a_page_of_claimable_records(
     store: Store, clock: ManualClock
 ) -> None:

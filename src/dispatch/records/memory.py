@@ -208,6 +208,13 @@ class MemoryStore:
                 del self._members[key]
             return sorted(h for g, h in self._members if g == group)
 
+    async def leave(self, group: str, holder: str) -> None:
+        """End ``holder``'s membership of ``group`` now (see :class:`~dispatch.records.store.Leasing`)."""
+        check_leasing(group, holder)
+        with self._lock:
+            self._check_open()
+            self._members.pop((group, holder), None)
+
     async def leasable(self, holder: str, *, states: Iterable[State], limit: int, after: str = "") -> Listing:
         """The records ``holder`` leases, then a page of at most ``limit`` claimable ones in ``states``
         after ``after``, by job id (see :class:`~dispatch.records.store.Leasing`)."""

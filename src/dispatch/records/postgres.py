@@ -416,6 +416,16 @@ class PostgresStore:
 
         return await self._db.write(body)
 
+    async def leave(self, group: str, holder: str) -> None:
+        """End ``holder``'s membership of ``group`` now (see :class:`~dispatch.records.store.Leasing`)."""
+        check_leasing(group, holder)
+
+        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> None:
+            await conn.execute("DELETE FROM dispatch_members WHERE grp = %s AND holder = %s", (group, holder))
+
+        # One statement, the same effect when run again: retried like a read.
+        await self._db.read(body)
+
     async def leasable(self, holder: str, *, states: Iterable[State], limit: int, after: str = "") -> Listing:
         """The records ``holder`` leases, then a page of at most ``limit`` claimable ones in ``states``
         after ``after``, by job id; expiry judged by the database's clock (see

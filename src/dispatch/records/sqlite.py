@@ -344,6 +344,15 @@ class SqliteStore:
 
         return await self._file.write(body)
 
+    async def leave(self, group: str, holder: str) -> None:
+        """End ``holder``'s membership of ``group`` now (see :class:`~dispatch.records.store.Leasing`)."""
+        check_leasing(group, holder)
+
+        def body(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM members WHERE grp = ? AND holder = ?", (group, holder))
+
+        await self._file.write(body)
+
     async def leasable(self, holder: str, *, states: Iterable[State], limit: int, after: str = "") -> Listing:
         """The records ``holder`` leases, then a page of at most ``limit`` claimable ones in ``states``
         after ``after``, by job id (see :class:`~dispatch.records.store.Leasing`)."""

@@ -222,7 +222,8 @@ class Leasing(Protocol):
     """Optional queries that let a fleet of supervisors share one store without each reading all of it
     (all three dispatch stores have them; a supervisor over a store without them lists every record).
 
-    - :meth:`heartbeat`: the live members of a fleet, each one renewing its own membership;
+    - :meth:`heartbeat`: the live members of a fleet, each one renewing its own membership; :meth:`leave`
+      ends one at once (a supervisor that stops, so that the others take its share without waiting);
     - :meth:`leasable`: the records a supervisor leases plus a bounded page of claimable ones (an
       indexed query by lease holder and expiry, not a listing of every record);
     - :meth:`renew_leases`: renew many leases in one call (one transaction), so a supervisor holding
@@ -234,6 +235,10 @@ class Leasing(Protocol):
     async def heartbeat(self, group: str, holder: str, ttl: float) -> builtins.list[str]:
         """Mark ``holder`` a live member of ``group`` for ``ttl`` seconds, forget members whose
         membership expired, and return the live members of ``group`` (``holder`` among them), sorted."""
+        ...
+
+    async def leave(self, group: str, holder: str) -> None:
+        """End ``holder``'s membership of ``group`` now (nothing to end: nothing happens)."""
         ...
 
     async def leasable(self, holder: str, *, states: Iterable[State], limit: int, after: str = "") -> Listing:

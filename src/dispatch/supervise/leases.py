@@ -2,8 +2,8 @@
 
 A record is acted on only under this supervisor's live lease (checked again by every record write).
 Over a store with :class:`~dispatch.records.Leasing`, a supervisor that looks after every job without a
-``capacity`` is a member of a fleet: it renews its membership in the store and leases only the jobs that
-hash to it among the live members (:func:`~dispatch.supervise.decisions.owner`). What it keeps per leased job — the lease's expiry on
+``capacity`` is a member of a fleet: it renews its membership in the store and leases only the jobs of
+its :class:`~dispatch.model.Share` among the live members (the buckets that hash to it). What it keeps per leased job — the lease's expiry on
 its own clock, the record as last known, whether to observe it before trusting it, the retry of a failed
 action — is dropped together when the lease goes (:meth:`Leases.forget`).
 """
@@ -17,21 +17,17 @@ from dataclasses import dataclass
 
 from dispatch import decide, metrics
 from dispatch.errors import ConflictError, DispatchError, NotFoundError
-from dispatch.model import JobRecord, State
+from dispatch.model import JobRecord, Share, State
 from dispatch.records import Leasing, Listing
 
-from .decisions import owner
 from .ground import Ground
 
-__all__ = ["CLAIMABLE", "CLAIM_BATCH", "OWNED_CACHE", "Leases", "Retry"]
+__all__ = ["CLAIMABLE", "CLAIM_BATCH", "Leases", "Retry"]
 
 log = logging.getLogger("dispatch.supervise")
 
 CLAIM_BATCH = 1000
 """Claimable records a fleet member reads per scan (a page; the next scan reads the next one)."""
-
-OWNED_CACHE = 100_000
-"""How many job ids' fleet assignment a member keeps at most (see :meth:`Leases.assigned`)."""
 
 CLAIMABLE = frozenset(State) - {State.SUCCEEDED, State.CANCELLED}
 """States of a record that may still need a supervisor (a failed or lost one may be requeued)."""
@@ -71,9 +67,8 @@ class Leases:
             ground.store if isinstance(ground.store, Leasing) and jobs is None and capacity is None else None
         )
         self._members: tuple[str, ...] = ()  # the fleet's live members at the last scan (fleet mode)
-        # job id -> whether it hashes to us among ``_members``: asked for every watch change of every
-        # member, so computed once per job while the membership stands (cleared when it changes).
-        self._owned: dict[str, bool] = {}
+        self.share: Share | None = None
+        """This member's share of the jobs among ``_members`` (``None``: every job, as when alone)."""
         self._after = ""  # where the next page of claimable records starts
         self._next_keepalive = -math.inf  # when a fleet member next renews its membership and leases
         # job id -> our lease's expiry on our clock: the time we asked for it plus its duration, so a clock
@@ -89,6 +84,11 @@ class Leases:
     def __contains__(self, jid: str) -> bool:
         """Whether this supervisor holds a lease on ``jid`` (as far as it knows)."""
         return jid in self.until
+
+    @property
+    def _group(self) -> str:
+        """The fleet this supervisor is a member of: the supervisors of its cluster over its store."""
+        return f"{self.ground.backend.name}/{self.ground.backend.cluster_id}"
 
     def mine(self, job_id: str) -> bool:
         """Whether this supervisor looks after ``job_id`` at all (``jobs``, ``exclude``)."""
@@ -138,15 +138,8 @@ class Leases:
         return got
 
     def assigned(self, jid: str) -> bool:
-        """Whether ``jid`` hashes to this supervisor among the fleet's live members (always, alone)."""
-        if len(self._members) < 2:
-            return True
-        owned = self._owned.get(jid)
-        if owned is None:
-            if len(self._owned) >= OWNED_CACHE:  # a long-lived daemon sees ever new ids: bounded
-                self._owned.clear()
-            owned = self._owned[jid] = owner(jid, self._members) == self.ground.holder
-        return owned
+        """Whether ``jid`` is in this supervisor's share among the fleet's live members (always, alone)."""
+        return self.share is None or self.share.holds(jid)
 
     def newest(self, rec: JobRecord) -> JobRecord:
         """``rec`` or, if newer, the copy of it our last write or lease change left (a scan's records
@@ -186,7 +179,13 @@ class Leases:
         self.forget(jid)
 
     async def release_all(self) -> None:
-        """Release every lease held (another supervisor may take them at once)."""
+        """Leave the fleet, and release every lease held (another supervisor may take them at once: its
+        next heartbeat no longer counts this member, so this member's share is its to take)."""
+        if self.fleet is not None and self._members:
+            try:
+                await self.fleet.leave(self._group, self.ground.holder)
+            except DispatchError as exc:
+                log.info("fleet membership not ended (it expires by itself): %s", exc)
         for jid in sorted(self.until):
             try:
                 await self.ground.store.release_lease(jid, self.ground.holder)
@@ -201,16 +200,17 @@ class Leases:
         store = self.fleet
         if store is None or (not due and self.ground.clock.now() < self._next_keepalive):
             return
-        group = f"{self.ground.backend.name}/{self.ground.backend.cluster_id}"
         now = self.ground.clock.now()
         self._next_keepalive = now + self.lease / 4  # not every poll: a poll of 0 would renew per record
         try:
-            members = await store.heartbeat(group, self.ground.holder, self.lease)
+            members = await store.heartbeat(self._group, self.ground.holder, self.lease)
             now_members = tuple(sorted({*members, self.ground.holder}))
             if now_members != self._members:
                 # The shares moved: what this member now owns (a dead member's records, ones another
                 # member handed over) may lie anywhere in the claimable pages, so they start over.
-                self._members, self._owned, self._after = now_members, {}, ""
+                self._members, self._after = now_members, ""
+                alone = len(now_members) < 2
+                self.share = None if alone else Share.of(self.ground.holder, now_members)
             due_ids = [jid for jid, until in self.until.items() if until - now <= self.lease / 2]
             if due_ids:
                 for rec in await store.renew_leases(self.ground.holder, self.lease, due_ids):

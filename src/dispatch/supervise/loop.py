@@ -52,13 +52,14 @@ class Supervisor:
 
     **A fleet.** Over a store with :class:`~dispatch.records.Leasing` (all three dispatch stores), a
     supervisor that looks after every job, without a ``capacity``, is a member of a fleet: at each scan it renews its membership
-    (a heartbeat in the store, for ``lease`` seconds), and it leases only the jobs whose id hashes to it
-    among the live members (rendezvous hashing), so N members split the work evenly and a member that
-    dies has its share spread over the others once its membership and leases expire. A scan reads the
-    records it leases plus a page of ``claim_batch`` claimable ones (not every record); its leases are
-    renewed in one call; a change on a record hashed to another member is left to that member without
-    reading the store. A record is still acted on only under our live lease, with compare-and-swap: the
-    hash decides who tries, the lease who may.
+    (a heartbeat in the store, for ``lease`` seconds), and it leases only the jobs of its
+    :class:`~dispatch.model.Share` among the live members (job ids hashed to buckets, buckets to members
+    by rendezvous hashing), so N members split the work evenly and a member that dies or stops has its
+    share spread over the others (once its membership and leases expire, or at once when it closes). A
+    scan reads the records it leases plus a page of ``claim_batch`` claimable ones (not every record);
+    its leases are renewed in one call; its watch asks for the changes of its share alone. A record is
+    still acted on only under our live lease, with compare-and-swap: the hash decides who tries, the
+    lease who may.
     """
 
     def __init__(
@@ -166,7 +167,7 @@ class Supervisor:
 
     def _wanted(self, change: Change) -> bool:
         """Whether a watch change is this supervisor's to fold (:meth:`Leases.concerns`). A fleet member's
-        watch delivers every member's changes; the kept watch buffers, and wakes the loop for, only these."""
+        watch asks for its share alone; the kept watch buffers, and wakes the loop for, only these."""
         return self._leases.concerns(change.handle.identity.job_id)
 
     def _soon(self, at: float) -> None:
@@ -221,6 +222,8 @@ class Supervisor:
             await self._leases.keepalive()
             await self._acting.work(jid, report, rec=touched[jid])
         report.leased = len(self._leases.until)
+        if self._feed is not None:
+            self._feed.follow(self._leases.share)  # a fleet member's share, as of this step
         return report
 
     async def run(
@@ -287,7 +290,9 @@ class Supervisor:
         if self._feed is None:
             if not isinstance(self.backend, Watcher):
                 raise UnsupportedError(f"backend {self.backend.name!r} has no watch to keep open")
-            self._feed = WatchFeed(self.backend, self.cursor, self.clock, keep=self._wanted)
+            self._feed = WatchFeed(
+                self.backend, self.cursor, self.clock, keep=self._wanted, share=self._leases.share
+            )
 
     async def close(self) -> None:
         """Release every lease this supervisor holds (another one may take them at once). Idempotent."""
@@ -305,7 +310,10 @@ class Supervisor:
         """Every change the watch has now, from the saved cursor; stops at the first wait."""
         assert isinstance(self.backend, Watcher)
         out: builtins.list[Change] = []
-        changes = self.backend.watch(self.cursor)
+        share = self._leases.share
+        changes = (
+            self.backend.watch(self.cursor) if share is None else self.backend.watch(self.cursor, share=share)
+        )
         try:
             while True:
                 try:
