@@ -549,7 +549,7 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
     while len(sup.leased) < jobs:  # noqa: ASYNC110 - polling is the measurement
         await asyncio.sleep(0.1)
     warm = time.perf_counter() - t0
-    await asyncio.sleep(5.0)  # past the first leases' renewal: the steady state
+    await asyncio.sleep(15.0)  # past the last claim pages' first observation: the steady state
     step = max(1, jobs // events)
     injected: dict[str, float] = {}
     busy0, total0 = _machine_cpu()

@@ -286,12 +286,35 @@ class FaultyStore:
         inner = self.inner
         await self._call("leave", lambda: inner.leave(group, holder), write=True)
 
-    async def leasable(self, holder: str, *, states: Any, limit: int, after: str = "") -> Listing:
+    async def held(self, holder: str) -> dict[str, int]:
+        assert isinstance(self.inner, Leasing)
+        inner = self.inner
+        out: dict[str, int] = await self._call("held", lambda: inner.held(holder), write=False)
+        return out
+
+    async def leasable(
+        self, holder: str, *, states: Any, limit: int, after: str = "", held: Any = None
+    ) -> Listing:
         assert isinstance(self.inner, Leasing)
         inner = self.inner
         out: Listing = await self._call(
-            "leasable", lambda: inner.leasable(holder, states=states, limit=limit, after=after), write=False
+            "leasable",
+            lambda: inner.leasable(holder, states=states, limit=limit, after=after, held=held),
+            write=False,
         )
+        return out
+
+    async def records(self, job_ids: Any, *, states: Any = None) -> Listing:
+        assert isinstance(self.inner, Leasing)
+        inner = self.inner
+        ids = builtins.list(job_ids)
+        out: Listing = await self._call("records", lambda: inner.records(ids, states=states), write=False)
+        return out
+
+    async def counts(self) -> dict[State, int]:
+        assert isinstance(self.inner, Leasing)
+        inner = self.inner
+        out: dict[State, int] = await self._call("counts", inner.counts, write=False)
         return out
 
     async def renew_leases(self, holder: str, ttl: float, job_ids: Any) -> builtins.list[JobRecord]:

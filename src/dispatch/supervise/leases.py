@@ -12,25 +12,34 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from dispatch import decide, metrics
 from dispatch.errors import ConflictError, DispatchError, NotFoundError
-from dispatch.model import JobRecord, Share, State
+from dispatch.model import TERMINAL_STATES, JobRecord, Observation, Share, State
 from dispatch.records import Leasing, Listing
 
+from .decisions import live
 from .ground import Ground
 
-__all__ = ["CLAIMABLE", "CLAIM_BATCH", "Leases", "Retry"]
+__all__ = ["CLAIMABLE", "CLAIM_BATCH", "RENEW_BATCH", "Leases", "Retry"]
 
 log = logging.getLogger("dispatch.supervise")
 
 CLAIM_BATCH = 1000
 """Claimable records a fleet member reads per scan (a page; the next scan reads the next one)."""
 
+RENEW_BATCH = 1000
+"""Leases a fleet member renews in one call (a member holding more renews them in several, folding the
+watch's changes in between)."""
+
 CLAIMABLE = frozenset(State) - {State.SUCCEEDED, State.CANCELLED}
 """States of a record that may still need a supervisor (a failed or lost one may be requeued)."""
+
+
+async def _nothing() -> None:
+    return None
 
 
 @dataclass
@@ -54,8 +63,11 @@ class Leases:
         exclude: Collection[str],
         capacity: int | None,
         claim_batch: int,
+        pause: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.ground = ground
+        self.pause: Callable[[], Awaitable[None]] = pause if pause is not None else _nothing
+        """What a long call of this part lets the supervisor do in its pauses (fold the watch's changes)."""
         self.lease = lease
         self.jobs = jobs
         self.exclude = exclude
@@ -80,6 +92,9 @@ class Leases:
         # meanwhile, which the compare-and-swap refuses).
         self.known: dict[str, JobRecord] = {}
         self.retry: dict[str, Retry] = {}
+        # job id -> the revision of its record when the last work on it found nothing to do but wait
+        # for the cluster (a plan that no time ends): until the record moves, a scan has nothing to do.
+        self.quiet: dict[str, int] = {}
 
     def __contains__(self, jid: str) -> bool:
         """Whether this supervisor holds a lease on ``jid`` (as far as it knows)."""
@@ -168,6 +183,7 @@ class Leases:
         self.known.pop(jid, None)
         self.fresh.discard(jid)
         self.retry.pop(jid, None)
+        self.quiet.pop(jid, None)
 
     async def let_go(self, jid: str) -> None:
         """The record is final, or another member's now: give its lease back."""
@@ -193,6 +209,7 @@ class Leases:
                 log.info("lease on %s not released: %s", jid, exc)
         self.until.clear()
         self.known.clear()
+        self.quiet.clear()
 
     async def keepalive(self, *, due: bool = False) -> None:
         """A fleet member renews its membership and the leases that are half gone: at each scan, and
@@ -211,29 +228,87 @@ class Leases:
                 self._members, self._after = now_members, ""
                 alone = len(now_members) < 2
                 self.share = None if alone else Share.of(self.ground.holder, now_members)
-            due_ids = [jid for jid, until in self.until.items() if until - now <= self.lease / 2]
-            if due_ids:
-                for rec in await store.renew_leases(self.ground.holder, self.lease, due_ids):
-                    self.until[rec.job_id] = now + self.lease  # asked at ``now``: it ends no sooner
-                    self.known[rec.job_id] = rec
+            due_ids = sorted(
+                (jid for jid, until in self.until.items() if until - now <= self.lease / 2),
+                key=self.until.__getitem__,
+            )
+            for i in range(0, len(due_ids), RENEW_BATCH):  # the soonest to end first
+                if i:
+                    await self.pause()  # thousands of leases: the watch's changes are not held up
+                now = self.ground.clock.now()
+                for rec in await store.renew_leases(
+                    self.ground.holder, self.lease, due_ids[i : i + RENEW_BATCH]
+                ):
+                    if rec.job_id in self.until:  # not let go meanwhile
+                        self.until[rec.job_id] = now + self.lease  # asked at ``now``: it ends no sooner
+                        self.known[rec.job_id] = rec
         except DispatchError as exc:
             if due:  # the scan reports it
                 raise
             metrics.current().inc("dispatch_store_errors_total")
             log.info("fleet keepalive failed, tried again within a poll: %s", exc)
 
-    async def fleet_records(self) -> Listing:
-        """A fleet member's scan: heartbeat, renew the leases due, then read what it leases and a page
-        of claimable records."""
+    async def resync_records(self, listing: Iterable[Observation]) -> dict[str, JobRecord]:
+        """The records a fleet member's resync needs for ``listing``, by job id: those it leases, as it
+        knows them, and — read in batches — the finished ones of its share whose incarnation may still
+        have compute (leftovers to stop: nobody leases a finished record). A record of its share that
+        is not finished and that it does not lease is another member's, or claimable: the scans lease
+        it and observe it afresh. Not every record of the store, as a supervisor alone reads it."""
         store = self.fleet
         assert store is not None  # called only for a fleet member
-        await self.keepalive(due=True)
-        records = await store.leasable(
-            self.ground.holder, states=CLAIMABLE, limit=self.claim_batch, after=self._after
+        out = {jid: rec for jid, rec in self.known.items() if jid in self.until}
+        ids = sorted(
+            {
+                jid
+                for obs in listing
+                if (jid := obs.handle.identity.job_id) not in out and self.concerns(jid) and live(obs)
+            }
         )
-        held = {r.job_id for r in records if r.lease is not None and r.lease.holder == self.ground.holder}
-        for jid in [j for j in self.until if j not in held]:  # taken over or purged meanwhile
+        for i in range(0, len(ids), RENEW_BATCH):
+            if i:
+                await self.pause()
+            found = await store.records(ids[i : i + RENEW_BATCH], states=TERMINAL_STATES)
+            out.update((rec.job_id, rec) for rec in found)
+        return out
+
+    async def fleet_records(self) -> Listing:
+        """A fleet member's scan: heartbeat, renew the leases due, then what it leases — read again only
+        where the store's revision is not the one it knows (another process wrote it), else as it knows
+        it — and a page of claimable records."""
+        store = self.fleet
+        assert store is not None  # called only for a fleet member
+        holder = self.ground.holder
+        await self.keepalive(due=True)
+        revisions = await store.held(holder)
+        for jid in [j for j in self.until if j not in revisions]:  # taken over or purged meanwhile
             self.forget(jid)
-        free = len(records) - len(held)
-        self._after = records[-1].job_id if free >= self.claim_batch else ""
-        return records
+        kept: list[JobRecord] = []
+        moved: list[str] = []
+        for jid, revision in revisions.items():
+            known = self.known.get(jid)
+            if known is not None and known.revision == revision:
+                kept.append(known)
+            else:
+                moved.append(jid)
+        read = await store.leasable(
+            holder, states=CLAIMABLE, limit=self.claim_batch, after=self._after, held=moved
+        )
+        mine = [r for r in read if r.lease is not None and r.lease.holder == holder]
+        free = len(read) - len(mine)
+        self._after = read[-1].job_id if free >= self.claim_batch else ""
+        held = sorted([*kept, *mine], key=lambda r: r.job_id)
+        return Listing([*held, *read[len(mine) :]], read.unreadable)
+
+    def idle(self, rec: JobRecord) -> bool:
+        """Whether a fleet member's scan may pass ``rec`` by: leased, its own, and as it was when its
+        last scan found nothing to do but wait for the cluster (:attr:`quiet`); its lease is renewed
+        by :meth:`keepalive`, and a change of it comes by the watch."""
+        jid = rec.job_id
+        return (
+            self.fleet is not None
+            and self.quiet.get(jid) == rec.revision
+            and jid in self.until
+            and jid not in self.fresh
+            and jid not in self.retry
+            and self.assigned(jid)
+        )

@@ -12,7 +12,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 from dispatch import chance, decide, health, metrics
@@ -32,12 +32,15 @@ from .report import StepReport
 from .view import ClusterView
 from .watchfeed import WatchFeed, aclose
 
-__all__ = ["RESYNC_JITTER", "Supervisor"]
+__all__ = ["PAGE", "RESYNC_JITTER", "Supervisor"]
 
 log = logging.getLogger("dispatch.supervise")
 
 RESYNC_JITTER = 0.9
 """The shortest interval between two resyncs, as a fraction of ``resync`` (see ``Supervisor.step``)."""
+PAGE = 256
+"""Records (or listed readings) a scan or a resync works through before folding the watch changes that
+came meanwhile (see ``Supervisor._between``)."""
 
 
 class Supervisor:
@@ -126,6 +129,7 @@ class Supervisor:
         self._next_resync = -math.inf
         self._closed = False
         self._starting: dict[tuple[str, int], float] = {}  # incarnation -> first seen starting
+        self._report = StepReport()  # the step under way's, which what is done between pages adds to
         # The parts of a step, each of which knows only those before it.
         ground = Ground(backend, store, self.clock, policy, self.holder)
         self._view = ClusterView(backend, self.clock)
@@ -136,6 +140,7 @@ class Supervisor:
             exclude=self.exclude,
             capacity=capacity,
             claim_batch=claim_batch,
+            pause=lambda: self._between(self._report),
         )
         self._folding = Folding(ground, leases=self._leases, view=self._view)
         self._writer = self._folding.writer
@@ -178,10 +183,10 @@ class Supervisor:
 
     async def step(self) -> StepReport:
         """One pass: observe, lease, decide and act. Never waits on the cluster."""
-        report = StepReport()
+        report = self._report = StepReport()
         self._view.forget_listing()
         now = self.clock.now()
-        touched: dict[str, JobRecord] = {}  # job id -> its record as the last fold left it
+        touched: dict[str, JobRecord] = {}  # job id -> its record as the last fold left it, to act on
         watching = await self._view.watching()
         if watching:
             if self._feed is not None:
@@ -189,26 +194,7 @@ class Supervisor:
                 self.cursor = self._feed.cursor
             else:
                 changes = await self._drain()
-            report.changes = len(changes)
-            # Level, not edge: only the newest reading of each incarnation is folded (what the watch
-            # delivered in between says nothing the newest does not, and a fold is a store write).
-            latest: dict[str, Change] = {}
-            for change in changes:
-                latest.pop(change.handle.ref, None)
-                latest[change.handle.ref] = change
-            for change in latest.values():
-                jid = change.handle.identity.job_id
-                try:
-                    await self._leases.keepalive()
-                    folded = await self._reconciler.change(jid, change.reading, report=report)
-                    if folded is not None:
-                        touched[jid] = folded
-                        metrics.current().observe(
-                            "dispatch_event_record_lag_seconds",
-                            max(0.0, self.clock.now() - change.reading.at),
-                        )
-                except DispatchError as exc:  # this change is seen again at the next resync
-                    report.errors.append(f"{jid}: {type(exc).__name__}: {exc}")
+            touched = await self._fold(changes, report)
         if now >= self._next_resync:
             # 90-100 % of the interval, drawn each time (controller-runtime jitters its SyncPeriod the
             # same way): members started together do not list the store and the cluster all at once.
@@ -225,6 +211,47 @@ class Supervisor:
         if self._feed is not None:
             self._feed.follow(self._leases.share)  # a fleet member's share, as of this step
         return report
+
+    async def _fold(self, changes: builtins.list[Change], report: StepReport) -> dict[str, JobRecord]:
+        """Fold watch changes into their records; the records folded, by job id, to act on."""
+        report.changes += len(changes)
+        touched: dict[str, JobRecord] = {}  # job id -> its record as the last fold left it
+        # Level, not edge: only the newest reading of each incarnation is folded (what the watch
+        # delivered in between says nothing the newest does not, and a fold is a store write).
+        latest: dict[str, Change] = {}
+        for change in changes:
+            latest.pop(change.handle.ref, None)
+            latest[change.handle.ref] = change
+        for change in latest.values():
+            jid = change.handle.identity.job_id
+            try:
+                await self._leases.keepalive()
+                folded = await self._reconciler.change(jid, change.reading, report=report)
+                if folded is not None:
+                    touched[jid] = folded
+                    metrics.current().observe(
+                        "dispatch_event_record_lag_seconds",
+                        max(0.0, self.clock.now() - change.reading.at),
+                    )
+            except DispatchError as exc:  # this change is seen again at the next resync
+                report.errors.append(f"{jid}: {type(exc).__name__}: {exc}")
+        return touched
+
+    async def _between(self, report: StepReport) -> None:
+        """Between two pages of a scan or a resync (:data:`PAGE` records or readings), with a watch
+        kept open: let the loop turn, then fold and act on the changes that came meanwhile — a change
+        does not wait for the end of a scan of every record (seconds, at 100,000 jobs)."""
+        if self._feed is None:
+            return  # ``step`` alone (the simulation): the changes are read at the next step
+        await asyncio.sleep(0)
+        changes = self._feed.take()
+        if not changes:
+            return
+        self.cursor = self._feed.cursor
+        touched = await self._fold(changes, report)
+        for jid in sorted(touched):
+            await self._leases.keepalive()
+            await self._acting.work(jid, report, rec=touched[jid])
 
     async def run(
         self,
@@ -338,15 +365,23 @@ class Supervisor:
             report.errors.append(f"list: {exc}")
             self._next_resync = self.clock.now()  # try again next step
             return
+        fleet = self._leases.fleet
         try:
-            listed_records = await self.store.list()
+            if fleet is not None and self.unmatched is UnmatchedPolicy.IGNORE:
+                # A fleet member reads only the records it needs, not every record of the store.
+                known = await self._leases.resync_records(listing)
+                if metrics.current().enabled:
+                    starting = await self.store.list(states=[State.STARTING])
+                    self._gauges(starting, self.clock.now(), counts=await fleet.counts())
+            else:
+                listed_records = await self.store.list()
+                known = {r.job_id: r for r in listed_records}
+                if fleet is not None:
+                    self._gauges(listed_records, self.clock.now())
         except DispatchError:
             metrics.current().inc("dispatch_store_errors_total")
             raise
         health.current().mark("store")
-        known = {r.job_id: r for r in listed_records}
-        if self._leases.fleet is not None:
-            self._gauges(listed_records, self.clock.now())
         listed = {(o.handle.identity.job_id, o.handle.identity.epoch.n) for o in listing}
         for rec in known.values():
             # An incarnation of ours missing from the listing may be gone: observe it before trusting
@@ -355,7 +390,9 @@ class Supervisor:
             mine = handle is not None and not rec.outcome.terminal and rec.job_id in self._leases
             if mine and (rec.job_id, rec.epoch.n) not in listed:
                 self._leases.fresh.add(rec.job_id)
-        for obs in listing:
+        for i, obs in enumerate(listing):
+            if i % PAGE == PAGE - 1:
+                await self._between(report)
             try:
                 await self._reconciler.listed(obs, known, report)
             except DispatchError as exc:
@@ -379,7 +416,11 @@ class Supervisor:
             self._gauges(records, now)
         elif recorder.enabled:  # the counts come from each resync's full listing; the age moves with time
             recorder.set("dispatch_jobs_starting_oldest_seconds", oldest(self._starting, now))
-        for rec in records:
+        for i, rec in enumerate(records):
+            if i % PAGE == PAGE - 1:
+                await self._between(report)
+            if not poll and leases.idle(leases.newest(rec)):
+                continue  # waiting for the cluster, as at the last scan: nothing to do
             if not leases.ours(rec):
                 continue
             if decide.final(rec, self.policy, now):
@@ -393,10 +434,12 @@ class Supervisor:
             await leases.keepalive()
             await self._acting.work(rec.job_id, report, rec=rec, poll=poll)
 
-    def _gauges(self, records: builtins.list[JobRecord], now: float) -> None:
+    def _gauges(
+        self, records: builtins.list[JobRecord], now: float, *, counts: Mapping[State, int] | None = None
+    ) -> None:
         recorder = metrics.current()
         if recorder.enabled:
-            gauges = tally(records, self._starting, now)
+            gauges = tally(records, self._starting, now, counts=counts)
             self._starting = gauges.starting_since
             recorder.set_all("dispatch_jobs", "state", gauges.counts, every=(s.value for s in State))
             recorder.set("dispatch_jobs_starting_oldest_seconds", gauges.oldest_starting)
