@@ -10,7 +10,9 @@ the cluster runs in a process of its own (``fleet_bench.py cluster``: a ``Memory
 clock) and answers the backend protocols (capabilities, start, observe, stop, list, ceased, watch) as
 JSON lines over loopback TCP, like an API server; each supervisor process talks to it through
 ``RemoteBackend`` (one connection for calls, one per watch stream) and prepares locally (``prepare`` is
-pure for the memory adapter). Every supervisor receives every change on its watch, as on Kubernetes.
+pure for the memory adapter). A fleet member asks its watch for its share of the jobs
+(``dispatch.model.Share``: buckets of job ids) and the cluster process sends it only those changes, as
+an API server filters a watch by label selector; a supervisor alone receives every change.
 
 **The work.** ``--jobs`` records are written pending, each with a scripted cause: its first incarnation
 runs ``--run`` seconds (default 2, spread ±50 %: short, so that the supervisors, not the jobs, bound
@@ -33,9 +35,12 @@ recording the failure to the one recording the new incarnation placed, p50/p99 o
 with 3 supervisors, one is SIGKILLed once a third of the jobs succeeded; its leases expire and the
 others take its records over (``dispatch_leases_taken_over_total``, summed); every job must still
 succeed. *single*: ``supervisor_bench``'s latency and memory measurements (in-process memory cluster
-and store, event → record p99, memory per job) at ``--single`` jobs. *CPU*: each supervisor's CPU
-seconds (its own resource usage), the cluster process's, and how busy the whole machine was (every
-process on it: /proc/stat) — so a reader sees whether a ratio is bound by CPU.
+and store, event → record p99, memory per job) at ``--single`` jobs, and the same latency over a
+PostgreSQL store (``single_postgres``: the jobs submitted, leased, then ``--pg-events`` of them ended one
+every ``--pg-spacing`` seconds whatever the supervisor is doing). *CPU*: each supervisor's CPU
+seconds (its own resource usage), the cluster process's, PostgreSQL's, their sum per transition
+("every process"; the ratio of that with 3 supervisors to that with 1 is printed), and how busy the whole
+machine was (every process on it: /proc/stat) — so a reader sees whether a ratio is bound by CPU.
 
 Not part of the test suite (speed is measured here, never asserted in tests).
 """
@@ -549,7 +554,9 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
     while len(sup.leased) < jobs:  # noqa: ASYNC110 - polling is the measurement
         await asyncio.sleep(0.1)
     warm = time.perf_counter() - t0
-    await asyncio.sleep(15.0)  # past the last claim pages' first observation: the steady state
+    # The steady state: past the first scan of every record newly leased (each observed afresh, one at
+    # a time) and the first resync after it.
+    await asyncio.sleep(sup.resync + 10.0)
     step = max(1, jobs // events)
     injected: dict[str, float] = {}
     busy0, total0 = _machine_cpu()

@@ -628,7 +628,7 @@ async def test_a_watch_change_is_folded_between_pages_of_a_long_scan(
     from dispatch.supervise import leases as leases_module
     from dispatch.supervise import loop as loop_module
 
-    monkeypatch.setattr(loop_module, "PAGE", 4)
+    monkeypatch.setattr(loop_module, "PAUSE", 0.0)
     monkeypatch.setattr(leases_module, "RENEW_BATCH", 4)
     backend = MemoryBackend(SETTINGS.replace(nodes=40), clock=clock)
     store = EventDuringScans(clock)

@@ -129,7 +129,9 @@ class Leases:
         now = self.ground.clock.now()
         lease = rec.lease
         ours = lease is not None and lease.holder == self.ground.holder and self.until.get(jid, now) > now
-        if ours and self.until[jid] - now > self.lease / 2:
+        # A fleet member's leases are renewed together (keepalive, at half): one alone only when late.
+        renew_at = self.lease / 4 if self.fleet is not None else self.lease / 2
+        if ours and self.until[jid] - now > renew_at:
             return rec
         if lease is not None and lease.holder != self.ground.holder and lease.live(now):
             self.forget(jid)

@@ -30,17 +30,17 @@ from .leases import CLAIM_BATCH, Leases
 from .reconcile import Reconciler, UnmatchedPolicy
 from .report import StepReport
 from .view import ClusterView
-from .watchfeed import WatchFeed, aclose
+from .watchfeed import WatchFeed, drain
 
-__all__ = ["PAGE", "RESYNC_JITTER", "Supervisor"]
+__all__ = ["PAUSE", "RESYNC_JITTER", "Supervisor"]
 
 log = logging.getLogger("dispatch.supervise")
 
 RESYNC_JITTER = 0.9
 """The shortest interval between two resyncs, as a fraction of ``resync`` (see ``Supervisor.step``)."""
-PAGE = 256
-"""Records (or listed readings) a scan or a resync works through before folding the watch changes that
-came meanwhile (see ``Supervisor._between``)."""
+PAUSE = 0.02
+"""Seconds (of the process's own monotonic time) a scan or a resync works before it folds the watch
+changes that came meanwhile (see ``Supervisor._between``)."""
 
 
 class Supervisor:
@@ -130,6 +130,7 @@ class Supervisor:
         self._closed = False
         self._starting: dict[tuple[str, int], float] = {}  # incarnation -> first seen starting
         self._report = StepReport()  # the step under way's, which what is done between pages adds to
+        self._pause_due = -math.inf  # when a long scan next folds the watch's changes (monotonic)
         # The parts of a step, each of which knows only those before it.
         ground = Ground(backend, store, self.clock, policy, self.holder)
         self._view = ClusterView(backend, self.clock)
@@ -193,7 +194,7 @@ class Supervisor:
                 changes = self._feed.take()
                 self.cursor = self._feed.cursor
             else:
-                changes = await self._drain()
+                changes, self.cursor = await drain(self.backend, self.cursor, self._leases.share)
             touched = await self._fold(changes, report)
         if now >= self._next_resync:
             # 90-100 % of the interval, drawn each time (controller-runtime jitters its SyncPeriod the
@@ -238,11 +239,15 @@ class Supervisor:
         return touched
 
     async def _between(self, report: StepReport) -> None:
-        """Between two pages of a scan or a resync (:data:`PAGE` records or readings), with a watch
-        kept open: let the loop turn, then fold and act on the changes that came meanwhile — a change
+        """Between two records of a scan or a resync, with a watch kept open, every :data:`PAUSE`
+        seconds: let the loop turn, then fold and act on the changes that came meanwhile — a change
         does not wait for the end of a scan of every record (seconds, at 100,000 jobs)."""
         if self._feed is None:
             return  # ``step`` alone (the simulation): the changes are read at the next step
+        now = time.monotonic()
+        if now < self._pause_due:
+            return
+        self._pause_due = now + PAUSE
         await asyncio.sleep(0)
         changes = self._feed.take()
         if not changes:
@@ -333,29 +338,6 @@ class Supervisor:
 
     # ------------------------------------------------------------------ observing and scanning
 
-    async def _drain(self) -> builtins.list[Change]:
-        """Every change the watch has now, from the saved cursor; stops at the first wait."""
-        assert isinstance(self.backend, Watcher)
-        out: builtins.list[Change] = []
-        share = self._leases.share
-        changes = (
-            self.backend.watch(self.cursor) if share is None else self.backend.watch(self.cursor, share=share)
-        )
-        try:
-            while True:
-                try:
-                    async with asyncio.timeout(0):
-                        change = await anext(changes)
-                except (TimeoutError, StopAsyncIteration):
-                    break
-                out.append(change)
-                self.cursor = change.cursor
-        except DispatchError as exc:  # a dropped watch: resume from the cursor next time
-            log.info("watch interrupted: %s", exc)
-        finally:
-            await aclose(changes)
-        return out
-
     async def _reconcile(self, report: StepReport) -> None:
         """List the cluster: fold what the watch may have missed, handle unmatched objects, and stop
         incarnations that no record wants."""
@@ -390,9 +372,8 @@ class Supervisor:
             mine = handle is not None and not rec.outcome.terminal and rec.job_id in self._leases
             if mine and (rec.job_id, rec.epoch.n) not in listed:
                 self._leases.fresh.add(rec.job_id)
-        for i, obs in enumerate(listing):
-            if i % PAGE == PAGE - 1:
-                await self._between(report)
+        for obs in listing:
+            await self._between(report)
             try:
                 await self._reconciler.listed(obs, known, report)
             except DispatchError as exc:
@@ -414,11 +395,10 @@ class Supervisor:
         now = self.clock.now()
         if leases.fleet is None:
             self._gauges(records, now)
-        elif recorder.enabled:  # the counts come from each resync's full listing; the age moves with time
+        elif recorder.enabled:  # the counts come from each resync (the store counts); the age moves with time
             recorder.set("dispatch_jobs_starting_oldest_seconds", oldest(self._starting, now))
-        for i, rec in enumerate(records):
-            if i % PAGE == PAGE - 1:
-                await self._between(report)
+        for rec in records:
+            await self._between(report)
             if not poll and leases.idle(leases.newest(rec)):
                 continue  # waiting for the cluster, as at the last scan: nothing to do
             if not leases.ours(rec):

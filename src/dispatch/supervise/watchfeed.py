@@ -8,12 +8,12 @@ import logging
 from collections.abc import AsyncIterator, Callable
 
 from dispatch import health
-from dispatch.backend import Watcher
+from dispatch.backend import Backend, Watcher
 from dispatch.clock import Clock
-from dispatch.errors import DispatchError
+from dispatch.errors import DispatchError, UnsupportedError
 from dispatch.model import Change, Share
 
-__all__ = ["WatchFeed", "aclose"]
+__all__ = ["WatchFeed", "aclose", "drain"]
 
 log = logging.getLogger("dispatch.supervise")
 
@@ -112,3 +112,28 @@ async def aclose(changes: AsyncIterator[Change]) -> None:
             await aclose()
         except (DispatchError, RuntimeError):
             pass
+
+
+async def drain(
+    backend: Backend, cursor: str | None, share: Share | None
+) -> tuple[builtins.list[Change], str | None]:
+    """Every change a fresh watch from ``cursor`` has now (of ``share``'s jobs, when given), and the
+    cursor to resume from; stops at the first wait (``Supervisor.step`` without a kept watch)."""
+    if not isinstance(backend, Watcher):
+        raise UnsupportedError(f"backend {backend.name!r} has no watch")
+    out: builtins.list[Change] = []
+    changes = backend.watch(cursor) if share is None else backend.watch(cursor, share=share)
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(0):
+                    change = await anext(changes)
+            except (TimeoutError, StopAsyncIteration):
+                break
+            out.append(change)
+            cursor = change.cursor
+    except DispatchError as exc:  # a dropped watch: resume from the cursor next time
+        log.info("watch interrupted: %s", exc)
+    finally:
+        await aclose(changes)
+    return out, cursor
