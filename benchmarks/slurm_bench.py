@@ -1,18 +1,23 @@
-"""Slurm commands per job lifecycle for N jobs followed at once: dispatch's slurm adapter vs submitit.
+"""Slurm commands per job, and the time to see every job end: dispatch beside submitit, same cluster.
 
-Run: .venv/bin/python benchmarks/slurm_bench.py [--jobs 50] [--seconds 2]
+Run: .venv/bin/python benchmarks/slurm_bench.py [--jobs 50 200] [--seconds 2] [--poll 5s]
 (submitit comes with the ``bench`` extra; without it only dispatch is measured.)
 
-One local Slurm with accounting (MariaDB + slurmdbd: submitit polls ``sacct``) serves both, in the same
-run. Every Slurm command either side runs goes through a shim directory put first on ``PATH`` that logs
-the command's name and then runs the real one, so both are counted the same way. A *lifecycle* is
-submit → terminal state known; each job sleeps ``--seconds`` and exits 0.
+One local Slurm with accounting (MariaDB + slurmdbd, so submitit's watcher can read states with
+``sacct``) serves both sides, one after the other, for each job count. Every command either side runs
+goes through a shim directory put first on ``PATH`` that logs the command's name and then runs the real
+one, so both are counted the same way; a *Slurm command* is one of ``sbatch squeue sacct scontrol
+scancel`` (each an RPC to slurmctld or slurmdbd), the rest (``sh``, ``cat``...) are counted apart. Each
+job sleeps ``--seconds`` and exits 0.
 
-- dispatch: one backend (its opening reads are counted apart), one ``watch()`` for every job, N jobs
-  placed (``prepare`` + ``start``: an ``squeue`` identity lookup, ``mkdir``, ``sbatch``), the outcomes from
-  the watch's one ``squeue --json`` per poll interval (``--poll``).
+- dispatch, through its public API as a user script would use it: ``dispatch.open("slurm", ...)``
+  (opening included in the count), ``Cluster.submit`` for each job, then one ``Cluster.watch()`` for all
+  of them until every record is terminal.
 - submitit: ``AutoExecutor(cluster="slurm")``, N ``submit`` calls (one ``sbatch`` each), then
-  ``job.result()`` for each (submitit's watcher polls ``sacct`` for all its jobs at once).
+  ``job.result()`` for each (its watcher polls ``sacct`` for all its jobs at once, and reads each job's
+  result file).
+
+The time is from the first submit to the moment the last job's end is seen.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,23 +37,24 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from dispatch import JobSpec  # noqa: E402
-from dispatch.backend import place  # noqa: E402
-from dispatch.model import Identity  # noqa: E402
-from dispatch_slurm import open_backend, parse_settings  # noqa: E402
+import dispatch  # noqa: E402
+from dispatch import Config, JobSpec, MemoryStore  # noqa: E402
 from dispatch_slurm.localslurm import LocalSlurm  # noqa: E402
 
-COMMANDS = ("sbatch", "squeue", "sacct", "scontrol", "scancel", "mkdir", "cat", "tail", "touch", "test", "sh")
+SLURM = ("sbatch", "squeue", "sacct", "scontrol", "scancel")
+OTHERS = ("sh", "mkdir", "cat", "tail", "touch", "test")
 
 
 def make_shims(directory: Path, log: Path) -> None:
-    """A script per command that logs its name, then runs the real one found further down PATH."""
+    """A script per command that logs its name, then runs the real one (by its path: the PATH a shim
+    passes on keeps the shims first, so a command an ``sh -c`` runs is counted too)."""
     directory.mkdir(parents=True, exist_ok=True)
-    for name in COMMANDS:
+    for name in (*SLURM, *OTHERS):
+        real = shutil.which(name)
+        if real is None:
+            raise SystemExit(f"{name} is not installed")
         shim = directory / name
-        shim.write_text(
-            f'#!/bin/sh\necho {name} >> "{log}"\nPATH="${{PATH#{directory}:}}" exec {name} "$@"\n'
-        )
+        shim.write_text(f'#!/bin/sh\necho {name} >> "{log}"\nexec {real} "$@"\n')
         shim.chmod(0o755)
 
 
@@ -59,38 +66,37 @@ async def bench_dispatch(
     slurm: LocalSlurm, jobs: int, seconds: float, poll: str, log: Path
 ) -> dict[str, Any]:
     raw = {"slurmConf": str(slurm.conf), "workdir": str(slurm.workdir / "dispatch"), "pollInterval": poll}
-    before = counted(log)
-    backend = await open_backend(parse_settings(json.dumps(raw)))
-    opening = counted(log) - before
-    start = counted(log)
-    t0 = time.monotonic()
     spec = JobSpec(command=("sleep", f"{seconds:g}"))
-    handles = []
-    ended: dict[str, str] = {}
-    stream = backend.watch()
-
-    async def follow() -> None:
-        async for change in stream:
-            if change.observation.outcome.terminal:
-                ended[change.handle.ref] = str(change.observation.state)
-                if len(ended) >= jobs and all(h.ref in ended for h in handles):
-                    return
-
-    watcher = asyncio.ensure_future(follow())
-    for i in range(jobs):
-        handles.append(await place(backend, spec, Identity(f"bench-{os.getpid()}-{i}")))
-    async with asyncio.timeout(900):
-        await watcher
-    wall = time.monotonic() - t0
-    await stream.aclose()
-    await backend.close()
-    used = counted(log) - start
-    states = collections.Counter(ended[h.ref] for h in handles)
+    start = counted(log)
+    cluster = await dispatch.open("slurm", Config(adapter=raw, store=MemoryStore()))
+    opened = counted(log)
+    async with cluster:
+        t0, began = time.monotonic(), time.time()
+        ids = [(await cluster.submit(spec)).job_id for _ in range(jobs)]
+        submitting = time.monotonic() - t0
+        submitted = counted(log)
+        ended: dict[str, str] = {}
+        async with asyncio.timeout(1800):
+            async for rec in cluster.watch():
+                if rec.outcome.terminal and rec.job_id in ids:
+                    ended[rec.job_id] = rec.state.value
+                    if len(ended) == jobs:
+                        break
+        wall, seen = time.monotonic() - t0, time.time()
+    done = counted(log)
+    first, last = slurm_times(slurm, began, "d-")
     return {
-        "opening": dict(opening),
-        "commands": dict(used),
+        "phases": {
+            "opening": dict(opened - start),
+            "submits": dict(submitted - opened),
+            "watch": dict(done - submitted),
+        },
+        "commands": dict(done - start),
         "wall_s": round(wall, 1),
-        "states": dict(states),
+        "submit_s": round(submitting, 1),
+        "slurm_s": round(last - first, 1),
+        "late_s": round(seen - last, 1),
+        "states": dict(collections.Counter(ended.values())),
     }
 
 
@@ -100,30 +106,53 @@ def bench_submitit(slurm: LocalSlurm, jobs: int, seconds: float, log: Path) -> d
     except ImportError:
         return None
     start = counted(log)
-    t0 = time.monotonic()
+    t0, began = time.monotonic(), time.time()
     executor = submitit.AutoExecutor(folder=str(slurm.workdir / "submitit" / "%j"), cluster="slurm")
     executor.update_parameters(timeout_min=10, slurm_partition="batch", mem_gb=0.2)
     futures = [executor.submit(time.sleep, seconds) for _ in range(jobs)]
     for job in futures:
         job.result()
-    wall = time.monotonic() - t0
-    used = counted(log) - start
+    wall, seen = time.monotonic() - t0, time.time()
+    commands = dict(counted(log) - start)
+    first, last = slurm_times(slurm, began, "submitit")
     states = collections.Counter(job.state for job in futures)
-    return {"commands": dict(used), "wall_s": round(wall, 1), "states": dict(states)}
+    return {
+        "commands": commands,
+        "wall_s": round(wall, 1),
+        "slurm_s": round(last - first, 1),
+        "late_s": round(seen - last, 1),
+        "states": dict(states),
+    }
+
+
+def slurm_times(slurm: LocalSlurm, since: float, prefix: str) -> tuple[float, float]:
+    """(first start, last end) that accounting keeps for the jobs named ``prefix``* submitted since
+    ``since`` (epoch seconds), read outside the shims (not counted). submitit takes a job for done once
+    its result file is written, before Slurm has ended it: this waits until accounting has every end."""
+    env = {**slurm.env(), "SLURM_TIME_FORMAT": "%s", "PATH": os.defpath}
+    argv = ["sacct", "-X", "-P", "-n", "-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 5)),
+            "-o", "jobname,start,end"]  # fmt: skip
+    for _ in range(600):
+        rows = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout.splitlines()
+        spans = [r.split("|")[1:3] for r in rows if r.startswith(prefix)]
+        if spans and all(a.isdigit() and b.isdigit() for a, b in spans):
+            return min(float(a) for a, _ in spans), max(float(b) for _, b in spans)
+        time.sleep(0.1)
+    raise RuntimeError(f"accounting never showed every end of {prefix}* jobs")
 
 
 def per_job(commands: dict[str, int], jobs: int) -> str:
-    total = sum(commands.values())
-    slurm = sum(v for k, v in commands.items() if k.startswith("s"))  # sbatch squeue sacct scontrol scancel
+    slurm = sum(v for k, v in commands.items() if k in SLURM)
+    other = sum(v for k, v in commands.items() if k not in SLURM)
     detail = ", ".join(f"{k} {v}" for k, v in sorted(commands.items()))
-    return f"{total} commands ({slurm} Slurm), {total / jobs:.2f} per job [{detail}]"
+    return f"{slurm / jobs:.3f} Slurm commands per job ({slurm}; {other} others) [{detail}]"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=50)
+    parser.add_argument("--jobs", type=int, nargs="+", default=[50])
     parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--poll", default="2s", help="dispatch's pollInterval")
+    parser.add_argument("--poll", default="5s", help="dispatch's pollInterval (default: the adapter's)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="slurm-bench-") as tmp:
         root = Path(tmp)
@@ -133,23 +162,32 @@ def main() -> int:
         slurm = LocalSlurm(root / "cluster", accounting=True)
         slurm.start()
         os.environ["SLURM_CONF"] = str(slurm.conf)
+        results = []
         try:
-            log.unlink(missing_ok=True)
-            mine = asyncio.run(bench_dispatch(slurm, args.jobs, args.seconds, args.poll, log))
-            theirs = bench_submitit(slurm, args.jobs, args.seconds, log)
+            for jobs in args.jobs:
+                mine = asyncio.run(bench_dispatch(slurm, jobs, args.seconds, args.poll, log))
+                theirs = bench_submitit(slurm, jobs, args.seconds, log)
+                results.append((jobs, mine, theirs))
         finally:
             slurm.stop()
-    print(f"{args.jobs} jobs of {args.seconds:g} s followed at once on a local Slurm (3 nodes x 4 CPUs):")
-    print(
-        f"  dispatch (poll {args.poll}): {per_job(mine['commands'], args.jobs)}; {mine['wall_s']} s; {mine['states']}"
-    )
-    print(f"    opening (once per process): {mine['opening']}")
-    if theirs is None:
-        print("  submitit: not installed (pip install -e '.[bench]')")
-    else:
+    for jobs, mine, theirs in results:
+        print(f"{jobs} jobs of {args.seconds:g} s on a local Slurm (3 nodes x 4 CPUs, accounting on):")
+        print(f"  dispatch (public API, pollInterval {args.poll}): {per_job(mine['commands'], jobs)}")
         print(
-            f"  submitit: {per_job(theirs['commands'], args.jobs)}; {theirs['wall_s']} s; {theirs['states']}"
+            f"    {mine['wall_s']} s to see every job end ({mine['submit_s']} s submitting; Slurm ran them from "
+            f"first start to last end in {mine['slurm_s']} s; the last end seen {mine['late_s']} s after it); "
+            f"{mine['states']}"
         )
+        for phase, commands in mine["phases"].items():
+            print(f"    {phase}: {dict(sorted(commands.items()))}")
+        if theirs is None:
+            print("  submitit: not installed (pip install -e '.[bench]')")
+        else:
+            print(f"  submitit: {per_job(theirs['commands'], jobs)}")
+            print(
+                f"    {theirs['wall_s']} s to see every job end (Slurm ran them in {theirs['slurm_s']} s; the "
+                f"last end seen {theirs['late_s']} s after it); {theirs['states']}"
+            )
     return 0
 
 

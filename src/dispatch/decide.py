@@ -64,6 +64,7 @@ __all__ = [
     "leftovers_stopped",
     "next",
     "owned",
+    "placed",
     "previous_handle",
     "released",
     "requeued",
@@ -187,9 +188,10 @@ def next(record: JobRecord, policy: Policy, now: float) -> Plan:
     2. a write whose effect is unknown: ``SETTLE`` (observe before acting again);
     3. an earlier incarnation still referenced (a requeue in progress): ``CEASE`` (stop it and wait
        until its compute is gone);
-    4. cancel requested: ``STOP``;
-    5. not on the cluster: ``WAIT`` until the plan's ``not_before``, then ``START``;
-    6. else ``WAIT`` for the cluster.
+    4. cancel requested: ``STOP``; an ended incarnation whose compute remains: its reaping;
+    5. queued without capacity longer than the ``no_capacity`` rule's ``after``: ``REQUEUE``;
+    6. not on the cluster: ``WAIT`` until the plan's ``not_before``, then ``START``;
+    7. else ``WAIT`` for the cluster.
     """
     policy = record.policy if record.policy is not None else policy
     outcome = record.outcome
@@ -206,26 +208,7 @@ def next(record: JobRecord, policy: Policy, now: float) -> Plan:
             return Plan(PlanAction.FAIL, text)
         if rule.action is Action.HOLD:
             return Plan(PlanAction.HOLD, f"{text}: waiting for a person (dispatch resubmit)")
-        name = policy.rule_name(cause)
-        attempt = record.requeues_under(name) + 1
-        if attempt > rule.max:
-            return Plan(
-                PlanAction.FAIL, f"{text}: the {rule.max} requeue(s) allowed under rule {name} are spent"
-            )
-        if policy.max_requeues is not None and record.epoch.r >= policy.max_requeues:
-            return Plan(
-                PlanAction.FAIL,
-                f"{text}: the policy's {policy.max_requeues} requeue(s) in all (maxRequeues) are spent",
-            )
-        if record.epoch.n + 1 >= EPOCH_BOUND:
-            return Plan(PlanAction.FAIL, f"{text}: epoch {record.epoch} cannot grow to {EPOCH_BOUND}")
-        delay = rule.delay(attempt)
-        return Plan(
-            PlanAction.REQUEUE,
-            f"{text}: requeue {attempt} of {rule.max} under rule {name}, after {delay:g} s",
-            not_before=now + delay,
-            rule=name,
-        )
+        return _requeue(record, policy, cause, text, now) or Plan(PlanAction.FAIL, text)
     if record.unknown_write is not None:
         return Plan(PlanAction.SETTLE, record.unknown_write)
     prev = previous_handle(record)
@@ -235,6 +218,9 @@ def next(record: JobRecord, policy: Policy, now: float) -> Plan:
         return Plan(PlanAction.STOP, "cancel requested")
     if outcome.state is State.STOPPING:
         return _reap(record, now)
+    waited = _without_capacity(record, policy, now)
+    if waited is not None:
+        return waited
     if current_handle(record) is None:
         if record.hold_requested:
             return Plan(PlanAction.WAIT, "held before it was placed")
@@ -245,6 +231,52 @@ def next(record: JobRecord, policy: Policy, now: float) -> Plan:
             return Plan(PlanAction.WAIT, reason, not_before=not_before)
         return Plan(PlanAction.START, f"place {record.job_id}@{record.epoch} on the cluster")
     return Plan(PlanAction.WAIT, f"{outcome.state.value}: waiting for the cluster")
+
+
+def _requeue(record: JobRecord, policy: Policy, cause: Cause, text: str, now: float) -> Plan | None:
+    """The requeue the rule for ``cause`` allows now, else ``FAIL`` saying which budget is spent;
+    ``None`` when the rule does not requeue."""
+    rule = policy.rule_for(cause)
+    if rule.action is not Action.REQUEUE:
+        return None
+    name = policy.rule_name(cause)
+    attempt = record.requeues_under(name) + 1
+    if attempt > rule.max:
+        return Plan(PlanAction.FAIL, f"{text}: the {rule.max} requeue(s) allowed under rule {name} are spent")
+    if policy.max_requeues is not None and record.epoch.r >= policy.max_requeues:
+        return Plan(
+            PlanAction.FAIL,
+            f"{text}: the policy's {policy.max_requeues} requeue(s) in all (maxRequeues) are spent",
+        )
+    if record.epoch.n + 1 >= EPOCH_BOUND:
+        return Plan(PlanAction.FAIL, f"{text}: epoch {record.epoch} cannot grow to {EPOCH_BOUND}")
+    delay = rule.delay(attempt)
+    where = ", on another cluster" if rule.elsewhere else ""
+    return Plan(
+        PlanAction.REQUEUE,
+        f"{text}: requeue {attempt} of {rule.max} under rule {name}{where}, after {delay:g} s",
+        not_before=now + delay,
+        rule=name,
+        avoid=record.cluster if rule.elsewhere else "",
+    )
+
+
+def _without_capacity(record: JobRecord, policy: Policy, now: float) -> Plan | None:
+    """An incarnation queued for want of capacity longer than its rule's ``after`` is given up on its
+    cluster and requeued under the rule (SPEC §15: elsewhere, when the rule says so). Nothing when the
+    rule has no ``after``, or its budget is spent: the incarnation then waits where it is."""
+    outcome = record.outcome
+    if outcome.state is not State.QUEUED or outcome.cause is not Cause.NO_CAPACITY:
+        return None
+    if current_handle(record) is None or record.hold_requested:
+        return None
+    rule = policy.rule_for(Cause.NO_CAPACITY)
+    since = record.since if record.since is not None else record.updated_at
+    if rule.after is None or now < since + rule.after:
+        return None
+    text = f"{_rule_text(Cause.NO_CAPACITY, policy)}: queued without capacity for {now - since:.0f} s"
+    plan = _requeue(record, policy, Cause.NO_CAPACITY, text, now)
+    return plan if plan is not None and plan.action is PlanAction.REQUEUE else None
 
 
 def _reap(record: JobRecord, now: float) -> Plan:
@@ -322,9 +354,12 @@ def submitted(
     now: float,
     cluster: str = "",
     nonce: str = "",
+    clusters: tuple[str, ...] = (),
+    placed: str = "",
 ) -> tuple[JobRecord, Transition]:
     """The first record of a job (epoch ``1.0``, pending, belonging to ``cluster``, with the ``nonce``
-    its incarnations' identities carry) and its first transition."""
+    its incarnations' identities carry) and its first transition. In a fleet: ``clusters`` the names of
+    the clusters it may go to (empty: any), ``placed`` why the fleet placed it on ``cluster``."""
     epoch = Epoch()
     record = JobRecord(
         job_id=job_id,
@@ -337,8 +372,11 @@ def submitted(
         cluster=cluster,
         nonce=nonce,
         since=now,
+        clusters=clusters,
+        plan=Plan(PlanAction.START, placed, placed=cluster) if placed else None,
     )
-    first = _t(now, Actor.USER, "submitted", why="held" if held else "", state=State.PENDING, epoch=epoch)
+    why = "; ".join(w for w in ("held" if held else "", placed) if w)
+    first = _t(now, Actor.USER, "submitted", why=why, state=State.PENDING, epoch=epoch)
     return record, first
 
 
@@ -492,7 +530,8 @@ def requeued(record: JobRecord, plan: Plan, *, now: float) -> Step:
     if plan.action is not PlanAction.REQUEUE:
         raise InvalidError(f"expected a requeue plan, got {plan.action.value}", path="plan")
     epoch = record.epoch.requeued()
-    ended = f"{record.epoch} ended {record.outcome.state.value}/{record.outcome.cause.value}"
+    verb = "ended" if record.outcome.terminal else "given up"
+    ended = f"{record.epoch} {verb} {record.outcome.state.value}/{record.outcome.cause.value}"
     requeues = dict(record.requeues)
     if plan.rule:
         requeues[plan.rule] = record.requeues_under(plan.rule) + 1
@@ -504,10 +543,27 @@ def requeued(record: JobRecord, plan: Plan, *, now: float) -> Step:
         hold_requested=False,
         unknown_write=None,
         stop_asked=None,
-        plan=Plan(PlanAction.START, plan.reason, not_before=plan.not_before),
+        plan=Plan(PlanAction.START, plan.reason, not_before=plan.not_before, avoid=plan.avoid),
     )
     t = _t(now, Actor.SUPERVISOR, "requeued", why=f"{ended}; {plan.reason}", state=State.PENDING, epoch=epoch)
     return new, [t]
+
+
+def placed(record: JobRecord, cluster: str, why: str, *, now: float) -> Step | None:
+    """The next incarnation, not yet on a cluster, placed by the fleet on ``cluster`` (its identity; SPEC
+    §15), ``why`` saying why it was chosen and the others passed over. When ``cluster`` is another than
+    the record's, this is the last write of the record's previous cluster: from now on the processes of
+    ``cluster`` change the record (SPEC §6.1) and start the incarnation there."""
+    if record.outcome.terminal or record.handle is not None or record.cancel_requested:
+        return None
+    plan = record.plan
+    if plan is not None and plan.placed == cluster and record.cluster == cluster:
+        return None
+    t = _t(now, Actor.SUPERVISOR, "placed", why=why, epoch=record.epoch)
+    not_before = plan.not_before if plan is not None else None
+    return record.replace(
+        cluster=cluster, plan=Plan(PlanAction.START, why, not_before=not_before, placed=cluster)
+    ), [t]
 
 
 def ceased(record: JobRecord, handle: Handle, *, now: float) -> Step | None:

@@ -203,17 +203,34 @@ def refines(record: JobRecord, observed: Outcome) -> bool:
     )
 
 
+DISRUPTIONS = frozenset({Cause.PREEMPTED, Cause.EVICTED, Cause.NODE_LOST})
+"""Causes that come from the cluster taking a node away: the job's other nodes are torn down after them."""
+
+
 def remembered(previous: Outcome, current: Outcome) -> Outcome:
-    """``current``, unless it is ``failed``/``unknown`` and ``previous`` — the record's outcome for the
-    same incarnation, not terminal — has a cause: then the job failed of that cause, with both
-    evidences."""
-    if (
-        previous.terminal
-        or previous.cause in (Cause.NONE, Cause.UNKNOWN)
-        or (current.state, current.cause) != (State.FAILED, Cause.UNKNOWN)
-    ):
+    """``current``, unless ``previous`` — the record's outcome for the same incarnation, not terminal —
+    has a cause that ``current`` only follows from:
+
+    - ``current`` is ``failed``/``unknown``: the job failed of the cause already seen;
+    - ``previous`` is a disruption (preempted, evicted, node lost) and ``current`` an exit code whose
+      every exit is by a signal (128+N: 143 for SIGTERM, 137 for SIGKILL): the other nodes were torn
+      down after one was taken away — a program that exits 1 of its own is its own cause.
+
+    Both evidences are kept."""
+    if previous.terminal or previous.cause in (Cause.NONE, Cause.UNKNOWN):
         return current
-    return Outcome(State.FAILED, previous.cause, (*previous.evidence, *current.evidence))
+    if (current.state, current.cause) == (State.FAILED, Cause.UNKNOWN) or (
+        previous.cause in DISRUPTIONS and current.cause is Cause.EXIT_CODE and _signalled(current)
+    ):
+        kept = (*previous.evidence, *(e for e in current.evidence if e not in previous.evidence))
+        return Outcome(current.state, previous.cause, kept)
+    return current
+
+
+def _signalled(outcome: Outcome) -> bool:
+    """Whether every exit code the outcome's evidence names is a death by a signal (128+N)."""
+    codes = [e.exit_code for e in outcome.evidence if e.exit_code is not None]
+    return bool(codes) and all(code > 128 for code in codes)
 
 
 def _why(record: JobRecord, outcome: Outcome) -> str:

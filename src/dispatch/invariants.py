@@ -11,7 +11,7 @@ from the run's harness (:class:`Facts`).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from dispatch import decide
@@ -80,11 +80,20 @@ class Invariants:
             self._note(f"VIOLATION {message}")
 
     async def check(
-        self, store: Store, *, acked: set[str], purged: set[str], back_at: float, final: bool = False
+        self,
+        store: Store,
+        *,
+        acked: set[str],
+        purged: set[str],
+        back_at: float,
+        unattended: Mapping[str, float] | None = None,
+        final: bool = False,
     ) -> None:
         """Check every invariant now (``final``: at the end of the run) against the cluster's facts and
         ``store``: ``acked`` the acknowledged submissions, ``purged`` those the user purged since,
-        ``back_at`` when the supervisors came back from a long absence."""
+        ``back_at`` when the supervisors came back from a long absence, ``unattended`` when each job was
+        last left to nobody (every running supervisor at its capacity with other jobs)."""
+        unattended = unattended or {}
         now = self.clock.now()
         live: dict[str, list[Identity]] = {}
         for ident in self.facts.live():
@@ -108,14 +117,18 @@ class Invariants:
             # the compute gone, and compute that comes back is stopped within the stop grace.
             since = rec.since if rec.since is not None else rec.updated_at
             grace = decide.STOP_GRACE + decide.STOP_RESEND + self.lease + 2 * self.poll + 10.0
-            if rec.outcome.terminal and rec.identity in with_compute and now - since > grace:
+            if (
+                rec.outcome.terminal
+                and rec.identity in with_compute
+                and now - max(since, unattended.get(rec.job_id, since)) > grace
+            ):
                 self.violate(
                     rec.job_id,
                     f"{rec.job_id}: {rec.outcome} for {now - since:.0f} s while {rec.identity} has compute",
                 )
             # Nor does an ended incarnation keep its compute for long: past the grace the supervisor stops
             # what remains (counted from when some supervisor could have seen it).
-            seen_since = max(since, back_at)
+            seen_since = max(since, back_at, unattended.get(rec.job_id, since))
             if rec.state is State.STOPPING and now - seen_since > grace + 240.0:
                 self.violate(
                     rec.job_id,

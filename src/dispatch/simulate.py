@@ -55,6 +55,7 @@ from dispatch.errors import (
     UnavailableError,
     UnsupportedError,
 )
+from dispatch.fleet import Fleet, FleetSupervisor, Member, Seat
 from dispatch.invariants import Facts, Invariants
 from dispatch.memory import MemoryBackend, MemorySettings
 from dispatch.memory.cluster import MemoryCluster
@@ -503,6 +504,15 @@ class FaultyBackend:
 # ---------------------------------------------------------------------------------------- harnesses
 
 
+class Members(Protocol):
+    """A harness of a fleet of clusters (SPEC §15), beside what every harness does."""
+
+    clusters: tuple[str, ...]
+
+    async def open_member(self, name: str, faults: Faults, crasher: Crasher | None, who: str) -> Backend:
+        """A writable backend on the fleet's cluster ``name``."""
+
+
 class Harness(Facts, Protocol):
     """The cluster side of one seeded run (see docs/supervisor.md, "Harnesses").
 
@@ -545,8 +555,12 @@ class MemoryHarness:
 
     name = "memory"
     others_stop = False  # a vanished job is gone at once: absent, then lost
+    clusters: tuple[str, ...] = ()
 
-    def __init__(self, rng: random.Random, clock: ManualClock, trace: list[str]) -> None:
+    def __init__(
+        self, rng: random.Random, clock: ManualClock, trace: list[str], *, index: int = 0, label: str = ""
+    ) -> None:
+        self.label = label  # the cluster's name in a fleet's trace lines
         self.clock = clock
         self.trace = trace
         self.settings = MemorySettings(
@@ -556,13 +570,20 @@ class MemoryHarness:
             watch_history=rng.choice([3, 20, 10_000]),
         )
         self.nodes = self.settings.nodes
-        self.cluster = MemoryCluster(self.settings, clock=clock, rng=random.Random(0))
+        self.cluster = MemoryCluster(self.settings, clock=clock, rng=random.Random(index))
 
     async def start(self) -> None:
         pass
 
     async def open(self, faults: Faults, crasher: Crasher | None, who: str) -> Backend:
         return FaultyBackend(self.cluster, faults, crasher, self.trace, who)
+
+    async def open_member(self, name: str, faults: Faults, crasher: Crasher | None, who: str) -> Backend:
+        raise InvalidError(f"one cluster, not a fleet: no member {name!r}", path="cluster")
+
+    @property
+    def who(self) -> str:
+        return f"cluster {self.label}" if self.label else "cluster"
 
     def spec(self, script: str, nodes: int, time_limit: int | None) -> JobSpec:
         return JobSpec(command=("train",), nodes=nodes, env={"KUBESIM_SCRIPT": script}, time_limit=time_limit)
@@ -571,7 +592,7 @@ class MemoryHarness:
         if self.cluster.answering() is None and faults.hit(faults.outage, "outage", faults.later):
             how = faults.later.choice(["down", "partial", "errors"])
             seconds = faults.later.choice([2.0, 10.0, 40.0])
-            self.trace.append(f"t={self.clock.now() - T0:.1f} cluster: OUTAGE ({how}) for {seconds:g} s")
+            self.trace.append(f"t={self.clock.now() - T0:.1f} {self.who}: OUTAGE ({how}) for {seconds:g} s")
             self.cluster.outage(seconds, how)
             faults.hits.add(f"outage {how}")
         if rng.random() < 0.15:
@@ -586,7 +607,7 @@ class MemoryHarness:
                     # that failed for its configuration; a Trainer re-creating a JobSet).
                     event = "slow-stop 900"
                     faults.hits.add("compute left behind")
-                self.trace.append(f"t={self.clock.now() - T0:.1f} cluster: {event} {obs.handle.identity}")
+                self.trace.append(f"t={self.clock.now() - T0:.1f} {self.who}: {event} {obs.handle.identity}")
                 backend = MemoryBackend(cluster=self.cluster)
                 if event == "vanish":
                     await backend.vanish(obs.handle)
@@ -606,7 +627,7 @@ class MemoryHarness:
             if obs.state in (State.STARTING, State.RUNNING):
                 await backend.inject(obs.handle, "preempt")
             self.trace.append(
-                f"t={self.clock.now() - T0:.1f} cluster: preempted, then gone: {obs.handle.identity}"
+                f"t={self.clock.now() - T0:.1f} {self.who}: preempted, then gone: {obs.handle.identity}"
             )
             await backend.vanish(obs.handle)
 
@@ -682,6 +703,28 @@ def _script(rng: random.Random) -> tuple[str, int | None]:
     return rng.choice(choices)
 
 
+_ACTION_HITS = (
+    ("the first other cluster that takes it", "placed elsewhere"),
+    ("queued without capacity for", "given up for capacity"),
+    (": waits (no cluster", "no cluster takes it"),
+)
+"""Supervisor actions counted with the fault kinds a run hit (what a fleet's runs must exercise)."""
+
+Process = Supervisor | FleetSupervisor
+"""A supervisor process of a run: of one cluster, or of a fleet of clusters."""
+
+
+async def _close(process: Process | Cluster | Fleet) -> None:
+    """Close a process's connections to the cluster(s) (not the store: the run closes it)."""
+    if isinstance(process, Supervisor | Cluster):
+        await process.backend.close()
+        return
+    fleet = process.fleet if isinstance(process, FleetSupervisor) else process
+    for m in fleet.members:
+        if m.cluster is not None:
+            await m.cluster.backend.close()
+
+
 @dataclass
 class Result:
     """One run: its seed, the violations found (each with the trace lines that concern it)."""
@@ -692,6 +735,124 @@ class Result:
     steps: int = 0
     hits: frozenset[str] = frozenset()
     """The fault kinds the run hit."""
+
+
+class _User:
+    """The user's side of a run: the jobs submitted (each acknowledged once its record exists), and the
+    other operations — cancel, hold (released later), resubmit, purge, forget the gone cluster's record —
+    through the user's own :class:`Cluster` or :class:`Fleet` (``client``, opened by the run)."""
+
+    def __init__(
+        self,
+        submits: list[tuple[float, str, JobSpec, Policy | None]],
+        *,
+        ops: bool,
+        orphan: str | None,
+        extra: random.Random,
+        invariants: Invariants,
+        note: Callable[[str], None],
+    ) -> None:
+        self.submits = submits
+        self.ops = ops  # user operations: hold/release, resubmit, purge
+        self.orphan = orphan  # a record of a gone cluster: forget it
+        self.extra = extra
+        self.invariants = invariants
+        self.note = note
+        self.client: Cluster | Fleet | None = None
+        self.store: Store = MemoryStore()
+        self.acked: set[str] = set()
+        self.held: dict[str, float] = {}  # job id -> when the user releases it
+        self.purged: set[str] = set()
+
+    def opened(self, client: Cluster | Fleet, store: Store) -> None:
+        self.client, self.store = client, store
+
+    async def cancel_one(self, rng: random.Random) -> None:
+        """Now and then, cancel one of the jobs."""
+        assert self.client is not None
+        if rng.random() < 0.03 and self.acked - self.purged:
+            job_id = rng.choice(sorted(self.acked - self.purged))
+            await self._do(f"cancel {job_id}", self.client.cancel(job_id))
+
+    async def submissions(self, now: float) -> None:
+        """Submit each job whose time has come and that is not acknowledged yet."""
+        assert self.client is not None
+        for at, job_id, spec, own in self.submits:
+            if job_id in self.acked or now < T0 + at:
+                continue
+            try:
+                await self.client.submit(spec, job_id=job_id, policy=own)
+                self.note(f"user: submitted {job_id}")
+            except DispatchError as exc:
+                self.note(f"user: submit {job_id}: {type(exc).__name__}: {exc}")
+            try:
+                await self.store.get(job_id)
+                self.acked.add(job_id)  # the record exists: the submission was acknowledged
+            except DispatchError:
+                pass
+
+    async def _do(self, what: str, call: Awaitable[Any]) -> bool:
+        self.note(f"user: {what}")
+        try:
+            await call
+        except DispatchError as exc:
+            self.note(f"user: {what}: {type(exc).__name__}: {exc}")
+            return False
+        return True
+
+    async def _record(self, job_id: str) -> JobRecord | None:
+        try:
+            return await self.store.get(job_id)
+        except NotFoundError:  # purged (a terminal record, even one held)
+            return None
+
+    async def operations(self, now: float, quiet: bool) -> None:
+        """The user's other operations: hold (released later), resubmit a finished job, purge finished
+        records, forget the gone cluster's record."""
+        user, extra = self.client, self.extra
+        assert user is not None
+        for job_id, at in sorted(self.held.items()):
+            if now >= at or quiet:
+                if await self._do(f"release {job_id}", user.release(job_id)):
+                    del self.held[job_id]
+                else:
+                    rec = await self._record(job_id)
+                    if rec is None or rec.outcome.terminal or rec.hold_token is None:
+                        del self.held[job_id]  # it ended (or was purged): nothing to release
+        orphan = self.orphan
+        if orphan is not None and (quiet or extra.random() < 0.02):
+            forgotten = await self._do(f"forget {orphan}", user.forget(orphan, "its cluster is gone"))
+            self.orphan = None if forgotten else orphan
+        if not self.ops or quiet:
+            return
+        mine = sorted(self.acked - self.purged)
+        roll = extra.random()
+        if roll < 0.02 and mine:
+            job_id = extra.choice(mine)
+            if job_id not in self.held:
+                await self._do(f"hold {job_id}", user.hold(job_id))
+                # Held even when the read after the hold failed: the user sees it and releases it later.
+                rec = await self._record(job_id)
+                if rec is not None and rec.hold_token is not None:
+                    self.held[job_id] = now + extra.choice([1.0, 10.0, 40.0])
+        elif roll < 0.04 and mine:
+            job_id = extra.choice(mine)
+            await self._do(f"resubmit {job_id}", user.resubmit(job_id, wait=0))
+        elif roll < 0.05:
+            before = {r.job_id: r for r in await self.store.list()}
+            cutoff = now - extra.choice([0.0, 10.0, 30.0])
+            if await self._do(f"purge older than t={cutoff - T0:.1f}", user.purge(cutoff)):
+                after = {r.job_id for r in await self.store.list()}
+                for job_id, rec in before.items():
+                    if job_id not in after:
+                        # SPEC §6: purge deletes terminal records, even one its policy would requeue.
+                        if not rec.outcome.terminal:
+                            self.invariants.violate(
+                                job_id, f"{job_id}: purge deleted a {rec.state.value} record"
+                            )
+                        self.purged.add(job_id)
+                        self.invariants.forget(job_id)
+                        self.note(f"user: purged {job_id}")
 
 
 class _Run:
@@ -711,15 +872,18 @@ class _Run:
         self.clock = ManualClock(T0)
         self.trace: list[str] = []
         self.cluster = harness(rng, self.clock, self.trace)
+        # A fleet's cluster names (a harness of one cluster, such as the Kubeflow one, may not say).
+        self.fleet: tuple[str, ...] = tuple(getattr(self.cluster, "clusters", ()))
         self.store_kind = store if store is not None else extra.choice(["memory"] * 19 + ["sqlite"])
         self.store: Store = MemoryStore(self.clock)
         self._dir: Path | None = None
         self.faults = Faults(rng)
         self.faults.delay = self._delay
-        self.policy = _policy(rng)
+        # A harness may shape the policies (a fleet's requeues go elsewhere), from a stream of its own.
+        shape: Callable[[Policy], Policy] = getattr(self.cluster, "shape", lambda p: p)
+        self.policy = shape(_policy(rng))
         self.crashes = rng.random() < 0.85
-        self.user: Cluster | None = None  # opened in run(): a harness may open backends only once started
-        self.supervisors: list[Supervisor | None] = []
+        self.supervisors: list[Process | None] = []
         self.crashers: list[Crasher | None] = []
         self.planned: list[tuple[Crasher, int | None] | None] = []  # a life drawn, its backend not yet open
         self.generation: list[int] = []
@@ -728,7 +892,7 @@ class _Run:
         self.poll = rng.choice([0.0, 1.0, 4.0])
         self.resync = rng.choice([0.0, 5.0, 30.0])
         self.lease_check = lease_check  # False only in a test: the zombie's writes go unchecked
-        self.zombies: list[tuple[Supervisor, asyncio.Future[StepReport], Crasher, float]] = []
+        self.zombies: list[tuple[Process, asyncio.Future[StepReport], Crasher, float]] = []
         self.skewed = extra.random() < 0.5  # supervisors' clocks disagree with the store's, and jump
         for i in range(rng.choice([1, 1, 2, 3])):
             self.supervisors.append(None)
@@ -737,13 +901,12 @@ class _Run:
             self.generation.append(0)
             self.restart_at.append(0.0)
             self._plan(i)
-        self.acked: set[str] = set()
-        self.submits: list[tuple[float, str, JobSpec, Policy | None]] = []
+        submits: list[tuple[float, str, JobSpec, Policy | None]] = []
         for j in range(rng.randint(1, 5)):
             script, limit = _script(rng)
             spec = self.cluster.spec(script, rng.randint(1, min(2, self.cluster.nodes)), limit)
-            own = _policy(rng) if rng.random() < 0.3 else None
-            self.submits.append((rng.choice([0.0, 0.0, 5.0, 20.0]), f"job-{j}", spec, own))
+            own = shape(_policy(rng)) if rng.random() < 0.3 else None
+            submits.append((rng.choice([0.0, 0.0, 5.0, 20.0]), f"job-{j}", spec, own))
         # A long absence of every supervisor, while the cluster preempts and its evidence disappears.
         self.absence: tuple[float, float] | None = (
             (T0 + extra.uniform(5.0, 60.0), extra.choice([120.0, 300.0, 900.0]))
@@ -751,14 +914,18 @@ class _Run:
             else None
         )
         self.back_at = T0  # when the supervisors came back from their long absence
-        self.ops = extra.random() < 0.5  # user operations: hold/release, resubmit, purge
-        self.held: dict[str, float] = {}  # job id -> when the user releases it
-        self.purged: set[str] = set()
-        self.orphan = "orphan-0" if extra.random() < 0.15 else None  # a record of a gone cluster: forget
+        # job id -> the last time no running supervisor could take it: each was at its capacity with
+        # other jobs (a supervisor with a capacity leaves the rest to others; here there may be none).
+        self.unattended: dict[str, float] = {}
+        ops = extra.random() < 0.5
+        orphan = "orphan-0" if extra.random() < 0.15 else None
         self.corrupt = "corrupt-0" if self.store_kind == "sqlite" and extra.random() < 0.5 else None
         self.corrupt_reported = False
         self.invariants = Invariants(
             self.cluster, self.clock, policy=self.policy, lease=self.lease, poll=self.poll, note=self.note
+        )
+        self.side = _User(
+            submits, ops=ops, orphan=orphan, extra=extra, invariants=self.invariants, note=self.note
         )
         self.steps = 0
 
@@ -786,18 +953,37 @@ class _Run:
         if offset:
             self.note(f"{holder}: clock off by {offset:+.1f} s")
         self.crashers[i] = crasher
+        store = FaultyStore(self.store, crasher, self.faults, self.trace, holder, self.clock)
+        options: dict[str, Any] = {
+            "holder": holder,
+            "lease": self.lease,
+            "poll": self.poll,
+            "resync": self.resync,
+            "capacity": capacity,
+        }
+        if self.fleet:
+            fleet = await self._fleet(crasher, holder, store, clock)
+            self.supervisors[i] = fleet.supervisor(rng=random.Random(self.names.random()), **options)
+            return
         self.supervisors[i] = Supervisor(
             await self.cluster.open(self.faults, crasher, holder),
-            FaultyStore(self.store, crasher, self.faults, self.trace, holder, self.clock),
+            store,
             policy=self.policy,
             clock=clock,
-            holder=holder,
-            lease=self.lease,
-            poll=self.poll,
-            resync=self.resync,
-            capacity=capacity,
             rng=random.Random(self.names.random()),
+            **options,
         )
+
+    async def _fleet(self, crasher: Crasher | None, who: str, store: Store, clock: Clock) -> Fleet:
+        """The fleet of clusters ``who`` opens (every cluster of the harness), over ``store``."""
+        members = []
+        for name in self.fleet:
+            backend = await cast(Members, self.cluster).open_member(name, self.faults, crasher, who)
+            cluster = Cluster(
+                backend, store, policy=self.policy, clock=clock, rng=random.Random(self.names.random())
+            )
+            members.append(Member(Seat(name, checkpoints="shared"), cluster))
+        return Fleet(members, store, policy=self.policy, clock=clock, rng=random.Random(self.names.random()))
 
     async def run(self) -> Result:
         await self.cluster.start()
@@ -806,14 +992,19 @@ class _Run:
                 self._dir = Path(tempfile.mkdtemp(prefix="dispatch-sim-store-"))
                 self.store = SqliteStore(self._dir / "records.db", clock=self.clock)
             self.note(f"store: {self.store_kind}")
-            self.user = Cluster(
-                await self.cluster.open(self.faults, None, "user"),
-                self.store,
-                policy=self.policy,
-                clock=self.clock,
-                rng=random.Random(self.names.random()),
-            )
-            await self._plant()
+            user: Cluster | Fleet
+            if self.fleet:
+                user = await self._fleet(None, "user", self.store, self.clock)
+            else:
+                user = Cluster(
+                    await self.cluster.open(self.faults, None, "user"),
+                    self.store,
+                    policy=self.policy,
+                    clock=self.clock,
+                    rng=random.Random(self.names.random()),
+                )
+            self.side.opened(user, self.store)
+            await self._plant(user)
             return await self._run()
         finally:
             for _, task, crasher, _ in self.zombies:
@@ -822,20 +1013,20 @@ class _Run:
                 await asyncio.gather(task, return_exceptions=True)
             for sup in [*self.supervisors, *(z[0] for z in self.zombies)]:
                 if sup is not None:
-                    await sup.backend.close()
-            if self.user is not None:
-                await self.user.backend.close()
+                    await _close(sup)
+            if self.side.client is not None:
+                await _close(self.side.client)
             await self.cluster.close()
             await self.store.close()
             if self._dir is not None:
                 shutil.rmtree(self._dir, ignore_errors=True)
 
-    async def _plant(self) -> None:
+    async def _plant(self, user: Cluster | Fleet) -> None:
         """The records no submission makes: one of a cluster that is gone (for ``forget``), and one
         whose row is corrupt (SQLite: every supervisor must report it and go on with the others)."""
-        assert self.user is not None
         spec = self.cluster.spec("sleep 1; exit 0", 1, None)
-        planted = [(self.orphan, "gone-cluster"), (self.corrupt, self.user.cluster_id)]
+        here = user.cluster_id if isinstance(user, Cluster) else user.members[0].seat.identity
+        planted = [(self.side.orphan, "gone-cluster"), (self.corrupt, here)]
         for job_id, cluster in planted:
             if job_id is None:
                 continue
@@ -853,7 +1044,7 @@ class _Run:
             conn.close()
             self.note(f"user: corrupted the row of {self.corrupt}")
 
-    async def _step(self, i: int, sup: Supervisor, now: float) -> StepReport | None:
+    async def _step(self, i: int, sup: Process, now: float) -> StepReport | None:
         """One step of supervisor ``i``, or ``None`` when it crashed or paused mid-step (a zombie)."""
         crasher = self.crashers[i]
         assert crasher is not None
@@ -874,7 +1065,7 @@ class _Run:
             return task.result()
         except Crash as crash:
             self.note(f"{sup.holder}: CRASH {crash}")
-            await sup.backend.close()  # the process died: its connections with it
+            await _close(sup)  # the process died: its connections with it
             self.supervisors[i] = None
             self.restart_at[i] = now + self.rng.choice([0.0, 5.0, 40.0])
         except DispatchError as exc:
@@ -882,7 +1073,7 @@ class _Run:
             return StepReport(errors=[f"the step failed: {type(exc).__name__}: {exc}"])
         except Exception as exc:
             self.invariants.violate("", f"{sup.holder} raised {type(exc).__name__}: {exc}")
-            await sup.backend.close()
+            await _close(sup)
             self.supervisors[i] = None
             self.restart_at[i] = now
         return None
@@ -896,6 +1087,7 @@ class _Run:
             if not self.lease_check:
                 # The deliberately broken variant: the zombie's writes are neither checked against its
                 # lease nor compared-and-swapped (the write computed before the pause lands as is).
+                assert isinstance(sup, Supervisor), "the broken variant runs on one cluster"
                 sup._writer.holder = None
                 cast(FaultyStore, sup.store).blind = True
             crasher.wake.set()
@@ -907,12 +1099,15 @@ class _Run:
                 self.invariants.violate("", f"{sup.holder} (woken) raised {type(exc).__name__}: {exc}")
             else:
                 self._noted(sup, report)
-            await sup.backend.close()
+            await _close(sup)
             await self._check()
 
-    def _noted(self, sup: Supervisor, report: StepReport) -> None:
+    def _noted(self, sup: Process, report: StepReport) -> None:
         for a in report.actions:
             self.note(f"{sup.holder}: {a}")
+            for words, hit in _ACTION_HITS:
+                if words in a:
+                    self.faults.hits.add(hit)
         for e in report.errors:
             self.note(f"{sup.holder}: error {e}")
         for u in report.unreadable:  # named once per supervisor, apart from the errors of its actions
@@ -930,7 +1125,7 @@ class _Run:
         self.note(f"every supervisor is gone for {length:g} s")
         for i, sup in enumerate(self.supervisors):
             if sup is not None:
-                await sup.backend.close()
+                await _close(sup)
                 self.supervisors[i] = None
             self.planned[i] = None
             self.restart_at[i] = now + length
@@ -949,12 +1144,12 @@ class _Run:
                 self.faults.on = False
                 self.crashes = False
                 self.note("faults, events and crashes stop")
-            await self._submissions(now)
+            await self.side.submissions(now)
             if not quiet:
                 await self._events()
             if self.absence is not None and now >= self.absence[0]:
                 await self._absent(now)
-            await self._operations(now, quiet)
+            await self.side.operations(now, quiet)
             await self._wake(now)
             for i, sup in enumerate(self.supervisors):
                 if sup is None:
@@ -973,7 +1168,12 @@ class _Run:
                 self.steps += 1
                 self._noted(sup, report)
                 await self._check()
-            done = quiet and len(self.acked) == len(self.submits) and not self.zombies and not self.held
+            done = (
+                quiet
+                and len(self.side.acked) == len(self.side.submits)
+                and not self.zombies
+                and not self.side.held
+            )
             if done and await self._all_final():
                 break
             if now - T0 > FAULT_PHASE + QUIESCE_LIMIT:
@@ -993,96 +1193,25 @@ class _Run:
             self.seed, self.invariants.report(self.trace), self.trace, self.steps, frozenset(self.faults.hits)
         )
 
-    async def _submissions(self, now: float) -> None:
-        assert self.user is not None
-        for at, job_id, spec, own in self.submits:
-            if job_id in self.acked or now < T0 + at:
-                continue
-            try:
-                await self.user.submit(spec, job_id=job_id, policy=own)
-                self.note(f"user: submitted {job_id}")
-            except DispatchError as exc:
-                self.note(f"user: submit {job_id}: {type(exc).__name__}: {exc}")
-            try:
-                await self.store.get(job_id)
-                self.acked.add(job_id)  # the record exists: the submission was acknowledged
-            except DispatchError:
-                pass
-
     async def _events(self) -> None:
-        rng = self.rng
-        assert self.user is not None
-        await self.cluster.events(rng, self.faults)
-        if rng.random() < 0.03 and self.acked - self.purged:
-            job_id = rng.choice(sorted(self.acked - self.purged))
-            await self._user(f"cancel {job_id}", self.user.cancel(job_id))
-
-    async def _user(self, what: str, call: Awaitable[Any]) -> bool:
-        self.note(f"user: {what}")
-        try:
-            await call
-        except DispatchError as exc:
-            self.note(f"user: {what}: {type(exc).__name__}: {exc}")
-            return False
-        return True
-
-    async def _record(self, job_id: str) -> JobRecord | None:
-        try:
-            return await self.store.get(job_id)
-        except NotFoundError:  # purged (a terminal record, even one held)
-            return None
-
-    async def _operations(self, now: float, quiet: bool) -> None:
-        """The user's other operations: hold (released later), resubmit a finished job, purge finished
-        records, forget the gone cluster's record."""
-        user, extra = self.user, self.extra
-        assert user is not None
-        for job_id, at in sorted(self.held.items()):
-            if now >= at or quiet:
-                if await self._user(f"release {job_id}", user.release(job_id)):
-                    del self.held[job_id]
-                else:
-                    rec = await self._record(job_id)
-                    if rec is None or rec.outcome.terminal or rec.hold_token is None:
-                        del self.held[job_id]  # it ended (or was purged): nothing to release
-        orphan = self.orphan
-        if orphan is not None and (quiet or extra.random() < 0.02):
-            forgotten = await self._user(f"forget {orphan}", user.forget(orphan, "its cluster is gone"))
-            self.orphan = None if forgotten else orphan
-        if not self.ops or quiet:
-            return
-        mine = sorted(self.acked - self.purged)
-        roll = extra.random()
-        if roll < 0.02 and mine:
-            job_id = extra.choice(mine)
-            if job_id not in self.held:
-                await self._user(f"hold {job_id}", user.hold(job_id))
-                # Held even when the read after the hold failed: the user sees it and releases it later.
-                rec = await self._record(job_id)
-                if rec is not None and rec.hold_token is not None:
-                    self.held[job_id] = now + extra.choice([1.0, 10.0, 40.0])
-        elif roll < 0.04 and mine:
-            job_id = extra.choice(mine)
-            await self._user(f"resubmit {job_id}", user.resubmit(job_id, wait=0))
-        elif roll < 0.05:
-            before = {r.job_id: r for r in await self.store.list()}
-            cutoff = now - extra.choice([0.0, 10.0, 30.0])
-            if await self._user(f"purge older than t={cutoff - T0:.1f}", user.purge(cutoff)):
-                after = {r.job_id for r in await self.store.list()}
-                for job_id, rec in before.items():
-                    if job_id not in after:
-                        # SPEC §6: purge deletes terminal records, even one its policy would requeue.
-                        if not rec.outcome.terminal:
-                            self.invariants.violate(
-                                job_id, f"{job_id}: purge deleted a {rec.state.value} record"
-                            )
-                        self.purged.add(job_id)
-                        self.invariants.forget(job_id)
-                        self.note(f"user: purged {job_id}")
+        await self.cluster.events(self.rng, self.faults)
+        await self.side.cancel_one(self.rng)
 
     async def _check(self, *, final: bool = False) -> None:
+        now = self.clock.now()
+        running = [sup for sup in self.supervisors if sup is not None]
+        full = [sup.leased for sup in running if sup.capacity is not None and len(sup.leased) >= sup.capacity]
+        if running and len(full) == len(running):
+            for rec in await self.store.list():
+                if not any(rec.job_id in leased for leased in full):
+                    self.unattended[rec.job_id] = now
         await self.invariants.check(
-            self.store, acked=self.acked, purged=self.purged, back_at=self.back_at, final=final
+            self.store,
+            acked=self.side.acked,
+            purged=self.side.purged,
+            back_at=self.back_at,
+            unattended=self.unattended,
+            final=final,
         )
 
     async def _all_final(self) -> bool:
@@ -1096,6 +1225,7 @@ class _Run:
 ADAPTERS = {
     "memory": "dispatch.simulate:MemoryHarness",
     "kubeflow": "kubeflow_sim_harness:KubeflowHarness",
+    "fleet": "dispatch.simulate_fleet:FleetHarness",
 }
 """The harness each ``--adapter`` names. The Kubeflow one drives kubesim, which ``dispatch`` may not import
 (tests/test_layout.py): it lives beside the Kubeflow tests, in tests/kubeflow/kubeflow_sim_harness.py."""

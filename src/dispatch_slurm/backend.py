@@ -1,14 +1,25 @@
 """The Slurm backend: every protocol of the SPI over Slurm's commands (run through a transport).
 
-Reads go through one ``squeue --json`` (22.05 lists every job whatever the filter: dispatch's jobs are
-picked out by their comment), then text ``sacct`` for jobs that left the queue. Decisions are the pure
-modules' (:mod:`~dispatch_slurm.causes`, :mod:`~dispatch_slurm.script`, :mod:`~dispatch_slurm.naming`).
+Reads go through one ``squeue --json --states=all`` (22.05 lists every job whatever the filter, 24.11 on
+apply squeue's default state filter unless told ``--states=all``: dispatch's jobs are picked out by
+their comment), then text ``sacct`` for jobs that left the queue — one call for all of them. Every answer
+is read by :mod:`~dispatch_slurm.reader` in the dialect of the version opening read; a command that did
+not answer (controller down, munge down, ssh cut, a timeout, an answer carrying ``errors``) raises
+``UnavailableError`` from the reading methods (:mod:`~dispatch_slurm.answers`): it never reads as "the
+job is gone". Decisions are the pure modules' (:mod:`~dispatch_slurm.causes`,
+:mod:`~dispatch_slurm.script`, :mod:`~dispatch_slurm.naming`).
+
+A start is one round trip: the job's directory is made and the script submitted by one ``sh -c``. The
+directory doubles as the record of an earlier attempt: ``mkdir`` of it succeeds for exactly one start of
+an identity, so only a start that finds it made already (an earlier start whose outcome is unknown, or
+one that crashed before its handle was recorded) looks the identity up before submitting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -36,10 +47,12 @@ from dispatch.model import (
     Share,
 )
 from dispatch_slurm import naming
-from dispatch_slurm.causes import Facts, awaits_memory_word, classify, is_final
+from dispatch_slurm.answers import Failure, answer, failure_of
+from dispatch_slurm.causes import Facts, classify
 from dispatch_slurm.errors import StaleHoldError
-from dispatch_slurm.jobs import SACCT_FIELDS, SlurmJob, parse_sacct, parse_squeue
 from dispatch_slurm.preflight import ClusterInfo, read_cluster
+from dispatch_slurm.queries import Queries
+from dispatch_slurm.reader import SlurmJob
 from dispatch_slurm.script import (
     ACCEPTED_EXTENSIONS,
     CANCEL_FILE,
@@ -50,18 +63,24 @@ from dispatch_slurm.script import (
     request_of,
 )
 from dispatch_slurm.settings import HOLD_BASE, Settings, parse_settings
-from dispatch_slurm.transport import LocalTransport, Result, SshTransport, open_transport
+from dispatch_slurm.transport import CommandLostError, LocalTransport, Result, SshTransport, open_transport
 
 __all__ = ["NAME", "SlurmBackend", "factory", "open_backend"]
 
+_log = logging.getLogger(__name__)
+
 NAME = "slurm"
-MEMORY_WORD_WAIT = 15.0
-"""Seconds an ended job whose step was SIGKILLed is read again for slurmstepd's "exceeded memory limit"
-before it is taken for an exit code: on a loaded machine Slurm can report the job's end before
-slurmstepd's line reaches the output file (one run of issue 21's fault series read it so)."""
 REQUEUE_SETTLE = 30.0
 """Seconds a release waits for a held (requeued) running job to leave COMPLETING for PENDING."""
-_ACTIVE = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING"})
+_SUBMIT = (
+    'if mkdir -- "$1" 2>/dev/null; then exec sbatch --parsable; fi; '
+    '[ -d "$1" ] && exit 75; '
+    'mkdir -p -- "${1%/*}" && mkdir -- "$1" || exit 74; '
+    "exec sbatch --parsable"
+)
+"""One round trip for a start: make the job's directory, then submit the script (stdin) — or say the
+directory was there already (75: an earlier start of this identity) or could not be made (74)."""
+_EXISTED, _NO_DIRECTORY = 75, 74
 _HISTORY = 10_000
 _ids = itertools.count(1)
 _CHECK_IDENTITY = Identity("dispatch-capabilities-check")
@@ -111,7 +130,8 @@ class _Poller:
 
     async def poll(self) -> None:
         self.polls += 1
-        observations = await self.backend._observe_all({k: o.handle for k, o in self.last.items()})
+        live = {k: o.handle for k, o in self.last.items() if not o.outcome.terminal}  # ended: read once
+        observations = await self.backend._observe_all(live)
         await self.offer(observations)
 
     async def offer(self, observations: list[Observation]) -> None:
@@ -148,11 +168,9 @@ class SlurmBackend:
         self.info = info
         self.read_only = read_only
         self.store_id = store_id
+        self.queries = Queries(transport, info)
         self._poller: _Poller | None = None
-        self._output_cache: dict[str, tuple[str, ...]] = {}
-        self._awaiting_since: dict[
-            str, float
-        ] = {}  # Slurm job id → when it was first seen awaiting the memory word
+        self._output_cache: dict[str, tuple[str, ...]] = {}  # Slurm job id → its settled output tail
 
     # --- identity -------------------------------------------------------------------------------
 
@@ -197,8 +215,8 @@ class SlurmBackend:
 
     async def capabilities(self, spec: JobSpec | None = None) -> Capabilities:
         if spec is not None:
-            # Checking a spec is preparing it (sbatch --test-only included) for a throwaway identity.
-            await self.prepare(spec, _CHECK_IDENTITY)
+            # Checking a spec is preparing it for a throwaway identity, with Slurm's own verdict.
+            await self._prepare(spec, _CHECK_IDENTITY, held=False, ask_slurm=True)
         part = self.info.partition(self.settings.partition)
         extensions = {"dispatch/SharedCheckpoint"} if self.settings.shared_workdir else set()
         if self.settings.container == "pyxis" and self.info.container_plugin:
@@ -220,6 +238,12 @@ class SlurmBackend:
         )
 
     async def prepare(self, spec: JobSpec, identity: Identity, *, held: bool = False) -> Prepared:
+        """Every check, and the script. Slurm's own verdict (``sbatch --test-only``) is asked only of a
+        read-only backend, which prepares only to show (``--dry-run``, ``validate``): a submit's
+        ``sbatch`` gives the same verdict in the same command (a refusal there fails the start)."""
+        return await self._prepare(spec, identity, held=held, ask_slurm=self.read_only)
+
+    async def _prepare(self, spec: JobSpec, identity: Identity, *, held: bool, ask_slurm: bool) -> Prepared:
         if not isinstance(identity, Identity):
             raise InvalidError(f"expected an Identity, got {type(identity).__name__}", path="identity")
         if not isinstance(spec, JobSpec):
@@ -236,84 +260,53 @@ class SlurmBackend:
             held=held,
             preempt_partition=self.info.preemptor(self.settings.partition),
         )
-        # Slurm's own verdict on exactly this script, creating nothing (e.g. more memory than a node has).
-        tested = await self._run(["sbatch", "--test-only"], stdin=request["script"])
-        if not tested.ok:
-            raise UnsupportedError([f"Slurm would not run it: {tested.error()}"])
+        if ask_slurm:
+            await self._verdict(request["script"])
         return Prepared(NAME, spec, identity, held, request)
+
+    async def _verdict(self, script: str) -> None:
+        """Slurm's verdict on exactly this script, creating nothing (e.g. more memory than a node has)."""
+        tested = await self._run(["sbatch", "--test-only"], stdin=script)
+        if tested.ok:
+            return
+        if failure_of(tested) is not Failure.REFUSED:
+            raise UnavailableError(f"cannot ask Slurm whether it would run the job: {tested.error()}")
+        raise UnsupportedError([f"Slurm would not run it: {tested.error()}"])
 
     # --- reading --------------------------------------------------------------------------------
 
     async def _run(self, argv: Sequence[str], *, stdin: str | None = None) -> Result:
         return await self.transport.run(argv, stdin=stdin)
 
-    async def _squeue(self) -> list[SlurmJob]:
-        result = await self._run(["squeue", "--json"])
-        if not result.ok:
-            raise UnavailableError(f"cannot list Slurm's jobs: {result.error()}")
-        return parse_squeue(result.stdout)
-
-    async def _sacct(self, *, ids: Sequence[str] = (), name: str | None = None) -> list[SlurmJob]:
-        if not (self.info.accounting or self.info.jobcomp) or not (ids or name):
-            return []
-        argv = ["sacct", "-X", "-P", "-n", "--duplicates", "-o", SACCT_FIELDS]
-        if not self.info.accounting:
-            argv.insert(1, "-c")  # the completion log (jobcomp/filetxt), not the database
-        if ids:
-            argv += ["-j", ",".join(ids)]
-        if name:
-            argv += ["--name", name]
-        result = await self._run(argv)
-        return parse_sacct(result.stdout) if result.ok else []
-
-    async def _tail(self, path: str, lines: int) -> tuple[str, ...]:
-        result = await self._run(["tail", "-n", str(lines), path])
-        return tuple(result.stdout.splitlines()) if result.ok else ()
-
-    async def _failure_output(
-        self, identity: Identity, job: SlurmJob, now: float
-    ) -> tuple[tuple[str, ...], bool]:
-        """The last lines of the job's output (every node's, then the batch script's) — evidence, and
-        whether Slurm killed a step for its memory — and whether they may still change.
-
-        They are read once per ended job, except while the job :func:`awaits_memory_word`: then they
-        are read again on every observation, for at most :data:`MEMORY_WORD_WAIT` seconds from the
-        first reading that saw the job so, and only what holds after that is kept."""
+    async def _failure_output(self, identity: Identity, job: SlurmJob, now: float) -> tuple[str, ...]:
+        """The last lines of the job's output (every node's, then the batch script's): evidence, and
+        whether Slurm killed a step for its memory or someone cancelled one. Read once per ended job,
+        except while it may still change (:attr:`~dispatch_slurm.causes.Facts.settling`)."""
         if (kept := self._output_cache.get(job.job_id)) is not None:
-            return kept, False
+            return kept
         n = self.settings.output_tail_lines
-        lines: tuple[str, ...] = ()
-        if n:
-            directory = node_output(self.info.workdir, identity, 0).rsplit("/", 1)[0]
-            result = await self._run(
-                ["sh", "-c", 'for f in "$1"/node-*.out "$1"/batch.out; do [ -f "$f" ] && tail -n "$2" "$f"; done',
-                 "dispatch-tail", directory, str(n)]
-            )  # fmt: skip
-            lines = tuple(result.stdout.splitlines()[-n:]) if result.ok else ()
-        awaiting = n > 0 and awaits_memory_word(job, lines)
-        if awaiting and now - self._awaiting_since.setdefault(job.job_id, now) < MEMORY_WORD_WAIT:
-            return lines, True
-        self._awaiting_since.pop(job.job_id, None)
-        self._output_cache[job.job_id] = lines
-        return lines, False
+        if not n:
+            return ()
+        lines = await self.queries.tails(job_dir(self.info.workdir, identity), n)
+        if not Facts(job=job, job_ref=job.job_id, now=now, output=lines).settling:
+            self._output_cache[job.job_id] = lines
+        return lines
 
     async def _facts(self, identity: Identity, ref: str, job: SlurmJob | None, now: float) -> Facts:
         marks = naming.parse_comment(job.comment) if job is not None else None
         output: tuple[str, ...] = ()
-        settling = False
         if job is not None and job.state in ("FAILED", "OUT_OF_MEMORY"):
-            output, settling = await self._failure_output(identity, job, now)
+            output = await self._failure_output(identity, job, now)
         cancelled_by_us = marks is not None and marks.cancelled
         if job is not None and job.source == "sacct" and job.state == "CANCELLED":
-            cancelled_by_us = (await self._run(["test", "-e", self._cancel_marker(identity)])).ok
+            cancelled_by_us = await self.queries.exists(self._cancel_marker(identity))
         return Facts(
             job=job,
             job_ref=ref,
+            now=now,
             cancelled_by_us=cancelled_by_us,
-            held_by_us=job is not None and job.state == "PENDING" and job.eligible_time - now > HOLD_BASE / 2,
             requeue_by_slurm=self.settings.requeue == "slurm",
             output=output,
-            settling=settling,
         )
 
     async def _observation(
@@ -324,14 +317,15 @@ class SlurmBackend:
         return Observation(_handle(identity, ref, self.cluster_id), outcome, at)
 
     async def _find(self, handle: Handle) -> SlurmJob | None:
-        """The Slurm job of ``handle``: in squeue, else in sacct (checked to be that incarnation)."""
-        for job in await self._squeue():
+        """The Slurm job of ``handle``: in squeue, else in sacct (checked to be that incarnation);
+        ``None`` only when both answered and neither knows it."""
+        for job in await self.queries.jobs():
             if job.job_id == handle.ref:
                 marks = naming.parse_comment(job.comment)
                 if marks is None or not marks.identity.same_incarnation(handle.identity):
                     return None  # the id now names another job: ours is gone
                 return job
-        for job in await self._sacct(ids=[handle.ref]):
+        for job in await self.queries.accounted(ids=[handle.ref]):
             if job.job_id == handle.ref and job.name == naming.native_name(handle.identity):
                 return job
         return None
@@ -356,14 +350,14 @@ class SlurmBackend:
         out = []
         listed = set()
         asked = time.time()
-        for job in await self._squeue():
+        for job in await self.queries.jobs():
             marks = self._ours(job)
             if marks is not None:
                 listed.add(job.job_id)
                 out.append(await self._observation(marks.identity, job.job_id, job, asked))
         left = {ref: h for ref, h in (previous or {}).items() if ref not in listed}
         if left:
-            found = {j.job_id: j for j in await self._sacct(ids=sorted(left))}
+            found = {j.job_id: j for j in await self.queries.accounted(ids=sorted(left))}
             for ref, h in left.items():
                 gone = found.get(ref)
                 if gone is not None and gone.name != naming.native_name(h.identity):
@@ -380,9 +374,25 @@ class SlurmBackend:
         if self.read_only:
             raise ReadOnlyError(f"this slurm backend was opened read-only: cannot {what}")
 
+    async def _write(self, argv: Sequence[str], what: str) -> Result:
+        """Run a write; an outage is ``UnavailableError`` (nothing was done), a lost answer
+        ``OutcomeUnknownError``; Slurm's refusal is returned for the caller to judge."""
+        try:
+            result = await self._run(argv)
+        except CommandLostError as exc:
+            raise OutcomeUnknownError(f"{what}: {exc}") from None
+        if not result.ok:
+            failed = failure_of(result)
+            if failed is Failure.UNKNOWN:
+                raise OutcomeUnknownError(f"{what}: {result.error()}")
+            if failed is Failure.UNREACHABLE:
+                raise UnavailableError(f"cannot {what}: {result.error()}")
+        return result
+
     async def _existing(self, identity: Identity) -> str | None:
+        """The Slurm job id of incarnation ``identity`` if an earlier start submitted it."""
         name = naming.native_name(identity)
-        for job in await self._squeue():
+        for job in await self.queries.jobs():
             marks = naming.parse_comment(job.comment)
             if job.name == name and marks is not None and marks.identity.same_incarnation(identity):
                 if marks.store != self.store_id:
@@ -396,7 +406,7 @@ class SlurmBackend:
                 and marks.identity.same_incarnation(identity)
             ):
                 naming.identity_of(job.as_object())  # raises ConflictError: the name does not match
-        for job in await self._sacct(name=name):
+        for job in await self.queries.accounted(name=name):
             if job.name == name:  # the completion log ignores --name: filter here
                 return job.job_id
         return None
@@ -406,41 +416,56 @@ class SlurmBackend:
             raise InvalidError(f"expected a Prepared, got {type(prepared).__name__}", path="prepared")
         prepared.check(NAME)
         self._writable("submit a job")
+        identity = prepared.identity
         _, directory, script = request_of(prepared.request)
-        existing = await self._existing(prepared.identity)
-        if existing is not None:
-            return _handle(prepared.identity, existing, self.cluster_id)
-        made = await self._run(["mkdir", "-p", directory])
-        if not made.ok:
-            raise UnavailableError(f"cannot create the job's directory {directory}: {made.error()}")
-        try:
-            result = await self._run(["sbatch", "--parsable"], stdin=script)
-        except TimeoutError:
-            raise OutcomeUnknownError(
-                f"sbatch did not answer: incarnation {prepared.identity} may or may not exist"
-            ) from None
+        unknown = f"sbatch did not answer: incarnation {identity} may or may not exist"
+        result = await self._submit(["sh", "-c", _SUBMIT, "dispatch-submit", directory], script, unknown)
+        if result.returncode == _EXISTED:
+            # An earlier start of this identity made the directory: it may have submitted the job.
+            existing = await self._existing(identity)
+            if existing is not None:
+                _log.info("adopted Slurm job %s for %s", existing, identity)
+                return _handle(identity, existing, self.cluster_id)
+            result = await self._submit(["sbatch", "--parsable"], script, unknown)
+        if result.returncode == _NO_DIRECTORY:
+            raise UnavailableError(f"cannot create the job's directory {directory}: {result.error()}")
         if not result.ok:
+            failed = failure_of(result)
+            if failed is Failure.UNKNOWN:
+                raise OutcomeUnknownError(f"{unknown} ({result.error()})")
+            if failed is Failure.UNREACHABLE:
+                raise UnavailableError(f"cannot submit {identity}: {result.error()}")
             raise UnsupportedError([f"Slurm refused the job: {result.error()}"])
         job_id = result.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise OutcomeUnknownError(f"sbatch answered {result.stdout.strip()[:80]!r}, not a job id")
-        return _handle(prepared.identity, job_id, self.cluster_id)
+        _log.info("submitted Slurm job %s for %s", job_id, identity)
+        return _handle(identity, job_id, self.cluster_id)
+
+    async def _submit(self, argv: Sequence[str], script: str, unknown: str) -> Result:
+        try:
+            return await self._run(argv, stdin=script)
+        except CommandLostError as exc:  # sent, and the answer lost: the job may exist
+            raise OutcomeUnknownError(f"{unknown} ({exc})") from None
 
     async def stop(self, handle: Handle) -> None:
         self._check(handle)
         self._writable("cancel a job")
         job = await self._find(handle)
-        if job is None or is_final(job.state):
+        if job is None or job.final:
             return
         # Marked twice: in the comment (what squeue shows) and by a file in the job's directory (what
         # outlives squeue: the completion log keeps no comment).
-        await self._run(["touch", self._cancel_marker(handle.identity)])
+        answer(await self._run(["touch", self._cancel_marker(handle.identity)]), "mark the job cancelled")
         if naming.CANCEL_MARK not in job.comment.split():
             # Marked first, so whoever observes the end reads "cancelled by dispatch", not by someone else.
-            await self._run(
-                ["scontrol", "update", f"jobid={job.job_id}", f"Comment={job.comment} {naming.CANCEL_MARK}"]
+            await self._write(
+                ["scontrol", "update", f"jobid={job.job_id}", f"Comment={job.comment} {naming.CANCEL_MARK}"],
+                f"mark Slurm job {job.job_id} cancelled",
             )
-        await self._run(["scancel", job.job_id])
+        # A refusal here is a job that ended meanwhile ("already completing or completed"): done.
+        await self._write(["scancel", job.job_id], f"cancel Slurm job {job.job_id}")
+        _log.info("cancelled Slurm job %s of %s", job.job_id, handle.identity)
 
     def _cancel_marker(self, identity: Identity) -> str:
         return f"{job_dir(self.info.workdir, identity)}/{CANCEL_FILE}"
@@ -448,13 +473,15 @@ class SlurmBackend:
     # --- holds ----------------------------------------------------------------------------------
 
     async def _update(self, job_id: str, *settings: str) -> Result:
-        return await self._run(["scontrol", "update", f"jobid={job_id}", *settings])
+        return await self._write(
+            ["scontrol", "update", f"jobid={job_id}", *settings], f"update Slurm job {job_id}"
+        )
 
     async def hold(self, handle: Handle) -> HoldToken:
         self._check(handle)
         self._writable("hold a job")
         job = await self._find(handle)
-        if job is None or is_final(job.state):
+        if job is None or job.final:
             raise ConflictError(f"incarnation {handle.identity} has ended: there is nothing to hold")
         if job.state != "PENDING":
             # Slurm cannot hold a running job in place: it is requeued (stopped), then held by start time.
@@ -473,13 +500,14 @@ class SlurmBackend:
             token = _hold_token(again)
             if again.eligible_time != before:
                 break
+        _log.info("held Slurm job %s of %s", job.job_id, handle.identity)
         return HoldToken(token)
 
     async def _requeue(self, job: SlurmJob) -> None:
         # Two steps (a job submitted --no-requeue must be made requeueable first); a crash between them
         # leaves Requeue=1 on a running job, which is harmless: dispatch still decides what follows.
         await self._update(job.job_id, "Requeue=1")
-        done = await self._run(["scontrol", "requeue", job.job_id])
+        done = await self._write(["scontrol", "requeue", job.job_id], f"requeue Slurm job {job.job_id}")
         if not done.ok:
             raise ConflictError(f"Slurm refused to requeue running job {job.job_id}: {done.error()}")
         if self.settings.requeue == "dispatch":
@@ -493,18 +521,13 @@ class SlurmBackend:
         # its nodes have cleaned up, then is PENDING. A release in that window waits for it (seen under
         # load: a release right after the hold found it COMPLETING and called the token stale).
         settled = time.monotonic() + REQUEUE_SETTLE
-        while (
-            job is not None
-            and job.state == "COMPLETING"
-            and token == _hold_token(job)
-            and time.monotonic() < settled
-        ):
+        while job is not None and job.completing and token == _hold_token(job) and time.monotonic() < settled:
             await asyncio.sleep(0.2)
             job = await self._find(handle)
-        if job is None or job.state != "PENDING" or token != _hold_token(job):
+        if job is None or job.state != "PENDING" or job.completing or token != _hold_token(job):
             raise StaleHoldError(
                 f"the hold token of {handle.identity} no longer matches what Slurm shows "
-                f"({'gone' if job is None else job.state + ', start time ' + str(job.eligible_time)})"
+                f"({'gone' if job is None else job.shown + ', start time ' + str(job.eligible_time)})"
             )
         # now+1, not now: a hold of a running job requeued it, which revokes its launch credential, and
         # slurmd refuses a credential made in the same second as a revocation ("Killing non-startable
@@ -513,6 +536,7 @@ class SlurmBackend:
         updated = await self._update(job.job_id, "StartTime=now+1")
         if not updated.ok:
             raise ConflictError(f"Slurm refused to release job {job.job_id}: {updated.error()}")
+        _log.info("released Slurm job %s of %s", job.job_id, handle.identity)
 
     # --- watch ----------------------------------------------------------------------------------
 
@@ -571,14 +595,15 @@ class SlurmBackend:
     # --- cessation ------------------------------------------------------------------------------
 
     async def ceased(self, handle: Handle) -> bool:
+        """The job is in a final state, no longer ``COMPLETING`` (a flag anywhere in its state), and
+        none of its steps is listed; gone from squeue and sacct, it has ceased too."""
         self._check(handle)
         job = await self._find(handle)
-        if job is None:
-            return True
-        if job.state in _ACTIVE:
+        if job is None or job.source == "sacct":
+            return True  # squeue no longer lists it: none of its steps can remain
+        if not job.final or job.completing:
             return False
-        steps = await self._run(["squeue", "-h", "-s", "-o", "%i"])
-        return not any(line.split(".")[0] == job.job_id for line in steps.stdout.split())
+        return job.job_id not in await self.queries.stepping()
 
     async def wait_ceased(self, handle: Handle) -> None:
         # Slurm tells no one when a job's last process is gone: ask again each interval.
@@ -605,10 +630,14 @@ class SlurmBackend:
             # The per-node output files keep no time per line: nothing to filter or show by.
             raise UnsupportedError("Slurm's output files keep no time per line: --since and --timestamps")
         job = await self._find(handle)
-        nodes = job.node_count if job is not None else 1
-        if not 0 <= node < max(nodes, 1):
-            raise NotFoundError(f"incarnation {handle.identity} has {nodes} node(s); there is no node {node}")
         path = node_output(self.info.workdir, handle.identity, node)
+        # The node count from the reading, else from the job's directory: an ended job that only the
+        # completion log (or nothing) still knows keeps its node files.
+        nodes = job.node_count if job is not None else 0
+        if node < 0 or (node >= nodes and not await self.queries.exists(path)):
+            raise NotFoundError(
+                f"incarnation {handle.identity} has {max(nodes, 1)} node(s); there is no node {node}"
+            )
         if tail is not None and tail <= 0:
             return
         text = await self._read(path, job)
@@ -624,9 +653,8 @@ class SlurmBackend:
         interval = min(1.0, float(self.settings.poll_interval))
         while True:
             job = await self._find(handle)
-            ended = job is None or is_final(job.state)
-            got = await self._run(["tail", "-c", f"+{offset + 1}", path])
-            chunk = got.stdout if got.ok else ""
+            ended = job is None or (job.final and not job.completing)
+            chunk = await self.queries.text(path, offset=offset)
             offset += len(chunk.encode())
             pending += chunk
             *done, pending = pending.split("\n")
@@ -640,14 +668,13 @@ class SlurmBackend:
 
     async def _read(self, path: str, job: SlurmJob | None) -> str:
         # A node that runs but has not written yet is given a moment: its first line is on its way.
+        text = ""
         for _ in range(30):
-            got = await self._run(["cat", path])
-            if got.ok and got.stdout:
-                return got.stdout
-            if job is None or job.state != "RUNNING":
-                return got.stdout if got.ok else ""
+            text = await self.queries.text(path)
+            if text or job is None or job.state != "RUNNING":
+                return text
             await asyncio.sleep(0.1)
-        return ""
+        return text
 
     async def close(self) -> None:
         if self._poller is not None and self._poller.task is not None:
@@ -664,6 +691,7 @@ async def open_backend(settings: Settings, *, read_only: bool = False, store_id:
     except BaseException:
         await transport.close()
         raise
+    _log.info("opened Slurm %s, cluster %s (%s)", info.version, info.cluster_name, info.dialect.data_parser)
     return SlurmBackend(settings, transport, info, read_only=read_only, store_id=store_id)
 
 

@@ -13,9 +13,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dispatch.model import Cause, Evidence, Outcome, State
-from dispatch_slurm.jobs import SlurmJob
+from dispatch_slurm.reader import SlurmJob
+from dispatch_slurm.settings import HOLD_BASE
 
-__all__ = ["NEVER_CLEARS", "RULES", "Facts", "Rule", "awaits_memory_word", "classify", "rules_table"]
+__all__ = [
+    "MEMORY_WORD_WAIT",
+    "NEVER_CLEARS",
+    "RULES",
+    "Facts",
+    "Rule",
+    "awaits_memory_word",
+    "cancelled_step",
+    "classify",
+    "rules_table",
+]
 
 NEVER_CLEARS = frozenset(
     {
@@ -32,48 +43,63 @@ NEVER_CLEARS = frozenset(
 )
 """Pending reasons that cannot clear without someone changing the job or the cluster."""
 
+MEMORY_WORD_WAIT = 15.0
+"""Seconds after a job's end (Slurm's ``end_time``) during which a FAILED job whose step was SIGKILLed,
+with no memory message in its output yet, is still read as ending: on a loaded machine Slurm can report
+the end before slurmstepd's "exceeded memory limit" reaches the output file (issue 21's fault series).
+Timed from the job's end, so a process that first reads the job later does not wait again."""
+
 OOM_MARKERS = ("exceeded memory limit", "oom-kill", "out of memory")
 _SIGKILL = 9
-_FINAL = frozenset(
-    {
-        "COMPLETED",
-        "CANCELLED",
-        "FAILED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "OUT_OF_MEMORY",
-        "BOOT_FAIL",
-        "DEADLINE",
-    }
+_STEP_CANCELLED = re.compile(
+    r"\*\*\* STEP (?P<step>\d+\.\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)(?: DUE [Tt][Oo] (?P<due>[^*]*?))? \*\*\*"
 )
+"""slurmstepd's line for a step it was told to cancel. ``DUE TO`` names Slurm's own reasons (time limit,
+preemption, node failure, requeue, a failed task); a signal (``scancel`` of the step) is the line with
+no reason up to 24.11, ``DUE to SIGNAL Killed`` from 26.05 on."""
+_TASK_EXITED = re.compile(r": tasks? [0-9,\-]+: Exited with exit code (\d+)")
+"""srun's line for tasks that exited by themselves ("srun: error: n1: task 0: Exited with exit code 3")."""
 
 
 @dataclass(frozen=True, slots=True)
 class Facts:
-    """What a rule reads. ``job`` is ``None`` when neither squeue nor sacct knows the job any more."""
+    """What a rule reads: the job as Slurm reports it (``None`` when neither squeue nor sacct knows it
+    any more), when it was read (``now``, epoch seconds), and what only dispatch knows."""
 
     job: SlurmJob | None
     job_ref: str
+    now: float = 0.0
     cancelled_by_us: bool = False
-    held_by_us: bool = False
     requeue_by_slurm: bool = False
     output: tuple[str, ...] = ()
-    settling: bool = False
-    """The job ended FAILED with a SIGKILLed step and no memory message yet, moments ago
-    (:func:`awaits_memory_word`): slurmstepd may still be writing why it killed the step."""
+    """The last lines of the job's output, read for a job that ended FAILED or OUT_OF_MEMORY."""
 
     @property
     def state(self) -> str:
         return self.job.state if self.job else ""
 
     @property
+    def flags(self) -> frozenset[str]:
+        return self.job.flags if self.job else frozenset()
+
+    @property
     def reason(self) -> str:
         return self.job.reason if self.job else ""
 
+    @property
+    def held_by_us(self) -> bool:
+        """Pending with a start time dispatch's hold pushed ten years ahead."""
+        j = self.job
+        return j is not None and j.state == "PENDING" and j.eligible_time - self.now > HOLD_BASE / 2
 
-_TASK_EXITED = re.compile(r": tasks? [0-9,\-]+: Exited with exit code (\d+)")
-"""srun's line for tasks that exited by themselves ("srun: error: n1: task 0: Exited with exit code 3")."""
+    @property
+    def settling(self) -> bool:
+        """The job ended FAILED with a SIGKILLed step and no memory message yet, less than
+        :data:`MEMORY_WORD_WAIT` seconds ago by Slurm's end time: slurmstepd may still be writing why."""
+        j = self.job
+        if j is None or j.end_time is None or not awaits_memory_word(j, self.output):
+            return False
+        return self.now - j.end_time < MEMORY_WORD_WAIT
 
 
 def _exit_code(f: Facts) -> int | None:
@@ -83,30 +109,49 @@ def _exit_code(f: Facts) -> int | None:
     j = f.job
     if j is None or j.exit_code is None or j.exit_code <= 128:
         return j.exit_code if j is not None else None
-    for line in f.output:
+    code = _task_exit(f.output)
+    return code if code is not None else j.exit_code
+
+
+def _task_exit(output: tuple[str, ...]) -> int | None:
+    for line in output:
         if (m := _TASK_EXITED.search(line)) is not None and int(m.group(1)) != 0:
             return int(m.group(1))
-    return j.exit_code
+    return None
 
 
-def _oom_in_output(f: Facts) -> bool:
-    text = "\n".join(f.output).lower()
+def _oom_in_output(output: tuple[str, ...]) -> bool:
+    text = "\n".join(output).lower()
     return any(m in text for m in OOM_MARKERS)
 
 
-def _killed(f: Facts) -> bool:
-    # The step was SIGKILLed: the batch script reports srun's 128+9, or the raw status shows signal 9.
-    j = f.job
-    return j is not None and (j.signal == _SIGKILL or j.exit_code == 128 + _SIGKILL)
+def _killed(job: SlurmJob) -> bool:
+    # The step was SIGKILLed: the batch script reports srun's 128+9, or the status shows signal 9.
+    return job.signal == _SIGKILL or job.exit_code == 128 + _SIGKILL
+
+
+def cancelled_step(output: tuple[str, ...]) -> str | None:
+    """The step someone cancelled (``scancel JOB.STEP``) as its output tells it (``"12.0 on n1 at
+    2026-12-06T12:18:17"``), or ``None``. Not Slurm's own cancels (``DUE TO TIME LIMIT``, ``DUE TO
+    PREEMPTION``...), not a memory kill (its message comes first), and not srun's ``--kill-on-bad-exit``
+    after a task exited non-zero (24.11 prints the same line for the tasks it stops then, 26.05 ``DUE
+    TO TASK FAILURE``)."""
+    if _oom_in_output(output) or _task_exit(output) is not None:
+        return None
+    for line in output:
+        m = _STEP_CANCELLED.search(line)
+        if m is not None and (m.group("due") is None or m.group("due").startswith("SIGNAL")):
+            return f"{m.group('step')} on {m.group('node')} at {m.group('at')}"
+    return None
 
 
 def awaits_memory_word(job: SlurmJob, output: tuple[str, ...]) -> bool:
     """Whether an ended job could still turn out to be a memory kill: Slurm reports it FAILED with a
-    SIGKILLed step, and its output holds no memory message yet. slurmstepd writes "exceeded memory
-    limit" to the step's output as it kills the step, and under load that line can reach the file after
-    the job's end is already reported."""
-    f = Facts(job=job, job_ref=job.job_id, output=output)
-    return f.state == "FAILED" and (_killed(f) or f.reason == "JobLaunchFailure") and not _oom_in_output(f)
+    SIGKILLed step, and its output holds neither a memory message nor the line of a step cancelled by
+    someone (slurmstepd writes "exceeded memory limit" before it asks for the step's cancel, so that
+    line comes after). Under load the memory line can reach the file after the job's end is reported."""
+    killed = _killed(job) or job.reason == "JobLaunchFailure"
+    return job.state == "FAILED" and killed and not _oom_in_output(output) and cancelled_step(output) is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,11 +196,11 @@ RULES: tuple[Rule, ...] = (
         lambda f: f.state == "OUT_OF_MEMORY",
     ),
     Rule(
-        "FAILED, a step SIGKILLed, no memory message in the output yet, ended moments ago",
+        "FAILED, a step SIGKILLed, no memory message in the output yet, ended under 15 s ago",
         State.RUNNING,
         Cause.NONE,
         "its end is still being written: slurmstepd may yet say it killed the step for its memory "
-        "(read again until the message comes, or the wait passes: then the next rules decide)",
+        "(read again until the message comes, or 15 s from the job's end pass: then the next rules decide)",
         lambda f: f.settling,
     ),
     Rule(
@@ -164,8 +209,18 @@ RULES: tuple[Rule, ...] = (
         Cause.OUT_OF_MEMORY,
         "Slurm's memory accounting killed a step over --mem",
         lambda f: (
-            f.state == "FAILED" and (_killed(f) or f.reason == "JobLaunchFailure") and _oom_in_output(f)
+            f.state == "FAILED"
+            and f.job is not None
+            and (_killed(f.job) or f.reason == "JobLaunchFailure")
+            and _oom_in_output(f.output)
         ),
+    ),
+    Rule(
+        'FAILED, "*** STEP J.S ... CANCELLED" in the output, not DUE TO Slurm (scancel JOB.STEP)',
+        State.FAILED,
+        Cause.CANCELLED,
+        "someone cancelled a step of it outside dispatch (scancel JOB.STEP); the evidence names the step",
+        lambda f: f.state == "FAILED" and cancelled_step(f.output) is not None,
     ),
     Rule("TIMEOUT", State.FAILED, Cause.TIMEOUT, "it ran past --time", lambda f: f.state == "TIMEOUT"),
     Rule(
@@ -183,10 +238,17 @@ RULES: tuple[Rule, ...] = (
         lambda f: f.state == "PREEMPTED",
     ),
     Rule(
+        "FAILED with a reason that never clears (BadConstraints, ...): sbatch refused it",
+        State.FAILED,
+        Cause.INVALID_SPEC,
+        "Slurm refused it as asked (sbatch failed, yet 22.05 keeps the job's record, FAILED)",
+        lambda f: f.state == "FAILED" and f.reason in NEVER_CLEARS,
+    ),
+    Rule(
         "FAILED",
         State.FAILED,
         Cause.EXIT_CODE,
-        "a step exited non-zero (the raw status decoded: 768 is 3)",
+        "a step exited non-zero (a raw status decoded: 768 is 3; or the exit_code object's return_code)",
         lambda f: f.state == "FAILED",
     ),
     Rule(
@@ -194,21 +256,24 @@ RULES: tuple[Rule, ...] = (
         State.FAILED,
         Cause.UNKNOWN,
         "Slurm ended it for a reason dispatch has no cause for",
-        lambda f: f.state in _FINAL,
+        lambda f: f.job is not None and f.job.final,
     ),
     Rule(
         "PENDING, start time pushed by dispatch's hold",
         State.HELD,
         Cause.NONE,
         "dispatch holds it (its start time is ten years ahead)",
-        lambda f: f.state == "PENDING" and f.held_by_us,
+        lambda f: f.held_by_us,
     ),
     Rule(
-        "PENDING, JobHeldUser or JobHeldAdmin",
+        "PENDING, JobHeldUser or JobHeldAdmin; REQUEUE_HOLD",
         State.HELD,
         Cause.NONE,
-        "held with scontrol hold",
-        lambda f: f.state == "PENDING" and f.reason in ("JobHeldUser", "JobHeldAdmin"),
+        "held with scontrol hold (or requeued held by an admin)",
+        lambda f: (
+            (f.state == "PENDING" and f.reason in ("JobHeldUser", "JobHeldAdmin"))
+            or "REQUEUE_HOLD" in f.flags
+        ),
     ),
     Rule(
         "PENDING with Restarts > 0 (requeue: slurm)",
@@ -226,25 +291,34 @@ RULES: tuple[Rule, ...] = (
         lambda f: f.state == "PENDING" and f.reason in NEVER_CLEARS,
     ),
     Rule(
-        "PENDING (Priority, Resources, BeginTime, ...)",
+        "PENDING (Priority, Resources, BeginTime, ...); REQUEUED",
         State.QUEUED,
         Cause.NONE,
         "waiting for nodes",
-        lambda f: f.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"),
+        lambda f: f.state == "PENDING" or bool(f.flags & {"REQUEUED", "REQUEUE_FED", "SPECIAL_EXIT"}),
+    ),
+    Rule(
+        "SUSPENDED (scontrol suspend)",
+        State.RUNNING,
+        Cause.NONE,
+        "suspended (scontrol suspend): it keeps its nodes, its processes stopped until scontrol resume",
+        lambda f: f.state == "SUSPENDED",
     ),
     Rule(
         "CONFIGURING",
         State.STARTING,
         Cause.NONE,
         "its nodes are being set up",
-        lambda f: f.state == "CONFIGURING",
+        lambda f: "CONFIGURING" in f.flags,
     ),
     Rule(
-        "RUNNING, COMPLETING",
+        "RUNNING; COMPLETING with no end state shown (22.05, 23.02)",
         State.RUNNING,
         Cause.NONE,
         "its steps run (or are ending)",
-        lambda f: f.state in ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"),
+        lambda f: (
+            f.state == "RUNNING" or bool(f.flags & {"COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"})
+        ),
     ),
     Rule("anything else", State.RUNNING, Cause.UNKNOWN, "a state this adapter does not know", lambda f: True),
 )
@@ -254,8 +328,10 @@ def _evidence(f: Facts, rule: Rule) -> Evidence:
     j = f.job
     if j is None:
         return Evidence("SlurmJob", f.job_ref, reason="Gone", message=rule.means)
-    reason = j.state if not j.reason or j.reason == "None" else f"{j.state}/{j.reason}"
+    reason = j.shown if not j.reason or j.reason == "None" else f"{j.shown}/{j.reason}"
     message = rule.means
+    if rule.cause is Cause.CANCELLED and (step := cancelled_step(f.output)) is not None:
+        message += f": step {step}"
     if j.signal:
         message += f" (signal {j.signal})"
     failed = rule.state is State.FAILED
@@ -277,11 +353,6 @@ def classify(facts: Facts) -> Outcome:
         if rule.when(facts):
             return Outcome(rule.state, rule.cause, (_evidence(facts, rule),))
     raise AssertionError("the last rule always holds")
-
-
-def is_final(state: str) -> bool:
-    """Whether Slurm will not run the job again by itself."""
-    return state in _FINAL
 
 
 def rules_table() -> str:

@@ -4,10 +4,12 @@ Writes a ``slurm.conf`` into a directory, starts a private munge, ``slurmctld`` 
 (Debian builds Slurm with multiple-slurmd support: each node is ``slurmd -N nK``) on 127.0.0.1, each
 with a pid file, and stops them by those pids. Nothing of the host's own Slurm or munge is used.
 
-The settings are the ones ``docs/slurm-configuration.md`` explains (measured on Slurm 22.05): two
-partitions of different ``PriorityTier`` over the same nodes with ``PreemptMode=REQUEUE`` (so preemption
-can be caused), memory limits enforced without cgroups (``OverMemoryKill``), a lost node noticed in
-about 20 s, a completion log instead of a database.
+The settings (:mod:`dispatch_slurm.clusterconf`) are the ones ``docs/slurm-configuration.md`` explains
+(measured on Slurm 22.05): two partitions of different ``PriorityTier`` over the same nodes with
+``PreemptMode=REQUEUE`` (so preemption can be caused), memory limits enforced without cgroups
+(``OverMemoryKill``), a lost node noticed in about 20 s, a completion log instead of a database (or,
+with ``accounting``, a private MariaDB and slurmdbd). The same cluster inside a Debian root, for other
+Slurm versions: :mod:`dispatch_slurm.rootslurm`.
 
 Command line (the tutorial's)::
 
@@ -33,19 +35,43 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
-__all__ = ["CLUSTER_NAME", "DAEMONS", "LocalSlurm", "SlurmMissingError", "main", "missing_binaries"]
+from dispatch_slurm.clusterconf import (
+    CLUSTER_NAME,
+    PARTITION_HIGH,
+    Layout,
+    Ports,
+    slurm_conf,
+    slurmdbd_conf,
+)
+from dispatch_slurm.daemons import alive, free_ports, kill_all, port_busy, read_pid, terminate, wait_until
+from dispatch_slurm.localdb import BINARIES as DB_BINARIES
+from dispatch_slurm.localdb import LocalDb
 
-CLUSTER_NAME = "dispatch-local"
-PARTITION_LOW = "batch"
-PARTITION_HIGH = "urgent"
-NODE_CPUS = 4
-NODE_MEMORY_MB = 2000
+__all__ = [
+    "CLUSTER_NAME",
+    "DAEMONS",
+    "LocalSlurm",
+    "Runner",
+    "SlurmMissingError",
+    "all_idle",
+    "main",
+    "missing_binaries",
+    "preempt_node",
+    "wait_state_saved",
+]
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
-ACCOUNTING = ("mariadbd", "mariadb-install-db", "slurmdbd", "sacctmgr")
+ACCOUNTING = (*DB_BINARIES, "slurmdbd", "sacctmgr")
 CLIENTS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "sacct")
 _SBIN = (Path("/usr/sbin"), Path("/usr/bin"), Path("/sbin"))
+
+
+class Runner(Protocol):
+    """Runs one command against a cluster (here, or inside its root); never raises on its exit."""
+
+    def __call__(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]: ...
 
 
 class SlurmMissingError(RuntimeError):
@@ -69,29 +95,6 @@ def missing_binaries(*, accounting: bool = False) -> list[str]:
     return [name for name in names if _which(name) is None]
 
 
-def _free_ports(count: int) -> list[int]:
-    # Bound together so the kernel gives distinct ports; released just before the daemons bind them.
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (Linux: its /proc entry exists and it is not a zombie)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
 def _processes() -> list[tuple[int, bytes, bytes]]:
     """(pid, command line, environment) of every process we may read."""
     out = []
@@ -107,14 +110,6 @@ def _processes() -> list[tuple[int, bytes, bytes]]:
     return out
 
 
-def _read_pid(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
 @dataclass(frozen=True)
 class LocalSlurm:
     """One local Slurm cluster living in ``root`` (its config, state, logs, pid files and job files)."""
@@ -123,6 +118,9 @@ class LocalSlurm:
     nodes: int = 3
     accounting: bool = False
     """With MariaDB and slurmdbd, so that ``sacct`` (and ``sacct --json``) read a real database."""
+
+    version = "22.05"
+    """The Slurm this host has (Debian 12's); opening the cluster reads the exact one."""
 
     def __post_init__(self) -> None:
         # Absolute, because the daemons hand SLURM_CONF on to their jobs and _job_processes matches it.
@@ -158,14 +156,41 @@ class LocalSlurm:
         return self.root / "work"
 
     @property
+    def logs(self) -> Path:
+        return self.root / "log"
+
+    @property
     def node_names(self) -> list[str]:
         return [f"n{i}" for i in range(1, self.nodes + 1)]
+
+    @property
+    def layout(self) -> Layout:
+        r = self.root
+        return Layout(
+            state=f"{r}/state", spool=str(self.spool), run=f"{r}/run", log=f"{r}/log",
+            munge_socket=str(self.munge_socket),
+        )  # fmt: skip
+
+    @property
+    def db(self) -> LocalDb:
+        port = (self.root / "db-port").read_text().strip() if (self.root / "db-port").exists() else "0"
+        return LocalDb(self.root / "db", int(port))
+
+    def settings(self) -> dict[str, Any]:
+        """The adapter's settings for this cluster: its commands run here (``transport: local``)."""
+        return {"slurmConf": str(self.conf), "workdir": str(self.workdir)}
 
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment under which Slurm's commands talk to this cluster."""
         env = dict(os.environ if base is None else base)
         env["SLURM_CONF"] = str(self.conf)
         return env
+
+    def run(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """One of Slurm's commands (or any other) run against this cluster; never raises on its exit."""
+        return subprocess.run(
+            list(argv), env=self.env(), capture_output=True, text=True, timeout=timeout, check=False
+        )
 
     # --- configuration -------------------------------------------------------------------------
 
@@ -180,95 +205,16 @@ class LocalSlurm:
         if not key.exists():
             key.write_bytes(secrets.token_bytes(1024))
             key.chmod(0o400)
-        ctld_port, dbd_port, db_port, *node_ports = _free_ports(3 + self.nodes)
+        ctld_port, dbd_port, db_port, first_node = free_ports(3, consecutive=self.nodes)[:4]
+        ports = Ports(ctld_port, first_node, dbd_port if self.accounting else None)
         host = socket.gethostname().split(".")[0]
-        r = self.root
-        lines = [
-            f"ClusterName={CLUSTER_NAME}",
-            f"SlurmctldHost={host}(127.0.0.1)",
-            f"SlurmctldPort={ctld_port}",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            f"AuthInfo=socket={self.munge_socket},cred_expire=10",
-            "CommunicationParameters=NoInAddrAny",
-            f"StateSaveLocation={r}/state",
-            f"SlurmdSpoolDir={self.spool}/%n",
-            f"SlurmctldPidFile={r}/run/slurmctld.pid",
-            f"SlurmdPidFile={r}/run/slurmd-%n.pid",
-            f"SlurmctldLogFile={r}/log/slurmctld.log",
-            f"SlurmdLogFile={r}/log/slurmd-%n.log",
-            "SlurmdParameters=config_overrides",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "MpiDefault=none",
-            "JobAcctGatherType=jobacct_gather/linux",
-            "JobAcctGatherParams=OverMemoryKill",
-            "JobAcctGatherFrequency=task=1",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core_Memory",
-            "DefMemPerCPU=100",
-            "SchedulerType=sched/backfill",
-            "SlurmdTimeout=10",
-            "SlurmctldTimeout=30",
-            "ReturnToService=2",
-            "KillWait=5",
-            "MinJobAge=600",
-            "InactiveLimit=0",
-            "PreemptType=preempt/partition_prio",
-            "PreemptMode=REQUEUE",
-            *(
-                [
-                    "AccountingStorageType=accounting_storage/slurmdbd",
-                    "AccountingStorageHost=127.0.0.1",
-                    f"AccountingStoragePort={dbd_port}",
-                    # Else the slurmctld→slurmdbd link uses munge's default socket.
-                    f"AccountingStoragePass={self.munge_socket}",
-                ]
-                if self.accounting
-                else ["AccountingStorageType=accounting_storage/none"]
-            ),
-            "JobCompType=jobcomp/filetxt",
-            f"JobCompLoc={r}/log/jobcomp.txt",
-            f"NodeName=n[1-{self.nodes}] NodeHostname={host} NodeAddr=127.0.0.1 "
-            f"Port=[{node_ports[0]}-{node_ports[0] + self.nodes - 1}] "
-            f"CPUs={NODE_CPUS} RealMemory={NODE_MEMORY_MB} State=UNKNOWN",
-            f"PartitionName={PARTITION_LOW} Nodes=n[1-{self.nodes}] Default=YES PriorityTier=1 "
-            "MaxTime=INFINITE State=UP",
-            f"PartitionName={PARTITION_HIGH} Nodes=n[1-{self.nodes}] PriorityTier=2 MaxTime=INFINITE State=UP",
-        ]
-        # Node ports must be consecutive for the Port=[a-b] range: take them from the first free one.
-        if any(_port_busy(node_ports[0] + i) for i in range(self.nodes)):
-            return self.write_config()
-        self.conf.write_text("\n".join(lines) + "\n")
+        self.conf.write_text(slurm_conf(self.layout, ports, host=host, nodes=self.nodes))
         if self.accounting:
-            self._write_dbd_config(dbd_port, db_port)
-
-    def _write_dbd_config(self, dbd_port: int, db_port: int) -> None:
-        # slurmdbd has no -f: it reads slurmdbd.conf (mode 600) beside $SLURM_CONF.
-        r = self.root
-        dbd = r / "slurmdbd.conf"
-        dbd.write_text(
-            "\n".join(
-                [
-                    "AuthType=auth/munge",
-                    f"AuthInfo=socket={self.munge_socket}",
-                    "DbdHost=localhost",
-                    "DbdAddr=127.0.0.1",
-                    f"DbdPort={dbd_port}",
-                    "SlurmUser=root",
-                    f"PidFile={r}/run/slurmdbd.pid",
-                    f"LogFile={r}/log/slurmdbd.log",
-                    "StorageType=accounting_storage/mysql",
-                    "StorageHost=127.0.0.1",
-                    f"StoragePort={db_port}",
-                    "StorageUser=root",
-                    "StorageLoc=slurm_acct_db",
-                    "",
-                ]
-            )
-        )
-        dbd.chmod(0o600)
-        (r / "db-port").write_text(str(db_port))
+            # slurmdbd has no -f: it reads slurmdbd.conf (mode 600) beside $SLURM_CONF.
+            dbd = self.root / "slurmdbd.conf"
+            dbd.write_text(slurmdbd_conf(self.layout, dbd_port=dbd_port, db_port=db_port))
+            dbd.chmod(0o600)
+            (self.root / "db-port").write_text(str(db_port))
 
     # --- daemons -------------------------------------------------------------------------------
 
@@ -277,7 +223,7 @@ class LocalSlurm:
         files = {"munged": run / "munged.pid", "slurmctld": run / "slurmctld.pid"}
         if self.accounting:
             files["slurmdbd"] = run / "slurmdbd.pid"
-            files["mariadbd"] = run / "mariadbd.pid"
+            files["mariadbd"] = self.db.pidfile
         for n in self.node_names:
             files[f"slurmd-{n}"] = run / f"slurmd-{n}.pid"
         return files
@@ -286,8 +232,8 @@ class LocalSlurm:
         """Each daemon's pid when it runs, else ``None``."""
         out: dict[str, int | None] = {}
         for name, path in self._pidfiles().items():
-            pid = _read_pid(path)
-            out[name] = pid if pid is not None and _alive(pid) else None
+            pid = read_pid(path)
+            out[name] = pid if pid is not None and alive(pid) else None
         return out
 
     def start(self, timeout: float = 60.0) -> None:
@@ -298,11 +244,20 @@ class LocalSlurm:
                 f"not installed: {', '.join(missing)} (Debian: apt-get install slurmctld slurmd slurm-client munge)"
             )
         self.write_config()
-        munged = _which("munged")
-        assert munged is not None
+        self.start_munge(timeout)
+        if self.accounting:
+            self.db.start(timeout)
+            self._start_dbd(timeout)
+        self.start_controller()
+        for n in self.node_names:
+            self.start_node(n)
+        wait_until(self._all_idle, timeout, "every node to be idle", self.logs)
+
+    def start_munge(self, timeout: float = 60.0) -> None:
+        """Start munged (again: after :meth:`stop_munge`, with the same key)."""
         self._run(
             [
-                munged,
+                self._bin("munged"),
                 f"--socket={self.munge_socket}",
                 f"--key-file={self.root / 'munge' / 'munge.key'}",
                 f"--pid-file={self.root / 'run' / 'munged.pid'}",
@@ -311,63 +266,46 @@ class LocalSlurm:
                 "--force",
             ]
         )
-        self._wait(lambda: self.munge_socket.exists(), timeout, "munged to open its socket")
-        if self.accounting:
-            self._start_accounting(timeout)
-        self._run([self._bin("slurmctld"), "-f", str(self.conf)])
-        for n in self.node_names:
-            self.start_node(n)
-        self._wait(self._all_idle, timeout, "every node to be idle")
+        wait_until(self.munge_socket.exists, timeout, "munged to open its socket", self.logs)
 
-    def _start_accounting(self, timeout: float) -> None:
-        r = self.root
-        data = r / "db"
-        if not (data / "mysql").exists():
-            self._run(
-                [
-                    self._bin("mariadb-install-db"),
-                    f"--datadir={data}",
-                    "--user=root",
-                    "--auth-root-authentication-method=normal",
-                    "--skip-test-db",
-                ]
-            )
-        port = (r / "db-port").read_text().strip()
-        log = (r / "log" / "mariadb.log").open("ab")
-        # mariadbd stays in the foreground: started in its own session, it writes its pid file.
-        subprocess.Popen(
-            [
-                self._bin("mariadbd"),
-                "--no-defaults",
-                f"--datadir={data}",
-                "--user=root",
-                "--bind-address=127.0.0.1",
-                f"--port={port}",
-                f"--socket={r / 'run' / 'mysql.sock'}",
-                f"--pid-file={r / 'run' / 'mariadbd.pid'}",
-                "--innodb-flush-log-at-trx-commit=0",
-                "--skip-log-bin",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-        log.close()
-        self._wait(lambda: _port_busy(int(port)), timeout, "MariaDB to listen")
+    def stop_munge(self) -> int:
+        """An outage of munge: stop munged (by its pid). Every Slurm command and RPC fails until
+        :meth:`start_munge`. Its pid."""
+        pid = read_pid(self._pidfiles()["munged"])
+        if pid is None:
+            raise RuntimeError("munged has no pid file")
+        terminate(pid)
+        self.munge_socket.unlink(missing_ok=True)
+        return pid
+
+    def _start_dbd(self, timeout: float) -> None:
         self._run([self._bin("slurmdbd")])
         dbd_port = next(
             int(line.split("=", 1)[1])
-            for line in (r / "slurmdbd.conf").read_text().splitlines()
+            for line in (self.root / "slurmdbd.conf").read_text().splitlines()
             if line.startswith("DbdPort=")
         )
-        self._wait(lambda: _port_busy(dbd_port), timeout, "slurmdbd to listen")
-        cluster = next(
-            line.split("=", 1)[1]
-            for line in self.conf.read_text().splitlines()
-            if line.startswith("ClusterName=")
-        )
-        self._run([self._bin("sacctmgr"), "-i", "add", "cluster", cluster])
+        wait_until(lambda: port_busy(dbd_port), timeout, "slurmdbd to listen", self.logs)
+        self._run([self._bin("sacctmgr"), "-i", "add", "cluster", CLUSTER_NAME])
+
+    def start_controller(self) -> None:
+        """Start slurmctld (again: after :meth:`kill_controller`, it recovers its state)."""
+        self._run([self._bin("slurmctld"), "-f", str(self.conf)])
+
+    def kill_controller(self, *, saved: bool = True) -> int:
+        """A crash of the controller: SIGKILL slurmctld (by its pid). Its pid.
+
+        ``saved``: first wait until slurmctld has saved the changes made so far (see
+        :func:`wait_state_saved`), so the restarted controller knows what ran; without it, a job
+        started just before the crash comes back PENDING and its node is drained ("Duplicate jobid")."""
+        pid = read_pid(self._pidfiles()["slurmctld"])
+        if pid is None or not alive(pid):
+            raise RuntimeError("slurmctld does not run")
+        if saved:
+            wait_state_saved(self.root / "state", time.time())
+        kill_all([pid])
+        wait_until(lambda: not alive(pid), 30, "slurmctld to die", self.logs)
+        return pid
 
     def start_node(self, node: str) -> None:
         """Start the slurmd of ``node`` (again)."""
@@ -376,12 +314,8 @@ class LocalSlurm:
     def kill_node(self, node: str) -> int:
         """Lose ``node`` as a crashed host would: SIGKILL its slurmd (by its pid) and everything that ran
         there for Slurm (the slurmstepd and processes of the jobs on it). The slurmd's pid."""
-        listed = subprocess.run(
-            [self._bin("squeue"), "-h", "-w", node, "-o", "%i"],
-            env=self.env(), capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-        jobs = set(listed.stdout.split())
-        pid = _read_pid(self._pidfiles()[f"slurmd-{node}"])
+        jobs = set(self.run("squeue", "-h", "-w", node, "-o", "%i").stdout.split())
+        pid = read_pid(self._pidfiles()[f"slurmd-{node}"])
         if pid is None:
             raise RuntimeError(f"the slurmd of {node} has no pid file")
         with contextlib.suppress(ProcessLookupError):
@@ -392,47 +326,35 @@ class LocalSlurm:
                 f"SLURM_JOB_ID={job}".encode() in environ for job in jobs
             )
             if stepd or task:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(proc, signal.SIGKILL)
+                kill_all([proc])
         return pid
 
     def preempt(self, node: str, seconds: int = 3) -> str:
         """Submit a job of the higher-tier partition that takes all of ``node`` for ``seconds``: under
         preempt/partition_prio it preempts whatever runs there. Its job id."""
-        done = subprocess.run(
-            [self._bin("sbatch"), "--parsable", "-p", PARTITION_HIGH, "-w", node, "--exclusive", "-o", "/dev/null",
-             "--wrap", f"sleep {seconds}"],
-            env=self.env(), capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
-        return done.stdout.strip().split(";")[0]
+        return preempt_node(self.run, node, seconds)
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop every daemon by its pid (slurmds, slurmctld, munged): TERM, then KILL."""
         order = [k for k in self._pidfiles() if k.startswith("slurmd-")] + ["slurmctld"]
-        order += ["slurmdbd", "mariadbd"] if self.accounting else []
-        order += ["munged"]
+        order += ["slurmdbd"] if self.accounting else []
         files = self._pidfiles()
         for name in order:
-            pid = _read_pid(files[name])
-            if pid is None or not _alive(pid):
-                continue
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if _alive(pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            pid = read_pid(files[name])
+            if pid is not None:
+                terminate(pid, timeout)
+        if self.accounting:
+            self.db.stop(timeout)
+        pid = read_pid(files["munged"])
+        if pid is not None:
+            terminate(pid, timeout)
         self._reap_job_processes()
         if self.sockets != self.root:
             shutil.rmtree(self.sockets, ignore_errors=True)
 
     def _reap_job_processes(self) -> None:
         # A killed slurmd leaves its slurmstepd and the job's processes (batch script, srun, tasks) behind.
-        for proc, _, _ in self._job_processes():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(proc, signal.SIGKILL)
+        kill_all(proc for proc, _, _ in self._job_processes())
 
     def _job_processes(self) -> list[tuple[int, bytes, list[bytes]]]:
         """(pid, command line, environment entries) of the step daemons and job processes of THIS cluster.
@@ -461,49 +383,57 @@ class LocalSlurm:
 
     def _run(self, argv: Sequence[str]) -> None:
         # The daemons fork into the background and write their pid files; their own output goes to logs.
-        proc = subprocess.run(
-            list(argv), env=self.env(), capture_output=True, text=True, timeout=60, check=False
-        )
+        proc = self.run(*argv)
         if proc.returncode != 0:
             raise RuntimeError(
                 f"{Path(argv[0]).name} failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}"
-                f" (logs in {self.root / 'log'})"
+                f" (logs in {self.logs})"
             )
 
     def _all_idle(self) -> bool:
-        proc = subprocess.run(
-            [self._bin("sinfo"), "-h", "-N", "-o", "%N %t"],
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        if proc.returncode != 0:
-            return False
-        states = {}
-        for line in proc.stdout.splitlines():
-            parts = line.split()
-            if len(parts) == 2:
-                states[parts[0]] = parts[1]
-        return set(states) == set(self.node_names) and all(s == "idle" for s in states.values())
-
-    def _wait(self, ready: object, timeout: float, what: str) -> None:
-        assert callable(ready)
-        deadline = time.monotonic() + timeout
-        while not ready():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out waiting for {what} (logs in {self.root / 'log'})")
-            time.sleep(0.1)
+        return all_idle(self.run, self.node_names)
 
 
-def _port_busy(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+SAVE_MAX_WAIT = 5.0
+"""slurmctld saves a change of its state at most this many seconds later (``SAVE_MAX_WAIT`` of
+slurmctld/state_save.c), checking for work every second."""
+
+
+def wait_state_saved(state: Path, since: float) -> None:
+    """Wait until slurmctld has written its job state (``state/job_state``) after ``since`` (epoch
+    seconds), or until it must have written whatever changed before: ``SAVE_MAX_WAIT`` and its poll
+    later. Saving is not a command slurmctld takes; its file's time is what shows."""
+    deadline = since + SAVE_MAX_WAIT + 1.5
+    while time.time() < deadline:
         try:
-            s.bind(("127.0.0.1", port))
+            if (state / "job_state").stat().st_mtime > since:
+                return
         except OSError:
-            return True
-    return False
+            pass
+        time.sleep(0.1)
+
+
+def all_idle(run: Runner, nodes: Sequence[str]) -> bool:
+    """Whether ``sinfo`` (run by ``run``) shows every node of ``nodes`` idle."""
+    proc = run("sinfo", "-h", "-N", "-o", "%N %t", timeout=30)
+    if proc.returncode != 0:
+        return False
+    states = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            states[parts[0]] = parts[1]
+    return set(states) == set(nodes) and all(s == "idle" for s in states.values())
+
+
+def preempt_node(run: Runner, node: str, seconds: int) -> str:
+    """Submit (by ``run``) a job of the higher-tier partition that takes all of ``node`` for
+    ``seconds``: under preempt/partition_prio it preempts whatever runs there. Its job id."""
+    done = run("sbatch", "--parsable", "-p", PARTITION_HIGH, "-w", node, "--exclusive", "-o", "/dev/null",
+               "--wrap", f"sleep {seconds}")  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"sbatch of the preempting job failed: {done.stderr.strip()}")
+    return done.stdout.strip().split(";")[0]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,5 +1,9 @@
 """How an incarnation is named on Slurm: the job name (lossy, with a hash) and the comment that carries
-the full identity and the store's id. Pure."""
+the full identity (job id, epoch, the record's nonce) and the store's id. Pure.
+
+The nonce (SPEC §2.4) is in both: in the comment, so a reading of the job names the record's
+incarnation (a job id used again after a purge never binds the old record's job); in the name's hash,
+so the new record's incarnation gets a job name and a directory of its own."""
 
 from __future__ import annotations
 
@@ -33,14 +37,18 @@ _KEY_VALUE = re.compile(r"([a-z]+)=(\S*)")
 
 def native_name(identity: Identity) -> str:
     """``d-<job id, shortened>-<N>-<hash>``: deterministic, equal for one incarnation, distinct across
-    incarnations (the hash covers the full job id and N)."""
-    digest = hashlib.sha256(f"{identity.job_id}\0{identity.epoch.n}".encode()).hexdigest()[:10]
+    incarnations and records (the hash covers the full job id, N and the nonce; without a nonce, as
+    before nonces existed)."""
+    key = f"{identity.job_id}\0{identity.epoch.n}" + (f"\0{identity.nonce}" if identity.nonce else "")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     return f"d-{identity.job_id[:_MAX_ID_IN_NAME]}-{identity.epoch.n}-{digest}"
 
 
 def comment_for(identity: Identity, store_id: str) -> str:
     """The ``--comment`` carrying the full identity (job ids hold no space, so words are safe)."""
     words = [COMMENT_PREFIX, f"job={identity.job_id}", f"epoch={identity.epoch}"]
+    if identity.nonce:
+        words.append(f"nonce={identity.nonce}")
     if store_id:
         words.append(f"store={store_id}")
     return " ".join(words)
@@ -65,7 +73,9 @@ def parse_comment(comment: str) -> Marks | None:
         return None
     fields: dict[str, str] = {m.group(1): m.group(2) for w in words[1:] if (m := _KEY_VALUE.fullmatch(w))}
     try:
-        identity = Identity(fields.get("job", ""), Epoch.parse(fields.get("epoch", "")))
+        identity = Identity(
+            fields.get("job", ""), Epoch.parse(fields.get("epoch", "")), nonce=fields.get("nonce", "")
+        )
     except InvalidError:
         return None
     return Marks(identity, fields.get("store", ""), CANCEL_MARK in words)

@@ -1,8 +1,9 @@
 """Opening a Slurm cluster: read it with read-only commands and check the settings against it.
 
-Reads the version (refusing below 22.05), ``ClusterName``, the controller, whether accounting or a
-completion log is configured, whether preemption is, and the partitions; with ``container: pyxis``,
-whether srun knows ``--container-image``. Submits nothing.
+Reads the version (refusing below 22.05; it chooses the :class:`~dispatch_slurm.reader.Dialect` every
+later answer is read in), ``ClusterName``, the controller, whether accounting or a completion log is
+configured, whether preemption is, ``MinJobAge``, and the partitions; with ``container: pyxis``, whether
+srun knows ``--container-image``. Submits nothing.
 """
 
 from __future__ import annotations
@@ -11,13 +12,24 @@ import re
 from dataclasses import dataclass
 
 from dispatch.errors import InvalidError, UnavailableError, UnsupportedError
-from dispatch_slurm.settings import Settings
+from dispatch_slurm.answers import answer
+from dispatch_slurm.reader import Dialect, dialect_of
+from dispatch_slurm.settings import Settings, unfit_path
 from dispatch_slurm.transport import LocalTransport, SshTransport
 
-__all__ = ["MIN_VERSION", "ClusterInfo", "Partition", "parse_config", "parse_partitions", "read_cluster"]
+__all__ = [
+    "MIN_VERSION",
+    "ClusterInfo",
+    "Partition",
+    "accounting_of",
+    "parse_config",
+    "parse_partitions",
+    "read_cluster",
+]
 
 MIN_VERSION = (22, 5)
 _LINE = re.compile(r"^(\S+)\s*=\s*(.*)$")
+_UNSET = frozenset({"", "(null)", "none"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +54,13 @@ class ClusterInfo:
     partitions: tuple[Partition, ...]
     container_plugin: bool
     workdir: str
+    min_job_age: int = 300
+    """Seconds an ended job stays in ``squeue`` (``MinJobAge``); after that only accounting or the
+    completion log knows it."""
+
+    @property
+    def dialect(self) -> Dialect:
+        return dialect_of(self.version)
 
     @property
     def cluster_id(self) -> str:
@@ -91,6 +110,18 @@ def parse_partitions(text: str) -> tuple[Partition, ...]:
     return tuple(parts)
 
 
+def accounting_of(config: dict[str, str]) -> bool:
+    """Whether accounting (a database ``sacct`` reads) is configured: ``AccountingStorageType`` names a
+    plugin other than ``none`` (22.05 prints ``accounting_storage/none`` when it is off, 24.11 ``(null)``)."""
+    value = config.get("AccountingStorageType", "").strip()
+    return value.lower() not in _UNSET and value.rsplit("/", 1)[-1].lower() != "none"
+
+
+def _seconds(text: str, default: int) -> int:
+    m = re.match(r"\s*(\d+)", text)
+    return int(m.group(1)) if m else default
+
+
 def _version(text: str) -> tuple[int, int]:
     m = re.match(r"(\d+)\.(\d+)", text)
     if not m:
@@ -101,16 +132,12 @@ def _version(text: str) -> tuple[int, int]:
 async def read_cluster(settings: Settings, transport: LocalTransport | SshTransport) -> ClusterInfo:
     """Read the cluster and check ``settings`` against it (``UnsupportedError``/``InvalidError``)."""
     shown = await transport.run(["scontrol", "show", "config"])
-    if not shown.ok:
-        raise UnavailableError(f"cannot read the Slurm cluster's configuration: {shown.error()}")
-    config = parse_config(shown.stdout)
+    config = parse_config(answer(shown, "read the Slurm cluster's configuration"))
     version = config.get("SLURM_VERSION", "")
     if _version(version) < MIN_VERSION:
         raise UnsupportedError(f"Slurm {version} is older than 22.05, the oldest the slurm adapter supports")
     listed = await transport.run(["scontrol", "show", "partition", "-o"])
-    if not listed.ok:
-        raise UnavailableError(f"cannot list the Slurm partitions: {listed.error()}")
-    partitions = parse_partitions(listed.stdout)
+    partitions = parse_partitions(answer(listed, "list the Slurm partitions"))
     names = [p.name for p in partitions]
     if settings.partition is not None and settings.partition not in names:
         raise InvalidError(
@@ -127,6 +154,8 @@ async def read_cluster(settings: Settings, transport: LocalTransport | SshTransp
         if not home.ok or not home.stdout.strip().startswith("/"):
             raise InvalidError("no workdir set and $HOME is unknown on the login node", path="workdir")
         workdir = home.stdout.strip().rstrip("/") + "/.dispatch/slurm"
+        if (why := unfit_path(workdir)) is not None:
+            raise InvalidError(f"$HOME on the login node {why}; set workdir", path="workdir")
     controller = config.get("SlurmctldHost[0]", "")
     controller = controller.split("(")[0] or "unknown"
     port = config.get("SlurmctldPort", "")
@@ -134,11 +163,11 @@ async def read_cluster(settings: Settings, transport: LocalTransport | SshTransp
         version=version,
         cluster_name=config.get("ClusterName", "") or "unnamed",
         controller=f"{controller}:{port}" if port else controller,
-        accounting=config.get("AccountingStorageType", "accounting_storage/none")
-        != "accounting_storage/none",
-        jobcomp=config.get("JobCompType", "jobcomp/none") == "jobcomp/filetxt",
+        accounting=accounting_of(config),
+        jobcomp=config.get("JobCompType", "").strip() == "jobcomp/filetxt",
         preemption=config.get("PreemptType", "preempt/none") != "preempt/none",
         partitions=partitions,
         container_plugin=container,
         workdir=workdir,
+        min_job_age=_seconds(config.get("MinJobAge", ""), 300),
     )

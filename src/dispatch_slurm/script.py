@@ -3,6 +3,11 @@
 The script is the whole request: ``#SBATCH`` lines for what Slurm allocates, then the job's environment,
 the rendezvous variables, and the command under ``srun`` on every node, each node writing its own
 output file under the incarnation's directory. Whatever cannot be expressed is refused, naming it.
+
+Nothing a user or a setting writes reaches the script unquoted: an ``#SBATCH`` value is one double-quoted
+word of sbatch's own option parser (``"`` and ``\\`` escaped; it expands nothing), a path Slurm expands
+patterns in has its ``%`` doubled, and the shell's part is :func:`shlex.quote`'d (a command item may hold
+newlines: a multi-line ``sh -c`` script is common).
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from typing import Any
 from dispatch.errors import InvalidError
 from dispatch.execlimits import check_exec
 from dispatch.model import Identity, Image, JobSpec, SharedCheckpoint
+from dispatch.model.declare import key_path
 from dispatch_slurm.behaviour import SCRIPT_ENV, to_shell
 from dispatch_slurm.naming import comment_for, native_name
-from dispatch_slurm.settings import HOLD_BASE, Settings
+from dispatch_slurm.settings import HOLD_BASE, Settings, unfit_path
 
 __all__ = [
     "ACCEPTED_EXTENSIONS",
@@ -27,6 +33,7 @@ __all__ = [
     "job_dir",
     "node_output",
     "refusals",
+    "sbatch_word",
 ]
 
 ACCEPTED_EXTENSIONS = frozenset({Image.NAME, SharedCheckpoint.NAME})
@@ -62,20 +69,46 @@ def refusals(spec: JobSpec, settings: Settings, *, container_plugin: bool, share
     for name in spec.extensions:
         if scripted(spec, settings) and (name == Image.NAME or name.startswith(STAND_IN_NAMESPACE)):
             continue  # a stand-in of a scripted job (behaviourScripts): not used
+        path = key_path("extensions", name)
         if name == Image.NAME:
             if settings.container == "none":
                 reasons.append(
-                    f"{Image.NAME}: this cluster runs jobs without containers (settings container: none); "
+                    f"{path}: this cluster runs jobs without containers (settings container: none); "
                     "remove the image or use a cluster with pyxis (container: pyxis)"
                 )
             elif not container_plugin:
-                reasons.append(f"{Image.NAME}: container: pyxis is set but the cluster has no pyxis plugin")
+                reasons.append(f"{path}: container: pyxis is set but the cluster has no pyxis plugin")
         elif name == SharedCheckpoint.NAME:
             if not shared_workdir:
-                reasons.append(f"{SharedCheckpoint.NAME}: the workdir is not shared by every node")
+                reasons.append(f"{path}: the workdir is not shared by every node")
         else:
-            reasons.append(f"extension {name!r} is not supported by the slurm adapter")
+            # Refused, never ignored (SPEC §13): a job that asked for something it would not get.
+            what = (
+                "a Kubernetes-only extension (Kubeflow Trainer's), which a Slurm job file leaves out; "
+                if name.startswith(STAND_IN_NAMESPACE)
+                else ""
+            )
+            reasons.append(
+                f"{path}: {what}the slurm adapter accepts {SharedCheckpoint.NAME} and, on a cluster with "
+                f"pyxis (container: pyxis), {Image.NAME}"
+            )
     return reasons
+
+
+def sbatch_word(value: str) -> str:
+    """``value`` as one argument of an ``#SBATCH`` line: sbatch's parser groups a double-quoted word
+    and takes the character after a backslash as it is, and expands nothing (no shell reads the line).
+    A line cannot carry a line break or NUL: those are refused where the value enters (the settings)."""
+    if "\n" in value or "\r" in value or "\x00" in value:
+        raise InvalidError(
+            f"{value[:60]!r}: an #SBATCH line cannot carry a line break or NUL", path="workdir"
+        )
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _pattern(path: str) -> str:
+    """``path`` as an output file name Slurm expands ``%`` patterns in (``%%`` is a ``%``)."""
+    return path.replace("%", "%%")
 
 
 def _time(seconds: int) -> str:
@@ -101,16 +134,18 @@ def build_request(
     the script ``sbatch`` reads on stdin."""
     name = native_name(identity)
     comment = comment_for(identity, store_id)
+    if (why := unfit_path(workdir)) is not None:
+        raise InvalidError(why, path="workdir")
     directory = job_dir(workdir, identity)
     procs = spec.procs_per_node or 1
     lines = [
         "#!/bin/bash",
-        f"#SBATCH --job-name={name}",
-        f'#SBATCH --comment="{comment}"',
+        f"#SBATCH --job-name={sbatch_word(name)}",
+        f"#SBATCH --comment={sbatch_word(comment)}",
         f"#SBATCH --nodes={spec.nodes}",
         f"#SBATCH --ntasks-per-node={procs}",
-        f"#SBATCH --output={directory}/batch.out",
-        f"#SBATCH --chdir={directory}",
+        f"#SBATCH --output={sbatch_word(_pattern(directory + '/batch.out'))}",
+        f"#SBATCH --chdir={sbatch_word(directory)}",
         "#SBATCH --export=NONE",
         "#SBATCH --no-requeue" if settings.requeue == "dispatch" else "#SBATCH --requeue",
     ]
@@ -122,7 +157,7 @@ def build_request(
         ("qos", settings.qos),
     ):
         if value:
-            lines.append(f"#SBATCH --{flag}={value}")
+            lines.append(f"#SBATCH --{flag}={sbatch_word(value)}")
     res = settings.resources_per_node
     if res.cpus:
         lines.append(f"#SBATCH --cpus-per-task={res.cpus}")
@@ -148,13 +183,19 @@ def build_request(
     lines += ["", "# --export=NONE: the job sees its own environment, not the submitter's."]
     lines.append(f'export PATH="${{PATH:-{_DEFAULT_PATH}}}"')
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    node_out = shlex.quote(_pattern(directory) + "/node-%n.out")
     lines += [
-        "# Rendezvous: the first node is the master; every task learns its ranks from srun.",
-        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-        f"MASTER_PORT=$(( {MASTER_PORT_BASE} + SLURM_JOB_ID % 20000 ))",
+        "# Rendezvous: the master is node 0 (the batch host, the allocation's first node), at its NodeAddr —",
+        "# the address the other nodes reach it at; a NodeName (n1) need not resolve anywhere.",
+        'first="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        "MASTER_ADDR=\"$(scontrol -o show node \"$first\" 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')\"",
+        'MASTER_ADDR="${MASTER_ADDR:-$first}"',
+        "# The job's own MASTER_PORT (its env) if it has one, else one per job id.",
+        f'MASTER_PORT="${{MASTER_PORT:-$(( {MASTER_PORT_BASE} + SLURM_JOB_ID % 20000 ))}}"',
         f"WORLD_SIZE={spec.nodes * procs}",
-        "export MASTER_ADDR MASTER_PORT WORLD_SIZE",
-        f"exec srun --export=ALL --kill-on-bad-exit=1 --output={directory}/node-%n.out{srun_extra} \\",
+        f"LOCAL_WORLD_SIZE={procs}",
+        "export MASTER_ADDR MASTER_PORT WORLD_SIZE LOCAL_WORLD_SIZE",
+        f"exec srun --export=ALL --kill-on-bad-exit=1 --output={node_out}{srun_extra} \\",
         f"  bash -c {shlex.quote(_TASK)} dispatch-task {shlex.join(command)}",
     ]
     return {

@@ -7,6 +7,7 @@ declaration kit (:mod:`dispatch.model.declare`); ``docs/slurm-configuration.md``
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
@@ -15,7 +16,7 @@ from msgspec import Meta
 from dispatch.errors import InvalidError
 from dispatch.model.declare import Duration, Model, check_declared, json_schema, load_json
 
-__all__ = ["HOLD_BASE", "Resources", "Settings", "Ssh", "parse_settings", "schema"]
+__all__ = ["HOLD_BASE", "Resources", "Settings", "Ssh", "parse_settings", "schema", "unfit_path"]
 
 HOLD_BASE = 315_576_000
 """Seconds a hold pushes a job's start time into the future: ten Julian years, as the Go original."""
@@ -23,7 +24,7 @@ HOLD_BASE = 315_576_000
 MAX_OUTPUT_TAIL_LINES = 10_000
 
 _NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
-_ABSOLUTE = r"^/.*$"
+_ABSOLUTE = r"^/"
 _MEMORY = r"^[0-9]{1,12}[KMGT]?$"
 _HOST = r"^[A-Za-z0-9._:-]{1,253}$"
 
@@ -34,6 +35,19 @@ AbsolutePath = Annotated[
     str, Meta(pattern=_ABSOLUTE, max_length=4096, extra={"expected": "an absolute path"})
 ]
 DEFAULT_POLL = Duration("5s")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_NAMES = {"\x00": "NUL", "\n": "a newline", "\r": "a carriage return", "\t": "a tab"}
+
+
+def unfit_path(path: str) -> str | None:
+    """Why ``path`` cannot be a job's directory, or ``None``: an ``#SBATCH`` line ends at a newline and
+    cannot carry NUL, and no control character belongs in a path the script writes (every other
+    character is quoted: ``"`` and ``\\`` escaped, ``%`` doubled)."""
+    found = _CONTROL.search(path)
+    if found is None:
+        return None
+    name = _CONTROL_NAMES.get(found.group(), f"the control character {found.group()!r}")
+    return f"must not contain {name} (at character {found.start()}): an #SBATCH line cannot carry it"
 
 
 class Ssh(Model, frozen=True):
@@ -146,6 +160,9 @@ class Settings(Model, frozen=True):
             raise InvalidError("transport: ssh needs ssh: {host, knownHosts, ...}", path="ssh")
         if self.transport == "local" and self.ssh is not None:
             raise InvalidError("ssh is only used with transport: ssh", path="ssh")
+        for path, value in (("workdir", self.workdir), ("slurmConf", self.slurm_conf)):
+            if value is not None and (why := unfit_path(value)) is not None:
+                raise InvalidError(why, path=path)
         if not 0.1 <= self.poll_interval <= 3600:
             raise InvalidError(
                 f"{self.poll_interval.text!r} is out of range: from 100ms to 1h", path="pollInterval"

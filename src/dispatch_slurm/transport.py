@@ -14,32 +14,30 @@ import shlex
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from dispatch.errors import InvalidError, PermissionDeniedError, UnavailableError
+from dispatch_slurm.answers import Result
 from dispatch_slurm.settings import Settings, Ssh
 
-__all__ = ["LocalTransport", "Result", "SshTransport", "Transport", "open_transport"]
+__all__ = ["CommandLostError", "LocalTransport", "Result", "SshTransport", "Transport", "open_transport"]
 
 COMMAND_TIMEOUT = 60.0
 _SSH_UNREACHABLE = 255
+# ssh's words for a connection that never opened: the command did not run.
+_SSH_NEVER_CONNECTED = (
+    "Could not resolve hostname",
+    "connect to host",
+    "Connection refused",
+    "No route to host",
+    "Network is unreachable",
+    "Connection timed out during banner exchange",
+)
 
 
-@dataclass(frozen=True, slots=True)
-class Result:
-    argv: tuple[str, ...]
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
-
-    def error(self) -> str:
-        text = (self.stderr.strip() or self.stdout.strip()).splitlines()
-        return f"{self.argv[0]} exited {self.returncode}: {' / '.join(text[-3:]) or 'no message'}"
+class CommandLostError(UnavailableError):
+    """A command that may have run, whose answer was lost: it timed out, or the ssh connection broke
+    after it was sent. A reading takes it as unreachable; a write's effect is unknown."""
 
 
 class Transport(Protocol):
@@ -48,7 +46,12 @@ class Transport(Protocol):
     name: str
     counts: dict[str, int]
 
-    async def run(self, argv: Sequence[str], *, stdin: str | None = None) -> Result: ...
+    async def run(
+        self, argv: Sequence[str], *, stdin: str | None = None, env: Mapping[str, str] | None = None
+    ) -> Result:
+        """Run ``argv`` (with ``env`` added to its environment); :class:`CommandLostError` when it
+        timed out or its connection broke, ``UnavailableError`` when it could not be run at all."""
+        ...
 
     async def stream(self, argv: Sequence[str]) -> asyncio.subprocess.Process:
         """Start a long-running command (``tail -F``) whose stdout the caller reads."""
@@ -75,10 +78,12 @@ async def _communicate(
     try:
         async with asyncio.timeout(COMMAND_TIMEOUT):
             out, err = await proc.communicate(stdin.encode() if stdin is not None else None)
-    except BaseException:
+    except BaseException as exc:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+        if isinstance(exc, TimeoutError):
+            raise CommandLostError(f"{shown[0]} did not answer within {COMMAND_TIMEOUT:g} s") from None
         raise
     assert proc.returncode is not None
     return Result(shown, proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
@@ -95,9 +100,11 @@ class LocalTransport:
             self._env["SLURM_CONF"] = slurm_conf
         self.counts: dict[str, int] = {}
 
-    async def run(self, argv: Sequence[str], *, stdin: str | None = None) -> Result:
+    async def run(
+        self, argv: Sequence[str], *, stdin: str | None = None, env: Mapping[str, str] | None = None
+    ) -> Result:
         self.counts[argv[0]] = self.counts.get(argv[0], 0) + 1
-        return await _communicate(argv, self._env, stdin, tuple(argv))
+        return await _communicate(argv, {**self._env, **(env or {})}, stdin, tuple(argv))
 
     async def stream(self, argv: Sequence[str]) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
@@ -145,19 +152,23 @@ class SshTransport:
         self._host = ssh.host
         self.counts: dict[str, int] = {}
 
-    def _argv(self, argv: Sequence[str]) -> list[str]:
-        return [*self._base, self._prefix + shlex.join(argv)]
+    def _argv(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+        assigned = "".join(f"{k}={shlex.quote(v)} " for k, v in (env or {}).items())
+        return [*self._base, self._prefix + assigned + shlex.join(argv)]
 
-    async def run(self, argv: Sequence[str], *, stdin: str | None = None) -> Result:
+    async def run(
+        self, argv: Sequence[str], *, stdin: str | None = None, env: Mapping[str, str] | None = None
+    ) -> Result:
         self.counts[argv[0]] = self.counts.get(argv[0], 0) + 1
-        result = await _communicate(self._argv(argv), None, stdin, tuple(argv))
+        result = await _communicate(self._argv(argv, env), None, stdin, tuple(argv))
         if result.returncode == _SSH_UNREACHABLE:
             text = result.stderr.strip()
+            last = text.splitlines()[-1] if text else "no message"
             if "Host key verification failed" in text or "Permission denied" in text:
-                raise PermissionDeniedError(f"ssh to {self._host} refused: {text.splitlines()[-1]}")
-            raise UnavailableError(
-                f"ssh to {self._host} failed: {text.splitlines()[-1] if text else 'no message'}"
-            )
+                raise PermissionDeniedError(f"ssh to {self._host} refused: {last}")
+            if any(words in text for words in _SSH_NEVER_CONNECTED):
+                raise UnavailableError(f"ssh to {self._host} failed: {last}")
+            raise CommandLostError(f"ssh to {self._host} broke off: {last}")
         return result
 
     async def stream(self, argv: Sequence[str]) -> asyncio.subprocess.Process:

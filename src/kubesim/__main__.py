@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import TextIO
 
 from kubesim.auth import READONLY
 from kubesim.clock import RealClock
+from kubesim.controllers.processes import ProcessMode
 from kubesim.kubeconfig import claim_kubeconfig
 from kubesim.requestlog import RequestRecord
 from kubesim.sim import Simulator
@@ -89,6 +91,23 @@ def _parser() -> argparse.ArgumentParser:
         help="an API server only: CRD defaulting, schema and CEL validation; no controllers, fixtures or nodes",
     )
     s.add_argument(
+        "--processes",
+        action="store_true",
+        help="run each pod's command as a local process (pods with a behaviour script keep running it)",
+    )
+    s.add_argument(
+        "--processes-workdir",
+        default=".",
+        metavar="DIR",
+        help="with --processes: the directory the pods' processes run in (default: the current one)",
+    )
+    s.add_argument(
+        "--volumes-dir",
+        default=None,
+        metavar="DIR",
+        help="with --processes: where volumes keep their files (default: kubesim-volumes beside the kubeconfig)",
+    )
+    s.add_argument(
         "--request-log",
         default=None,
         metavar="FILE",
@@ -110,6 +129,10 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
     if args.speed <= 0:
         raise SystemExit(f"--speed must be > 0, got {args.speed}")
     claimed = claim_kubeconfig(Path(args.kubeconfig))  # noqa: F841 - held until serve returns
+    processes = None
+    if getattr(args, "processes", False):
+        volumes = args.volumes_dir or os.path.join(os.path.dirname(args.kubeconfig) or ".", "kubesim-volumes")
+        processes = ProcessMode.at(args.processes_workdir, volumes)
     sim = Simulator(
         clock=RealClock(args.speed),
         controllers=None if getattr(args, "controllers", True) else [],
@@ -123,6 +146,7 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
         recreate_jobset_while_deleting=getattr(args, "recreate_jobset_while_deleting", True),
         node_recovery=getattr(args, "node_recovery", None),
         node_recovery_after=getattr(args, "node_recovery_after", 60.0),
+        processes=processes,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -141,6 +165,8 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
         async with sim:
             path = sim.write_kubeconfig(Path(args.kubeconfig))
             mode = "kueue " + ("on" if args.kueue else "off")
+            if processes is not None:
+                mode += f", processes in {processes.workdir}, volumes in {processes.volumes}"
             if not getattr(args, "controllers", True):
                 mode = "API server only, no controllers"
             print(f"kubesim serving {sim.url} (speed x{args.speed:g}, {mode})", flush=True)

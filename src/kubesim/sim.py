@@ -42,6 +42,7 @@ from kubesim.tls import SelfSignedCert, make_self_signed
 
 if TYPE_CHECKING:
     from kubesim.controllers.actions import Actions
+    from kubesim.controllers.processes import ProcessMode
 
 __all__ = ["ADMIN_TOKEN", "Controller", "SettleError", "Simulator"]
 
@@ -92,6 +93,7 @@ class Simulator:
         recreate_jobset_while_deleting: bool = True,
         node_recovery: str | None = None,
         node_recovery_after: float = 60.0,
+        processes: ProcessMode | None = None,
     ) -> None:
         self.clock: Clock = clock if clock is not None else ManualClock()
         self.store = ObjectStore(self.clock, history_limit=history_limit)
@@ -125,6 +127,9 @@ class Simulator:
             raise ValueError(f"node_recovery_after must be >= 0 seconds, got {node_recovery_after}")
         self.node_recovery = node_recovery
         self.node_recovery_after = node_recovery_after
+        # The kubelet's processes mode: pods without a behaviour script run their command as local
+        # processes (read by the kubelet and the volume provisioner at attach).
+        self.processes = processes
         # API groups this cluster does not serve (as if their CRDs were not installed); without Kueue
         # the kueue.x-k8s.io group is absent from discovery, like on a cluster without Kueue.
         self.disabled_groups: set[str] = set(disabled_groups)
@@ -205,6 +210,10 @@ class Simulator:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._background
             self._background = None
+        for c in self.controllers:  # the kubelet's processes end with the cluster
+            close = getattr(c, "close", None)
+            if close is not None:
+                await close()
         self.logs.end_followers()
         await self.server.stop()
 

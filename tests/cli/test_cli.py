@@ -449,6 +449,16 @@ def test_a_relative_kubeconfig_resolves_from_the_config_file(tmp_path: Path) -> 
     assert load_config(str(sub / "abs.yaml"), environ={}).settings["kubeconfig"] == "/etc/kc.yaml"
 
 
+def test_a_kubeconfig_under_home_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``~/…`` names the home directory's file (it was kept as written, and no file is called ``~``)."""
+    from dispatch.cli.config import load_config
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "c.yaml").write_text("adapter: kubeflow\nsettings: {kubeconfig: ~/.kube/dev}\n")
+    cf = load_config(str(tmp_path / "c.yaml"), environ={})
+    assert cf.settings["kubeconfig"] == str(tmp_path / "home" / ".kube" / "dev")
+
+
 # ---------------------------------------------------------------------- every failure is one line
 
 

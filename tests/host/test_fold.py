@@ -323,3 +323,32 @@ def test_a_cancelled_by_user_record_that_ends_ends_cancelled(
     new, _ = fold(rec, observation, now=NOW)
     if rec.cancel_requested and not rec.outcome.terminal and new.outcome.terminal:
         assert (new.state, new.outcome.cause) == (State.CANCELLED, Cause.CANCELLED)
+
+
+def _exited(code: int, state: State = State.FAILED) -> Observation:
+    ev = Evidence("Pod", "job-a-1", reason="Error", exit_code=code)
+    return Observation(handle(), Outcome(state, Cause.EXIT_CODE, (ev,)), at=NOW - 1, compute=Compute.GONE)
+
+
+@pytest.mark.parametrize("disruption", [Cause.PREEMPTED, Cause.EVICTED, Cause.NODE_LOST])
+def test_nodes_torn_down_after_a_disruption_keep_its_cause(disruption: Cause) -> None:
+    """One node preempted; the other ranks die of the SIGTERM that follows (143) and the job fails: it
+    failed of the preemption, whichever reading came last (the preempted pod may be gone by then)."""
+    seen = record(
+        outcome=Outcome(State.RUNNING, disruption, (Evidence("Pod", "job-a-0", reason="Preempted"),))
+    )
+    running, _ = fold(seen, _exited(143, State.RUNNING), now=NOW)
+    assert (running.state, running.outcome.cause) == (State.RUNNING, disruption)
+    again, _ = fold(running, _exited(143, State.RUNNING), now=NOW + 1)
+    assert again is running  # the same reading again adds nothing (no evidence piling up)
+    ended, _ = fold(running, _exited(137), now=NOW + 2)
+    assert (ended.state, ended.outcome.cause) == (State.FAILED, disruption)
+    assert [e.reason for e in ended.outcome.evidence] == ["Preempted", "Error", "Error"]
+
+
+def test_a_program_that_exits_of_its_own_after_a_disruption_is_its_own_cause() -> None:
+    seen = record(
+        outcome=Outcome(State.RUNNING, Cause.PREEMPTED, (Evidence("Pod", "job-a-0", reason="Preempted"),))
+    )
+    ended, _ = fold(seen, _exited(1), now=NOW)
+    assert (ended.state, ended.outcome.cause) == (State.FAILED, Cause.EXIT_CODE)

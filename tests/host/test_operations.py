@@ -109,11 +109,13 @@ def test_json_log_lines_carry_the_context_and_never_a_secret() -> None:
             "error connecting in 'pool-1': password authentication failed"
         )
         logging.getLogger("psycopg.pool").info("connection ok")  # a library's INFO: not shown
+        logging.getLogger("dispatch_slurm.backend").info("submitted Slurm job 7")  # every adapter's too
     finally:
         logging.getLogger().removeHandler(handler)
     lines = [json.loads(x) for x in stream.getvalue().splitlines()]
-    assert len(lines) == 3
+    assert len(lines) == 4
     assert (lines[2]["logger"], lines[2]["level"]) == ("psycopg.pool", "warning")
+    assert lines[3]["logger"] == "dispatch_slurm.backend" and lines[3]["message"] == "submitted Slurm job 7"
     first = lines[0]
     assert first["level"] == "info" and first["logger"] == "dispatch.supervise"
     assert (first["job_id"], first["epoch"], first["action"], first["cause"]) == (

@@ -1,6 +1,7 @@
-"""What no cluster can run is refused where it enters, with the path: NUL and line breaks in the
-command and the environment, a job id that reads as a command-line option, an opaque extension value
-that is not JSON. Values that would otherwise be stored and then fail on the cluster, or on read-back."""
+"""What no cluster can run is refused where it enters, with the path: NUL in the command, NUL and line
+breaks in the environment, a job id that reads as a command-line option, an opaque extension value
+that is not JSON. Values that would otherwise be stored and then fail on the cluster, or on read-back.
+A command item may hold line breaks (a multi-line ``sh -c`` script): every adapter passes it quoted."""
 
 from __future__ import annotations
 
@@ -22,13 +23,18 @@ def refused(fn: object) -> InvalidError:
     return info.value
 
 
-@pytest.mark.parametrize(
-    ("char", "words"), [("\x00", "NUL"), ("\n", "a newline"), ("\r", "a carriage return")]
-)
-def test_a_command_item_with_nul_or_a_line_break_is_refused_with_its_index(char: str, words: str) -> None:
-    err = refused(lambda: JobSpec(command=("python", f"-c{char}print(1)")))
+def test_a_command_item_with_nul_is_refused_with_its_index() -> None:
+    err = refused(lambda: JobSpec(command=("python", "-c\x00print(1)")))
     assert err.path == "command[1]"
-    assert words in err.detail
+    assert "NUL" in err.detail
+
+
+def test_a_command_item_with_line_breaks_is_accepted_and_survives_its_json_form() -> None:
+    spec = JobSpec(command=("sh", "-c", "set -e\necho one\r\necho 'two'\n"))
+    assert JobSpec.loads(spec.dumps()) == spec
+    assert (
+        JobSpec.loads('command: [sh, -c, "echo a\\necho b"]\n', format="yaml").command[2] == "echo a\necho b"
+    )
 
 
 @pytest.mark.parametrize("char", ["\x00", "\n", "\r"])

@@ -1,4 +1,5 @@
-"""The backend conformance suite (dispatch.conformance) on a real Slurm, over the local and ssh transports.
+"""The backend conformance suite (dispatch.conformance) on every Slurm version (``site``): this host's 22.05
+over the local transport, 24.11 and 26.05 in Debian roots over ssh to their login node.
 
 The harness's job waits for a control file (in the cluster's shared workdir) and then does what the
 file says: exit with a code, or allocate past its memory limit. Events a real Slurm has are caused for
@@ -11,19 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from slurm_fixtures import Sshd
+from slurm_fixtures import Site
 
 from dispatch import Backend, Handle, JobSpec
 from dispatch.conformance import *  # noqa: F403  (the checks: test_conformance_*)
 from dispatch.conformance import BaseHarness
 from dispatch_slurm import SlurmBackend, open_backend, parse_settings
-from dispatch_slurm.localslurm import LocalSlurm
 
 pytestmark = pytest.mark.timeout(400)  # Slurm keeps time limits in minutes: the timeout check waits ~1-2 min
 
@@ -36,24 +35,6 @@ CONTROL = (
 )
 
 
-def settings(slurm: LocalSlurm, sshd: Sshd | None = None) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "slurmConf": str(slurm.conf),
-        "workdir": str(slurm.workdir),
-        "pollInterval": "500ms",
-    }
-    if sshd is not None:
-        base["transport"] = "ssh"
-        base["ssh"] = {
-            "host": "127.0.0.1",
-            "port": sshd.port,
-            "user": "root",
-            "identityFile": str(sshd.identity_file),
-            "knownHosts": str(sshd.known_hosts),
-        }
-    return base
-
-
 class SlurmHarness(BaseHarness):
     name = "slurm"
     injects = frozenset({"succeed", "fail", "oom", "preempt", "lose_node"})
@@ -61,10 +42,11 @@ class SlurmHarness(BaseHarness):
     patience = 200.0
     lingers = False  # a cancelled job may be gone before scancel returns
 
-    def __init__(self, slurm: LocalSlurm, raw: dict[str, Any]) -> None:
-        self.slurm = slurm
-        self.raw = raw
-        self.control = slurm.workdir / "control"
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self.slurm = site.cluster
+        self.raw: dict[str, Any] = site.settings()
+        self.control = self.slurm.workdir / "control"
         self.control.mkdir(parents=True, exist_ok=True)
         self.opened: list[Backend] = []
         self.killed: set[str] = set()
@@ -110,7 +92,7 @@ class SlurmHarness(BaseHarness):
         self.killed.add(node)
 
     def _slurm(self, argv: list[str]) -> str:
-        return subprocess.run(argv, env=self.slurm.env(), capture_output=True, text=True, check=True).stdout
+        return self.site.slurm(*argv)
 
     async def settle(self) -> None:
         # Slurm works in real time: a settle is a short real wait (a poll interval is 500 ms).
@@ -140,15 +122,14 @@ class SlurmHarness(BaseHarness):
             self._slurm(["scancel", *left])
 
 
-@pytest_asyncio.fixture(params=["local", "ssh"])
-async def harness(request: pytest.FixtureRequest, slurm: LocalSlurm) -> AsyncIterator[SlurmHarness]:
-    sshd = request.getfixturevalue("sshd") if request.param == "ssh" else None
-    h = SlurmHarness(slurm, settings(slurm, sshd))
+@pytest_asyncio.fixture
+async def harness(site: Site) -> AsyncIterator[SlurmHarness]:
+    h = SlurmHarness(site)
     yield h
     await h.close()
 
 
-def test_the_slurm_harness_is_a_harness(slurm: LocalSlurm) -> None:
+def test_the_slurm_harness_is_a_harness(site: Site) -> None:
     from dispatch.conformance import Harness
 
-    assert isinstance(SlurmHarness(slurm, settings(slurm)), Harness)
+    assert isinstance(SlurmHarness(site), Harness)

@@ -1,32 +1,32 @@
-"""Each scenario of SPEC §13 on the real local Slurm: the state and cause dispatch reports, with the
-Slurm job id, state, reason and exit code in the evidence."""
+"""Each scenario of SPEC §13 on every Slurm version (``site``: 22.05 here, 24.11 and 26.05 in Debian roots
+over ssh): the state and cause dispatch reports, with the Slurm job id, state, reason and exit code in
+the evidence."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from slurm_fixtures import Site
 
-from dispatch import ConflictError, JobSpec
+from dispatch import ConflictError, JobSpec, NotFoundError
 from dispatch.backend import place
-from dispatch.model import Cause, Identity, Observation, State
+from dispatch.model import Cause, Handle, Identity, Observation, State
 from dispatch_slurm import SlurmBackend, StaleHoldError, open_backend, parse_settings
-from dispatch_slurm.jobs import parse_squeue
-from dispatch_slurm.localslurm import LocalSlurm
+from dispatch_slurm.reader import parse_squeue
 from dispatch_slurm.script import node_output
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest_asyncio.fixture
-async def backend(slurm: LocalSlurm) -> AsyncIterator[SlurmBackend]:
-    raw = {"slurmConf": str(slurm.conf), "workdir": str(slurm.workdir), "pollInterval": "500ms"}
-    b = await open_backend(parse_settings(json.dumps(raw)))
+async def backend(site: Site) -> AsyncIterator[SlurmBackend]:
+    b = await open_backend(parse_settings(json.dumps(site.settings())))
     yield b
     await b.close()
 
@@ -62,10 +62,6 @@ def evidence(obs: Observation, handle: object) -> dict[str, object]:
     return {"reason": ev.reason, "exit": ev.exit_code, "node": ev.node, "output": ev.output}
 
 
-def slurm_cmd(slurm: LocalSlurm, *argv: str) -> str:
-    return subprocess.run(list(argv), env=slurm.env(), capture_output=True, text=True, check=True).stdout
-
-
 async def test_success_on_two_nodes(backend: SlurmBackend) -> None:
     h = await place(backend, sh("echo hello from $NODE_RANK of $WORLD_SIZE", nodes=2), ident("ok"))
     obs = await final(backend, h)
@@ -99,7 +95,7 @@ def _append(path: str, line: str) -> None:
 
 
 async def test_a_memory_message_written_after_the_job_ended_still_names_the_memory(
-    backend: SlurmBackend, slurm: LocalSlurm
+    backend: SlurmBackend, site: Site
 ) -> None:
     """slurmstepd's "exceeded memory limit" can reach the output after Slurm reports the job FAILED (seen
     under load): a SIGKILLed step's job stays running while the line may still come, and is read
@@ -111,7 +107,7 @@ async def test_a_memory_message_written_after_the_job_ended_still_names_the_memo
     assert (ending.state, ending.cause) == (State.RUNNING, Cause.NONE), ending.outcome
     assert "memory" in ending.outcome.evidence[0].message
     _append(
-        node_output(str(slurm.workdir), late.identity, 0),
+        node_output(str(site.cluster.workdir), late.identity, 0),
         f"slurmstepd: error: Step {late.ref}.0 exceeded memory limit (614400 > 524288), being killed",
     )
     obs = await final(backend, late)
@@ -120,6 +116,14 @@ async def test_a_memory_message_written_after_the_job_ended_still_names_the_memo
     plain = await final(backend, never)
     assert (plain.state, plain.cause) == (State.FAILED, Cause.EXIT_CODE), plain.outcome
     assert evidence(plain, never)["exit"] == 128 + 9
+    # The wait is timed from the job's end (Slurm's end_time), not from a process's first reading: a
+    # process that first reads the job now (a supervisor started late) reads it settled at once.
+    fresh = await open_backend(backend.settings)
+    try:
+        first = await fresh.observe(never)
+    finally:
+        await fresh.close()
+    assert (first.state, first.cause) == (State.FAILED, Cause.EXIT_CODE), first.outcome
 
 
 async def test_time_limit(backend: SlurmBackend) -> None:
@@ -129,7 +133,8 @@ async def test_time_limit(backend: SlurmBackend) -> None:
     assert evidence(obs, h)["reason"] == "TIMEOUT/TimeLimit"
 
 
-async def test_node_failure(backend: SlurmBackend, slurm: LocalSlurm) -> None:
+async def test_node_failure(backend: SlurmBackend, site: Site) -> None:
+    slurm = site.cluster
     h = await place(backend, sh("sleep 600"), ident("node"))
     running = await until(backend, h, lambda o: o.state is State.RUNNING)
     node = running.outcome.evidence[0].node
@@ -144,23 +149,23 @@ async def test_node_failure(backend: SlurmBackend, slurm: LocalSlurm) -> None:
     assert str(ev["reason"]).startswith("NODE_FAIL") and ev["node"] == node
 
 
-async def test_preemption(backend: SlurmBackend, slurm: LocalSlurm) -> None:
+async def test_preemption(backend: SlurmBackend, site: Site) -> None:
     h = await place(backend, sh("sleep 600"), ident("preempt"))
     node = (await until(backend, h, lambda o: o.state is State.RUNNING)).outcome.evidence[0].node
     assert node
-    slurm.preempt(node, seconds=2)
+    site.cluster.preempt(node, seconds=2)
     obs = await final(backend, h)
     assert (obs.state, obs.cause) == (State.FAILED, Cause.PREEMPTED)
     assert evidence(obs, h)["reason"] == "PREEMPTED"
 
 
-async def test_cancel_by_dispatch_and_by_someone_else(backend: SlurmBackend, slurm: LocalSlurm) -> None:
+async def test_cancel_by_dispatch_and_by_someone_else(backend: SlurmBackend, site: Site) -> None:
     ours = await place(backend, sh("sleep 600"), ident("cancel-us"))
     theirs = await place(backend, sh("sleep 600"), ident("cancel-them"))
     await until(backend, ours, lambda o: o.state is State.RUNNING)
     await until(backend, theirs, lambda o: o.state is State.RUNNING)
     await backend.stop(ours)
-    slurm_cmd(slurm, "scancel", theirs.ref)
+    site.slurm("scancel", theirs.ref)
     by_us, by_them = await final(backend, ours), await final(backend, theirs)
     assert (by_us.state, by_us.cause) == (State.CANCELLED, Cause.CANCELLED)
     assert (by_them.state, by_them.cause) == (State.FAILED, Cause.CANCELLED)
@@ -185,7 +190,7 @@ async def test_hold_release_and_a_stale_release(backend: SlurmBackend) -> None:
 
 
 async def test_a_release_right_after_holding_a_running_job_starts_it_again(
-    backend: SlurmBackend, slurm: LocalSlurm
+    backend: SlurmBackend, site: Site
 ) -> None:
     """Holding a running job requeues it, which revokes its launch credential; slurmd refuses a credential
     made in the same second as that revocation and kills the relaunch (FAILED, exit 1: "Job credential
@@ -195,7 +200,8 @@ async def test_a_release_right_after_holding_a_running_job_starts_it_again(
     token = await backend.hold(h)
     held_until = int(time.time())  # the requeue happened at this second or before
     await backend.release(h, token)
-    (job,) = [j for j in parse_squeue(slurm_cmd(slurm, "squeue", "--json")) if j.job_id == h.ref]
+    listed = parse_squeue(site.slurm("squeue", "--json", "--states=all"), backend.info.dialect)
+    (job,) = [j for j in listed if j.job_id == h.ref]
     assert job.eligible_time > held_until, (job.eligible_time, held_until)
     obs = await until(backend, h, lambda o: o.state is State.RUNNING or o.outcome.terminal)
     assert obs.state is State.RUNNING, obs.outcome
@@ -223,3 +229,124 @@ async def test_one_poll_serves_every_watcher(backend: SlurmBackend) -> None:
     await second.aclose()  # type: ignore[attr-defined]
     assert seen[0] == seen[1] and seen[0][-1].endswith("succeeded"), seen
     assert squeues == backend.polls, (squeues, backend.polls)
+
+
+async def test_a_step_cancelled_by_someone_else_is_cancelled_naming_the_step(
+    backend: SlurmBackend, site: Site
+) -> None:
+    """`scancel JOB.0` read failed/exit_code 137 though the output says the step was cancelled."""
+    h = await place(backend, sh("sleep 600"), ident("step"))
+    await until(backend, h, lambda o: o.state is State.RUNNING)
+    async with asyncio.timeout(60):  # the step is launched a moment after the job runs
+        while True:
+            if f"{h.ref}.0" in site.slurm("squeue", "-h", "-s", "-o", "%i").split():
+                break
+            await asyncio.sleep(0.2)
+    site.slurm("scancel", f"{h.ref}.0")
+    obs = await final(backend, h)
+    assert (obs.state, obs.cause) == (State.FAILED, Cause.CANCELLED), obs.outcome
+    ev = obs.outcome.evidence[0]
+    assert ev.reason.startswith("FAILED") and f"step {h.ref}.0 on " in ev.message, ev
+
+
+async def test_a_suspended_job_is_running_with_the_suspension_in_the_evidence(
+    backend: SlurmBackend, site: Site
+) -> None:
+    h = await place(backend, sh("sleep 600"), ident("suspend"))
+    await until(backend, h, lambda o: o.state is State.RUNNING)
+    site.slurm("scontrol", "suspend", h.ref)
+    try:
+        obs = await until(backend, h, lambda o: o.outcome.evidence[0].reason == "SUSPENDED")
+        assert (obs.state, obs.cause) == (State.RUNNING, Cause.NONE)
+        assert "scontrol suspend" in obs.outcome.evidence[0].message
+        assert not await backend.ceased(h)  # it keeps its nodes
+    finally:
+        site.slurm("scontrol", "resume", h.ref)
+    resumed = await until(backend, h, lambda o: o.outcome.evidence[0].reason == "RUNNING")
+    assert resumed.state is State.RUNNING
+    await backend.stop(h)
+
+
+async def test_a_multi_line_command_runs_as_written(backend: SlurmBackend) -> None:
+    """A command item with newlines (a multi-line sh -c script) is one quoted argument of the script."""
+    script = "set -e\nfor i in 1 2; do\n  echo \"line $i of 'it'\"\ndone\n"
+    h = await place(backend, sh(script), ident("lines"))
+    obs = await final(backend, h)
+    assert obs.state is State.SUCCEEDED, obs.outcome
+    assert [line async for line in backend.output(h)] == ["line 1 of 'it'", "line 2 of 'it'"]
+
+
+async def test_a_workdir_that_tries_to_run_something_runs_nothing(site: Site) -> None:
+    """script.py pasted workdir unquoted into srun --output: `$(touch${IFS}/tmp/x)` created the file.
+    Quoted, the path is just a strange directory name (spaces, quotes, % and # included). The target is
+    in the cluster's shared workdir, which the login node, the compute nodes and this test all see."""
+    n = next(_n)
+    target = site.cluster.workdir / f"pwned-{n}"
+    odd = str(site.cluster.workdir / f"odd dir {n} 'q' \"dq\" 100% #x $(touch${{IFS}}{target})")
+    b = await open_backend(parse_settings(json.dumps(site.settings(workdir=odd))))
+    try:
+        h = await place(b, sh("echo hello from $NODE_RANK", nodes=2), ident("odd"))
+        obs = await final(b, h)
+        assert obs.state is State.SUCCEEDED, obs.outcome
+        assert [line async for line in b.output(h, node=1)] == ["hello from 1"]
+    finally:
+        await b.close()
+    assert not target.exists()
+    directory = Path(odd) / b.native_name(h.identity)
+    assert sorted(p.name for p in directory.iterdir()) == ["batch.out", "node-0.out", "node-1.out"]
+
+
+async def test_the_output_of_an_ended_job_nobody_remembers_is_read_from_its_directory(
+    backend: SlurmBackend,
+) -> None:
+    """The node count comes from the reading, else from the job's directory: an ended 2-node job that
+    neither squeue nor the completion log knows any more still shows node 1 (it said "there is no node 1"
+    when the reading it took the count from was gone)."""
+    h = await place(backend, sh("echo hello from $NODE_RANK", nodes=2), ident("forgotten"))
+    assert (await final(backend, h)).state is State.SUCCEEDED
+    forgotten = Handle(h.backend, h.identity, "999999", cluster=h.cluster)  # no Slurm job has this id
+    assert [line async for line in backend.output(forgotten, node=1)] == ["hello from 1"]
+    with pytest.raises(NotFoundError):
+        [line async for line in backend.output(forgotten, node=2)]
+
+
+@pytest.mark.parametrize("by", ["admin", "preemption"])
+async def test_a_requeue_by_slurm_or_an_admin_is_a_restart_in_place(site: Site, by: str) -> None:
+    """With `requeue: slurm`, a job Slurm requeues (preemption under PreemptMode=REQUEUE) or an admin
+    requeues (`scontrol requeue`) is the same incarnation pending again with Restarts > 0 —
+    `queued`/`preempted`, then `running` and `succeeded` under the same handle."""
+    b = await open_backend(parse_settings(json.dumps(site.settings(requeue="slurm"))))
+    try:
+        h = await place(b, sh("sleep 6"), ident(f"requeue-{by}"))
+        node = (await until(b, h, lambda o: o.state is State.RUNNING)).outcome.evidence[0].node
+        assert node
+        if by == "admin":
+            site.slurm("scontrol", "requeue", h.ref)
+        else:
+            site.cluster.preempt(node, seconds=2)
+        again = await until(b, h, lambda o: o.state is State.QUEUED, seconds=60)
+        assert again.cause is Cause.PREEMPTED, again.outcome
+        obs = await final(b, h)
+        assert (obs.state, obs.cause) == (State.SUCCEEDED, Cause.NONE), obs.outcome
+        assert obs.handle == h  # the same incarnation all along
+    finally:
+        await b.close()
+
+
+async def test_a_start_is_one_round_trip_and_looks_up_only_after_an_earlier_attempt(
+    backend: SlurmBackend,
+) -> None:
+    """One `sh -c` makes the job's directory and submits (no --test-only, no identity lookup, no mkdir
+    of its own); a start that finds the directory made (an earlier attempt) looks the identity up, and
+    adopts the job it finds or submits when there is none."""
+    before = dict(backend.transport.counts)
+    h = await place(backend, sh("sleep 1"), ident("one-trip"))
+    used = {k: v - before.get(k, 0) for k, v in backend.transport.counts.items() if v != before.get(k, 0)}
+    assert used == {"sh": 1}, used
+    again = await place(backend, sh("sleep 1"), h.identity)  # as after a crash before the handle was kept
+    assert again == h
+    tried = ident("tried-before")
+    Path(node_output(backend.info.workdir, tried, 0)).parent.mkdir(parents=True)  # an attempt that failed
+    started = await place(backend, sh("sleep 1"), tried)
+    assert (await final(backend, started)).state is State.SUCCEEDED
+    assert (await final(backend, h)).state is State.SUCCEEDED

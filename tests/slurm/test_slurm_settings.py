@@ -11,7 +11,7 @@ import pytest
 
 from dispatch import InvalidError, JobSpec, UnsupportedError
 from dispatch.cli.config import load_config
-from dispatch.model import Extensions, Identity, Image
+from dispatch.model import Cause, Extensions, Identity, Image, State
 from dispatch_slurm import open_backend, parse_settings, schema
 from dispatch_slurm.behaviour import to_shell
 from dispatch_slurm.localslurm import LocalSlurm
@@ -30,6 +30,10 @@ ROOT = Path(__file__).resolve().parents[2]
         ({"transport": "ssh", "ssh": {"host": "login"}}, "ssh.knownHosts"),
         ({"ssh": {"host": "login", "knownHosts": "/k"}}, "ssh"),
         ({"workdir": "relative/dir"}, "workdir"),
+        ({"workdir": "/shared/x\n#SBATCH --uid=0"}, "workdir"),  # an #SBATCH line cannot carry it
+        ({"workdir": "/shared/x\n"}, "workdir"),
+        ({"workdir": "/shared/\x00x"}, "workdir"),
+        ({"slurmConf": "/etc/slurm\r/slurm.conf"}, "slurmConf"),
         ({"resourcesPerNode": {"memory": "lots"}}, "resourcesPerNode.memory"),
         ({"partition": None}, "partition"),
         ({"parition": "gpu"}, "parition"),
@@ -85,11 +89,32 @@ def test_the_script_carries_the_identity_and_the_rendezvous() -> None:
     for line in ("--nodes=2", "--ntasks-per-node=4", "--time=2", "--no-requeue", "--export=NONE"):
         assert line in script
     assert "WORLD_SIZE=8" in script and "MASTER_ADDR=" in script and "NODE_RANK=$SLURM_NODEID" in script
+    assert 'MASTER_PORT="${MASTER_PORT:-$(( 29500 + SLURM_JOB_ID % 20000 ))}"' in script
     assert "'0.1 0.2'" in script  # each argument quoted once
     held = build_request(
         spec, Identity("train-7"), parse_settings(b"{}"), workdir="/w", store_id="s1", held=True
     )
     assert "--begin=now+315576000" in held["script"]
+
+
+def test_settings_go_into_the_script_quoted() -> None:
+    """A workdir holding `$(touch${IFS}/tmp/x)` was pasted unquoted into srun --output (the shell ran
+    it) and into #SBATCH lines (spaces split them). Now an #SBATCH value is one double-quoted word of
+    sbatch's parser ("" and \\ escaped), % is doubled where Slurm expands patterns, and the shell's
+    part is shlex-quoted; a multi-line command item is one quoted argument."""
+    odd = "/w/a b'c\"d%e#f$(touch${IFS}/tmp/x)\\g"
+    spec = JobSpec(command=("sh", "-c", "echo one\necho two"))
+    script = build_request(spec, Identity("q"), parse_settings(b"{}"), workdir=odd, store_id="s", held=False)[
+        "script"
+    ]
+    name = "d-q-1-" + script.split('--job-name="d-q-1-')[1][:10]
+    assert f'#SBATCH --chdir="/w/a b\'c\\"d%e#f$(touch${{IFS}}/tmp/x)\\\\g/{name}"' in script
+    assert f'#SBATCH --output="/w/a b\'c\\"d%%e#f$(touch${{IFS}}/tmp/x)\\\\g/{name}/batch.out"' in script
+    assert "--output='/w/a b'\"'\"'c\"d%%e#f$(touch${IFS}/tmp/x)\\g/" + name + "/node-%n.out'" in script
+    assert "dispatch-task sh -c 'echo one\necho two'" in script
+    with pytest.raises(InvalidError) as caught:
+        build_request(spec, Identity("q"), parse_settings(b"{}"), workdir="/w/\nx", store_id="s", held=False)
+    assert caught.value.path == "workdir"
 
 
 def test_behaviour_scripts_become_shell() -> None:
@@ -128,8 +153,9 @@ async def test_the_cluster_identity_is_read_from_the_cluster(slurm: LocalSlurm) 
 
 
 async def test_a_spec_the_cluster_cannot_run_is_refused_by_slurm_itself(slurm: LocalSlurm) -> None:
-    """capabilities(spec) and prepare ask ``sbatch --test-only`` about the exact script: more memory
-    per node than any node has is refused with Slurm's reason, and nothing is created."""
+    """capabilities(spec) and a read-only prepare (a dry run, validate) ask ``sbatch --test-only`` about
+    the exact script: more memory per node than any node has is refused with Slurm's reason, and nothing
+    is created. A writable prepare (a submit) does not: the submit's own sbatch refuses it."""
     raw = {
         "slurmConf": str(slurm.conf),
         "workdir": str(slurm.workdir),
@@ -143,4 +169,18 @@ async def test_a_spec_the_cluster_cannot_run_is_refused_by_slurm_itself(slurm: L
     assert [o.handle for o in await backend.list()] == before
     with pytest.raises(UnsupportedError, match="partition 'batch' has at most 3"):
         await backend.capabilities(JobSpec(command=("true",), nodes=4))
+    asked = backend.transport.counts.get("sbatch", 0)
+    prepared = await backend.prepare(JobSpec(command=("true",)), Identity("too-big"))
+    assert backend.transport.counts.get("sbatch", 0) == asked  # no --test-only for a submit
+    with pytest.raises(UnsupportedError, match="Slurm refused the job"):
+        await backend.start(prepared)
+    # 22.05 keeps a record of the refused job (FAILED/BadConstraints): it reads as refused, never ran.
+    left = [o for o in await backend.list() if o.handle not in before]
+    assert all((o.state, o.cause) == (State.FAILED, Cause.INVALID_SPEC) for o in left), left
     await backend.close()
+    reader = await open_backend(parse_settings(json.dumps(raw)), read_only=True)
+    try:
+        with pytest.raises(UnsupportedError, match="Slurm would not run it"):
+            await reader.prepare(JobSpec(command=("true",)), Identity("too-big-dry"))
+    finally:
+        await reader.close()

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from pathlib import Path
 
 import pytest
 from slurm_fixtures import Sshd
 
-from dispatch import InvalidError, PermissionDeniedError
+from dispatch import InvalidError, PermissionDeniedError, UnavailableError
 from dispatch_slurm import open_backend, parse_settings
 from dispatch_slurm.localslurm import LocalSlurm
+from dispatch_slurm.transport import CommandLostError
 
 
 def ssh_settings(slurm: LocalSlurm, sshd: Sshd, known_hosts: Path) -> bytes:
@@ -68,3 +70,25 @@ async def test_a_missing_known_hosts_file_is_refused_naming_it(
     with pytest.raises(InvalidError) as caught:
         await open_backend(parse_settings(ssh_settings(slurm, sshd, tmp_path / "nope")))
     assert caught.value.path == "ssh.knownHosts"
+
+
+async def test_a_command_over_ssh_gets_its_environment_and_an_unreachable_login_node_is_unavailable(
+    slurm: LocalSlurm, sshd: Sshd
+) -> None:
+    """sacct runs with SLURM_TIME_FORMAT=%s on the login node (its End as epoch seconds whatever the
+    node's zone); a login node that cannot be reached is unavailable (nothing ran), not a refusal."""
+    backend = await open_backend(parse_settings(ssh_settings(slurm, sshd, sshd.known_hosts)), read_only=True)
+    try:
+        got = await backend.transport.run(["printenv", "SLURM_TIME_FORMAT"], env={"SLURM_TIME_FORMAT": "%s"})
+        assert got.ok and got.stdout.strip() == "%s"
+    finally:
+        await backend.close()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # nothing listens there once the socket is closed
+    raw = json.loads(ssh_settings(slurm, sshd, sshd.known_hosts))
+    raw["ssh"]["port"] = closed
+    with pytest.raises(UnavailableError) as caught:
+        await open_backend(parse_settings(json.dumps(raw)))
+    assert not isinstance(caught.value, CommandLostError)
+    assert "Connection refused" in str(caught.value)

@@ -76,9 +76,11 @@ DEFAULT_CONFIG = """\
 # The embedded default (SPEC §11): the Kubeflow adapter against the dev cluster (a kubesim started in the
 # background, see `dispatch dev-cluster`), records in SQLite under the user's state directory. The policy
 # is the default one with a 1 s backoff, so that the quick start's requeue (`dispatch run
-# examples/preempted.yaml`) takes seconds, not minutes.
+# examples/preempted.yaml`) takes seconds, not minutes. Every dev cluster holds the checkpoint claim.
 adapter: kubeflow
-settings: {kubeconfig: <state dir>/dev-cluster/kubeconfig}
+settings:
+  kubeconfig: <state dir>/dev-cluster/kubeconfig
+  checkpointVolume: {claimName: dispatch-checkpoints, mountPath: /checkpoints}
 policy:
   rules:
     preempted: {action: requeue, max: 3, backoff: 1}
@@ -90,7 +92,10 @@ policy:
 
 DEFAULT_DOCUMENT: Mapping[str, object] = {
     "adapter": "kubeflow",
-    "settings": {"kubeconfig": "<state dir>/dev-cluster/kubeconfig"},
+    "settings": {
+        "kubeconfig": "<state dir>/dev-cluster/kubeconfig",
+        "checkpointVolume": {"claimName": "dispatch-checkpoints", "mountPath": "/checkpoints"},
+    },
     "policy": {
         "rules": {
             cause: {"action": "requeue", "max": 3, "backoff": 1}
@@ -317,8 +322,7 @@ def _config_from(raw: object, source: str, base: Path | None, cluster: str | Non
         if isinstance(value, str) and value and base is not None:
             # Like store.sqlite: a relative path is relative to the config file, not to where you are.
             path = expand_user(value, what=f"settings.{key}")
-            if not path.is_absolute():
-                settings[key] = os.path.normpath(base / path)
+            settings[key] = str(path) if path.is_absolute() else os.path.normpath(base / path)
     store = doc.store
     if store.kind == "sqlite" and store.path and base is not None and not Path(store.path).is_absolute():
         store = StoreChoice("sqlite", str(base / store.path))
@@ -452,10 +456,15 @@ def load_config(
     return cf
 
 
+def dev_dir() -> Path:
+    """``<state dir>/dev-cluster`` (beside the default store: ``$DISPATCH_STATE_DIR`` when set)."""
+    from dispatch.records.paths import default_store_path
+
+    return default_store_path().parent / "dev-cluster"
+
+
 def embedded_config() -> ClusterFile:
     """The embedded default: the ``kubeflow`` adapter on the dev cluster's kubeconfig, the default store."""
-    from dispatch.cli.devcluster import dev_dir
-
     # Its policy and adapter; the kubeconfig is the real path. From the decoded document: no YAML parser
     # to import for the commonest command line (the parser costs a read command ~0.03 s of CPU).
     cf = _config_from(DEFAULT_DOCUMENT, "<default>", None, None)

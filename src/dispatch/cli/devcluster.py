@@ -6,7 +6,10 @@ up) and writes, in ``<state dir>/dev-cluster/``:
 - ``kubeconfig`` (the admin identity) and ``kubeconfig-readonly`` (get/list/watch only), for kubectl,
   the Kubeflow SDK or any Kubernetes client;
 - ``cluster.yaml``, a cluster config for dispatch that points at it (``--config``);
-- ``state.json`` (pid, url, instance id, start time), ``kubesim.log`` (its output).
+- ``state.json`` (pid, url, instance id, start time, mode), ``kubesim.log`` (its output);
+- ``volumes/``, in the processes mode (``start --processes``: pods run their real commands), the volumes'
+  files, among them the checkpoint claim's (every dev cluster has the claim ``dispatch-checkpoints``, so
+  ``dispatch/SharedCheckpoint`` works on the embedded default).
 
 With no config at all the CLI uses this cluster (the embedded default, SPEC §11): a command that needs
 the cluster starts it when it is not running, and says so. dispatch never imports kubesim (SPEC §1):
@@ -28,12 +31,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 from msgspec import Struct
 
+from dispatch.cli.config import DEFAULT_DOCUMENT, dev_dir
 from dispatch.errors import ConflictError, UnavailableError
-from dispatch.records.paths import default_store_path
 
 __all__ = [
     "DEFAULT_SPEED",
@@ -59,15 +63,15 @@ TRAINER_RECREATES_JOBSET = True
 as Trainer v2.3.0 does (``kubesim serve --recreate-jobset-while-deleting``). On: ``stop`` converges on it
 (it suspends, then deletes in the background)."""
 
+CHECKPOINT_VOLUME: dict[str, str] = dict(DEFAULT_DOCUMENT["settings"]["checkpointVolume"])  # type: ignore[index]
+"""The PersistentVolumeClaim every dev cluster holds for ``dispatch/SharedCheckpoint``, as the embedded
+default's ``checkpointVolume`` names it (``claimName``, ``mountPath``): a job file's checkpoint dir lives
+under its mount path."""
+
 START_TIMEOUT = 30.0
 """How long ``start`` waits for kubesim to serve and write its kubeconfig."""
 
 _SERVING = r"kubesim serving (\S+)"
-
-
-def dev_dir() -> Path:
-    """``<state dir>/dev-cluster`` (beside the default store: ``$DISPATCH_STATE_DIR`` when set)."""
-    return default_store_path().parent / "dev-cluster"
 
 
 class DevCluster(Struct, frozen=True):
@@ -79,6 +83,13 @@ class DevCluster(Struct, frozen=True):
     started_at: float
     speed: float
     directory: Path
+    workdir: str = ""
+    """The processes mode's working directory: pods run their real commands there; "" when they run
+    behaviour scripts only."""
+
+    @property
+    def processes(self) -> bool:
+        return bool(self.workdir)
 
     @property
     def kubeconfig(self) -> Path:
@@ -103,6 +114,8 @@ class DevCluster(Struct, frozen=True):
             "instance": self.instance,
             "startedAt": self.started_at,
             "speed": self.speed,
+            "processes": self.processes,
+            "workdir": self.workdir or None,
             "directory": str(self.directory),
             "kubeconfig": str(self.kubeconfig),
             "readonlyKubeconfig": str(self.readonly_kubeconfig)
@@ -117,23 +130,7 @@ def unready_nodes(found: DevCluster, *, timeout: float = 5.0) -> list[str]:
     kubeconfig over plain HTTPS (dispatch imports no Kubernetes client here). Raises ``OSError`` or
     ``ValueError`` when they cannot be read."""
     # Imported here: every command asks whether the dev cluster runs; only this asks it over HTTP.
-    import urllib.request
-
-    import yaml
-
-    cfg = yaml.safe_load(found.readonly_kubeconfig.read_text())
-    cluster = cfg["clusters"][0]["cluster"]
-    token = cfg["users"][0]["user"]["token"]
-    ctx = ssl.create_default_context()
-    if cluster.get("certificate-authority-data"):
-        ctx = ssl.create_default_context(
-            cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
-        )
-    request = urllib.request.Request(
-        f"{cluster['server']}/api/v1/nodes", headers={"Authorization": f"Bearer {token}"}
-    )
-    with urllib.request.urlopen(request, timeout=timeout, context=ctx) as resp:
-        nodes = json.loads(resp.read())["items"]
+    nodes = _api(found.readonly_kubeconfig, "GET", "/api/v1/nodes", timeout=timeout)["items"]
     out = []
     for node in nodes:
         ready = [c for c in node.get("status", {}).get("conditions") or [] if c.get("type") == "Ready"]
@@ -141,6 +138,47 @@ def unready_nodes(found: DevCluster, *, timeout: float = 5.0) -> list[str]:
             c = ready[0] if ready else {"status": "Unknown", "message": "no Ready condition"}
             out.append(f"{node['metadata']['name']} ({c.get('status')}: {c.get('message', '')})")
     return out
+
+
+def _api(kubeconfig: Path, method: str, path: str, body: object = None, *, timeout: float = 5.0) -> Any:
+    """One request to the dev cluster with a kubeconfig it wrote, over plain HTTPS (dispatch imports no
+    Kubernetes client here): the decoded answer. Raises ``OSError`` (``HTTPError`` for an error status)
+    or ``ValueError``."""
+    # Imported here: every command asks whether the dev cluster runs; only these ask it over HTTP.
+    import urllib.request
+
+    import yaml
+
+    cfg = yaml.safe_load(kubeconfig.read_text())
+    cluster = cfg["clusters"][0]["cluster"]
+    token = cfg["users"][0]["user"]["token"]
+    ctx = ssl.create_default_context()
+    if cluster.get("certificate-authority-data"):
+        ctx = ssl.create_default_context(
+            cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
+        )
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{cluster['server']}{path}", data=data, headers=headers, method=method)
+    with urllib.request.urlopen(request, timeout=timeout, context=ctx) as resp:
+        return json.loads(resp.read())
+
+
+def _create_checkpoint_claim(kubeconfig: Path) -> None:
+    """The claim behind the embedded default's ``checkpointVolume`` (kubesim provisions it at once)."""
+    import urllib.error
+
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": CHECKPOINT_VOLUME["claimName"], "namespace": "default"},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "10Gi"}}},
+    }
+    try:
+        _api(kubeconfig, "POST", "/api/v1/namespaces/default/persistentvolumeclaims", claim)
+    except urllib.error.HTTPError as exc:
+        if exc.code != 409:  # already there: a claim is kept with the cluster
+            raise
 
 
 def cluster_config_text() -> str:
@@ -152,6 +190,7 @@ def cluster_config_text() -> str:
         "settings:\n"
         "  kubeconfig: kubeconfig\n"
         "  namespace: default\n"
+        f"  checkpointVolume: {json.dumps(CHECKPOINT_VOLUME)}\n"
     )
 
 
@@ -182,6 +221,7 @@ def running(directory: Path | None = None) -> DevCluster | None:
             float(raw["startedAt"]),
             float(raw["speed"]),
             d,
+            str(raw.get("workdir") or ""),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -203,18 +243,23 @@ def _locked(d: Path) -> Iterator[None]:
 
 
 def start(
-    *, speed: float = DEFAULT_SPEED, request_log: str | None = None, directory: Path | None = None
+    *,
+    speed: float = DEFAULT_SPEED,
+    request_log: str | None = None,
+    directory: Path | None = None,
+    workdir: Path | None = None,
 ) -> tuple[DevCluster, bool]:
-    """Start the dev cluster unless it runs; returns it and whether this call started it."""
+    """Start the dev cluster unless it runs; returns it and whether this call started it. With
+    ``workdir``, in the processes mode: pods without a behaviour script run their real commands there."""
     d = directory or dev_dir()
     with _locked(d):
         found = running(d)
         if found is not None:
             return found, False
-        return _spawn(d, speed, request_log), True
+        return _spawn(d, speed, request_log, workdir), True
 
 
-def _spawn(d: Path, speed: float, request_log: str | None) -> DevCluster:
+def _spawn(d: Path, speed: float, request_log: str | None, workdir: Path | None) -> DevCluster:
     if speed <= 0:
         raise ConflictError(f"the speed must be > 0, got {speed:g}")
     for stale in ("state.json", "kubeconfig", "kubeconfig-readonly"):
@@ -237,6 +282,9 @@ def _spawn(d: Path, speed: float, request_log: str | None) -> DevCluster:
     argv += ["--node-recovery", NODE_RECOVERY[0], "--node-recovery-after", f"{NODE_RECOVERY[1]:g}"]
     if TRAINER_RECREATES_JOBSET:
         argv.append("--recreate-jobset-while-deleting")
+    if workdir is not None:
+        workdir = workdir.resolve()
+        argv += ["--processes", "--processes-workdir", str(workdir), "--volumes-dir", str(d / "volumes")]
     log_path = d / "kubesim.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
@@ -256,7 +304,12 @@ def _spawn(d: Path, speed: float, request_log: str | None) -> DevCluster:
         )
     import secrets  # deferred: only starting a dev cluster needs it (read commands start fast)
 
-    found = DevCluster(proc.pid, url, secrets.token_hex(8), time.time(), speed, d)
+    found = DevCluster(proc.pid, url, secrets.token_hex(8), time.time(), speed, d, str(workdir or ""))
+    try:
+        _create_checkpoint_claim(found.kubeconfig)
+    except (OSError, ValueError) as exc:
+        proc.terminate()
+        raise UnavailableError(f"the dev cluster did not take its checkpoint claim: {exc}") from None
     (d / "cluster.yaml").write_text(cluster_config_text())
     state = d / "state.json"
     state.write_text(
@@ -267,6 +320,7 @@ def _spawn(d: Path, speed: float, request_log: str | None) -> DevCluster:
                 "instance": found.instance,
                 "startedAt": found.started_at,
                 "speed": speed,
+                "workdir": found.workdir,
             }
         )
     )
@@ -319,6 +373,8 @@ def _show(found: DevCluster, what: str, as_json: bool) -> None:
         click.echo(json.dumps({"status": what, **found.to_json()}, sort_keys=True))
         return
     click.echo(f"dev cluster {what}: kubesim pid {found.pid} at {found.url} (speed x{found.speed:g})")
+    if found.processes:
+        click.echo(f"  pods run their commands as processes in {found.workdir} (behaviour scripts still run)")
     click.echo(f"  kubeconfig:           {found.kubeconfig}")
     if found.readonly_kubeconfig.exists():
         click.echo(f"  read-only kubeconfig: {found.readonly_kubeconfig}")
@@ -342,16 +398,28 @@ def command() -> None:
     help="Simulated seconds per real second.",
 )
 @click.option("--request-log", metavar="FILE", help="Append one JSON line per API request to FILE.")
+@click.option(
+    "--processes",
+    is_flag=True,
+    help="Pods run their real commands as local processes, in the current directory (jobs with a "
+    "KUBESIM_SCRIPT keep running it).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
-def start_command(speed: float, request_log: str | None, as_json: bool) -> None:
+def start_command(speed: float, request_log: str | None, processes: bool, as_json: bool) -> None:
     """Start the dev cluster (unless it runs) and write its kubeconfigs and cluster config."""
     try:
-        found, started = start(speed=speed, request_log=request_log)
+        found, started = start(
+            speed=speed, request_log=request_log, workdir=Path.cwd() if processes else None
+        )
     except (ConflictError, UnavailableError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise click.exceptions.Exit(1) from None
-    if not started and (request_log or speed != found.speed) and not as_json:
-        click.echo("note: it was already running; stop it first to change --speed or --request-log", err=True)
+    changed = request_log or speed != found.speed or processes != found.processes
+    if not started and changed and not as_json:
+        click.echo(
+            "note: it was already running; stop it first to change --speed, --request-log or --processes",
+            err=True,
+        )
     _show(found, "started" if started else "running", as_json)
 
 

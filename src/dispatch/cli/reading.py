@@ -7,7 +7,7 @@ import asyncio
 
 import click
 
-from dispatch.cli.action import READ, action, complete_job, report_error
+from dispatch.cli.action import READ, action, complete_job, quiet_pipe, report_error
 from dispatch.cli.embedded import OfflineBackend
 from dispatch.cli.exits import EXIT_FAILED, EXIT_OK
 from dispatch.cli.options import Options, parse_duration
@@ -215,11 +215,25 @@ async def logs(
     prefix = node is None and nodes > 1
     unread: dict[int, DispatchError] = {}
 
+    readers: list[asyncio.Task[None]] = []
+    reader_gone = False
+
     def show(n: int, line: str) -> None:
-        if out.as_json:
-            out.json({"jobId": job, "node": n, "line": line})
-        else:
-            out.line(f"[node {n}] {line}" if prefix else line)
+        nonlocal reader_gone
+        try:
+            if out.as_json:
+                out.json({"jobId": job, "node": n, "line": line})
+            else:
+                out.line(f"[node {n}] {line}" if prefix else line)
+        except BrokenPipeError:
+            # The reader went away (`| grep -m1`). Each node's reading is cancelled at its next wait, deep
+            # in the stream, so every level of it closes in order; raised from here instead, the streams
+            # were left to the loop's shutdown, which closed them twice at once (a traceback).
+            if not reader_gone:
+                reader_gone = True
+                quiet_pipe()
+                for task in readers:
+                    task.cancel()
 
     async def read(n: int) -> None:
         try:
@@ -245,13 +259,23 @@ async def logs(
     if follow and len(chosen) > 1:  # every node's lines as they come
         try:
             async with asyncio.TaskGroup() as group:
-                for n in chosen:
-                    group.create_task(read(n))
+                readers.extend(group.create_task(read(n)) for n in chosen)
         except BaseExceptionGroup as group_error:  # an error that is every node's (unsupported): one line
             raise group_error.exceptions[0] from None
     else:
         for n in chosen:
-            await read(n)
+            task = asyncio.create_task(read(n))
+            readers[:] = [task]
+            try:
+                await asyncio.wait([task])
+            except asyncio.CancelledError:  # the command itself is cancelled (Ctrl-C)
+                task.cancel()
+                raise
+            if reader_gone:
+                break
+            task.result()  # its error is the command's
+    if reader_gone:
+        raise BrokenPipeError
     if len(unread) == len(chosen) == 1:
         raise unread[chosen[0]]
     for n, exc in sorted(unread.items()):
@@ -318,10 +342,13 @@ def earlier_output(opts: Options, rec: JobRecord, n: int) -> str:
     """Why the output of incarnation ``n`` (not the current one) cannot be read."""
     if n > rec.epoch.n:
         return f"{rec.job_id} has no incarnation {n}: the current one is {rec.epoch}"
+    # The history keeps how an earlier incarnation ended, not its nodes' lines (nor its handle to read
+    # them by): only the current incarnation's output is read, whatever the adapter still keeps.
     return (
-        f"the output of {rec.job_id}'s incarnation {n} is gone from the cluster: an incarnation's objects are "
-        f"removed before the next one starts (the current one is {rec.epoch}); how it ended, with the last "
-        f"lines of a failed node, is in `{opts.again('describe', rec.job_id)}` and "
+        f"the output of {rec.job_id}'s incarnation {n} cannot be read: dispatch reads the current "
+        f"incarnation's ({rec.epoch}) only, and on Kubernetes an incarnation's pods, with their logs, are "
+        "removed before the next one starts (Slurm keeps the output files in the incarnation's directory "
+        f"under its workdir); how incarnation {n} ended is in `{opts.again('describe', rec.job_id)}` and "
         f"`{opts.again('history', rec.job_id)}`"
     )
 

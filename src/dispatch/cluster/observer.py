@@ -161,10 +161,8 @@ class Observer(ClusterBase):
     async def _snapshot(self, job_id: str | None) -> builtins.list[JobRecord]:
         if job_id is not None:
             return [await self.get(job_id)]
-        out = []
-        for rec in await self.store.list():
-            out.append(await self.get(rec.job_id) if not rec.outcome.terminal else rec)
-        return out
+        # One listing of the cluster refreshes every record (a get each cost one reading per record).
+        return builtins.list(await self.list())
 
     async def output(
         self,

@@ -49,8 +49,12 @@ class Operator(ClusterBase):
         job_id: str | None = None,
         held: bool = False,
         policy: Policy | None = None,
+        clusters: tuple[str, ...] = (),
+        placed: str = "",
     ) -> JobRecord:
-        """Record a new job and start its first incarnation (``job_id@1.0``); return its record.
+        """Record a new job and start its first incarnation (``job_id@1.0``); return its record. In a fleet
+        (:class:`dispatch.fleet.Fleet`): ``clusters`` the names of the clusters the job may go to,
+        ``placed`` why it was placed on this one.
 
         The backend prepares the job first (``prepare``: every check, the native request built): a
         job the cluster cannot run is refused before anything is created, and no record is written. A taken job id is a ``ConflictError``. A start whose effect could
@@ -72,7 +76,15 @@ class Operator(ClusterBase):
         nonce = chance.token(self.rng, 8)
         prepared = await self.backend.prepare(spec, Identity(job_id, Epoch(), nonce), held=held)
         record, first = decide.submitted(
-            job_id, spec, policy=policy, held=held, now=self.clock.now(), cluster=self.cluster_id, nonce=nonce
+            job_id,
+            spec,
+            policy=policy,
+            held=held,
+            now=self.clock.now(),
+            cluster=self.cluster_id,
+            nonce=nonce,
+            clusters=clusters,
+            placed=placed,
         )
         await self.store.create(record, first)
         try:

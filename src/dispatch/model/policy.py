@@ -59,15 +59,22 @@ def _short(value: object) -> str:
 
 
 class Rule(Model, frozen=True):
-    """One policy entry. ``max`` and the backoff apply to ``requeue`` only.
+    """One policy entry. ``max``, the backoff, ``elsewhere`` and ``after`` apply to ``requeue`` only.
 
-    JSON: ``{"action": "requeue", "max": 5, "backoff": 30, "backoffCap": 3600}``, or just the action's name
-    (``"fail"``) where a policy lists a rule."""
+    ``elsewhere`` (a fleet of clusters, SPEC §15): the next incarnation goes to another cluster that
+    accepts the job, once the previous one's compute is gone on its own. ``after`` (the ``no_capacity``
+    rule, which no incarnation ends with by itself: it waits, queued): how long an incarnation may wait
+    without capacity before it is given up on its cluster and requeued by the rule.
+
+    JSON: ``{"action": "requeue", "max": 5, "backoff": 30, "backoffCap": 3600, "elsewhere": true}``, or just
+    the action's name (``"fail"``) where a policy lists a rule."""
 
     action: Action
     max: int = 3
     backoff: float = 30.0
     backoff_cap: float = 3600.0
+    elsewhere: bool = False
+    after: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.action, Action):
@@ -85,15 +92,29 @@ class Rule(Model, frozen=True):
             raise InvalidError(
                 f"need 0 <= backoff ({self.backoff}) <= backoffCap ({self.backoff_cap})", path="backoff"
             )
+        if not isinstance(self.elsewhere, bool):
+            raise InvalidError(f"expected true or false, got {_short(self.elsewhere)}", path="elsewhere")
+        if self.after is not None:
+            after = self.after
+            if isinstance(after, bool) or not isinstance(after, int | float) or not _finite(after):
+                raise InvalidError(f"expected a finite number of seconds, got {_short(after)}", path="after")
+            if not 0 < after <= MAX_BACKOFF:
+                raise InvalidError(
+                    f"must be between 0 and {MAX_BACKOFF:g} seconds, got {after!r}", path="after"
+                )
+            force_setattr(self, "after", float(after))
         if self.action is not Action.REQUEUE:
-            for name, value, default in (
+            unused: tuple[tuple[str, object, object], ...] = (
                 ("max", self.max, 3),
                 ("backoff", self.backoff, 30.0),
                 ("backoffCap", self.backoff_cap, 3600.0),
-            ):
-                if value != default:
+                ("elsewhere", self.elsewhere, False),
+                ("after", self.after, None),
+            )
+            for field_name, given, default in unused:
+                if given != default:
                     raise InvalidError(
-                        f"applies to requeue only; a {self.action.value} rule takes none", path=name
+                        f"applies to requeue only; a {self.action.value} rule takes none", path=field_name
                     )
         force_setattr(self, "backoff", float(self.backoff))
         force_setattr(self, "backoff_cap", float(self.backoff_cap))
@@ -186,6 +207,12 @@ class Plan(Model, frozen=True):
     not_before: float | None = None
     rule: str = ""
     """For a requeue: the policy rule it is made under (whose budget it spends)."""
+    avoid: str = ""
+    """For a requeue under a rule with ``elsewhere``, and the start that follows it: the cluster (its
+    identity) the next incarnation should not go to, when another of the fleet accepts it."""
+    placed: str = ""
+    """For a start in a fleet of clusters: the cluster (its identity) the fleet placed the incarnation on;
+    empty until it is placed."""
 
     def __post_init__(self) -> None:
         nb = self.not_before

@@ -65,7 +65,8 @@ class JobRecord(Model, frozen=True):
     of the same job id) left on a cluster are never taken for this record's. ``since`` is when the
     record entered its current state. ``stop_asked`` is when the supervisor last asked the cluster to
     end what remains of the current incarnation's compute after it ended (not a cancel: the outcome stays
-    the cluster's).
+    the cluster's). ``clusters`` names the clusters of a fleet the job may be placed on (SPEC §15; empty:
+    any of them).
     """
 
     job_id: str
@@ -88,10 +89,16 @@ class JobRecord(Model, frozen=True):
     nonce: str = ""
     since: float | None = None
     stop_asked: float | None = None
+    clusters: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_job_id(self.job_id, "jobId")
         check_nonce(self.nonce)
+        if not isinstance(self.clusters, tuple | list) or not all(
+            isinstance(c, str) and c for c in self.clusters
+        ):
+            raise InvalidError(f"expected cluster names, got {self.clusters!r}", path="clusters")
+        force_setattr(self, "clusters", tuple(self.clusters))
         for rule, count in self.requeues.items():
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
                 raise InvalidError(f"expected a count >= 0, got {count!r}", path=f"requeues[{rule!r}]")

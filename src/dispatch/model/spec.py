@@ -41,7 +41,7 @@ class JobSpec(Model, frozen=True):
         for i, item in enumerate(command):
             if not isinstance(item, str):
                 raise InvalidError(f"expected a string, got {type(item).__name__}", path=f"command[{i}]")
-            _check_runnable(item, f"command[{i}]")
+            _check_runnable(item, f"command[{i}]", _UNRUNNABLE_ITEM)
         force_setattr(self, "command", tuple(command))
         _check_count(self.nodes, "nodes")
         if self.procs_per_node is not None:
@@ -83,17 +83,19 @@ class JobSpec(Model, frozen=True):
 
 
 # No cluster can run these: NUL ends a C string (execve, environ), and a line break splits the line-based
-# forms that carry commands and environments to nodes (sbatch scripts, env files, `--export`).
+# forms that carry environments to nodes (env files, `--export`). A command item may hold line breaks (a
+# multi-line `sh -c` script is common): every adapter passes it as one argument, quoted.
 _UNRUNNABLE = r"[\x00\n\r]"
+_UNRUNNABLE_ITEM = r"\x00"
 _UNRUNNABLE_NAMES = {"\x00": "NUL", "\n": "a newline", "\r": "a carriage return"}
 
 
-def _check_runnable(text: str, path: str) -> None:
-    found = re.search(_UNRUNNABLE, text)
+def _check_runnable(text: str, path: str, unrunnable: str = _UNRUNNABLE) -> None:
+    found = re.search(unrunnable, text)
     if found:
         raise InvalidError(
             f"must not contain {_UNRUNNABLE_NAMES[found.group()]} (at character {found.start()}): "
-            "no cluster can pass it to a process; use a script file for multi-line commands",
+            "no cluster can pass it to a process",
             path=path,
         )
 

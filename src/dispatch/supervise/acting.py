@@ -264,6 +264,10 @@ class Acting:
         return None if not after.outcome.terminal else after
 
     async def _start(self, rec: JobRecord, report: StepReport) -> JobRecord | None:
+        placed = await self._place(rec, report)
+        if placed is None:
+            return None
+        rec = placed
         identity = rec.identity
         try:
             prepared = await self.ground.backend.prepare(rec.spec, identity, held=False)
@@ -286,4 +290,32 @@ class Acting:
         if handle is not None and moved:
             # Cancelled (or resubmitted) while it was being placed: the new incarnation is not wanted.
             await self.stop(handle, report, why="placed after its record moved on")
+        return after
+
+    async def _place(self, rec: JobRecord, report: StepReport) -> JobRecord | None:
+        """In a fleet, the record once its incarnation is placed on this cluster; ``None`` when it went to
+        another (the last write of this cluster on it: its lease is given back) or when no cluster takes
+        it now (tried again at a later step)."""
+        placer = self.ground.placer
+        here = self.ground.backend.cluster_id
+        if placer is None or (rec.plan is not None and rec.plan.placed == here and rec.cluster == here):
+            return rec
+        placement = await placer.place(rec)
+        if placement.chosen is None or not placement.chosen.identity:
+            report.actions.append(f"{rec.job_id}@{rec.epoch}: waits ({placement.why})")
+            self._soon(self.ground.clock.now() + self.poll)
+            return None
+        there = placement.chosen.identity
+        now = self.ground.clock.now()
+        after = await self._folding.update(
+            rec.job_id,
+            lambda r: decide.placed(r, there, placement.why, now=now) if same(rec, r) else None,
+            current=rec,
+        )
+        if after.revision == rec.revision:
+            return None
+        report.actions.append(f"{rec.job_id}@{rec.epoch}: {placement.why}")
+        if there != here:
+            await self._leases.let_go(rec.job_id)
+            return None
         return after

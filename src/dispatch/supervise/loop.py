@@ -19,13 +19,13 @@ from dispatch import chance, decide, health, metrics
 from dispatch.backend import Backend, Watcher
 from dispatch.clock import Clock, SystemClock
 from dispatch.errors import DispatchError, InvalidError, UnsupportedError
-from dispatch.model import DEFAULT_POLICY, Change, JobRecord, Policy, State
+from dispatch.model import DEFAULT_POLICY, Change, JobRecord, Policy, State, Unreachable
 from dispatch.records import Store
 from dispatch.tally import oldest, tally
 
 from .acting import Acting
 from .folding import Folding
-from .ground import Ground
+from .ground import Ground, Placing
 from .leases import CLAIM_BATCH, Leases
 from .reconcile import Reconciler, UnmatchedPolicy
 from .report import StepReport
@@ -51,7 +51,8 @@ class Supervisor:
     between polls (and between checks of lingering compute), in seconds of ``clock``; ``resync`` how often
     the whole cluster is listed; ``jobs`` restricts it to some job ids (``dispatch run``), ``exclude``
     leaves some alone (records of a cluster that is gone: the CLI's stopped dev cluster); ``capacity``
-    caps how many records it leases at once.
+    caps how many records it leases at once; ``placer`` places each next incarnation in a fleet of clusters
+    (SPEC §15; :class:`dispatch.fleet.Fleet` gives one supervisor per cluster the same placer).
 
     **A fleet.** Over a store with :class:`~dispatch.records.Leasing` (all three dispatch stores), a
     supervisor that looks after every job, without a ``capacity``, is a member of a fleet: at each scan it renews its membership
@@ -82,6 +83,7 @@ class Supervisor:
         exclude: Collection[str] = (),
         claim_batch: int = CLAIM_BATCH,
         rng: random.Random | None = None,
+        placer: Placing | None = None,
     ) -> None:
         if not isinstance(policy, Policy):
             raise InvalidError(f"expected a Policy, got {type(policy).__name__}", path="policy")
@@ -132,7 +134,7 @@ class Supervisor:
         self._report = StepReport()  # the step under way's, which what is done between pages adds to
         self._pause_due = -math.inf  # when a long scan next folds the watch's changes (monotonic)
         # The parts of a step, each of which knows only those before it.
-        ground = Ground(backend, store, self.clock, policy, self.holder)
+        ground = Ground(backend, store, self.clock, policy, self.holder, placer)
         self._view = ClusterView(backend, self.clock)
         self._leases = Leases(
             ground,
@@ -161,6 +163,12 @@ class Supervisor:
             folding=self._folding,
             acting=self._acting,
         )
+
+    @property
+    def unreachable(self) -> Unreachable | None:
+        """Since when, and why, this supervisor has not been able to read its cluster (``None``: its last
+        read succeeded, and its watch's source answers: :attr:`ClusterView.unreachable`)."""
+        return self._view.unreachable
 
     def __repr__(self) -> str:
         leased = len(self._leases.until)
@@ -216,6 +224,8 @@ class Supervisor:
     async def _fold(self, changes: builtins.list[Change], report: StepReport) -> dict[str, JobRecord]:
         """Fold watch changes into their records; the records folded, by job id, to act on."""
         report.changes += len(changes)
+        if changes:
+            self._view.reader.answered()  # the watch delivered: the cluster answers
         touched: dict[str, JobRecord] = {}  # job id -> its record as the last fold left it
         # Level, not edge: only the newest reading of each incarnation is folded (what the watch
         # delivered in between says nothing the newest does not, and a fold is a store write).
@@ -402,6 +412,8 @@ class Supervisor:
             if not poll and leases.idle(leases.newest(rec)):
                 continue  # waiting for the cluster, as at the last scan: nothing to do
             if not leases.ours(rec):
+                if rec.job_id in leases:  # handed to another cluster of a fleet (its last write was ours)
+                    await leases.let_go(rec.job_id)
                 continue
             if decide.final(rec, self.policy, now):
                 if rec.job_id in leases or (rec.lease is not None and rec.lease.holder == self.holder):

@@ -76,6 +76,7 @@ class Actions:
         now = self._k.now()
         cond.set_pod_condition(obj, "DisruptionTarget", "True", "TerminationByKubelet", message, now)
         if run is not None and run.mode != "done":
+            self._k._stop_process(run)
             run.state = self._k._terminated(run, 137, "Error")
             run.ready = False
             run.mode = "done"
@@ -132,6 +133,7 @@ class Actions:
                 )
         self._k.write(NODES, before, obj)
         self._k.dead_nodes.add(node)
+        self._k.lose_processes(node)
         self._k.record_event(
             obj,
             "Normal",

@@ -10,12 +10,17 @@ exit codes; under ``restartPolicy: OnFailure``/``Always`` a failed container res
 images on registries whose host ends in ``.invalid`` fail with ``ErrImagePull``/``ImagePullBackOff``, and
 malformed references with ``InvalidImageName``. A deleted pod keeps running, terminating, for its grace
 period (or its scripted ``slow-stop``), then its containers end and it is removed.
+
+In the ``processes`` mode (``Simulator(processes=...)``) a pod without a behaviour script runs its main
+container's real command as a local process instead (:mod:`kubesim.controllers.processes`): its output is
+the pod log, its exit the container's, and a deletion sends it SIGTERM, then SIGKILL after the grace period.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -35,9 +40,27 @@ from kubesim.behaviour import (
 from kubesim.clock import ManualClock, unstamp
 from kubesim.controllers import conditions as cond
 from kubesim.controllers.base import BaseController, Key
+from kubesim.controllers.processes import (
+    MIN_GRACE,
+    ProcessMode,
+    ProcessRunner,
+    command_of,
+    process_env,
+    rewrite_path,
+    volume_dirs,
+    workload_of,
+)
 from kubesim.controllers.volumes import mount_problem
 from kubesim.errors import ApiError
-from kubesim.resources import CONFIGMAPS, NODES, PERSISTENTVOLUMECLAIMS, PODS, SECRETS, ResourceType
+from kubesim.resources import (
+    CONFIGMAPS,
+    NODES,
+    PERSISTENTVOLUMECLAIMS,
+    PERSISTENTVOLUMES,
+    PODS,
+    SECRETS,
+    ResourceType,
+)
 
 if TYPE_CHECKING:
     from kubesim.store import WatchEvent
@@ -45,6 +68,11 @@ if TYPE_CHECKING:
 __all__ = ["KubeletController", "env_problem", "image_problem"]
 
 BACKOFF_START = 10.0
+DISRUPT = "kubesim.io/disrupt"
+"""A pod annotation asking kubesim for a disruption of the pod, as a script step would (``preempt``,
+``evict``, ``oom``, ``exit N``, ``lose-node``): how a client outside the process (``kubectl annotate``)
+preempts a pod that runs a real command. Each value acts once per pod."""
+DISRUPTIONS = ("preempt", "evict", "oom", "exit", "lose-node")
 #: Simulated seconds from a pod's binding to its container running (image already present): what a
 #: real node spends creating the sandbox and the container, during which the pod is ContainerCreating.
 CONTAINER_START_SECONDS = 2.0
@@ -118,6 +146,14 @@ class _Run:
     pod_ip: str = ""
     host_ip: str = ""
     container_seq: int = 0
+    process: bool = False
+    """Processes mode: the main container is a local process, not a script."""
+    exited: int | None = None
+    """Processes mode: the exit code of the current process, once it ended."""
+    start_failure: str | None = None
+    """Processes mode: why the command could not be run (the runtime's ``StartError``)."""
+    disrupted: set[str] = field(default_factory=set)
+    """The ``kubesim.io/disrupt`` values already acted on."""
 
 
 def _resolve_env(container: dict[str, Any], pod: dict[str, Any]) -> dict[str, str]:
@@ -161,10 +197,13 @@ class KubeletController(BaseController):
         self.scripted_losses: set[str] = set()
         self.behaviours = Behaviours()
         self._ip_seq = 0
+        self.runner: ProcessRunner | None = None
 
     def setup(self) -> None:
         # Scripts set through ``sim.behaviours`` are the simulator's, shared with this kubelet.
         self.behaviours = self.sim.behaviours
+        mode: ProcessMode | None = getattr(self.sim, "processes", None)
+        self.runner = ProcessRunner(mode, self.clock) if mode is not None else None
         if self._start_seconds is not None:
             self.start_seconds = self._start_seconds
         else:
@@ -199,6 +238,8 @@ class KubeletController(BaseController):
         if pod is None:
             for gone_uid, gone in list(self.runs.items()):
                 if gone.ns == namespace and gone.name == name:
+                    if self.runner is not None:  # removed at once (a forced delete): stopped all the same
+                        self.runner.stop(gone_uid, MIN_GRACE)
                     del self.runs[gone_uid]
             return
         node = (pod.get("spec") or {}).get("nodeName")
@@ -217,8 +258,38 @@ class KubeletController(BaseController):
         if pod["metadata"].get("deletionTimestamp"):
             self._terminate(pod, run)
             return
+        if self._disrupt(pod, run):
+            return
         self._advance(pod, run)
         self._publish(run)
+
+    def _disrupt(self, pod: dict[str, Any], run: _Run) -> bool:
+        """Act on the pod's ``kubesim.io/disrupt`` annotation once; whether it did (the pod changed)."""
+        value = str((pod["metadata"].get("annotations") or {}).get(DISRUPT, "")).strip()
+        if not value or value in run.disrupted:
+            return False
+        run.disrupted.add(value)
+        try:
+            (step,) = parse_script(value)
+            if step.verb not in DISRUPTIONS or step.guards:
+                raise ScriptError(f"{value!r} is not one of {', '.join(DISRUPTIONS)}")
+            actions = self.sim.actions
+            if step.verb == "preempt":
+                actions.preempt(run.ns, run.name)
+            elif step.verb == "evict":
+                actions.evict(run.ns, run.name)
+            elif step.verb == "oom":
+                actions.oom(run.ns, run.name)
+            elif step.verb == "exit":
+                actions.exit(run.ns, run.name, step.code)
+            else:
+                actions.lose_node(run.node)
+        except (ScriptError, ValueError) as exc:
+            self.record_event(
+                pod, "Warning", "DisruptFailed", f"{DISRUPT}={value!r}: {exc}", component="kubesim"
+            )
+            return False
+        return True
 
     def _new_run(self, pod: dict[str, Any]) -> _Run:
         spec = pod.get("spec") or {}
@@ -249,6 +320,9 @@ class KubeletController(BaseController):
             host_ip=self._host_ip(str(spec.get("nodeName"))),
         )
         script = self.behaviours.script_for(pod)
+        if script is None and self.runner is not None and SCRIPT_ENV not in env:
+            run.process = True  # its real command runs; a pod with a behaviour script keeps its script
+            return run
         if script is None:
             script = env.get(SCRIPT_ENV) or DEFAULT_SCRIPT
         try:
@@ -363,6 +437,12 @@ class KubeletController(BaseController):
         problem = env_problem(container, run.ns, lambda rt, name: self.get_or_none(rt, run.ns, name))
         if problem is not None:
             return ("CreateContainerConfigError", problem)
+        if run.process and command_of(container) is None:
+            return (
+                "CreateContainerError",
+                f"kubesim processes mode: container {run.main} names no command, and the image "
+                f"{run.image!r} is not pulled, so its entrypoint cannot run here",
+            )
         step = start_error(run.steps, run.rank, run.env)
         if step is None:
             return None
@@ -422,11 +502,65 @@ class KubeletController(BaseController):
         if run.restarts == 0:
             self.record_event(pod, "Normal", "Created", f"Created container: {run.main}", component="kubelet")
         self.record_event(pod, "Normal", "Started", f"Started container {run.main}", component="kubelet")
-        if run.script_error is not None:
+        if run.process:
+            self._start_process(pod, run)
+        elif run.script_error is not None:
             self.logs.append(run.ns, run.name, run.main, f"kubesim: bad behaviour script: {run.script_error}")
             self._exit(pod, run, 2, "Error")
 
+    def _start_process(self, pod: dict[str, Any], run: _Run) -> None:
+        """Run the main container's command as a local process (processes mode)."""
+        assert self.runner is not None
+        containers: list[dict[str, Any]] = (pod.get("spec") or {}).get("containers") or []
+        container = next((c for c in containers if c.get("name") == run.main), {})
+        mounts = volume_dirs(
+            pod,
+            container,
+            lambda claim: self.get_or_none(PERSISTENTVOLUMECLAIMS, run.ns, claim),
+            lambda volume: self.get_or_none(PERSISTENTVOLUMES, None, volume),
+            self.runner.mode.volumes,
+        )
+        for directory in mounts.values():
+            directory.mkdir(parents=True, exist_ok=True)
+        env = process_env(run.env, os.environ, mounts, self.runner.port(workload_of(pod)))
+        argv = [rewrite_path(a, mounts) for a in command_of(container) or []]
+        run.exited = None
+        seq = run.container_seq
+
+        def line(text: str) -> None:
+            if self.runs.get(run.uid) is run:
+                self.logs.append(run.ns, run.name, run.main, text)
+
+        def exited(code: int, failure: str | None) -> None:
+            if self.runs.get(run.uid) is run and run.container_seq == seq and run.mode == "running":
+                run.exited, run.start_failure = code, failure
+                self.enqueue(run.ns, run.name)
+                self.sim.kick()
+
+        self.runner.start(run.uid, argv, env, line, exited)
+
+    def _stop_process(self, run: _Run) -> None:
+        """The container ended by other means than its process (an OOM kill, an eviction): kill it."""
+        if run.process and self.runner is not None:
+            self.runner.kill(run.uid)
+
+    def lose_processes(self, node: str) -> None:
+        """The node's machine went away: nothing of its pods runs on (processes mode)."""
+        for run in self.runs.values():
+            if run.node == node:
+                self._stop_process(run)
+
+    async def close(self) -> None:
+        """The simulator stops: so do the pods' processes."""
+        if self.runner is not None:
+            await self.runner.close()
+
     def _step(self, pod: dict[str, Any], run: _Run) -> None:
+        if run.process:
+            if run.exited is not None:
+                code, run.exited = run.exited, None
+                self._exit(pod, run, code, _reason(code, run.start_failure), run.start_failure)
+            return
         while run.mode == "running" and run.pc < len(run.steps):
             step = run.steps[run.pc]
             if not step.applies(run.rank, run.env):
@@ -477,24 +611,28 @@ class KubeletController(BaseController):
         if run.mode == "running":
             self._exit(pod, run, 0, "Completed")
 
-    def _terminated(self, run: _Run, code: int, reason: str) -> dict[str, Any]:
-        return {
-            "terminated": {
-                "exitCode": code,
-                "reason": reason,
-                "startedAt": run.started_at or self.now(),
-                "finishedAt": self.now(),
-                "containerID": self._container_id(run),
-            }
+    def _terminated(self, run: _Run, code: int, reason: str, message: str | None = None) -> dict[str, Any]:
+        term: dict[str, Any] = {
+            "exitCode": code,
+            "reason": reason,
+            "startedAt": run.started_at or self.now(),
+            "finishedAt": self.now(),
+            "containerID": self._container_id(run),
         }
+        if message:
+            term["message"] = message
+        return {"terminated": term}
 
     def _container_id(self, run: _Run) -> str:
         digest = hashlib.sha256(f"{run.uid}/{run.main}/{run.container_seq}".encode()).hexdigest()
         return f"containerd://{digest}"
 
-    def _exit(self, pod: dict[str, Any], run: _Run, code: int, reason: str) -> None:
+    def _exit(
+        self, pod: dict[str, Any], run: _Run, code: int, reason: str, message: str | None = None
+    ) -> None:
         """The main container ended with ``code``: restart in place or finish the pod."""
-        term = self._terminated(run, code, reason)
+        self._stop_process(run)
+        term = self._terminated(run, code, reason, message)
         restart = run.restart_policy == "Always" or (run.restart_policy == "OnFailure" and code != 0)
         run.ready = False
         if restart:
@@ -536,6 +674,9 @@ class KubeletController(BaseController):
             self.store.finalize_pod_deletion(run.ns, run.name)
             self.runs.pop(run.uid, None)
             return
+        if run.process and run.mode == "running":
+            self._terminate_process(pod, run)
+            return
         if run.stop_at is None:
             grace = float(meta.get("deletionGracePeriodSeconds") or 0)
             if run.mode != "running":
@@ -566,9 +707,33 @@ class KubeletController(BaseController):
         self.store.finalize_pod_deletion(run.ns, run.name)
         self.runs.pop(run.uid, None)
 
+    def _terminate_process(self, pod: dict[str, Any], run: _Run) -> None:
+        """A deleted pod's process: SIGTERM, SIGKILL after the grace period (``killContainer``); the pod
+        goes once the process has ended, with the exit it really had."""
+        assert self.runner is not None
+        if run.stop_at is None:
+            grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
+            run.stop_at = self.clock.now()
+            self.record_event(pod, "Normal", "Killing", f"Stopping container {run.main}", component="kubelet")
+            self.runner.stop(run.uid, grace)
+        if run.exited is None:
+            self._publish(run)
+            return
+        code, run.exited = run.exited, None
+        run.state = self._terminated(run, code, _reason(code, run.start_failure), run.start_failure)
+        run.ready = False
+        run.mode = "done"
+        run.phase = "Succeeded" if code == 0 and run.restart_policy != "Always" else "Failed"
+        self.logs.close(run.ns, run.name, run.main)
+        self._publish(run)
+        self.store.finalize_pod_deletion(run.ns, run.name)
+        self.runs.pop(run.uid, None)
+
     def _on_dead_node(self, pod: dict[str, Any], run: _Run | None) -> None:
         """The node's kubelet is gone: nothing runs or reports; a deleted pod is removed after its grace
         period (as PodGC does once the lost Node object is gone)."""
+        if run is not None:
+            self._stop_process(run)
         meta = pod["metadata"]
         if not meta.get("deletionTimestamp"):
             return
@@ -713,6 +878,14 @@ def env_problem(
         if key is not None and key not in keys and not optional:
             return f"couldn't find key {key} in {rt.kind} {namespace}/{name}"
     return None
+
+
+def _reason(code: int, start_failure: str | None) -> str:
+    """A process's terminated reason: ``StartError`` when it could not be run (containerd's, with code
+    128), ``Completed`` for 0, else ``Error``."""
+    if start_failure is not None:
+        return "StartError"
+    return "Completed" if code == 0 else "Error"
 
 
 def _claim_scripted_loss(claimed: set[str], pod: dict[str, Any]) -> bool:

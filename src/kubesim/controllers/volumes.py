@@ -177,6 +177,14 @@ class PersistentVolumeController(BaseController):
             return
         self._provision(pvc, cls)
 
+    def _host_path(self, pv_name: str) -> str:
+        """Where the provisioner keeps a volume's files: in the processes mode a real directory of this
+        machine (the kubelet maps the volume's mounts to it), else a path nothing reads."""
+        mode = getattr(self.sim, "processes", None)
+        if mode is not None:
+            return str(mode.volumes / pv_name)
+        return f"/var/lib/kubesim/volumes/{pv_name}"
+
     def _once(self, pvc: dict[str, Any], etype: str, reason: str, message: str) -> None:
         # The PV controller re-records on each sync; the recorder's correlation turns repeats into counts.
         self.record_event(pvc, etype, reason, message)
@@ -218,7 +226,7 @@ class PersistentVolumeController(BaseController):
                 "persistentVolumeReclaimPolicy": cls.get("reclaimPolicy") or "Delete",
                 "storageClassName": cls["metadata"]["name"],
                 "volumeMode": spec.get("volumeMode") or "Filesystem",
-                "hostPath": {"path": f"/var/lib/kubesim/volumes/{pv_name}", "type": ""},
+                "hostPath": {"path": self._host_path(pv_name), "type": ""},
                 "claimRef": {
                     "apiVersion": "v1",
                     "kind": "PersistentVolumeClaim",
