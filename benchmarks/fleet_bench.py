@@ -522,6 +522,54 @@ async def fleet(
     }
 
 
+class _Stalls:
+    """Where the event loop stops turning (``FLEET_BENCH_STALLS=1``): a thread notes the loop thread's
+    stack whenever the loop has not turned for ``after`` seconds — a sampling profiler of the stalls
+    that hold a watch change back, which a profile of total time does not single out."""
+
+    def __init__(self, after: float = 0.08) -> None:
+        import collections
+        import threading
+
+        self.after = after
+        self.turned = time.perf_counter()
+        self.seen: collections.Counter[str] = collections.Counter()
+        self._stop = threading.Event()
+        self._loop_thread = threading.get_ident()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    async def _tick(self) -> None:
+        while not self._stop.is_set():
+            self.turned = time.perf_counter()
+            await asyncio.sleep(0.01)
+
+    def _watch(self) -> None:
+        import traceback
+
+        while not self._stop.wait(0.02):
+            if time.perf_counter() - self.turned < self.after:
+                continue
+            frame = sys._current_frames().get(self._loop_thread)
+            if frame is not None:
+                stack = traceback.extract_stack(frame)
+                ours = [f for f in stack if "/dispatch/" in f.filename or "fleet_bench" in f.filename]
+                where = " < ".join(
+                    f"{Path(f.filename).name}:{f.name}:{f.lineno}" for f in reversed(ours[-4:])
+                )
+                self.seen[where] += 1
+
+    def start(self) -> asyncio.Task[None]:
+        self._thread.start()
+        return asyncio.get_running_loop().create_task(self._tick())
+
+    def report(self) -> None:
+        self._stop.set()
+        total = sum(self.seen.values())
+        print(f"  loop stalls over {self.after * 1e3:.0f} ms, sampled every 20 ms: {total} samples")
+        for where, n in self.seen.most_common(12):
+            print(f"    {n:5d}  {where}")
+
+
 async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> None:
     """One supervisor (``Supervisor.run``, watch mode, defaults: poll 2 s, lease 30 s, resync 60 s) over
     ``jobs`` running jobs of an in-process memory cluster (system clock) and a PostgreSQL store. Then
@@ -559,6 +607,8 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
     await asyncio.sleep(sup.resync + 10.0)
     step = max(1, jobs // events)
     injected: dict[str, float] = {}
+    stalls = _Stalls() if os.environ.get("FLEET_BENCH_STALLS") else None
+    ticking = stalls.start() if stalls is not None else None
     busy0, total0 = _machine_cpu()
     cpu0 = time.process_time()
     for k in range(events):
@@ -575,6 +625,9 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
         await asyncio.sleep(0.5)
     busy1, total1 = _machine_cpu()
     cpu = time.process_time() - cpu0
+    if stalls is not None and ticking is not None:
+        stalls.report()
+        ticking.cancel()
     stop.set()
     await loop
     samples = []
