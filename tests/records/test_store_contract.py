@@ -726,6 +726,15 @@ async def test_held_is_the_revision_of_each_record_a_holder_leases(store: Store,
     ]
 
 
+async def test_held_is_in_job_id_order(store: Store) -> None:
+    """A scan merges what it leases with a page in job id order: held comes in that order already."""
+    assert isinstance(store, Leasing)
+    for jid in ("z", "m", "a"):
+        await store.create(simple_record(jid), note("created"))
+        await store.acquire_lease(jid, "sup-a", 10)
+    assert list(await store.held("sup-a")) == ["a", "m", "z"]
+
+
 async def test_records_are_those_of_the_job_ids_asked_for(store: Store) -> None:
     assert isinstance(store, Leasing)
     for jid in ("a", "b", "c"):

@@ -220,11 +220,8 @@ class MemoryStore:
         check_holder(holder)
         with self._lock:
             self._check_open()
-            return {
-                r.job_id: r.revision
-                for r in self._records.values()
-                if r.lease is not None and r.lease.holder == holder
-            }
+            held = [r for r in self._records.values() if r.lease is not None and r.lease.holder == holder]
+            return {r.job_id: r.revision for r in sorted(held, key=lambda r: r.job_id)}
 
     async def leasable(
         self,

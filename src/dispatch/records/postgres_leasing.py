@@ -75,7 +75,8 @@ class PostgresLeasing:
 
         async def body(conn: AsyncConnection[tuple[Any, ...]]) -> dict[str, int]:
             cur = await conn.execute(
-                "SELECT job_id, revision FROM dispatch_records WHERE lease_holder = %s", (holder,)
+                "SELECT job_id, revision FROM dispatch_records WHERE lease_holder = %s ORDER BY job_id",
+                (holder,),
             )
             return {str(jid): int(rev) for jid, rev in await cur.fetchall()}
 

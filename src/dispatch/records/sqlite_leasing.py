@@ -66,7 +66,9 @@ class SqliteLeasing:
         check_holder(holder)
 
         def body(conn: sqlite3.Connection) -> dict[str, int]:
-            rows = conn.execute("SELECT job_id, revision FROM records WHERE lease_holder = ?", (holder,))
+            rows = conn.execute(
+                "SELECT job_id, revision FROM records WHERE lease_holder = ? ORDER BY job_id", (holder,)
+            )
             return {str(jid): int(rev) for jid, rev in rows.fetchall()}
 
         return await self._file.read(body)

@@ -246,7 +246,8 @@ class Leasing(Protocol):
         ...
 
     async def held(self, holder: str) -> dict[str, int]:
-        """The revision of every record whose lease names ``holder`` (live or lapsed), by job id."""
+        """The revision of every record whose lease names ``holder`` (live or lapsed), by job id, in job
+        id order."""
         ...
 
     async def leasable(

@@ -38,6 +38,14 @@ CLAIMABLE = frozenset(State) - {State.SUCCEEDED, State.CANCELLED}
 """States of a record that may still need a supervisor (a failed or lost one may be requeued)."""
 
 
+STRIDE = 512
+"""Leases a pass over every lease held goes through between two folds of the watch's changes."""
+
+
+def _job_id(rec: JobRecord) -> str:
+    return rec.job_id
+
+
 async def _nothing() -> None:
     return None
 
@@ -282,13 +290,21 @@ class Leases:
         holder = self.ground.holder
         await self.keepalive(due=True)
         revisions = await store.held(holder)
-        for jid in [j for j in self.until if j not in revisions]:  # taken over or purged meanwhile
-            self.forget(jid)
+        # Passes over every lease held (100,000 at most): the watch's changes are folded every STRIDE
+        # of them, as between the records of the scan, instead of waiting for the whole pass.
+        for i, jid in enumerate(list(self.until)):
+            if i % STRIDE == STRIDE - 1:
+                await self.pause()
+            if jid not in revisions:  # taken over or purged meanwhile
+                self.forget(jid)
         kept: list[JobRecord] = []
         moved: list[str] = []
-        for jid, revision in revisions.items():
+        for i, (jid, revision) in enumerate(revisions.items()):
+            if i % STRIDE == STRIDE - 1:
+                await self.pause()
             known = self.known.get(jid)
-            if known is not None and known.revision == revision:
+            # Newer than the store's revision read: our own write since (a change folded in a pause).
+            if known is not None and known.revision >= revision:
                 kept.append(known)
             else:
                 moved.append(jid)
@@ -298,7 +314,7 @@ class Leases:
         mine = [r for r in read if r.lease is not None and r.lease.holder == holder]
         free = len(read) - len(mine)
         self._after = read[-1].job_id if free >= self.claim_batch else ""
-        held = sorted([*kept, *mine], key=lambda r: r.job_id)
+        held = sorted([*kept, *mine], key=_job_id)  # two runs in job id order: merged, not sorted anew
         return Listing([*held, *read[len(mine) :]], read.unreadable)
 
     def idle(self, rec: JobRecord) -> bool:
