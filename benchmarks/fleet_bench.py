@@ -562,6 +562,18 @@ class _Stalls:
         self._thread.start()
         return asyncio.get_running_loop().create_task(self._tick())
 
+    @staticmethod
+    def awaiting(task: asyncio.Task[Any]) -> str:
+        """What ``task`` awaits now: its chain of coroutines, innermost last (ours only)."""
+        names: list[str] = []
+        coro: Any = task.get_coro()
+        while coro is not None:
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+            if frame is not None and ("/dispatch/" in frame.f_code.co_filename):
+                names.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+        return " > ".join(names[-5:])
+
     def report(self) -> None:
         self._stop.set()
         total = sum(self.seen.values())
@@ -607,6 +619,7 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
     await asyncio.sleep(sup.resync + 10.0)
     step = max(1, jobs // events)
     injected: dict[str, float] = {}
+    doing: dict[str, str] = {}  # what the supervisor awaited when each event came (FLEET_BENCH_STALLS)
     stalls = _Stalls() if os.environ.get("FLEET_BENCH_STALLS") else None
     ticking = stalls.start() if stalls is not None else None
     busy0, total0 = _machine_cpu()
@@ -616,6 +629,8 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
         rec = await store.get(jid)
         assert rec.handle is not None
         injected[jid] = time.time()
+        if stalls is not None:
+            doing[jid] = stalls.awaiting(loop)
         await backend.inject(rec.handle, "exit 0")
         await asyncio.sleep(spacing)
     while True:  # every measured record folded
@@ -636,6 +651,11 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
             t.at for t in await store.history(jid) if t.state is not None and t.state.value == "succeeded"
         )
         samples.append(done - at)
+    if stalls is not None:
+        slow = sorted(((s, j) for j, s in zip(injected, samples, strict=True)), reverse=True)[:8]
+        print("  the slowest events, and what the supervisor awaited when each came:")
+        for lag, jid in slow:
+            print(f"    {lag * 1e3:8.1f} ms  {doing.get(jid, '?')}")
     samples.sort()
     took = spacing * events
     p50 = statistics.median(samples) * 1e3
