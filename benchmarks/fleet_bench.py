@@ -10,7 +10,9 @@ the cluster runs in a process of its own (``fleet_bench.py cluster``: a ``Memory
 clock) and answers the backend protocols (capabilities, start, observe, stop, list, ceased, watch) as
 JSON lines over loopback TCP, like an API server; each supervisor process talks to it through
 ``RemoteBackend`` (one connection for calls, one per watch stream) and prepares locally (``prepare`` is
-pure for the memory adapter). Every supervisor receives every change on its watch, as on Kubernetes.
+pure for the memory adapter). A fleet member asks its watch for its share of the jobs
+(``dispatch.model.Share``: buckets of job ids) and the cluster process sends it only those changes, as
+an API server filters a watch by label selector; a supervisor alone receives every change.
 
 **The work.** ``--jobs`` records are written pending, each with a scripted cause: its first incarnation
 runs ``--run`` seconds (default 2, spread ±50 %: short, so that the supervisors, not the jobs, bound
@@ -33,9 +35,12 @@ recording the failure to the one recording the new incarnation placed, p50/p99 o
 with 3 supervisors, one is SIGKILLed once a third of the jobs succeeded; its leases expire and the
 others take its records over (``dispatch_leases_taken_over_total``, summed); every job must still
 succeed. *single*: ``supervisor_bench``'s latency and memory measurements (in-process memory cluster
-and store, event → record p99, memory per job) at ``--single`` jobs. *CPU*: each supervisor's CPU
-seconds (its own resource usage), the cluster process's, and how busy the whole machine was (every
-process on it: /proc/stat) — so a reader sees whether a ratio is bound by CPU.
+and store, event → record p99, memory per job) at ``--single`` jobs, and the same latency over a
+PostgreSQL store (``single_postgres``: the jobs submitted, leased, then ``--pg-events`` of them ended one
+every ``--pg-spacing`` seconds whatever the supervisor is doing). *CPU*: each supervisor's CPU
+seconds (its own resource usage), the cluster process's, PostgreSQL's, their sum per transition
+("every process"; the ratio of that with 3 supervisors to that with 1 is printed), and how busy the whole
+machine was (every process on it: /proc/stat) — so a reader sees whether a ratio is bound by CPU.
 
 Not part of the test suite (speed is measured here, never asserted in tests).
 """
@@ -77,6 +82,7 @@ from dispatch.model import (
     Observation,
     Policy,
     Rule,
+    Share,
     Transition,
 )
 from dispatch.model._base import decode_text, encode_text
@@ -146,7 +152,10 @@ async def serve_cluster(port_file: str, jobs: int, latency: float) -> None:
             while line := await reader.readline():
                 req = msgspec.json.decode(line)
                 if req["op"] == "watch":
-                    async for change in backend.watch(req.get("cursor")):
+                    # A member's share, as a label selector: the cluster sends it only the changes of
+                    # its own jobs (an API server filters a watch by label on its side).
+                    share = Share.from_json(req["share"]) if req.get("share") is not None else None
+                    async for change in backend.watch(req.get("cursor"), share=share):
                         writer.write(line_of(change))
                         await writer.drain()
                     return
@@ -285,10 +294,11 @@ class RemoteBackend:
         while not await self.ceased(handle):  # noqa: ASYNC110 - polling the other process is the protocol
             await asyncio.sleep(0.1)
 
-    async def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
+    async def watch(self, cursor: str | None = None, *, share: Share | None = None) -> AsyncIterator[Change]:
         reader, writer = await asyncio.open_connection("127.0.0.1", self.port, limit=2**26)
         try:
-            writer.write(msgspec.json.encode({"op": "watch", "cursor": cursor}) + b"\n")
+            ask = {"op": "watch", "cursor": cursor, "share": share.to_json() if share is not None else None}
+            writer.write(msgspec.json.encode(ask) + b"\n")
             await writer.drain()
             while line := await reader.readline():
                 got = _WATCH_LINE.decode(line)
@@ -512,6 +522,160 @@ async def fleet(
     }
 
 
+class _Stalls:
+    """Where the event loop stops turning (``FLEET_BENCH_STALLS=1``): a thread notes the loop thread's
+    stack whenever the loop has not turned for ``after`` seconds — a sampling profiler of the stalls
+    that hold a watch change back, which a profile of total time does not single out."""
+
+    def __init__(self, after: float = 0.08) -> None:
+        import collections
+        import threading
+
+        self.after = after
+        self.turned = time.perf_counter()
+        self.seen: collections.Counter[str] = collections.Counter()
+        self._stop = threading.Event()
+        self._loop_thread = threading.get_ident()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    async def _tick(self) -> None:
+        while not self._stop.is_set():
+            self.turned = time.perf_counter()
+            await asyncio.sleep(0.01)
+
+    def _watch(self) -> None:
+        import traceback
+
+        while not self._stop.wait(0.02):
+            if time.perf_counter() - self.turned < self.after:
+                continue
+            frame = sys._current_frames().get(self._loop_thread)
+            if frame is not None:
+                stack = traceback.extract_stack(frame)
+                ours = [f for f in stack if "/dispatch/" in f.filename or "fleet_bench" in f.filename]
+                where = " < ".join(
+                    f"{Path(f.filename).name}:{f.name}:{f.lineno}" for f in reversed(ours[-4:])
+                )
+                self.seen[where] += 1
+
+    def start(self) -> asyncio.Task[None]:
+        self._thread.start()
+        return asyncio.get_running_loop().create_task(self._tick())
+
+    @staticmethod
+    def awaiting(task: asyncio.Task[Any]) -> str:
+        """What ``task`` awaits now: its chain of coroutines, innermost last (ours only)."""
+        names: list[str] = []
+        coro: Any = task.get_coro()
+        while coro is not None:
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+            if frame is not None and ("/dispatch/" in frame.f_code.co_filename):
+                names.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+        return " > ".join(names[-5:])
+
+    def report(self) -> None:
+        self._stop.set()
+        total = sum(self.seen.values())
+        print(f"  loop stalls over {self.after * 1e3:.0f} ms, sampled every 20 ms: {total} samples")
+        for where, n in self.seen.most_common(12):
+            print(f"    {n:5d}  {where}")
+
+
+async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> None:
+    """One supervisor (``Supervisor.run``, watch mode, defaults: poll 2 s, lease 30 s, resync 60 s) over
+    ``jobs`` running jobs of an in-process memory cluster (system clock) and a PostgreSQL store. Then
+    ``events`` jobs are made to end, one every ``spacing`` seconds whatever the supervisor is doing (so
+    some arrive during its scans and resyncs): event -> record is from the end injected to the
+    ``succeeded`` transition the supervisor folded (its ``at``, the same host's clock)."""
+    from dispatch.cluster import Cluster
+
+    db = f"single_{jobs}"
+    pg.admin(f"CREATE DATABASE {db} OWNER dispatch")
+    backend = MemoryBackend(
+        MemorySettings(nodes=jobs, start_delay=0.0, cessation_delay=0.0, watch_history=4 * jobs)
+    )
+    store = PostgresStore(pg.dsn(db), max_size=8)
+    cluster = Cluster(backend, store)
+    hang = JobSpec(command=("train",), env={"KUBESIM_SCRIPT": "hang"})
+    sem = asyncio.Semaphore(16)
+    t0 = time.perf_counter()
+
+    async def submit(i: int) -> None:
+        async with sem:
+            await cluster.submit(hang, job_id=f"job-{i}")
+
+    await asyncio.gather(*(submit(i) for i in range(jobs)))
+    submitted = time.perf_counter() - t0
+    sup = cluster.supervisor()
+    stop = asyncio.Event()
+    loop = asyncio.create_task(sup.run(stop=stop))
+    t0 = time.perf_counter()
+    while len(sup.leased) < jobs:  # noqa: ASYNC110 - polling is the measurement
+        await asyncio.sleep(0.1)
+    warm = time.perf_counter() - t0
+    # The steady state: past the first scan of every record newly leased (each observed afresh, one at
+    # a time) and the first resync after it.
+    await asyncio.sleep(sup.resync + 10.0)
+    step = max(1, jobs // events)
+    injected: dict[str, float] = {}
+    doing: dict[str, str] = {}  # what the supervisor awaited when each event came (FLEET_BENCH_STALLS)
+    stalls = _Stalls() if os.environ.get("FLEET_BENCH_STALLS") else None
+    ticking = stalls.start() if stalls is not None else None
+    busy0, total0 = _machine_cpu()
+    cpu0 = time.process_time()
+    for k in range(events):
+        jid = f"job-{k * step}"
+        rec = await store.get(jid)
+        assert rec.handle is not None
+        injected[jid] = time.time()
+        if stalls is not None:
+            doing[jid] = stalls.awaiting(loop)
+        await backend.inject(rec.handle, "exit 0")
+        await asyncio.sleep(spacing)
+    while True:  # every measured record folded
+        states = [(await store.get(j)).state.value for j in injected]
+        if all(s == "succeeded" for s in states):
+            break
+        await asyncio.sleep(0.5)
+    busy1, total1 = _machine_cpu()
+    cpu = time.process_time() - cpu0
+    if stalls is not None and ticking is not None:
+        stalls.report()
+        ticking.cancel()
+    stop.set()
+    await loop
+    samples = []
+    for jid, at in injected.items():
+        done = next(
+            t.at for t in await store.history(jid) if t.state is not None and t.state.value == "succeeded"
+        )
+        samples.append(done - at)
+    if stalls is not None:
+        slow = sorted(((s, j) for j, s in zip(injected, samples, strict=True)), reverse=True)[:8]
+        print("  the slowest events, and what the supervisor awaited when each came:")
+        for lag, jid in slow:
+            print(f"    {lag * 1e3:8.1f} ms  {doing.get(jid, '?')}")
+    samples.sort()
+    took = spacing * events
+    p50 = statistics.median(samples) * 1e3
+    p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))] * 1e3
+    print(
+        f"  {jobs:>6} jobs: event->record p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  max {samples[-1] * 1e3:7.2f} ms"
+        f"  (n={len(samples)} over {took:.0f} s; submitting took {submitted:.0f} s, leasing all {warm:.1f} s; "
+        f"this process {cpu / took * 100:.0f} % of a core while measuring; machine "
+        f"{100 * (busy1 - busy0) / (total1 - total0):.0f} % busy of {os.cpu_count()} cores)",
+        flush=True,
+    )
+    await cluster.close()
+
+
+def _all_cpu(r: dict[str, Any]) -> float:
+    """CPU seconds per transition of every process of a run: the supervisors, the cluster process and
+    PostgreSQL (a killed supervisor's CPU is not reported, so a kill run's figure is short of it)."""
+    return float(sum(r["cpu"]) + r["cluster_cpu"] + r["postgres_cpu"]) / max(1, r["events"])
+
+
 def _row(r: dict[str, Any]) -> str:
     killed = r["killed_at_s"]
     what = f"{r['supervisors']} supervisor(s)" + (
@@ -523,7 +687,7 @@ def _row(r: dict[str, Any]) -> str:
         f"{r['requeue_p50_ms']:8.1f} ms p99 {r['requeue_p99_ms']:8.1f} ms; lease takeovers {r['takeovers']:.0f}; "
         f"supervisor CPU s {r['cpu']}, cluster process {r['cluster_cpu']:.1f} s, "
         f"PostgreSQL {r['postgres_cpu']:.1f} s; supervisor CPU per transition "
-        f"{1e3 * sum(r['cpu']) / max(1, r['events']):.2f} ms; machine "
+        f"{1e3 * sum(r['cpu']) / max(1, r['events']):.2f} ms, every process {1e3 * _all_cpu(r):.2f} ms; machine "
         f"{100 * r['machine_busy']:.0f} % busy of {r['cores']} cores (every process on it)"
     )
 
@@ -550,54 +714,77 @@ async def main() -> None:
     )
     parser.add_argument("--no-kill", action="store_true", help="skip the run that kills one of three")
     parser.add_argument("--single", type=int, nargs="*", default=[100_000], help="jobs for one supervisor")
-    parser.add_argument("--events", type=int, default=200)
+    parser.add_argument("--events", type=int, default=200, help="events of the memory-store measurement")
+    parser.add_argument(
+        "--pg-events", type=int, default=600, help="events of the PostgreSQL measurement (--single)"
+    )
+    parser.add_argument("--pg-spacing", type=float, default=0.1, help="seconds between two of those events")
+    parser.add_argument(
+        "--single-store",
+        nargs="*",
+        choices=("memory", "postgres"),
+        default=["memory", "postgres"],
+        help="which stores --single measures",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "tests" / "records"))
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    if args.fleet:
+    pg = None
+    if args.fleet or (args.single and "postgres" in args.single_store):
         from pgserver import PgServer, find_bin  # type: ignore[import-not-found]
 
         bindir = find_bin()
         if bindir is None:
             raise SystemExit("PostgreSQL's binaries were not found (apt-get install postgresql)")
         pg = PgServer.start(bindir)
-        try:
-            print(f"fleet over one PostgreSQL ({args.jobs} jobs, each placed, failed, requeued, succeeded):")
-            rows = []
-            for n in args.fleet:
-                rows.append(
-                    await fleet(
-                        pg,
-                        n,
-                        args.jobs,
-                        args.run,
-                        args.lease,
-                        kill=False,
-                        latency=args.api_latency,
-                        cap=args.cap,
-                    )
-                )
-                print(_row(rows[-1]), flush=True)
-            by = {r["supervisors"]: r for r in rows}
-            if 1 in by and 3 in by:
-                print(
-                    f"  ratio of 3 to 1 supervisors (events/s): {by[3]['events_per_s'] / by[1]['events_per_s']:.2f}"
-                )
-            if not args.no_kill:
-                r = await fleet(
-                    pg, 3, args.jobs, args.run, args.lease, kill=True, latency=args.api_latency, cap=args.cap
-                )
-                print(_row(r))
-                print(f"  jobs lost: {r['jobs'] - r['succeeded']}")
-        finally:
-            pg.stop()
-    if args.single:
-        import supervisor_bench  # type: ignore[import-not-found]
+    try:
+        if args.fleet:
+            await _fleets(pg, args)
+        if args.single and "memory" in args.single_store:
+            import supervisor_bench  # type: ignore[import-not-found]
 
-        print("one supervisor (memory adapter, memory store, watch mode):")
-        for n in args.single:
-            await supervisor_bench.latency(n, args.events, 0.02)
-            await supervisor_bench.memory(n)
+            print("one supervisor (memory adapter, memory store, watch mode):")
+            for n in args.single:
+                await supervisor_bench.latency(n, args.events, 0.02)
+                await supervisor_bench.memory(n)
+        if args.single and "postgres" in args.single_store:
+            print("one supervisor (memory adapter in process, PostgreSQL store, watch mode):")
+            for n in args.single:
+                await single_postgres(pg, n, args.pg_events, args.pg_spacing)
+    finally:
+        if pg is not None:
+            pg.stop()
+
+
+async def _fleets(pg: Any, args: argparse.Namespace) -> None:
+    print(f"fleet over one PostgreSQL ({args.jobs} jobs, each placed, failed, requeued, succeeded):")
+    rows = []
+    for n in args.fleet:
+        rows.append(
+            await fleet(
+                pg,
+                n,
+                args.jobs,
+                args.run,
+                args.lease,
+                kill=False,
+                latency=args.api_latency,
+                cap=args.cap,
+            )
+        )
+        print(_row(rows[-1]), flush=True)
+    by = {r["supervisors"]: r for r in rows}
+    if 1 in by and 3 in by:
+        print(
+            f"  ratio of 3 to 1 supervisors: events/s {by[3]['events_per_s'] / by[1]['events_per_s']:.2f}; "
+            f"CPU per transition, every process {_all_cpu(by[3]) / _all_cpu(by[1]):.3f}"
+        )
+    if not args.no_kill:
+        r = await fleet(
+            pg, 3, args.jobs, args.run, args.lease, kill=True, latency=args.api_latency, cap=args.cap
+        )
+        print(_row(r))
+        print(f"  jobs lost: {r['jobs'] - r['succeeded']}")
 
 
 def _cli() -> None:

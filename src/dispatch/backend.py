@@ -15,7 +15,17 @@ import msgspec.structs
 from msgspec import Struct
 
 from dispatch.errors import DispatchError, InvalidError
-from dispatch.model import Absent, Capabilities, Change, Compute, Handle, Identity, JobSpec, Observation
+from dispatch.model import (
+    Absent,
+    Capabilities,
+    Change,
+    Compute,
+    Handle,
+    Identity,
+    JobSpec,
+    Observation,
+    Share,
+)
 
 if TYPE_CHECKING:
     from dispatch.feed import Feed
@@ -167,11 +177,13 @@ class Holder(Protocol):
 class Watcher(Protocol):
     """A stream of changes for every incarnation carrying dispatch's identity."""
 
-    def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
+    def watch(self, cursor: str | None = None, *, share: Share | None = None) -> AsyncIterator[Change]:
         """Yield a :class:`~dispatch.model.Change` only when the reading of an incarnation changes.
         Resumable from the cursor of any change; survives dropped connections and expired cursors by
-        relisting, without losing a transition. An adapter implements it with the host's
-        :class:`dispatch.feed.Feed` (``return self.feed.watch(cursor)``), which it only fills."""
+        relisting, without losing a transition. ``share``: only the changes of the jobs in it (a fleet
+        member's; the others are neither built nor sent to it). An adapter implements it with the
+        host's :class:`dispatch.feed.Feed` (``return self.feed.watch(cursor, share=share)``), which it
+        only fills."""
         ...
 
 

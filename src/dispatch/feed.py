@@ -25,7 +25,7 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from dispatch.errors import DispatchError, InvalidError, UnavailableError
-from dispatch.model import Absent, Change, Compute, Observation, Unreachable
+from dispatch.model import Absent, Change, Compute, Observation, Share, Unreachable
 
 __all__ = ["ENDED", "HISTORY", "CatchUp", "Feed", "Fill"]
 
@@ -89,7 +89,7 @@ class Feed:
         self._ended_max = ended
         self._seq = 0
         self._history: deque[tuple[int, Change]] = deque(maxlen=history)
-        self._all: set[asyncio.Queue[_Notice]] = set()
+        self._all: dict[asyncio.Queue[_Notice], Share | None] = {}  # watcher -> its share (None: all)
         self._jobs: dict[str, set[asyncio.Queue[_Notice]]] = {}
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -116,9 +116,11 @@ class Feed:
         change = Change(reading, self._cursor(self._seq))
         self._history.append((self._seq, change))
         notice = (self._seq, change)
-        for q in self._all:
-            q.put_nowait(notice)
-        for q in self._jobs.get(reading.handle.identity.job_id, ()):
+        job_id = reading.handle.identity.job_id
+        for q, share in self._all.items():
+            if share is None or share.holds(job_id):
+                q.put_nowait(notice)
+        for q in self._jobs.get(job_id, ()):
             q.put_nowait(notice)
         return change
 
@@ -142,24 +144,38 @@ class Feed:
         """The cursor of the newest change (resuming from it emits what comes after)."""
         return self._cursor(self._seq)
 
-    def watch(self, cursor: str | None = None, *, job_id: str | None = None) -> AsyncIterator[Change]:
-        """Changes of every incarnation (of job ``job_id`` alone, when given): after ``cursor`` when this
-        feed still holds it, else first the current reading of each incarnation, then every change.
-        Raises the source's error when it fails (watch again to resume)."""
+    def watch(
+        self, cursor: str | None = None, *, job_id: str | None = None, share: Share | None = None
+    ) -> AsyncIterator[Change]:
+        """Changes of every incarnation (of job ``job_id`` alone, or of the jobs in ``share``, when
+        given): after ``cursor`` when this feed still holds it, else first the current reading of each
+        incarnation, then every change. Raises the source's error when it fails (watch again to resume).
+        A change outside the share wakes nobody: it is never queued for this watcher."""
         if cursor is not None and not isinstance(cursor, str):
             raise InvalidError(f"expected a cursor from a change, got {cursor!r}", path="cursor")
-        return self._watch(cursor, job_id)
+        if share is not None and not isinstance(share, Share):
+            raise InvalidError(f"expected a Share, got {type(share).__name__}", path="share")
+        return self._watch(cursor, job_id, share)
 
-    async def _watch(self, cursor: str | None, job_id: str | None) -> AsyncIterator[Change]:
+    async def _watch(
+        self, cursor: str | None, job_id: str | None, share: Share | None
+    ) -> AsyncIterator[Change]:
         self._ensure()
         if self._catch_up is not None:
             self._catch_up(self)
         queue: asyncio.Queue[_Notice] = asyncio.Queue()
-        subs = self._all if job_id is None else self._jobs.setdefault(job_id, set())
-        subs.add(queue)
+        if job_id is None:
+            self._all[queue] = share
+        else:
+            self._jobs.setdefault(job_id, set()).add(queue)
         try:
             head = self._seq
-            for change in self._start(cursor, job_id, head):
+
+            def wanted(c: Change | Item) -> bool:
+                jid = c.handle.identity.job_id
+                return (job_id is None or jid == job_id) and (share is None or share.holds(jid))
+
+            for change in self._start(cursor, wanted, head):
                 yield change
             while True:
                 notice = await queue.get()
@@ -169,23 +185,26 @@ class Feed:
                 if seq > head:
                     yield change
         finally:
-            subs.discard(queue)
-            if job_id is not None and not subs:
-                self._jobs.pop(job_id, None)
+            if job_id is None:
+                self._all.pop(queue, None)
+            else:
+                subs = self._jobs.get(job_id, set())
+                subs.discard(queue)
+                if not subs:
+                    self._jobs.pop(job_id, None)
             if self._idle_stop and not self._all and not self._jobs:
                 self._stop()
 
-    def _start(self, cursor: str | None, job_id: str | None, head: int) -> builtins.list[Change]:
-        """What a new watcher is given first: the changes after its cursor, or the current readings."""
+    def _start(
+        self, cursor: str | None, wanted: Callable[[Change | Item], bool], head: int
+    ) -> builtins.list[Change]:
+        """What a new watcher is given first: the changes after its cursor, or the current readings
+        (only those ``wanted``)."""
         seq = self._position(cursor)
         oldest = self._history[0][0] if self._history else self._seq + 1
         if seq is not None and seq <= head and (seq + 1 >= oldest or seq == head):
-            return [
-                c
-                for s, c in self._history
-                if s > seq and (job_id is None or c.handle.identity.job_id == job_id)
-            ]
-        current = [r for r in self._last.values() if job_id is None or r.handle.identity.job_id == job_id]
+            return [c for s, c in self._history if s > seq and wanted(c)]
+        current = [r for r in self._last.values() if wanted(r)]
         # Only the last item resumes after the head: resuming from an earlier one relists again, or the
         # items after it would be lost.
         relist = f"{self.id}:{_RELIST}"
@@ -228,7 +247,7 @@ class Feed:
             self._fail(UnavailableError("the watch's source ended"))
 
     def _fail(self, exc: DispatchError) -> None:
-        for q in self._all:
+        for q in list(self._all):
             q.put_nowait(exc)
         for queues in self._jobs.values():
             for q in queues:

@@ -72,6 +72,7 @@ from dispatch.model import (
     Observation,
     Policy,
     Rule,
+    Share,
     State,
     Transition,
 )
@@ -281,12 +282,40 @@ class FaultyStore:
         )
         return out
 
-    async def leasable(self, holder: str, *, states: Any, limit: int, after: str = "") -> Listing:
+    async def leave(self, group: str, holder: str) -> None:
+        assert isinstance(self.inner, Leasing)
+        inner = self.inner
+        await self._call("leave", lambda: inner.leave(group, holder), write=True)
+
+    async def held(self, holder: str) -> dict[str, int]:
+        assert isinstance(self.inner, Leasing)
+        inner = self.inner
+        out: dict[str, int] = await self._call("held", lambda: inner.held(holder), write=False)
+        return out
+
+    async def leasable(
+        self, holder: str, *, states: Any, limit: int, after: str = "", held: Any = None
+    ) -> Listing:
         assert isinstance(self.inner, Leasing)
         inner = self.inner
         out: Listing = await self._call(
-            "leasable", lambda: inner.leasable(holder, states=states, limit=limit, after=after), write=False
+            "leasable",
+            lambda: inner.leasable(holder, states=states, limit=limit, after=after, held=held),
+            write=False,
         )
+        return out
+
+    async def records(self, job_ids: Any, *, states: Any = None) -> Listing:
+        assert isinstance(self.inner, Leasing)
+        inner = self.inner
+        ids = builtins.list(job_ids)
+        out: Listing = await self._call("records", lambda: inner.records(ids, states=states), write=False)
+        return out
+
+    async def counts(self) -> dict[State, int]:
+        assert isinstance(self.inner, Leasing)
+        inner = self.inner
+        out: dict[State, int] = await self._call("counts", inner.counts, write=False)
         return out
 
     async def renew_leases(self, holder: str, ttl: float, job_ids: Any) -> builtins.list[JobRecord]:
@@ -428,15 +457,15 @@ class FaultyBackend:
     async def release(self, handle: Handle, token: HoldToken) -> None:
         await self.inner.release(handle, token)
 
-    def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
-        return self._watch(cursor)
+    def watch(self, cursor: str | None = None, *, share: Share | None = None) -> AsyncIterator[Change]:
+        return self._watch(cursor, share)
 
-    async def _watch(self, cursor: str | None) -> AsyncIterator[Change]:
+    async def _watch(self, cursor: str | None, share: Share | None) -> AsyncIterator[Change]:
         f = self.faults
         if cursor is not None and f.hit(f.watch, "expired cursor"):
             self._note("fault: watch cursor expired (relist)")
             cursor = None
-        inner = self.inner.watch(cursor)
+        inner = self.inner.watch(cursor, share=share)
         held: Change | None = None  # a change delivered after the next one (out of order)
         try:
             async for change in inner:

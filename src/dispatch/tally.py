@@ -1,7 +1,8 @@
 """The store-wide gauges of the supervisor, from one listing of the records (pure).
 
-Every supervisor lists the whole store (at each scan; a fleet member at each resync), so each exports
-the same store-wide figures; dashboards and alerts aggregate them with ``max`` (never ``sum``), see
+Every supervisor counts the whole store (lists it at each scan; a fleet member asks the store for its
+counts by state and lists its starting records at each resync), so each exports the same store-wide
+figures; dashboards and alerts aggregate them with ``max`` (never ``sum``), see
 docs/operations.md.
 """
 
@@ -24,18 +25,28 @@ class Tally:
     oldest_starting: float
 
 
-def tally(records: Iterable[JobRecord], since: Mapping[tuple[str, int], float], now: float) -> Tally:
-    """Count ``records`` by state, and age the starting ones: an incarnation (job id, epoch) keeps the
-    time it was first seen starting (``since``, from the previous scan); the others are forgotten. A
+def tally(
+    records: Iterable[JobRecord],
+    since: Mapping[tuple[str, int], float],
+    now: float,
+    *,
+    counts: Mapping[State, int] | None = None,
+) -> Tally:
+    """Count ``records`` by state (or take ``counts``, the store's own count by state: ``records`` then
+    need hold only the starting ones), and age the starting ones: an incarnation (job id, epoch) keeps
+    the time it was first seen starting (``since``, from the previous scan); the others are forgotten. A
     record carries no "starting since" of its own, so the age counts from this process's first sight."""
-    counts: dict[str, float] = {}
+    counted: dict[str, float] = {}
+    if counts is not None:
+        counted = {state.value: float(n) for state, n in counts.items()}
     starting: dict[tuple[str, int], float] = {}
     for rec in records:
-        counts[rec.state.value] = counts.get(rec.state.value, 0.0) + 1
+        if counts is None:
+            counted[rec.state.value] = counted.get(rec.state.value, 0.0) + 1
         if rec.state is State.STARTING:
             key = (rec.job_id, rec.epoch.n)
             starting[key] = since.get(key, now)
-    return Tally(counts, starting, oldest(starting, now))
+    return Tally(counted, starting, oldest(starting, now))
 
 
 def oldest(since: Mapping[tuple[str, int], float], now: float) -> float:

@@ -41,6 +41,7 @@ from dispatch.model import (
     Limits,
     Mode,
     Observation,
+    Share,
     State,
 )
 from dispatch.probecache import ProbeCache
@@ -876,15 +877,18 @@ class Backend:
 
     # --- Watcher ---------------------------------------------------------------------------------------
 
-    def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
-        """Changes of every incarnation in the namespace, from the host's feed, which the shared informer
-        fills (one list+watch per kind for the whole process, however many watches are open). Resumable
-        from any change's cursor; a cursor the feed does not hold (another process's, an old one) relists."""
-        return self._watch(cursor, None)
+    def watch(self, cursor: str | None = None, *, share: Share | None = None) -> AsyncIterator[Change]:
+        """Changes of every incarnation in the namespace (of the jobs in ``share``, when given), from the
+        host's feed, which the shared informer fills (one list+watch per kind for the whole process,
+        however many watches are open). Resumable from any change's cursor; a cursor the feed does not
+        hold (another process's, an old one) relists."""
+        return self._watch(cursor, None, share)
 
-    async def _watch(self, cursor: str | None, job_id: str | None) -> AsyncIterator[Change]:
+    async def _watch(
+        self, cursor: str | None, job_id: str | None, share: Share | None = None
+    ) -> AsyncIterator[Change]:
         await self._current()  # the informer started here, in the watcher's task
-        changes = self.feed.watch(cursor, job_id=job_id)
+        changes = self.feed.watch(cursor, job_id=job_id, share=share)
         try:
             async for change in changes:
                 yield change

@@ -44,6 +44,7 @@ from dispatch.model import (
     Limits,
     Mode,
     Observation,
+    Share,
 )
 from dispatch_slurm import naming
 from dispatch_slurm.answers import Failure, answer, failure_of
@@ -550,7 +551,12 @@ class SlurmBackend:
             self._poller = _Poller(self)
         return self._poller
 
-    async def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
+    async def watch(self, cursor: str | None = None, *, share: Share | None = None) -> AsyncIterator[Change]:
+        """Changes of every incarnation (of the jobs in ``share``, when given), from the shared poll."""
+
+        def wanted(handle: Handle) -> bool:
+            return share is None or share.holds(handle.identity.job_id)
+
         poller = self._the_poller()
         poller.watchers += 1
         poller.start()
@@ -568,7 +574,8 @@ class SlurmBackend:
                     position = poller.seq
                     current = list(poller.last.values())
                 for obs in current:
-                    yield Change(obs, poller.cursor(position))
+                    if wanted(obs.handle):
+                        yield Change(obs, poller.cursor(position))
             seen: int = position
             while True:
                 async with poller.cond:
@@ -577,7 +584,8 @@ class SlurmBackend:
                     batch = [c for s, c in poller.history if s > seen]
                     seen = poller.seq
                 for change in batch:
-                    yield change
+                    if wanted(change.handle):
+                        yield change
         finally:
             poller.watchers -= 1
             if poller.watchers == 0 and poller.task is not None:

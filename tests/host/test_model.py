@@ -25,7 +25,7 @@ from dispatch import (
     SharedCheckpoint,
     register_extension,
 )
-from dispatch.model import load_json, load_yaml
+from dispatch.model import BUCKETS, Share, bucket, load_json, load_yaml
 from dispatch.model._decode import Fields, as_int
 
 
@@ -262,3 +262,27 @@ def test_a_job_id_is_checked_the_same_after_valid_ones_were_seen(bad: object) ->
         assert check_job_id("job-a") == "job-a"
         with pytest.raises(InvalidError):
             check_job_id(bad)
+
+
+def test_a_fleet_splits_every_bucket_once_among_its_members() -> None:
+    members = ("sup-a", "sup-b", "sup-c")
+    shares = [Share.of(m, members) for m in members]
+    assert set().union(*(s.buckets for s in shares)) == set(range(BUCKETS))
+    assert sum(len(s.buckets) for s in shares) == BUCKETS  # no bucket in two shares
+    assert all(len(s.buckets) > BUCKETS / 4 for s in shares)  # about a third each
+    jobs = [f"job-{i}" for i in range(300)]
+    assert all(sum(s.holds(j) for s in shares) == 1 for j in jobs)
+    # A member leaving moves only its own buckets: the others keep theirs.
+    after = [Share.of(m, members[1:]) for m in members[1:]]
+    assert shares[1].buckets <= after[0].buckets and shares[2].buckets <= after[1].buckets
+    assert Share.from_json(shares[0].to_json()) == shares[0]
+    assert bucket("job-1") == bucket("job-1") and 0 <= bucket("job-1") < BUCKETS
+
+
+@pytest.mark.parametrize(("value", "says"), [([BUCKETS], "from 0 to"), ([1, "x"], "integer")])
+def test_a_share_holds_only_buckets(value: list[object], says: str) -> None:
+    with pytest.raises(InvalidError, match=says) as info:
+        Share.from_json({"buckets": value})
+    assert info.value.path.startswith("share.buckets")
+    with pytest.raises(InvalidError, match="not among"):
+        Share.of("sup-z", ("sup-a",))

@@ -193,6 +193,7 @@ _DECLARED = [
     "dispatch/model/observation.py",
     "dispatch/model/capabilities.py",
     "dispatch/model/extensions.py",
+    "dispatch/model/share.py",
     "dispatch/memory/settings.py",
     "dispatch_kubeflow/settings.py",
     "dispatch_kubeflow/extension.py",

@@ -29,6 +29,7 @@ from dispatch.model import (
     PlanAction,
     Policy,
     Rule,
+    Share,
     State,
     Transition,
 )
@@ -455,9 +456,9 @@ class WatchBugOnce(MemoryBackend):
 
     opened = 0
 
-    def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
+    def watch(self, cursor: str | None = None, *, share: Share | None = None) -> AsyncIterator[Change]:
         self.opened += 1
-        return self._bug() if self.opened == 1 else super().watch(cursor)
+        return self._bug() if self.opened == 1 else super().watch(cursor, share=share)
 
     async def _bug(self) -> AsyncIterator[Change]:
         raise KeyError("observation")
@@ -604,3 +605,122 @@ async def test_a_supervisor_whose_cluster_does_not_answer_waits_a_poll_between_s
     finally:
         stop.set()
         await task
+
+
+async def test_a_fleet_members_scan_reads_again_a_record_another_process_wrote(
+    pcluster: Cluster, store: MemoryStore, clock: ManualClock
+) -> None:
+    """A fleet member's scan passes by the records it leases that only wait for the cluster, as it
+    knows them; a record another process wrote since (its revision moved) is read again and acted on:
+    here a cancel recorded while the cluster could not be told, so no watch change comes of it."""
+    for jid in ("job-a", "job-b"):
+        await pcluster.submit(spec("hang"), job_id=jid)
+    sup = pcluster.supervisor(holder="a", lease=100.0, poll=1.0)
+    await drive(clock, sup, seconds=3)
+    assert {r.state for r in await store.list()} == {State.RUNNING}
+    rec = await store.get("job-a")
+    await store.update(rec.replace(cancel_requested=True), expected_revision=rec.revision)
+    await drive(clock, sup, seconds=10)
+    assert (await store.get("job-a")).state is State.CANCELLED
+    assert (await store.get("job-b")).state is State.RUNNING
+
+
+class EventDuringScans(MemoryStore):
+    """A store through which a test makes something happen on the cluster at the start of a fleet
+    member's scan (when it asks which records it holds), or as it renews its leases."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.at_scan: Any = None
+        self.at_renewal: Any = None
+
+    async def held(self, holder: str) -> dict[str, int]:
+        hook, self.at_scan = self.at_scan, None
+        if hook is not None:
+            await hook()
+        return await super().held(holder)
+
+    async def renew_leases(self, holder: str, ttl: float, job_ids: Any) -> builtins.list[Any]:
+        hook, self.at_renewal = self.at_renewal, None
+        if hook is not None:
+            await hook()
+        return await super().renew_leases(holder, ttl, job_ids)
+
+
+@pytest.mark.parametrize("during", ["scan", "renewals"])
+async def test_a_watch_change_is_folded_between_pages_of_a_long_scan(
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch, during: str
+) -> None:
+    """A change that comes while a supervisor works through many records (a scan of every record it
+    leases; the renewal of thousands of leases) is folded between two pages of that work, in the same
+    step — not once the scan is over (seconds, at 100,000 jobs)."""
+    from dispatch.supervise import leases as leases_module
+    from dispatch.supervise import loop as loop_module
+
+    monkeypatch.setattr(loop_module, "PAUSE", 0.0)
+    monkeypatch.setattr(leases_module, "RENEW_BATCH", 4)
+    backend = MemoryBackend(SETTINGS.replace(nodes=40), clock=clock)
+    store = EventDuringScans(clock)
+    async with Cluster(backend, store, clock=clock, policy=POLICY) as c:
+        for i in range(40):
+            await c.submit(spec("hang"), job_id=f"job-{i:02}")
+        sup = c.supervisor(holder="a", lease=20.0, poll=1.0)
+        sup.keep_watching()
+        while len(sup.leased) < 40:
+            await sup.step()
+            clock.advance(1.0)
+        await sup.step()  # the watch read to its end: nothing pending
+        clock.advance(10.0)  # every lease half gone: the next scan renews all, 4 at a time
+        handle = (await store.get("job-17")).handle
+        assert handle is not None
+
+        async def end_one() -> None:
+            await backend.inject(handle, "exit 0")
+
+        if during == "scan":
+            store.at_scan = end_one
+        else:
+            store.at_renewal = end_one
+        report = await sup.step()
+        assert report.folded >= 1 and (await store.get("job-17")).state is State.SUCCEEDED
+        await sup.close()
+
+
+class CountedStoreLists(MemoryStore):
+    """A store that counts the listings of every record asked of it."""
+
+    full_lists = 0
+
+    async def list(self, *, states: Any = None) -> Any:
+        if states is None:
+            self.full_lists += 1
+        return await super().list(states=states)
+
+
+async def test_a_fleet_members_resync_stops_leftovers_without_listing_the_store(
+    clock: ManualClock, backend: MemoryBackend
+) -> None:
+    """A fleet member's resync reads the records it needs — those it leases, and the finished ones of
+    its share whose incarnation is still live — never every record. Here another process recorded a
+    job finished while its incarnation kept running (as a cancel of a start thought lost, which did take
+    effect): the member lets the finished record go, no watch change comes, and its resync finds the
+    live incarnation of that record and stops it, without listing the store once."""
+    store = CountedStoreLists(clock)
+    async with Cluster(backend, store, clock=clock, policy=POLICY) as c:
+        for jid in ("job-a", "job-b"):
+            await c.submit(spec("hang"), job_id=jid)
+        sup = c.supervisor(holder="a", poll=1.0, resync=20.0)
+        await drive(clock, sup, seconds=3)
+        rec = await store.get("job-a")
+        assert rec.state is State.RUNNING and rec.handle is not None
+        cancelled = rec.replace(outcome=Outcome(State.CANCELLED, Cause.CANCELLED), cancel_requested=True)
+        await store.update(cancelled, expected_revision=rec.revision)
+        await drive(clock, sup, seconds=3)
+        assert "job-a" not in sup.leased  # final: let go
+        assert (await backend.observe(rec.handle)).state is State.RUNNING
+        await drive(clock, sup, seconds=25)  # a resync
+        assert (await backend.observe(rec.handle)).state is State.CANCELLED
+        assert "stopped leftovers" in [t.what for t in await c.history("job-a")]
+        assert (await store.get("job-b")).state is State.RUNNING
+        assert store.full_lists == 0
+        await sup.close()

@@ -36,7 +36,7 @@ from dispatch import AdapterConfig, Extensions, Image, JobSpec
 from dispatch.backend import Backend, HoldToken, Prepared
 from dispatch.clock import ManualClock
 from dispatch.errors import DispatchError
-from dispatch.model import Capabilities, Change, Handle, Identity, Observation
+from dispatch.model import Capabilities, Change, Handle, Identity, Observation, Share
 from dispatch.simulate import T0, Crasher, Faults
 from dispatch_kubeflow import RuntimeRef
 from dispatch_kubeflow.backend import open_backend
@@ -170,8 +170,8 @@ class CrashingBackend:
     async def release(self, handle: Handle, token: HoldToken) -> None:
         await self.inner.release(handle, token)
 
-    def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
-        return self.inner.watch(cursor)  # type: ignore[no-any-return]
+    def watch(self, cursor: str | None = None, *, share: Share | None = None) -> AsyncIterator[Change]:
+        return self.inner.watch(cursor, share=share)  # type: ignore[no-any-return]
 
     async def ceased(self, handle: Handle) -> bool:
         return await self.inner.ceased(handle)  # type: ignore[no-any-return]

@@ -33,6 +33,7 @@ from dispatch import (
 )
 from dispatch.backend import place
 from dispatch.memory import MemoryBackend
+from dispatch.model import Share, bucket
 
 Make = Callable[..., MemoryBackend]
 Job = Callable[..., JobSpec]
@@ -346,9 +347,11 @@ async def test_overlapping_incarnations_are_recorded(make: Make, clock: ManualCl
 # --- watch --------------------------------------------------------------------------------------
 
 
-async def collect(backend: MemoryBackend, cursor: str | None, count: int) -> list[Change]:
+async def collect(
+    backend: MemoryBackend, cursor: str | None, count: int, share: Share | None = None
+) -> list[Change]:
     out: list[Change] = []
-    stream = backend.watch(cursor)
+    stream = backend.watch(cursor, share=share)
     try:
         async for change in stream:
             out.append(change)
@@ -431,6 +434,27 @@ async def test_a_cursor_of_another_feed_relists(make: Make, clock: ManualClock, 
     assert (after[0].observation.state, after[0].observation.compute) == (State.CANCELLED, Compute.PRESENT)
     again = await collect(backend, relisted[0].cursor, 2)
     assert [c.handle for c in again] == [a, b]
+
+
+async def test_a_watch_resumed_with_a_wider_share_replays_the_jobs_it_adds(
+    make: Make, clock: ManualClock, job: Job
+) -> None:
+    """A fleet member whose share grows (a member died) opens its watch again from its cursor: every
+    change since then of the jobs it gained comes, in order with those of the jobs it had."""
+    backend = make(startDelay=1)
+    ids = [f"job-{i}" for i in range(40)]
+    a = ids[0]
+    b = next(j for j in ids if bucket(j) != bucket(a))
+    mine, both = Share(frozenset({bucket(a)})), Share(frozenset({bucket(a), bucket(b)}))
+    ha = await place(backend, job("sleep 1; hang"), Identity(a))
+    first = await collect(backend, None, 1, share=mine)
+    assert [c.handle for c in first] == [ha]
+    hb = await place(backend, job("sleep 2"), Identity(b))
+    clock.advance(5)  # a runs; b starts, runs and succeeds, none of it sent to this share
+    assert [c.handle for c in await collect(backend, first[0].cursor, 1, share=mine)] == [ha]
+    resumed = await collect(backend, first[0].cursor, 4, share=both)
+    shown = [(c.handle, c.observation.state if c.observation else None) for c in resumed]
+    assert shown == [(hb, State.STARTING), (ha, State.RUNNING), (hb, State.RUNNING), (hb, State.SUCCEEDED)]
 
 
 async def test_watch_refuses_a_cursor_that_is_not_text(make: Make) -> None:

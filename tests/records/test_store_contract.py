@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -667,6 +668,19 @@ async def test_fleet_members_heartbeat_and_expire(store: Store, clock: ManualClo
         await store.heartbeat("memory/c1", "sup-a", -1)
 
 
+async def test_a_member_that_leaves_is_no_longer_listed(store: Store, clock: ManualClock) -> None:
+    assert isinstance(store, Leasing)
+    await store.heartbeat("memory/c1", "sup-a", 10)
+    await store.heartbeat("memory/c2", "sup-a", 10)
+    assert await store.heartbeat("memory/c1", "sup-b", 10) == ["sup-a", "sup-b"]
+    await store.leave("memory/c1", "sup-a")  # at once, not when its membership would have ended
+    await store.leave("memory/c1", "sup-z")  # never a member: nothing happens
+    assert await store.heartbeat("memory/c1", "sup-b", 10) == ["sup-b"]
+    assert await store.heartbeat("memory/c2", "sup-c", 10) == ["sup-a", "sup-c"]  # its other fleet's
+    with pytest.raises(InvalidError, match="holder"):
+        await store.leave("memory/c1", "")
+
+
 async def test_leasable_is_what_a_holder_leases_then_a_page_of_claimable_records(
     store: Store, clock: ManualClock
 ) -> None:
@@ -690,6 +704,59 @@ async def test_leasable_is_what_a_holder_leases_then_a_page_of_claimable_records
     assert ids(await store.leasable("sup-b", states=pending, limit=9)) == ["b", "c", "a", "e"]
     with pytest.raises(InvalidError, match="limit"):
         await store.leasable("sup-a", states=pending, limit=0)
+
+
+async def test_held_is_the_revision_of_each_record_a_holder_leases(store: Store, clock: ManualClock) -> None:
+    assert isinstance(store, Leasing)
+    for jid in ("a", "b", "c", "d"):
+        await store.create(simple_record(jid), note("created"))
+    await store.acquire_lease("a", "sup-a", 10)
+    await store.acquire_lease("b", "sup-a", 5)
+    await store.acquire_lease("c", "sup-b", 10)
+    clock.advance(5)  # b's lease lapsed, still naming sup-a: its to renew
+    rec = await store.get("a")
+    await store.update(rec.replace(outcome=Outcome(State.RUNNING)), expected_revision=rec.revision)
+    assert await store.held("sup-a") == {"a": 3, "b": 2}
+    assert await store.held("nobody") == {}
+    # Only the records asked for among the holder's own (another's, or none's, never), then the page.
+    got = await store.leasable("sup-a", states={State.PENDING}, limit=9, held=["b", "c", "missing"])
+    assert [r.job_id for r in got] == ["b", "d"]
+    assert [r.job_id for r in await store.leasable("sup-a", states={State.PENDING}, limit=9, held=[])] == [
+        "d"
+    ]
+
+
+async def test_held_is_in_job_id_order(store: Store) -> None:
+    """A scan merges what it leases with a page in job id order: held comes in that order already."""
+    assert isinstance(store, Leasing)
+    for jid in ("z", "m", "a"):
+        await store.create(simple_record(jid), note("created"))
+        await store.acquire_lease(jid, "sup-a", 10)
+    assert list(await store.held("sup-a")) == ["a", "m", "z"]
+
+
+async def test_records_are_those_of_the_job_ids_asked_for(store: Store) -> None:
+    assert isinstance(store, Leasing)
+    for jid in ("a", "b", "c"):
+        await store.create(simple_record(jid), note("created"))
+    await store.create(simple_record("d", state=State.SUCCEEDED), note("created"))
+    assert [r.job_id for r in await store.records(["d", "a", "missing", "a"])] == ["a", "d"]
+    assert [r.job_id for r in await store.records(["a", "b", "d"], states={State.SUCCEEDED})] == ["d"]
+    assert await store.records([]) == []
+    assert await store.records(["a"]) == [await store.get("a")]
+
+
+async def test_counts_are_the_records_in_each_state(store: Store, clock: ManualClock) -> None:
+    assert isinstance(store, Leasing)
+    assert await store.counts() == {}
+    for jid in ("a", "b", "c"):
+        await store.create(simple_record(jid), note("created"))
+    await store.create(simple_record("d", state=State.SUCCEEDED), note("created"))
+    rec = await store.get("a")
+    await store.update(rec.replace(outcome=Outcome(State.RUNNING)), expected_revision=rec.revision)
+    await store.acquire_lease("b", "sup-a", 10)  # a lease changes no state
+    assert await store.counts() == {State.PENDING: 2, State.RUNNING: 1, State.SUCCEEDED: 1}
+    assert await store.counts() == Counter(r.state for r in await store.list())
 
 
 async def test_renew_leases_renews_only_the_holders_own_in_one_call(store: Store, clock: ManualClock) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from dispatch.backend import Backend, Holder, HoldToken, OutputReader, Prepared, Watcher
 from dispatch.errors import UnavailableError, UnsupportedError
-from dispatch.model import Absent, Capabilities, Change, Handle, Identity, JobSpec, Observation
+from dispatch.model import Absent, Capabilities, Change, Handle, Identity, JobSpec, Observation, Share
 
 __all__ = ["LazyBackend"]
 
@@ -75,11 +75,11 @@ class LazyBackend:
             raise UnsupportedError(f"cluster {backend.name!r} cannot hold jobs (capability 'holds')")
         await backend.release(handle, token)
 
-    async def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
+    async def watch(self, cursor: str | None = None, *, share: Share | None = None) -> AsyncIterator[Change]:
         backend = await self._real()
         if not isinstance(backend, Watcher):
             raise UnsupportedError(f"cluster {backend.name!r} cannot watch (capability 'watch')")
-        async for change in backend.watch(cursor):
+        async for change in backend.watch(cursor, share=share):
             yield change
 
     async def output(self, handle: Handle, **options: Any) -> AsyncIterator[str]:

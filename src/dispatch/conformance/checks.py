@@ -51,7 +51,9 @@ from dispatch.model import (
     JobSpec,
     Observation,
     OpaqueExtension,
+    Share,
     State,
+    bucket,
     register_extension,
 )
 
@@ -80,6 +82,7 @@ __all__ = [
     "test_conformance_vanished_is_absent",
     "test_conformance_wait_ceased_honours_timeout",
     "test_conformance_watch_emits_changes_and_resumes",
+    "test_conformance_watch_of_a_share_emits_only_its_jobs",
     "test_conformance_watch_without_cursor_lists_current",
 ]
 
@@ -675,6 +678,33 @@ async def test_conformance_watch_without_cursor_lists_current(harness: Harness) 
     finally:
         await live.close()
     assert _seen(mine[-1]).state is State.RUNNING
+
+
+@pytest.mark.asyncio
+async def test_conformance_watch_of_a_share_emits_only_its_jobs(harness: Harness) -> None:
+    """A watch asked for a share (a fleet member's jobs) emits the changes of the jobs in it, from the
+    current reading on, and none of a job outside it."""
+    backend = await harness.open()
+    await _capable(backend, Watcher, "watch")
+    assert isinstance(backend, Watcher)
+    inside, outside = _identity("share-in"), _identity("share-out")
+    while bucket(outside.job_id) == bucket(inside.job_id):
+        outside = _identity("share-out")
+    share = Share(frozenset({bucket(inside.job_id)}))
+    theirs = await place(backend, harness.spec(), outside)
+    live = WatchCollector(backend.watch(share=share))
+    try:
+        handle = await place(backend, harness.spec(), inside)
+        await _running(harness, backend, handle)
+        await _running(harness, backend, theirs)
+        await live.until(harness, handle, lambda c: _seen(c).state is State.RUNNING, "running")
+        await backend.stop(theirs)
+        await _stopped(harness, backend, theirs)
+        await harness.settle()
+        others = live.of(theirs)
+    finally:
+        await live.close()
+    assert others == [], f"a job outside the share was emitted: {[_shown(c) for c in others]}"
 
 
 # --- CessationSignal ----------------------------------------------------------------------------

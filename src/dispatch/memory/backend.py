@@ -27,6 +27,7 @@ from dispatch.model import (
     Mode,
     Observation,
     OpaqueExtension,
+    Share,
     SharedCheckpoint,
     Unreachable,
 )
@@ -180,11 +181,11 @@ class MemoryBackend:
 
     # --- Watcher ----------------------------------------------------------------------------------
 
-    def watch(self, cursor: str | None = None) -> AsyncIterator[Change]:
-        """Changes of every incarnation, from the host's feed (:class:`~dispatch.feed.Feed`), which this
-        backend fills from the cluster's change log."""
+    def watch(self, cursor: str | None = None, *, share: Share | None = None) -> AsyncIterator[Change]:
+        """Changes of every incarnation (of the jobs in ``share``, when given), from the host's feed
+        (:class:`~dispatch.feed.Feed`), which this backend fills from the cluster's change log."""
         self._open()
-        return self.feed.watch(cursor)
+        return self.feed.watch(cursor, share=share)
 
     def watch_job(self, job_id: str) -> AsyncIterator[Change]:
         """The changes of job ``job_id``'s incarnations only (``JobWatcher``)."""

@@ -29,9 +29,11 @@ from dispatch.model.observation import Absent, Change, Compute, Observation, Rea
 from dispatch.model.outcome import TERMINAL_STATES, Cause, Evidence, Outcome, State
 from dispatch.model.policy import DEFAULT_POLICY, Action, Plan, PlanAction, Policy, Rule
 from dispatch.model.record import Actor, JobRecord, Lease, Transition
+from dispatch.model.share import BUCKETS, Share, bucket
 from dispatch.model.spec import JobSpec
 
 __all__ = [
+    "BUCKETS",
     "DEFAULT_POLICY",
     "ENV_PREFIX",
     "EPOCH_BOUND",
@@ -63,10 +65,12 @@ __all__ = [
     "Policy",
     "Reading",
     "Rule",
+    "Share",
     "SharedCheckpoint",
     "State",
     "Transition",
     "Unreachable",
+    "bucket",
     "check_job_id",
     "check_nonce",
     "extension_types",

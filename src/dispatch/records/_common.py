@@ -156,6 +156,13 @@ def check_states(states: Iterable[State] | None) -> frozenset[State] | None:
     return frozenset(out)
 
 
+def state_counts(rows: Iterable[Sequence[object]]) -> dict[State, int]:
+    """Rows of ``(state, count)`` as counts by :class:`State`; a state this dispatch does not know (a
+    newer one's) is left out, as its records are from a listing."""
+    known = {s.value: s for s in State}
+    return {known[str(state)]: int(str(n)) for state, n in rows if str(state) in known}
+
+
 def check_cutoff(older_than: float) -> float:
     if (
         isinstance(older_than, bool)

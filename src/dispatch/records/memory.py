@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.errors import ConflictError, NotFoundError, UnavailableError
@@ -208,7 +208,30 @@ class MemoryStore:
                 del self._members[key]
             return sorted(h for g, h in self._members if g == group)
 
-    async def leasable(self, holder: str, *, states: Iterable[State], limit: int, after: str = "") -> Listing:
+    async def leave(self, group: str, holder: str) -> None:
+        """End ``holder``'s membership of ``group`` now (see :class:`~dispatch.records.store.Leasing`)."""
+        check_leasing(group, holder)
+        with self._lock:
+            self._check_open()
+            self._members.pop((group, holder), None)
+
+    async def held(self, holder: str) -> dict[str, int]:
+        """The revision of every record ``holder`` leases (see :class:`~dispatch.records.store.Leasing`)."""
+        check_holder(holder)
+        with self._lock:
+            self._check_open()
+            held = [r for r in self._records.values() if r.lease is not None and r.lease.holder == holder]
+            return {r.job_id: r.revision for r in sorted(held, key=lambda r: r.job_id)}
+
+    async def leasable(
+        self,
+        holder: str,
+        *,
+        states: Iterable[State],
+        limit: int,
+        after: str = "",
+        held: Collection[str] | None = None,
+    ) -> Listing:
         """The records ``holder`` leases, then a page of at most ``limit`` claimable ones in ``states``
         after ``after``, by job id (see :class:`~dispatch.records.store.Leasing`)."""
         check_leasing("-", holder, limit)
@@ -216,8 +239,13 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             now = self._clock.now()
-            held = sorted(
-                (r for r in self._records.values() if r.lease is not None and r.lease.holder == holder),
+            ids = None if held is None else frozenset(held)
+            mine = sorted(
+                (
+                    r
+                    for r in self._records.values()
+                    if r.lease is not None and r.lease.holder == holder and (ids is None or r.job_id in ids)
+                ),
                 key=lambda r: r.job_id,
             )
             free = sorted(
@@ -230,7 +258,27 @@ class MemoryStore:
                 ),
                 key=lambda r: r.job_id,
             )
-            return Listing([*held, *free[:limit]])
+            return Listing([*mine, *free[:limit]])
+
+    async def records(self, job_ids: Collection[str], *, states: Iterable[State] | None = None) -> Listing:
+        """The records of ``job_ids`` (in ``states``), by job id (see :class:`~dispatch.records.store.Leasing`)."""
+        ids = sorted({check_job_id(j) for j in job_ids})
+        wanted = check_states(states)
+        with self._lock:
+            self._check_open()
+            found = (self._records.get(j) for j in ids)
+            return Listing(
+                r for r in found if r is not None and (wanted is None or r.outcome.state in wanted)
+            )
+
+    async def counts(self) -> dict[State, int]:
+        """How many records there are in each state (see :class:`~dispatch.records.store.Leasing`)."""
+        with self._lock:
+            self._check_open()
+            out: dict[State, int] = {}
+            for rec in self._records.values():
+                out[rec.outcome.state] = out.get(rec.outcome.state, 0) + 1
+            return out
 
     async def renew_leases(self, holder: str, ttl: float, job_ids: Iterable[str]) -> builtins.list[JobRecord]:
         """Renew ``holder``'s leases on ``job_ids`` in one call; the records renewed."""

@@ -41,7 +41,8 @@ Design, and why:
 
 The database (connecting, migrating, the pool, running a call, the errors) is
 :mod:`dispatch.records.postgres_db`; a record's row, and the documents already decoded,
-:mod:`dispatch.records.postgres_rows`; the records, leases and values over them, here.
+:mod:`dispatch.records.postgres_rows`; the fleet's queries (:class:`~dispatch.records.Leasing`),
+:mod:`dispatch.records.postgres_leasing`; the records, leases and values over them, here.
 """
 
 from __future__ import annotations
@@ -77,27 +78,26 @@ from dispatch.records._common import (
     lease_after_release,
 )
 from dispatch.records.postgres_db import _MIGRATIONS as _MIGRATIONS  # the steps, for the migration tests
-from dispatch.records.postgres_db import CHANNEL, SCHEMA_VERSION, PostgresDatabase
+from dispatch.records.postgres_db import CHANNEL, NOW, SCHEMA_VERSION, PostgresDatabase
+from dispatch.records.postgres_leasing import PostgresLeasing
 from dispatch.records.postgres_rows import ROW, Rows
 from dispatch.records.postgres_url import redact_dsn
-from dispatch.records.store import Changes, Listing, check_key_value, check_leasing
+from dispatch.records.store import Changes, Listing, check_key_value
 
 __all__ = ["CHANNEL", "SCHEMA_VERSION", "PostgresStore", "redact_dsn"]
 
-_NOW = "coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)"
-"""The time of a write: the caller's clock when one was given, else the server's, read at this point."""
 
 _ACQUIRE = f"""UPDATE dispatch_records
-    SET lease_holder = %(holder)s, lease_expires_at = {_NOW} + %(ttl)s, revision = revision + 1,
-        updated_at = {_NOW}
+    SET lease_holder = %(holder)s, lease_expires_at = {NOW} + %(ttl)s, revision = revision + 1,
+        updated_at = {NOW}
     WHERE job_id = %(job_id)s
-      AND (lease_holder IS NULL OR lease_holder = %(holder)s OR lease_expires_at <= {_NOW})
+      AND (lease_holder IS NULL OR lease_holder = %(holder)s OR lease_expires_at <= {NOW})
     RETURNING {ROW}"""
 """A lease taken or renewed (:func:`~dispatch.records._common.lease_after_acquire`'s rule, in the
 statement): the lease columns, revision and ``updated_at``; the document stays as it is."""
 
 _RELEASE = f"""UPDATE dispatch_records
-    SET lease_holder = NULL, lease_expires_at = NULL, revision = revision + 1, updated_at = {_NOW}
+    SET lease_holder = NULL, lease_expires_at = NULL, revision = revision + 1, updated_at = {NOW}
     WHERE job_id = %(job_id)s AND lease_holder = %(holder)s
     RETURNING {ROW}"""
 """A lease given up by its holder (:func:`~dispatch.records._common.lease_after_release`)."""
@@ -117,7 +117,7 @@ def _update_statement(transitions: int) -> str:
     snapshot holds them all (a caller that guessed a revision can at worst collide on the primary key:
     ``ConflictError``, nothing written)."""
     update = f"""UPDATE dispatch_records SET state = %(state)s, terminal = %(terminal)s, doc = %(doc)s,
-            revision = revision + 1, updated_at = {_NOW}
+            revision = revision + 1, updated_at = {NOW}
         WHERE job_id = %(job_id)s AND revision = %(expected)s
         RETURNING {ROW}"""
     if not transitions:
@@ -133,7 +133,7 @@ def _update_statement(transitions: int) -> str:
         SELECT * FROM updated"""
 
 
-class PostgresStore:
+class PostgresStore(PostgresLeasing):
     """Job records in a PostgreSQL database, shared by supervisors and CLIs on any number of hosts.
 
     ``dsn`` is a libpq connection string, ``postgresql://user[:password]@host[:port]/dbname[?opts]`` or
@@ -182,7 +182,7 @@ class PostgresStore:
     async def _current(self, conn: AsyncConnection[tuple[Any, ...]], job_id: str) -> tuple[JobRecord, float]:
         """The record as committed now, and the time it was read at."""
         cur = await conn.execute(
-            f"SELECT {ROW}, {_NOW} FROM dispatch_records WHERE job_id = %(job_id)s",
+            f"SELECT {ROW}, {NOW} FROM dispatch_records WHERE job_id = %(job_id)s",
             {"job_id": job_id, "now": self._now()},
         )
         row = await cur.fetchone()
@@ -193,7 +193,7 @@ class PostgresStore:
     async def _time(self, conn: AsyncConnection[tuple[Any, ...]]) -> float:
         if self._clock is not None:
             return self._clock.now()
-        row = await (await conn.execute(f"SELECT {_NOW}", {"now": None})).fetchone()
+        row = await (await conn.execute(f"SELECT {NOW}", {"now": None})).fetchone()
         assert row is not None
         return float(row[0])
 
@@ -381,7 +381,7 @@ class PostgresStore:
             cur = await conn.execute(
                 f"""DELETE FROM dispatch_records
                     WHERE terminal AND updated_at < %(cutoff)s
-                      AND (lease_expires_at IS NULL OR lease_expires_at <= {_NOW})
+                      AND (lease_expires_at IS NULL OR lease_expires_at <= {NOW})
                     RETURNING job_id""",
                 {"cutoff": cutoff, "now": self._now()},
             )
@@ -394,80 +394,6 @@ class PostgresStore:
             return len(doomed)
 
         return await self._db.write(body)
-
-    async def heartbeat(self, group: str, holder: str, ttl: float) -> builtins.list[str]:
-        """Mark ``holder`` a live member of ``group`` for ``ttl`` seconds, by the database's clock; the
-        live members, sorted (see :class:`~dispatch.records.store.Leasing`)."""
-        check_leasing(group, holder)
-        seconds = check_ttl(ttl)
-
-        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> builtins.list[str]:
-            now = await self._time(conn)
-            await conn.execute(
-                """INSERT INTO dispatch_members (grp, holder, expires_at) VALUES (%s, %s, %s)
-                   ON CONFLICT (grp, holder) DO UPDATE SET expires_at = EXCLUDED.expires_at""",
-                (group, holder, now + seconds),
-            )
-            await conn.execute("DELETE FROM dispatch_members WHERE expires_at <= %s", (now,))
-            cur = await conn.execute(
-                "SELECT holder FROM dispatch_members WHERE grp = %s ORDER BY holder", (group,)
-            )
-            return [str(r[0]) for r in await cur.fetchall()]
-
-        return await self._db.write(body)
-
-    async def leasable(self, holder: str, *, states: Iterable[State], limit: int, after: str = "") -> Listing:
-        """The records ``holder`` leases, then a page of at most ``limit`` claimable ones in ``states``
-        after ``after``, by job id; expiry judged by the database's clock (see
-        :class:`~dispatch.records.store.Leasing`)."""
-        check_leasing("-", holder, limit)
-        wanted = sorted(s.value for s in check_states(states) or ())
-
-        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> Listing:
-            held = await conn.execute(
-                f"SELECT job_id, {ROW} FROM dispatch_records WHERE lease_holder = %s ORDER BY job_id",
-                (holder,),
-            )
-            rows = await held.fetchall()
-            free = await conn.execute(
-                f"""SELECT job_id, {ROW} FROM dispatch_records
-                    WHERE state = ANY(%(states)s) AND job_id > %(after)s
-                      AND lease_holder IS DISTINCT FROM %(holder)s
-                      AND (lease_holder IS NULL OR lease_expires_at <= {_NOW})
-                    ORDER BY job_id LIMIT %(limit)s""",
-                {"states": wanted, "after": str(after), "holder": holder, "limit": limit, "now": self._now()},
-            )
-            return self._rows.rows([*rows, *await free.fetchall()])
-
-        return await self._db.read(body)
-
-    async def renew_leases(self, holder: str, ttl: float, job_ids: Iterable[str]) -> builtins.list[JobRecord]:
-        """Renew ``holder``'s leases on ``job_ids`` in one transaction, by the database's clock; the
-        records renewed."""
-        check_holder(holder)
-        seconds = check_ttl(ttl)
-        ids = sorted({check_job_id(j) for j in job_ids})  # locked in one order: no deadlock between renewals
-
-        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> builtins.list[JobRecord]:
-            # One statement (atomic on its own): the rows still ours are locked in job id order (no
-            # deadlock between renewals), then their lease columns written; no document is rewritten.
-            # The time is read per row, once it is locked.
-            cur = await conn.execute(
-                f"""UPDATE dispatch_records
-                    SET lease_expires_at = {_NOW} + %(ttl)s, revision = revision + 1, updated_at = {_NOW}
-                    WHERE job_id IN (SELECT job_id FROM dispatch_records
-                                     WHERE job_id = ANY(%(ids)s) AND lease_holder = %(holder)s
-                                     ORDER BY job_id FOR UPDATE)
-                      AND lease_holder = %(holder)s
-                    RETURNING job_id, {ROW}""",
-                {"ids": ids, "holder": holder, "ttl": seconds, "now": self._now()},
-            )
-            rows = sorted(await cur.fetchall(), key=lambda row: str(row[0]))
-            return [self._rows.decode(str(row[0]), row[1:]) for row in rows]
-
-        # Autocommit: one statement is one transaction. Run again after a lost connection, it renews
-        # the same leases (a lease is renewed from the time it is written), so it is a read's retry.
-        return await self._db.read(body)
 
     async def get_value(self, key: str) -> str | None:
         """The value kept under ``key`` (see :class:`~dispatch.records.KeyValues`), or ``None``."""

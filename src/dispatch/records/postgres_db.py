@@ -31,9 +31,13 @@ from dispatch.errors import (
 )
 from dispatch.records.postgres_url import check_dsn, redact_dsn
 
-__all__ = ["CHANNEL", "SCHEMA_VERSION", "PostgresDatabase"]
+__all__ = ["CHANNEL", "NOW", "SCHEMA_VERSION", "PostgresDatabase"]
 
 T = TypeVar("T")
+
+NOW = "coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)"
+"""The time of a write, in a statement: the caller's clock when one was given (parameter ``now``), else
+the server's, read at this point (once the row is locked)."""
 
 SCHEMA_VERSION = 4
 """The schema version this code writes; older databases are migrated on first use, newer ones refused."""

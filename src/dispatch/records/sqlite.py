@@ -21,6 +21,7 @@ Design, and why:
   Records are stored as the canonical JSON of ``JobRecord.to_json()`` with indexed copies of the fields
   queries need; history is an append-only table (triggers refuse updates, and deletes while the record
   exists).
+- **The fleet's queries** (:class:`~dispatch.records.Leasing`) are :mod:`dispatch.records.sqlite_leasing`'s.
 """
 
 from __future__ import annotations
@@ -56,14 +57,15 @@ from dispatch.records._common import (
 )
 from dispatch.records.paths import expand_user
 from dispatch.records.sqlite_file import APPLICATION_ID, SCHEMA_VERSION, SqliteFile
-from dispatch.records.store import Changes, Listing, check_key_value, check_leasing, read_rows
+from dispatch.records.sqlite_leasing import SqliteLeasing
+from dispatch.records.store import Changes, Listing, check_key_value, read_rows
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SqliteStore"]
 
 T = TypeVar("T")
 
 
-class SqliteStore:
+class SqliteStore(SqliteLeasing):
     """Job records in one SQLite file (WAL mode), safe for several processes on one host.
 
     ``path`` is the database file; missing parent directories are created. ``clock`` stamps
@@ -325,70 +327,6 @@ class SqliteStore:
         ):
             raise InvalidError(f"expected a positive number of seconds, got {interval!r}", path="interval")
         return _SqliteChanges(self._file, float(interval))
-
-    async def heartbeat(self, group: str, holder: str, ttl: float) -> builtins.list[str]:
-        """Mark ``holder`` a live member of ``group`` for ``ttl`` seconds; the live members, sorted
-        (see :class:`~dispatch.records.store.Leasing`)."""
-        check_leasing(group, holder)
-        seconds = check_ttl(ttl)
-
-        def body(conn: sqlite3.Connection) -> builtins.list[str]:
-            now = self._clock.now()
-            conn.execute(
-                "INSERT OR REPLACE INTO members (grp, holder, expires_at) VALUES (?, ?, ?)",
-                (group, holder, now + seconds),
-            )
-            conn.execute("DELETE FROM members WHERE expires_at <= ?", (now,))
-            rows = conn.execute("SELECT holder FROM members WHERE grp = ? ORDER BY holder", (group,))
-            return [str(r[0]) for r in rows.fetchall()]
-
-        return await self._file.write(body)
-
-    async def leasable(self, holder: str, *, states: Iterable[State], limit: int, after: str = "") -> Listing:
-        """The records ``holder`` leases, then a page of at most ``limit`` claimable ones in ``states``
-        after ``after``, by job id (see :class:`~dispatch.records.store.Leasing`)."""
-        check_leasing("-", holder, limit)
-        wanted = sorted(s.value for s in check_states(states) or ())
-        marks = ", ".join("?" for _ in wanted)
-
-        def body(conn: sqlite3.Connection) -> Listing:
-            held = conn.execute(
-                "SELECT job_id, body FROM records WHERE lease_holder = ? ORDER BY job_id", (holder,)
-            ).fetchall()
-            free = conn.execute(
-                f"""SELECT job_id, body FROM records
-                    WHERE state IN ({marks}) AND job_id > ? AND lease_holder IS NOT ?
-                      AND (lease_holder IS NULL OR lease_expires_at <= ?)
-                    ORDER BY job_id LIMIT ?""",
-                (*wanted, str(after), holder, self._clock.now(), limit),
-            ).fetchall()
-            return read_rows([*held, *free], self._decode)
-
-        return await self._file.read(body)
-
-    async def renew_leases(self, holder: str, ttl: float, job_ids: Iterable[str]) -> builtins.list[JobRecord]:
-        """Renew ``holder``'s leases on ``job_ids`` in one transaction; the records renewed."""
-        check_holder(holder)
-        seconds = check_ttl(ttl)
-        ids = [check_job_id(j) for j in job_ids]
-
-        def body(conn: sqlite3.Connection) -> builtins.list[JobRecord]:
-            now = self._clock.now()
-            out: builtins.list[JobRecord] = []
-            for job_id in ids:
-                row = conn.execute(
-                    "SELECT body FROM records WHERE job_id = ? AND lease_holder = ?", (job_id, holder)
-                ).fetchone()
-                if row is None:
-                    continue
-                current = self._decode(job_id, row[0])
-                lease = lease_after_acquire(job_id, current.lease, holder, seconds, now)
-                stored = current.replace(lease=lease, revision=current.revision + 1, updated_at=now)
-                self._replace_row(conn, stored)
-                out.append(stored)
-            return out
-
-        return await self._file.write(body)
 
     async def get_value(self, key: str) -> str | None:
         """The value kept under ``key`` (see :class:`~dispatch.records.store.KeyValues`), or ``None``."""

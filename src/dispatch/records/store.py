@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import builtins
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from types import TracebackType
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -222,11 +222,16 @@ class Leasing(Protocol):
     """Optional queries that let a fleet of supervisors share one store without each reading all of it
     (all three dispatch stores have them; a supervisor over a store without them lists every record).
 
-    - :meth:`heartbeat`: the live members of a fleet, each one renewing its own membership;
-    - :meth:`leasable`: the records a supervisor leases plus a bounded page of claimable ones (an
-      indexed query by lease holder and expiry, not a listing of every record);
+    - :meth:`heartbeat`: the live members of a fleet, each one renewing its own membership; :meth:`leave`
+      ends one at once (a supervisor that stops, so that the others take its share without waiting);
+    - :meth:`held`: the revision of each record a supervisor leases (no record read), so that it reads
+      again only those another process wrote, not all it holds;
+    - :meth:`leasable`: the records a supervisor leases (or some of them) plus a bounded page of
+      claimable ones (an indexed query by lease holder and expiry, not a listing of every record);
     - :meth:`renew_leases`: renew many leases in one call (one transaction), so a supervisor holding
       thousands of records keeps them without one round trip each.
+    - :meth:`records`: the records of some job ids, in one call;
+    - :meth:`counts`: the records in each state, counted by the store (the store-wide gauges).
 
     Expiry is judged by the store's clock, as for :meth:`Store.acquire_lease`.
     """
@@ -236,10 +241,38 @@ class Leasing(Protocol):
         membership expired, and return the live members of ``group`` (``holder`` among them), sorted."""
         ...
 
-    async def leasable(self, holder: str, *, states: Iterable[State], limit: int, after: str = "") -> Listing:
-        """Every record whose lease names ``holder`` (live or lapsed), then at most ``limit`` records
-        with no live lease, in one of ``states``, whose job id sorts after ``after``, by job id (a
-        page: the caller passes the last job id of one page as ``after`` for the next)."""
+    async def leave(self, group: str, holder: str) -> None:
+        """End ``holder``'s membership of ``group`` now (nothing to end: nothing happens)."""
+        ...
+
+    async def held(self, holder: str) -> dict[str, int]:
+        """The revision of every record whose lease names ``holder`` (live or lapsed), by job id, in job
+        id order."""
+        ...
+
+    async def leasable(
+        self,
+        holder: str,
+        *,
+        states: Iterable[State],
+        limit: int,
+        after: str = "",
+        held: Collection[str] | None = None,
+    ) -> Listing:
+        """Every record whose lease names ``holder`` (live or lapsed; only those of ``held``, when
+        given), by job id, then at most ``limit`` records with no live lease, in one of ``states``,
+        whose job id sorts after ``after``, by job id (a page: the caller passes the last job id of one
+        page as ``after`` for the next)."""
+        ...
+
+    async def records(self, job_ids: Collection[str], *, states: Iterable[State] | None = None) -> Listing:
+        """The records of ``job_ids`` that exist (only those in ``states``, when given), by job id: a
+        fleet member's resync reads the few records it needs among thousands, not every record."""
+        ...
+
+    async def counts(self) -> dict[State, int]:
+        """How many records there are in each state (a state with none left out): what a fleet member
+        exports as the store-wide gauges, without reading every record."""
         ...
 
     async def renew_leases(self, holder: str, ttl: float, job_ids: Iterable[str]) -> builtins.list[JobRecord]:

@@ -39,7 +39,6 @@ from dispatch.writer import LeaseLostError
 from .acting import MAX_ACTIONS as MAX_ACTIONS
 from .leases import CLAIM_BATCH as CLAIM_BATCH
 from .leases import CLAIMABLE as CLAIMABLE
-from .leases import OWNED_CACHE as OWNED_CACHE
 from .loop import RESYNC_JITTER as RESYNC_JITTER
 from .loop import Supervisor
 from .reconcile import ADOPTED_COMMAND as ADOPTED_COMMAND

@@ -94,6 +94,7 @@ class Acting:
             log.info("job %s: %s; next try in %g s", jid, verdict, delay)
 
     async def _work_on(self, jid: str, report: StepReport, rec: JobRecord | None, poll: bool) -> None:
+        self._leases.quiet.pop(jid, None)
         if rec is None:
             rec = await self.ground.store.get(jid)
         got = await self._leases.own(rec)
@@ -111,6 +112,8 @@ class Acting:
                 await self._leases.let_go(jid)
                 return
             if plan.action is PlanAction.WAIT:
+                if plan.not_before is None and not poll:  # only a change of the record or cluster ends it
+                    self._leases.quiet[jid] = rec.revision
                 return
             report.actions.append(f"{jid}@{rec.epoch}: {plan.action.value} ({plan.reason})")
             log.info(

@@ -1,22 +1,14 @@
-"""The supervisor's small decisions over values (pure): which member of a fleet a job belongs to, whether
-an observed incarnation still has compute, whether its record still wants it, and whether a record is
-still what a decision was made on. The big one — the next action for a record — is
+"""The supervisor's small decisions over values (pure): whether an observed incarnation still has compute,
+whether its record still wants it, and whether a record is still what a decision was made on (which
+member of a fleet a job belongs to is :class:`dispatch.model.Share`'s). The big one — the next action for a record — is
 :func:`dispatch.decide.next`."""
 
 from __future__ import annotations
 
-import hashlib
-
 from dispatch import decide
 from dispatch.model import Compute, JobRecord, Observation
 
-__all__ = ["live", "owner", "same", "unwanted"]
-
-
-def owner(job_id: str, members: tuple[str, ...]) -> str:
-    """The member a job belongs to: the highest hash of member and job id (rendezvous hashing), so a
-    member joining or leaving moves only its own share."""
-    return max(members, key=lambda m: hashlib.blake2b(f"{m}\x00{job_id}".encode(), digest_size=8).digest())
+__all__ = ["live", "same", "unwanted"]
 
 
 def live(obs: Observation) -> bool:

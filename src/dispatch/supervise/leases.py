@@ -2,8 +2,8 @@
 
 A record is acted on only under this supervisor's live lease (checked again by every record write).
 Over a store with :class:`~dispatch.records.Leasing`, a supervisor that looks after every job without a
-``capacity`` is a member of a fleet: it renews its membership in the store and leases only the jobs that
-hash to it among the live members (:func:`~dispatch.supervise.decisions.owner`). What it keeps per leased job — the lease's expiry on
+``capacity`` is a member of a fleet: it renews its membership in the store and leases only the jobs of
+its :class:`~dispatch.model.Share` among the live members (the buckets that hash to it). What it keeps per leased job — the lease's expiry on
 its own clock, the record as last known, whether to observe it before trusting it, the retry of a failed
 action — is dropped together when the lease goes (:meth:`Leases.forget`).
 """
@@ -12,29 +12,42 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from dispatch import decide, metrics
 from dispatch.errors import ConflictError, DispatchError, NotFoundError
-from dispatch.model import JobRecord, State
+from dispatch.model import TERMINAL_STATES, JobRecord, Observation, Share, State
 from dispatch.records import Leasing, Listing
 
-from .decisions import owner
+from .decisions import live
 from .ground import Ground
 
-__all__ = ["CLAIMABLE", "CLAIM_BATCH", "OWNED_CACHE", "Leases", "Retry"]
+__all__ = ["CLAIMABLE", "CLAIM_BATCH", "RENEW_BATCH", "Leases", "Retry"]
 
 log = logging.getLogger("dispatch.supervise")
 
 CLAIM_BATCH = 1000
 """Claimable records a fleet member reads per scan (a page; the next scan reads the next one)."""
 
-OWNED_CACHE = 100_000
-"""How many job ids' fleet assignment a member keeps at most (see :meth:`Leases.assigned`)."""
+RENEW_BATCH = 1000
+"""Leases a fleet member renews in one call (a member holding more renews them in several, folding the
+watch's changes in between)."""
 
 CLAIMABLE = frozenset(State) - {State.SUCCEEDED, State.CANCELLED}
 """States of a record that may still need a supervisor (a failed or lost one may be requeued)."""
+
+
+STRIDE = 512
+"""Leases a pass over every lease held goes through between two folds of the watch's changes."""
+
+
+def _job_id(rec: JobRecord) -> str:
+    return rec.job_id
+
+
+async def _nothing() -> None:
+    return None
 
 
 @dataclass
@@ -58,8 +71,11 @@ class Leases:
         exclude: Collection[str],
         capacity: int | None,
         claim_batch: int,
+        pause: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.ground = ground
+        self.pause: Callable[[], Awaitable[None]] = pause if pause is not None else _nothing
+        """What a long call of this part lets the supervisor do in its pauses (fold the watch's changes)."""
         self.lease = lease
         self.jobs = jobs
         self.exclude = exclude
@@ -71,9 +87,8 @@ class Leases:
             ground.store if isinstance(ground.store, Leasing) and jobs is None and capacity is None else None
         )
         self._members: tuple[str, ...] = ()  # the fleet's live members at the last scan (fleet mode)
-        # job id -> whether it hashes to us among ``_members``: asked for every watch change of every
-        # member, so computed once per job while the membership stands (cleared when it changes).
-        self._owned: dict[str, bool] = {}
+        self.share: Share | None = None
+        """This member's share of the jobs among ``_members`` (``None``: every job, as when alone)."""
         self._after = ""  # where the next page of claimable records starts
         self._next_keepalive = -math.inf  # when a fleet member next renews its membership and leases
         # job id -> our lease's expiry on our clock: the time we asked for it plus its duration, so a clock
@@ -85,10 +100,18 @@ class Leases:
         # meanwhile, which the compare-and-swap refuses).
         self.known: dict[str, JobRecord] = {}
         self.retry: dict[str, Retry] = {}
+        # job id -> the revision of its record when the last work on it found nothing to do but wait
+        # for the cluster (a plan that no time ends): until the record moves, a scan has nothing to do.
+        self.quiet: dict[str, int] = {}
 
     def __contains__(self, jid: str) -> bool:
         """Whether this supervisor holds a lease on ``jid`` (as far as it knows)."""
         return jid in self.until
+
+    @property
+    def _group(self) -> str:
+        """The fleet this supervisor is a member of: the supervisors of its cluster over its store."""
+        return f"{self.ground.backend.name}/{self.ground.backend.cluster_id}"
 
     def mine(self, job_id: str) -> bool:
         """Whether this supervisor looks after ``job_id`` at all (``jobs``, ``exclude``)."""
@@ -114,7 +137,9 @@ class Leases:
         now = self.ground.clock.now()
         lease = rec.lease
         ours = lease is not None and lease.holder == self.ground.holder and self.until.get(jid, now) > now
-        if ours and self.until[jid] - now > self.lease / 2:
+        # A fleet member's leases are renewed together (keepalive, at half): one alone only when late.
+        renew_at = self.lease / 4 if self.fleet is not None else self.lease / 2
+        if ours and self.until[jid] - now > renew_at:
             return rec
         if lease is not None and lease.holder != self.ground.holder and lease.live(now):
             self.forget(jid)
@@ -138,15 +163,8 @@ class Leases:
         return got
 
     def assigned(self, jid: str) -> bool:
-        """Whether ``jid`` hashes to this supervisor among the fleet's live members (always, alone)."""
-        if len(self._members) < 2:
-            return True
-        owned = self._owned.get(jid)
-        if owned is None:
-            if len(self._owned) >= OWNED_CACHE:  # a long-lived daemon sees ever new ids: bounded
-                self._owned.clear()
-            owned = self._owned[jid] = owner(jid, self._members) == self.ground.holder
-        return owned
+        """Whether ``jid`` is in this supervisor's share among the fleet's live members (always, alone)."""
+        return self.share is None or self.share.holds(jid)
 
     def newest(self, rec: JobRecord) -> JobRecord:
         """``rec`` or, if newer, the copy of it our last write or lease change left (a scan's records
@@ -175,6 +193,7 @@ class Leases:
         self.known.pop(jid, None)
         self.fresh.discard(jid)
         self.retry.pop(jid, None)
+        self.quiet.pop(jid, None)
 
     async def let_go(self, jid: str) -> None:
         """The record is final, or another member's now: give its lease back."""
@@ -186,7 +205,13 @@ class Leases:
         self.forget(jid)
 
     async def release_all(self) -> None:
-        """Release every lease held (another supervisor may take them at once)."""
+        """Leave the fleet, and release every lease held (another supervisor may take them at once: its
+        next heartbeat no longer counts this member, so this member's share is its to take)."""
+        if self.fleet is not None and self._members:
+            try:
+                await self.fleet.leave(self._group, self.ground.holder)
+            except DispatchError as exc:
+                log.info("fleet membership not ended (it expires by itself): %s", exc)
         for jid in sorted(self.until):
             try:
                 await self.ground.store.release_lease(jid, self.ground.holder)
@@ -194,6 +219,7 @@ class Leases:
                 log.info("lease on %s not released: %s", jid, exc)
         self.until.clear()
         self.known.clear()
+        self.quiet.clear()
 
     async def keepalive(self, *, due: bool = False) -> None:
         """A fleet member renews its membership and the leases that are half gone: at each scan, and
@@ -201,39 +227,106 @@ class Leases:
         store = self.fleet
         if store is None or (not due and self.ground.clock.now() < self._next_keepalive):
             return
-        group = f"{self.ground.backend.name}/{self.ground.backend.cluster_id}"
         now = self.ground.clock.now()
         self._next_keepalive = now + self.lease / 4  # not every poll: a poll of 0 would renew per record
         try:
-            members = await store.heartbeat(group, self.ground.holder, self.lease)
+            members = await store.heartbeat(self._group, self.ground.holder, self.lease)
             now_members = tuple(sorted({*members, self.ground.holder}))
             if now_members != self._members:
                 # The shares moved: what this member now owns (a dead member's records, ones another
                 # member handed over) may lie anywhere in the claimable pages, so they start over.
-                self._members, self._owned, self._after = now_members, {}, ""
-            due_ids = [jid for jid, until in self.until.items() if until - now <= self.lease / 2]
-            if due_ids:
-                for rec in await store.renew_leases(self.ground.holder, self.lease, due_ids):
-                    self.until[rec.job_id] = now + self.lease  # asked at ``now``: it ends no sooner
-                    self.known[rec.job_id] = rec
+                self._members, self._after = now_members, ""
+                alone = len(now_members) < 2
+                self.share = None if alone else Share.of(self.ground.holder, now_members)
+            due_ids = sorted(
+                (jid for jid, until in self.until.items() if until - now <= self.lease / 2),
+                key=self.until.__getitem__,
+            )
+            for i in range(0, len(due_ids), RENEW_BATCH):  # the soonest to end first
+                if i:
+                    await self.pause()  # thousands of leases: the watch's changes are not held up
+                now = self.ground.clock.now()
+                for rec in await store.renew_leases(
+                    self.ground.holder, self.lease, due_ids[i : i + RENEW_BATCH]
+                ):
+                    if rec.job_id in self.until:  # not let go meanwhile
+                        self.until[rec.job_id] = now + self.lease  # asked at ``now``: it ends no sooner
+                        self.known[rec.job_id] = rec
         except DispatchError as exc:
             if due:  # the scan reports it
                 raise
             metrics.current().inc("dispatch_store_errors_total")
             log.info("fleet keepalive failed, tried again within a poll: %s", exc)
 
-    async def fleet_records(self) -> Listing:
-        """A fleet member's scan: heartbeat, renew the leases due, then read what it leases and a page
-        of claimable records."""
+    async def resync_records(self, listing: Iterable[Observation]) -> dict[str, JobRecord]:
+        """The records a fleet member's resync needs for ``listing``, by job id: those it leases, as it
+        knows them, and — read in batches — the finished ones of its share whose incarnation may still
+        have compute (leftovers to stop: nobody leases a finished record). A record of its share that
+        is not finished and that it does not lease is another member's, or claimable: the scans lease
+        it and observe it afresh. Not every record of the store, as a supervisor alone reads it."""
         store = self.fleet
         assert store is not None  # called only for a fleet member
-        await self.keepalive(due=True)
-        records = await store.leasable(
-            self.ground.holder, states=CLAIMABLE, limit=self.claim_batch, after=self._after
+        out = {jid: rec for jid, rec in self.known.items() if jid in self.until}
+        ids = sorted(
+            {
+                jid
+                for obs in listing
+                if (jid := obs.handle.identity.job_id) not in out and self.concerns(jid) and live(obs)
+            }
         )
-        held = {r.job_id for r in records if r.lease is not None and r.lease.holder == self.ground.holder}
-        for jid in [j for j in self.until if j not in held]:  # taken over or purged meanwhile
-            self.forget(jid)
-        free = len(records) - len(held)
-        self._after = records[-1].job_id if free >= self.claim_batch else ""
-        return records
+        for i in range(0, len(ids), RENEW_BATCH):
+            if i:
+                await self.pause()
+            found = await store.records(ids[i : i + RENEW_BATCH], states=TERMINAL_STATES)
+            out.update((rec.job_id, rec) for rec in found)
+        return out
+
+    async def fleet_records(self) -> Listing:
+        """A fleet member's scan: heartbeat, renew the leases due, then what it leases — read again only
+        where the store's revision is not the one it knows (another process wrote it), else as it knows
+        it — and a page of claimable records."""
+        store = self.fleet
+        assert store is not None  # called only for a fleet member
+        holder = self.ground.holder
+        await self.keepalive(due=True)
+        revisions = await store.held(holder)
+        # Passes over every lease held (100,000 at most): the watch's changes are folded every STRIDE
+        # of them, as between the records of the scan, instead of waiting for the whole pass.
+        for i, jid in enumerate(list(self.until)):
+            if i % STRIDE == STRIDE - 1:
+                await self.pause()
+            if jid not in revisions:  # taken over or purged meanwhile
+                self.forget(jid)
+        kept: list[JobRecord] = []
+        moved: list[str] = []
+        for i, (jid, revision) in enumerate(revisions.items()):
+            if i % STRIDE == STRIDE - 1:
+                await self.pause()
+            known = self.known.get(jid)
+            # Newer than the store's revision read: our own write since (a change folded in a pause).
+            if known is not None and known.revision >= revision:
+                kept.append(known)
+            else:
+                moved.append(jid)
+        read = await store.leasable(
+            holder, states=CLAIMABLE, limit=self.claim_batch, after=self._after, held=moved
+        )
+        mine = [r for r in read if r.lease is not None and r.lease.holder == holder]
+        free = len(read) - len(mine)
+        self._after = read[-1].job_id if free >= self.claim_batch else ""
+        held = sorted([*kept, *mine], key=_job_id)  # two runs in job id order: merged, not sorted anew
+        return Listing([*held, *read[len(mine) :]], read.unreadable)
+
+    def idle(self, rec: JobRecord) -> bool:
+        """Whether a fleet member's scan may pass ``rec`` by: leased, its own, and as it was when its
+        last scan found nothing to do but wait for the cluster (:attr:`quiet`); its lease is renewed
+        by :meth:`keepalive`, and a change of it comes by the watch."""
+        jid = rec.job_id
+        return (
+            self.fleet is not None
+            and self.quiet.get(jid) == rec.revision
+            and jid in self.until
+            and jid not in self.fresh
+            and jid not in self.retry
+            and self.assigned(jid)
+        )

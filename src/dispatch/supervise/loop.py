@@ -12,7 +12,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 from dispatch import chance, decide, health, metrics
@@ -30,14 +30,17 @@ from .leases import CLAIM_BATCH, Leases
 from .reconcile import Reconciler, UnmatchedPolicy
 from .report import StepReport
 from .view import ClusterView
-from .watchfeed import WatchFeed, aclose
+from .watchfeed import WatchFeed, drain
 
-__all__ = ["RESYNC_JITTER", "Supervisor"]
+__all__ = ["PAUSE", "RESYNC_JITTER", "Supervisor"]
 
 log = logging.getLogger("dispatch.supervise")
 
 RESYNC_JITTER = 0.9
 """The shortest interval between two resyncs, as a fraction of ``resync`` (see ``Supervisor.step``)."""
+PAUSE = 0.02
+"""Seconds (of the process's own monotonic time) a scan or a resync works before it folds the watch
+changes that came meanwhile (see ``Supervisor._between``)."""
 
 
 class Supervisor:
@@ -53,13 +56,14 @@ class Supervisor:
 
     **A fleet.** Over a store with :class:`~dispatch.records.Leasing` (all three dispatch stores), a
     supervisor that looks after every job, without a ``capacity``, is a member of a fleet: at each scan it renews its membership
-    (a heartbeat in the store, for ``lease`` seconds), and it leases only the jobs whose id hashes to it
-    among the live members (rendezvous hashing), so N members split the work evenly and a member that
-    dies has its share spread over the others once its membership and leases expire. A scan reads the
-    records it leases plus a page of ``claim_batch`` claimable ones (not every record); its leases are
-    renewed in one call; a change on a record hashed to another member is left to that member without
-    reading the store. A record is still acted on only under our live lease, with compare-and-swap: the
-    hash decides who tries, the lease who may.
+    (a heartbeat in the store, for ``lease`` seconds), and it leases only the jobs of its
+    :class:`~dispatch.model.Share` among the live members (job ids hashed to buckets, buckets to members
+    by rendezvous hashing), so N members split the work evenly and a member that dies or stops has its
+    share spread over the others (once its membership and leases expire, or at once when it closes). A
+    scan reads the records it leases plus a page of ``claim_batch`` claimable ones (not every record);
+    its leases are renewed in one call; its watch asks for the changes of its share alone. A record is
+    still acted on only under our live lease, with compare-and-swap: the hash decides who tries, the
+    lease who may.
     """
 
     def __init__(
@@ -127,6 +131,8 @@ class Supervisor:
         self._next_resync = -math.inf
         self._closed = False
         self._starting: dict[tuple[str, int], float] = {}  # incarnation -> first seen starting
+        self._report = StepReport()  # the step under way's, which what is done between pages adds to
+        self._pause_due = -math.inf  # when a long scan next folds the watch's changes (monotonic)
         # The parts of a step, each of which knows only those before it.
         ground = Ground(backend, store, self.clock, policy, self.holder, placer)
         self._view = ClusterView(backend, self.clock)
@@ -137,6 +143,7 @@ class Supervisor:
             exclude=self.exclude,
             capacity=capacity,
             claim_batch=claim_batch,
+            pause=lambda: self._between(self._report),
         )
         self._folding = Folding(ground, leases=self._leases, view=self._view)
         self._writer = self._folding.writer
@@ -174,7 +181,7 @@ class Supervisor:
 
     def _wanted(self, change: Change) -> bool:
         """Whether a watch change is this supervisor's to fold (:meth:`Leases.concerns`). A fleet member's
-        watch delivers every member's changes; the kept watch buffers, and wakes the loop for, only these."""
+        watch asks for its share alone; the kept watch buffers, and wakes the loop for, only these."""
         return self._leases.concerns(change.handle.identity.job_id)
 
     def _soon(self, at: float) -> None:
@@ -185,39 +192,18 @@ class Supervisor:
 
     async def step(self) -> StepReport:
         """One pass: observe, lease, decide and act. Never waits on the cluster."""
-        report = StepReport()
+        report = self._report = StepReport()
         self._view.forget_listing()
         now = self.clock.now()
-        touched: dict[str, JobRecord] = {}  # job id -> its record as the last fold left it
+        touched: dict[str, JobRecord] = {}  # job id -> its record as the last fold left it, to act on
         watching = await self._view.watching()
         if watching:
             if self._feed is not None:
                 changes = self._feed.take()
                 self.cursor = self._feed.cursor
             else:
-                changes = await self._drain()
-            report.changes = len(changes)
-            if changes:
-                self._view.reader.answered()  # the watch delivered: the cluster answers
-            # Level, not edge: only the newest reading of each incarnation is folded (what the watch
-            # delivered in between says nothing the newest does not, and a fold is a store write).
-            latest: dict[str, Change] = {}
-            for change in changes:
-                latest.pop(change.handle.ref, None)
-                latest[change.handle.ref] = change
-            for change in latest.values():
-                jid = change.handle.identity.job_id
-                try:
-                    await self._leases.keepalive()
-                    folded = await self._reconciler.change(jid, change.reading, report=report)
-                    if folded is not None:
-                        touched[jid] = folded
-                        metrics.current().observe(
-                            "dispatch_event_record_lag_seconds",
-                            max(0.0, self.clock.now() - change.reading.at),
-                        )
-                except DispatchError as exc:  # this change is seen again at the next resync
-                    report.errors.append(f"{jid}: {type(exc).__name__}: {exc}")
+                changes, self.cursor = await drain(self.backend, self.cursor, self._leases.share)
+            touched = await self._fold(changes, report)
         if now >= self._next_resync:
             # 90-100 % of the interval, drawn each time (controller-runtime jitters its SyncPeriod the
             # same way): members started together do not list the store and the cluster all at once.
@@ -236,7 +222,56 @@ class Supervisor:
             await self._leases.keepalive()
             await self._acting.work(jid, report, rec=touched[jid])
         report.leased = len(self._leases.until)
+        if self._feed is not None:
+            self._feed.follow(self._leases.share)  # a fleet member's share, as of this step
         return report
+
+    async def _fold(self, changes: builtins.list[Change], report: StepReport) -> dict[str, JobRecord]:
+        """Fold watch changes into their records; the records folded, by job id, to act on."""
+        report.changes += len(changes)
+        if changes:
+            self._view.reader.answered()  # the watch delivered: the cluster answers
+        touched: dict[str, JobRecord] = {}  # job id -> its record as the last fold left it
+        # Level, not edge: only the newest reading of each incarnation is folded (what the watch
+        # delivered in between says nothing the newest does not, and a fold is a store write).
+        latest: dict[str, Change] = {}
+        for change in changes:
+            latest.pop(change.handle.ref, None)
+            latest[change.handle.ref] = change
+        for change in latest.values():
+            jid = change.handle.identity.job_id
+            try:
+                await self._leases.keepalive()
+                folded = await self._reconciler.change(jid, change.reading, report=report)
+                if folded is not None:
+                    touched[jid] = folded
+                    metrics.current().observe(
+                        "dispatch_event_record_lag_seconds",
+                        max(0.0, self.clock.now() - change.reading.at),
+                    )
+            except DispatchError as exc:  # this change is seen again at the next resync
+                report.errors.append(f"{jid}: {type(exc).__name__}: {exc}")
+        return touched
+
+    async def _between(self, report: StepReport) -> None:
+        """Between two records of a scan or a resync, with a watch kept open, every :data:`PAUSE`
+        seconds: let the loop turn, then fold and act on the changes that came meanwhile — a change
+        does not wait for the end of a scan of every record (seconds, at 100,000 jobs)."""
+        if self._feed is None:
+            return  # ``step`` alone (the simulation): the changes are read at the next step
+        now = time.monotonic()
+        if now < self._pause_due:
+            return
+        self._pause_due = now + PAUSE
+        await asyncio.sleep(0)
+        changes = self._feed.take()
+        if not changes:
+            return
+        self.cursor = self._feed.cursor
+        touched = await self._fold(changes, report)
+        for jid in sorted(touched):
+            await self._leases.keepalive()
+            await self._acting.work(jid, report, rec=touched[jid])
 
     async def run(
         self,
@@ -302,7 +337,9 @@ class Supervisor:
         if self._feed is None:
             if not isinstance(self.backend, Watcher):
                 raise UnsupportedError(f"backend {self.backend.name!r} has no watch to keep open")
-            self._feed = WatchFeed(self.backend, self.cursor, self.clock, keep=self._wanted)
+            self._feed = WatchFeed(
+                self.backend, self.cursor, self.clock, keep=self._wanted, share=self._leases.share
+            )
 
     async def close(self) -> None:
         """Release every lease this supervisor holds (another one may take them at once). Idempotent."""
@@ -316,26 +353,6 @@ class Supervisor:
 
     # ------------------------------------------------------------------ observing and scanning
 
-    async def _drain(self) -> builtins.list[Change]:
-        """Every change the watch has now, from the saved cursor; stops at the first wait."""
-        assert isinstance(self.backend, Watcher)
-        out: builtins.list[Change] = []
-        changes = self.backend.watch(self.cursor)
-        try:
-            while True:
-                try:
-                    async with asyncio.timeout(0):
-                        change = await anext(changes)
-                except (TimeoutError, StopAsyncIteration):
-                    break
-                out.append(change)
-                self.cursor = change.cursor
-        except DispatchError as exc:  # a dropped watch: resume from the cursor next time
-            log.info("watch interrupted: %s", exc)
-        finally:
-            await aclose(changes)
-        return out
-
     async def _reconcile(self, report: StepReport) -> bool:
         """List the cluster: fold what the watch may have missed, handle unmatched objects, and stop
         incarnations that no record wants. False when the cluster could not be listed."""
@@ -344,15 +361,23 @@ class Supervisor:
         except DispatchError as exc:
             report.errors.append(f"list: {exc}")
             return False
+        fleet = self._leases.fleet
         try:
-            listed_records = await self.store.list()
+            if fleet is not None and self.unmatched is UnmatchedPolicy.IGNORE:
+                # A fleet member reads only the records it needs, not every record of the store.
+                known = await self._leases.resync_records(listing)
+                if metrics.current().enabled:
+                    starting = await self.store.list(states=[State.STARTING])
+                    self._gauges(starting, self.clock.now(), counts=await fleet.counts())
+            else:
+                listed_records = await self.store.list()
+                known = {r.job_id: r for r in listed_records}
+                if fleet is not None:
+                    self._gauges(listed_records, self.clock.now())
         except DispatchError:
             metrics.current().inc("dispatch_store_errors_total")
             raise
         health.current().mark("store")
-        known = {r.job_id: r for r in listed_records}
-        if self._leases.fleet is not None:
-            self._gauges(listed_records, self.clock.now())
         listed = {(o.handle.identity.job_id, o.handle.identity.epoch.n) for o in listing}
         for rec in known.values():
             # An incarnation of ours missing from the listing may be gone: observe it before trusting
@@ -362,6 +387,7 @@ class Supervisor:
             if mine and (rec.job_id, rec.epoch.n) not in listed:
                 self._leases.fresh.add(rec.job_id)
         for obs in listing:
+            await self._between(report)
             try:
                 await self._reconciler.listed(obs, known, report)
             except DispatchError as exc:
@@ -384,9 +410,12 @@ class Supervisor:
         now = self.clock.now()
         if leases.fleet is None:
             self._gauges(records, now)
-        elif recorder.enabled:  # the counts come from each resync's full listing; the age moves with time
+        elif recorder.enabled:  # the counts come from each resync (the store counts); the age moves with time
             recorder.set("dispatch_jobs_starting_oldest_seconds", oldest(self._starting, now))
         for rec in records:
+            await self._between(report)
+            if not poll and leases.idle(leases.newest(rec)):
+                continue  # waiting for the cluster, as at the last scan: nothing to do
             if not leases.ours(rec):
                 if rec.job_id in leases:  # handed to another cluster of a fleet (its last write was ours)
                     await leases.let_go(rec.job_id)
@@ -402,10 +431,12 @@ class Supervisor:
             await leases.keepalive()
             await self._acting.work(rec.job_id, report, rec=rec, poll=poll)
 
-    def _gauges(self, records: builtins.list[JobRecord], now: float) -> None:
+    def _gauges(
+        self, records: builtins.list[JobRecord], now: float, *, counts: Mapping[State, int] | None = None
+    ) -> None:
         recorder = metrics.current()
         if recorder.enabled:
-            gauges = tally(records, self._starting, now)
+            gauges = tally(records, self._starting, now, counts=counts)
             self._starting = gauges.starting_since
             recorder.set_all("dispatch_jobs", "state", gauges.counts, every=(s.value for s in State))
             recorder.set("dispatch_jobs_starting_oldest_seconds", gauges.oldest_starting)

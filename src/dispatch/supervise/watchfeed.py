@@ -8,12 +8,12 @@ import logging
 from collections.abc import AsyncIterator, Callable
 
 from dispatch import health
-from dispatch.backend import Watcher
+from dispatch.backend import Backend, Watcher
 from dispatch.clock import Clock
-from dispatch.errors import DispatchError
-from dispatch.model import Change
+from dispatch.errors import DispatchError, UnsupportedError
+from dispatch.model import Change, Share
 
-__all__ = ["WatchFeed", "aclose"]
+__all__ = ["WatchFeed", "aclose", "drain"]
 
 log = logging.getLogger("dispatch.supervise")
 
@@ -25,7 +25,8 @@ class WatchFeed:
     """One watch kept open: a task reads it into a buffer that :meth:`take` empties (only the changes
     ``keep`` accepts, when given: the others are read past, the cursor moving on). When the watch ends
     or drops, it is opened again from the last change's cursor (the kopf ``continuous_watch`` model),
-    after a doubling pause (0.5 s to 30 s) when it failed."""
+    after a doubling pause (0.5 s to 30 s) when it failed. ``share``: only the changes of the jobs in it
+    are asked for (:meth:`follow` moves it)."""
 
     def __init__(
         self,
@@ -34,12 +35,14 @@ class WatchFeed:
         clock: Clock,
         *,
         keep: Callable[[Change], bool] | None = None,
+        share: Share | None = None,
     ) -> None:
         self.cursor = cursor
         """The cursor of the last change read (kept or not)."""
         self._backend = backend
         self._clock = clock
         self._keep = keep
+        self._share = share
         self._buffer: builtins.list[Change] = []
         self._ready = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._read(), name="dispatch-watch-feed")
@@ -54,10 +57,24 @@ class WatchFeed:
         """Return once there is a change to take."""
         await self._ready.wait()
 
+    def follow(self, share: Share | None) -> None:
+        """Watch the jobs of ``share`` (``None``: every job) from now on: when it is not the share
+        watched, the watch is opened again from the last change's cursor, which replays what came after
+        it for the jobs the new share adds."""
+        if share == self._share:
+            return
+        self._share = share
+        self._task.cancel()
+        self._task = asyncio.get_running_loop().create_task(self._read(), name="dispatch-watch-feed")
+
     async def _read(self) -> None:
         quiet = 0  # watches in a row that failed, or ended without a change
         while True:
-            changes = self._backend.watch(self.cursor)
+            changes = (
+                self._backend.watch(self.cursor)
+                if self._share is None
+                else self._backend.watch(self.cursor, share=self._share)
+            )
             delivered = failed = False
             try:
                 async for change in changes:
@@ -95,3 +112,28 @@ async def aclose(changes: AsyncIterator[Change]) -> None:
             await aclose()
         except (DispatchError, RuntimeError):
             pass
+
+
+async def drain(
+    backend: Backend, cursor: str | None, share: Share | None
+) -> tuple[builtins.list[Change], str | None]:
+    """Every change a fresh watch from ``cursor`` has now (of ``share``'s jobs, when given), and the
+    cursor to resume from; stops at the first wait (``Supervisor.step`` without a kept watch)."""
+    if not isinstance(backend, Watcher):
+        raise UnsupportedError(f"backend {backend.name!r} has no watch")
+    out: builtins.list[Change] = []
+    changes = backend.watch(cursor) if share is None else backend.watch(cursor, share=share)
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(0):
+                    change = await anext(changes)
+            except (TimeoutError, StopAsyncIteration):
+                break
+            out.append(change)
+            cursor = change.cursor
+    except DispatchError as exc:  # a dropped watch: resume from the cursor next time
+        log.info("watch interrupted: %s", exc)
+    finally:
+        await aclose(changes)
+    return out, cursor

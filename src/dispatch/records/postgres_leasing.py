@@ -1,0 +1,186 @@
+"""The fleet's queries of a :class:`~dispatch.records.PostgresStore` (:class:`~dispatch.records.Leasing`):
+:class:`PostgresLeasing`, which the store is.
+
+Members and their heartbeats (``dispatch_members``), the revisions of what a holder leases (the lease
+holder index, no document read), the records a member asks for, the claimable pages, the counts by
+state, and leases renewed many at a time — each one statement or a few in one call, the time read
+from the database's clock as for every write (see the store's module docstring).
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from dispatch.model import JobRecord, State, check_job_id
+from dispatch.records._common import check_holder, check_states, check_ttl, state_counts
+from dispatch.records.postgres_db import NOW, PostgresDatabase
+from dispatch.records.postgres_rows import ROW, Rows
+from dispatch.records.store import Listing, check_leasing
+
+__all__ = ["PostgresLeasing"]
+
+
+class PostgresLeasing:
+    """The :class:`~dispatch.records.Leasing` queries over the store's database ``_db`` and rows
+    ``_rows`` (the store's own: a store is its own fleet's store)."""
+
+    _db: PostgresDatabase
+    _rows: Rows
+
+    def _now(self) -> float | None:
+        raise NotImplementedError  # the store's: its test clock, or None for the server's
+
+    async def _time(self, conn: AsyncConnection[tuple[Any, ...]]) -> float:
+        raise NotImplementedError  # the store's: the time of a write, read on ``conn``
+
+    async def heartbeat(self, group: str, holder: str, ttl: float) -> builtins.list[str]:
+        """Mark ``holder`` a live member of ``group`` for ``ttl`` seconds, by the database's clock; the
+        live members, sorted (see :class:`~dispatch.records.store.Leasing`)."""
+        check_leasing(group, holder)
+        seconds = check_ttl(ttl)
+
+        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> builtins.list[str]:
+            now = await self._time(conn)
+            await conn.execute(
+                """INSERT INTO dispatch_members (grp, holder, expires_at) VALUES (%s, %s, %s)
+                   ON CONFLICT (grp, holder) DO UPDATE SET expires_at = EXCLUDED.expires_at""",
+                (group, holder, now + seconds),
+            )
+            await conn.execute("DELETE FROM dispatch_members WHERE expires_at <= %s", (now,))
+            cur = await conn.execute(
+                "SELECT holder FROM dispatch_members WHERE grp = %s ORDER BY holder", (group,)
+            )
+            return [str(r[0]) for r in await cur.fetchall()]
+
+        return await self._db.write(body)
+
+    async def leave(self, group: str, holder: str) -> None:
+        """End ``holder``'s membership of ``group`` now (see :class:`~dispatch.records.store.Leasing`)."""
+        check_leasing(group, holder)
+
+        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> None:
+            await conn.execute("DELETE FROM dispatch_members WHERE grp = %s AND holder = %s", (group, holder))
+
+        # One statement, the same effect when run again: retried like a read.
+        await self._db.read(body)
+
+    async def held(self, holder: str) -> dict[str, int]:
+        """The revision of every record ``holder`` leases, by the lease holder index (see
+        :class:`~dispatch.records.store.Leasing`): no document read."""
+        check_holder(holder)
+
+        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> dict[str, int]:
+            cur = await conn.execute(
+                "SELECT job_id, revision FROM dispatch_records WHERE lease_holder = %s ORDER BY job_id",
+                (holder,),
+            )
+            return {str(jid): int(rev) for jid, rev in await cur.fetchall()}
+
+        return await self._db.read(body)
+
+    async def leasable(
+        self,
+        holder: str,
+        *,
+        states: Iterable[State],
+        limit: int,
+        after: str = "",
+        held: Collection[str] | None = None,
+    ) -> Listing:
+        """The records ``holder`` leases, then a page of at most ``limit`` claimable ones in ``states``
+        after ``after``, by job id; expiry judged by the database's clock (see
+        :class:`~dispatch.records.store.Leasing`)."""
+        check_leasing("-", holder, limit)
+        wanted = sorted(s.value for s in check_states(states) or ())
+
+        ids = None if held is None else sorted({check_job_id(j) for j in held})
+
+        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> Listing:
+            rows: builtins.list[tuple[Any, ...]] = []
+            if ids is None:
+                cur = await conn.execute(
+                    f"SELECT job_id, {ROW} FROM dispatch_records WHERE lease_holder = %s ORDER BY job_id",
+                    (holder,),
+                )
+                rows = await cur.fetchall()
+            elif ids:
+                cur = await conn.execute(
+                    f"""SELECT job_id, {ROW} FROM dispatch_records
+                        WHERE lease_holder = %s AND job_id = ANY(%s) ORDER BY job_id""",
+                    (holder, ids),
+                )
+                rows = await cur.fetchall()
+            free = await conn.execute(
+                f"""SELECT job_id, {ROW} FROM dispatch_records
+                    WHERE state = ANY(%(states)s) AND job_id > %(after)s
+                      AND lease_holder IS DISTINCT FROM %(holder)s
+                      AND (lease_holder IS NULL OR lease_expires_at <= {NOW})
+                    ORDER BY job_id LIMIT %(limit)s""",
+                {"states": wanted, "after": str(after), "holder": holder, "limit": limit, "now": self._now()},
+            )
+            return self._rows.rows([*rows, *await free.fetchall()])
+
+        return await self._db.read(body)
+
+    async def records(self, job_ids: Collection[str], *, states: Iterable[State] | None = None) -> Listing:
+        """The records of ``job_ids`` (in ``states``), by job id (see :class:`~dispatch.records.store.Leasing`)."""
+        ids = sorted({check_job_id(j) for j in job_ids})
+        wanted = check_states(states)
+
+        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> Listing:
+            if wanted is None:
+                cur = await conn.execute(
+                    f"SELECT job_id, {ROW} FROM dispatch_records WHERE job_id = ANY(%s) ORDER BY job_id",
+                    (ids,),
+                )
+            else:
+                cur = await conn.execute(
+                    f"""SELECT job_id, {ROW} FROM dispatch_records
+                        WHERE job_id = ANY(%s) AND state = ANY(%s) ORDER BY job_id""",
+                    (ids, sorted(s.value for s in wanted)),
+                )
+            return self._rows.rows(await cur.fetchall())
+
+        return await self._db.read(body)
+
+    async def counts(self) -> dict[State, int]:
+        """How many records there are in each state (see :class:`~dispatch.records.store.Leasing`): one
+        aggregate over the state index, no record read."""
+
+        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> dict[State, int]:
+            cur = await conn.execute("SELECT state, count(*) FROM dispatch_records GROUP BY state")
+            return state_counts(await cur.fetchall())
+
+        return await self._db.read(body)
+
+    async def renew_leases(self, holder: str, ttl: float, job_ids: Iterable[str]) -> builtins.list[JobRecord]:
+        """Renew ``holder``'s leases on ``job_ids`` in one transaction, by the database's clock; the
+        records renewed."""
+        check_holder(holder)
+        seconds = check_ttl(ttl)
+        ids = sorted({check_job_id(j) for j in job_ids})  # locked in one order: no deadlock between renewals
+
+        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> builtins.list[JobRecord]:
+            # One statement (atomic on its own): the rows still ours are locked in job id order (no
+            # deadlock between renewals), then their lease columns written; no document is rewritten.
+            # The time is read per row, once it is locked.
+            cur = await conn.execute(
+                f"""UPDATE dispatch_records
+                    SET lease_expires_at = {NOW} + %(ttl)s, revision = revision + 1, updated_at = {NOW}
+                    WHERE job_id IN (SELECT job_id FROM dispatch_records
+                                     WHERE job_id = ANY(%(ids)s) AND lease_holder = %(holder)s
+                                     ORDER BY job_id FOR UPDATE)
+                      AND lease_holder = %(holder)s
+                    RETURNING job_id, {ROW}""",
+                {"ids": ids, "holder": holder, "ttl": seconds, "now": self._now()},
+            )
+            rows = sorted(await cur.fetchall(), key=lambda row: str(row[0]))
+            return [self._rows.decode(str(row[0]), row[1:]) for row in rows]
+
+        # Autocommit: one statement is one transaction. Run again after a lost connection, it renews
+        # the same leases (a lease is renewed from the time it is written), so it is a read's retry.
+        return await self._db.read(body)

@@ -1,0 +1,170 @@
+"""The fleet's queries of a :class:`~dispatch.records.SqliteStore` (:class:`~dispatch.records.Leasing`):
+:class:`SqliteLeasing`, which the store is.
+
+Members and their heartbeats (table ``members``), the revisions of what a holder leases (index
+``records_by_holder``), the records a member asks for, the claimable pages, the counts by state, and
+leases renewed many at a time, each call one read or one write transaction of the store's file.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sqlite3
+from collections.abc import Collection, Iterable
+
+from dispatch.clock import Clock
+from dispatch.model import JobRecord, State, check_job_id
+from dispatch.records._common import check_holder, check_states, check_ttl, lease_after_acquire, state_counts
+from dispatch.records.sqlite_file import SqliteFile
+from dispatch.records.store import Listing, check_leasing, read_rows
+
+__all__ = ["SqliteLeasing"]
+
+
+class SqliteLeasing:
+    """The :class:`~dispatch.records.Leasing` queries over the store's file ``_file`` and ``_clock``
+    (the store's own)."""
+
+    _file: SqliteFile
+    _clock: Clock
+
+    def _decode(self, job_id: str, text: str) -> JobRecord:
+        raise NotImplementedError  # the store's: a stored document read (cached)
+
+    def _replace_row(self, conn: sqlite3.Connection, record: JobRecord) -> None:
+        raise NotImplementedError  # the store's: a record's row written
+
+    async def heartbeat(self, group: str, holder: str, ttl: float) -> builtins.list[str]:
+        """Mark ``holder`` a live member of ``group`` for ``ttl`` seconds; the live members, sorted
+        (see :class:`~dispatch.records.store.Leasing`)."""
+        check_leasing(group, holder)
+        seconds = check_ttl(ttl)
+
+        def body(conn: sqlite3.Connection) -> builtins.list[str]:
+            now = self._clock.now()
+            conn.execute(
+                "INSERT OR REPLACE INTO members (grp, holder, expires_at) VALUES (?, ?, ?)",
+                (group, holder, now + seconds),
+            )
+            conn.execute("DELETE FROM members WHERE expires_at <= ?", (now,))
+            rows = conn.execute("SELECT holder FROM members WHERE grp = ? ORDER BY holder", (group,))
+            return [str(r[0]) for r in rows.fetchall()]
+
+        return await self._file.write(body)
+
+    async def leave(self, group: str, holder: str) -> None:
+        """End ``holder``'s membership of ``group`` now (see :class:`~dispatch.records.store.Leasing`)."""
+        check_leasing(group, holder)
+
+        def body(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM members WHERE grp = ? AND holder = ?", (group, holder))
+
+        await self._file.write(body)
+
+    async def held(self, holder: str) -> dict[str, int]:
+        """The revision of every record ``holder`` leases (see :class:`~dispatch.records.store.Leasing`)."""
+        check_holder(holder)
+
+        def body(conn: sqlite3.Connection) -> dict[str, int]:
+            rows = conn.execute(
+                "SELECT job_id, revision FROM records WHERE lease_holder = ? ORDER BY job_id", (holder,)
+            )
+            return {str(jid): int(rev) for jid, rev in rows.fetchall()}
+
+        return await self._file.read(body)
+
+    async def leasable(
+        self,
+        holder: str,
+        *,
+        states: Iterable[State],
+        limit: int,
+        after: str = "",
+        held: Collection[str] | None = None,
+    ) -> Listing:
+        """The records ``holder`` leases, then a page of at most ``limit`` claimable ones in ``states``
+        after ``after``, by job id (see :class:`~dispatch.records.store.Leasing`)."""
+        check_leasing("-", holder, limit)
+        wanted = sorted(s.value for s in check_states(states) or ())
+        marks = ", ".join("?" for _ in wanted)
+
+        ids = None if held is None else sorted({check_job_id(j) for j in held})
+
+        def body(conn: sqlite3.Connection) -> Listing:
+            if ids is None:
+                mine = conn.execute(
+                    "SELECT job_id, body FROM records WHERE lease_holder = ? ORDER BY job_id", (holder,)
+                ).fetchall()
+            else:  # in batches: SQLite bounds the parameters of one statement
+                mine = []
+                for i in range(0, len(ids), 500):
+                    batch = ids[i : i + 500]
+                    qs = ", ".join("?" for _ in batch)
+                    mine += conn.execute(
+                        f"SELECT job_id, body FROM records WHERE lease_holder = ? AND job_id IN ({qs})",
+                        (holder, *batch),
+                    ).fetchall()
+                mine.sort()
+            free = conn.execute(
+                f"""SELECT job_id, body FROM records
+                    WHERE state IN ({marks}) AND job_id > ? AND lease_holder IS NOT ?
+                      AND (lease_holder IS NULL OR lease_expires_at <= ?)
+                    ORDER BY job_id LIMIT ?""",
+                (*wanted, str(after), holder, self._clock.now(), limit),
+            ).fetchall()
+            return read_rows([*mine, *free], self._decode)
+
+        return await self._file.read(body)
+
+    async def records(self, job_ids: Collection[str], *, states: Iterable[State] | None = None) -> Listing:
+        """The records of ``job_ids`` (in ``states``), by job id (see :class:`~dispatch.records.store.Leasing`)."""
+        ids = sorted({check_job_id(j) for j in job_ids})
+        wanted = check_states(states)
+
+        def body(conn: sqlite3.Connection) -> Listing:
+            rows = []
+            for i in range(0, len(ids), 500):  # SQLite bounds the parameters of one statement
+                batch = ids[i : i + 500]
+                qs = ", ".join("?" for _ in batch)
+                rows += conn.execute(
+                    f"SELECT job_id, state, body FROM records WHERE job_id IN ({qs})", batch
+                ).fetchall()
+            rows.sort()
+            names = None if wanted is None else {s.value for s in wanted}
+            chosen = [(jid, body) for jid, state, body in rows if names is None or state in names]
+            return read_rows(chosen, self._decode)
+
+        return await self._file.read(body)
+
+    async def counts(self) -> dict[State, int]:
+        """How many records there are in each state (see :class:`~dispatch.records.store.Leasing`)."""
+
+        def body(conn: sqlite3.Connection) -> dict[State, int]:
+            rows = conn.execute("SELECT state, COUNT(*) FROM records GROUP BY state").fetchall()
+            return state_counts(rows)
+
+        return await self._file.read(body)
+
+    async def renew_leases(self, holder: str, ttl: float, job_ids: Iterable[str]) -> builtins.list[JobRecord]:
+        """Renew ``holder``'s leases on ``job_ids`` in one transaction; the records renewed."""
+        check_holder(holder)
+        seconds = check_ttl(ttl)
+        ids = [check_job_id(j) for j in job_ids]
+
+        def body(conn: sqlite3.Connection) -> builtins.list[JobRecord]:
+            now = self._clock.now()
+            out: builtins.list[JobRecord] = []
+            for job_id in ids:
+                row = conn.execute(
+                    "SELECT body FROM records WHERE job_id = ? AND lease_holder = ?", (job_id, holder)
+                ).fetchone()
+                if row is None:
+                    continue
+                current = self._decode(job_id, row[0])
+                lease = lease_after_acquire(job_id, current.lease, holder, seconds, now)
+                stored = current.replace(lease=lease, revision=current.revision + 1, updated_at=now)
+                self._replace_row(conn, stored)
+                out.append(stored)
+            return out
+
+        return await self._file.write(body)
