@@ -383,12 +383,19 @@ def _tree_cpu(pid: int) -> float:
     return total
 
 
-def _spawn(*args: str) -> subprocess.Popen[str]:
+DSN_ENV = "FLEET_BENCH_DSN"
+"""How a supervisor process gets the store's URL, password included: in its environment, never on its
+command line, where ``ps`` shows it to every user of the machine."""
+
+
+def _spawn(*args: str, dsn: str | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, DSN_ENV: dsn} if dsn is not None else None
     return subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), *args],
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
+        env=env,
     )
 
 
@@ -461,9 +468,9 @@ async def fleet(
         busy0, total0 = _machine_cpu()
         pg0 = _tree_cpu(postmaster)
         for k in range(n):
-            args = ["supervise", "--dsn", dsn, "--port", str(port), "--holder", f"sup-{k}"]
+            args = ["supervise", "--port", str(port), "--holder", f"sup-{k}"]
             args += ["--lease", str(lease)]
-            sups.append(_spawn(*args))
+            sups.append(_spawn(*args, dsn=dsn))
         killed_at = None
         done = 0
         deadline = start + cap
@@ -793,7 +800,6 @@ def _cli() -> None:
         p.add_argument("role")
         p.add_argument("--port-file")
         p.add_argument("--jobs", type=int, default=0)
-        p.add_argument("--dsn")
         p.add_argument("--port", type=int)
         p.add_argument("--holder")
         p.add_argument("--lease", type=float, default=10.0)
@@ -802,7 +808,7 @@ def _cli() -> None:
         if a.role == "cluster":
             work: Any = serve_cluster(a.port_file, a.jobs, a.latency)
         else:
-            work = supervise(a.dsn, a.port, a.holder, a.lease)
+            work = supervise(os.environ[DSN_ENV], a.port, a.holder, a.lease)
         dump = os.environ.get("FLEET_BENCH_PROFILE")
         if not dump:
             asyncio.run(work)
