@@ -15,6 +15,7 @@ import msgspec.structs
 from msgspec import Struct
 
 from dispatch.errors import DispatchError, InvalidError
+from dispatch.feed import Feed
 from dispatch.model import Absent, Capabilities, Change, Compute, Handle, Identity, JobSpec, Observation
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "Watcher",
     "compute_gone",
     "place",
+    "recent",
     "record_decision",
 ]
 
@@ -260,6 +262,18 @@ async def record_decision(
         await backend.record_decision(handle, reason, message, warning=warning)
     except DispatchError as exc:
         _log.info("decision %s on %s not shown on the cluster: %s", reason, handle, exc)
+
+
+def recent(backend: Backend, handle: Handle) -> Observation | None:
+    """A reading of incarnation ``handle`` its backend already holds, at no cost: the last one its
+    watch feed (``backend.feed``, a :class:`~dispatch.feed.Feed`, when it has one) emitted for that very
+    incarnation — its poll's, its informer's, or the answer its ``start`` got (Slurm's ``sbatch``: the
+    job is queued). ``None`` when it holds none: then only a read of the cluster says."""
+    feed = getattr(backend, "feed", None)
+    last = feed.last(handle.ref) if isinstance(feed, Feed) else None
+    if isinstance(last, Observation) and last.handle.identity.same_incarnation(handle.identity):
+        return last
+    return None
 
 
 async def place(backend: Backend, spec: JobSpec, identity: Identity, *, held: bool = False) -> Handle:

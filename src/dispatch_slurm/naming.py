@@ -1,5 +1,10 @@
 """How an incarnation is named on Slurm: the job name (lossy, with a hash) and the comment that carries
-the full identity and the store's id. Pure."""
+the full identity — the record's nonce included — and the store's id. Pure.
+
+The nonce (SPEC §2.4) is in both: the name's hash covers it, so the job's directory (named after it)
+and every lookup by name are the record's own, and the comment carries it, so a listed job is matched
+to a record by job id, ``N`` *and* nonce. A job of a purged record, or of another store's record of the
+same job id, is never taken for a new record's."""
 
 from __future__ import annotations
 
@@ -12,7 +17,6 @@ from dispatch.errors import ConflictError, InvalidError
 from dispatch.model import Epoch, Identity
 
 __all__ = [
-    "CANCEL_MARK",
     "COMMENT_PREFIX",
     "Marks",
     "comment_for",
@@ -24,37 +28,37 @@ __all__ = [
 COMMENT_PREFIX = "dispatch/v1"
 """The first word of the ``--comment`` of every job dispatch submits."""
 
-CANCEL_MARK = "cancel=dispatch"
-"""Appended to the comment just before dispatch cancels a job, so any process reads "cancelled by us"."""
-
 _MAX_ID_IN_NAME = 60
 _KEY_VALUE = re.compile(r"([a-z]+)=(\S*)")
 
 
 def native_name(identity: Identity) -> str:
     """``d-<job id, shortened>-<N>-<hash>``: deterministic, equal for one incarnation, distinct across
-    incarnations (the hash covers the full job id and N)."""
-    digest = hashlib.sha256(f"{identity.job_id}\0{identity.epoch.n}".encode()).hexdigest()[:10]
+    incarnations and across records (the hash covers the full job id, N and the record's nonce; without
+    a nonce, as before nonces existed)."""
+    key = f"{identity.job_id}\0{identity.epoch.n}" + (f"\0{identity.nonce}" if identity.nonce else "")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     return f"d-{identity.job_id[:_MAX_ID_IN_NAME]}-{identity.epoch.n}-{digest}"
 
 
 def comment_for(identity: Identity, store_id: str) -> str:
     """The ``--comment`` carrying the full identity (job ids hold no space, so words are safe)."""
     words = [COMMENT_PREFIX, f"job={identity.job_id}", f"epoch={identity.epoch}"]
+    if identity.nonce:
+        words.append(f"nonce={identity.nonce}")
     if store_id:
         words.append(f"store={store_id}")
     return " ".join(words)
 
 
 class Marks:
-    """What a comment says: the identity, the store, whether dispatch cancelled the job."""
+    """What a comment says: the identity (nonce included) and the store."""
 
-    __slots__ = ("cancelled", "identity", "store")
+    __slots__ = ("identity", "store")
 
-    def __init__(self, identity: Identity, store: str, cancelled: bool) -> None:
+    def __init__(self, identity: Identity, store: str) -> None:
         self.identity = identity
         self.store = store
-        self.cancelled = cancelled
 
 
 def parse_comment(comment: str) -> Marks | None:
@@ -65,10 +69,11 @@ def parse_comment(comment: str) -> Marks | None:
         return None
     fields: dict[str, str] = {m.group(1): m.group(2) for w in words[1:] if (m := _KEY_VALUE.fullmatch(w))}
     try:
-        identity = Identity(fields.get("job", ""), Epoch.parse(fields.get("epoch", "")))
+        epoch = Epoch.parse(fields.get("epoch", ""))
+        identity = Identity(fields.get("job", ""), epoch, fields.get("nonce", ""))
     except InvalidError:
         return None
-    return Marks(identity, fields.get("store", ""), CANCEL_MARK in words)
+    return Marks(identity, fields.get("store", ""))
 
 
 def _name_and_comment(obj: Mapping[str, Any]) -> tuple[str, str]:

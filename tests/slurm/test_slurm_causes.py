@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from dispatch.model import Cause, State
+from dispatch import JobSpec
+from dispatch.fold import progress
+from dispatch.model import Absent, Cause, Compute, Handle, Identity, JobRecord, State
 from dispatch_slurm.causes import (
     MEMORY_WORD_WAIT,
     Facts,
@@ -21,8 +23,8 @@ from dispatch_slurm.causes import (
     classify,
     rules_table,
 )
-from dispatch_slurm.naming import parse_comment
 from dispatch_slurm.reader import SlurmJob, dialect_of, parse_squeue
+from dispatch_slurm.readings import absent, seen
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSCRIPTS = Path(__file__).parent / "transcripts"
@@ -39,14 +41,12 @@ V22 = dialect_of("22.05.8")
 def facts_of(record: dict[str, Any], *, now: float | None = None) -> Facts:
     """The facts of a recording, read ``now`` (default: long after the job's end, or at its submission)."""
     (job,) = parse_squeue(json.dumps({"jobs": [record["squeue"]]}), V22)
-    marks = parse_comment(job.comment)
     if now is None:
         now = float(job.end_time + 3600 if job.end_time else record["squeue"]["submit_time"])
     return Facts(
         job=job,
         job_ref=job.job_id,
         now=now,
-        cancelled_by_us=marks is not None and marks.cancelled,
         output=tuple(record["output"]) if job.state == "FAILED" else (),
     )
 
@@ -135,21 +135,26 @@ def test_a_suspended_job_is_running_with_the_suspension_in_the_evidence() -> Non
 
 
 @pytest.mark.parametrize(
-    ("job_state", "state"),
+    ("job_state", "state", "compute"),
     [
-        (["CANCELLED", "COMPLETING"], State.FAILED),  # 24.11: the end state is known, its compute still ends
-        (["COMPLETING", "CANCELLED"], State.FAILED),
-        ("COMPLETING", State.RUNNING),  # 22.05 shows the flag instead of the end state
-        (["PENDING", "COMPLETING", "REQUEUED"], State.QUEUED),
-        (["RUNNING", "CONFIGURING"], State.STARTING),  # allocated, its nodes not ready yet
-        ("CONFIGURING", State.STARTING),
+        # 24.11: the end state is known, its compute still ends (the host folds it `stopping`)
+        (["CANCELLED", "COMPLETING"], State.CANCELLED, Compute.PRESENT),
+        (["COMPLETING", "CANCELLED"], State.CANCELLED, Compute.PRESENT),
+        (["CANCELLED"], State.CANCELLED, Compute.GONE),
+        ("COMPLETING", State.RUNNING, Compute.PRESENT),  # 22.05 shows the flag instead of the end state
+        (["PENDING", "COMPLETING", "REQUEUED"], State.QUEUED, Compute.PRESENT),  # the last run still ends
+        (["PENDING", "REQUEUED"], State.QUEUED, Compute.GONE),
+        (["RUNNING", "CONFIGURING"], State.STARTING, Compute.PRESENT),  # allocated, its nodes not ready yet
+        ("CONFIGURING", State.STARTING, Compute.PRESENT),
+        ("SUSPENDED", State.RUNNING, Compute.PRESENT),  # it keeps its nodes, its processes stopped
     ],
 )
-def test_flags_anywhere_in_the_state(job_state: Any, state: State) -> None:
+def test_flags_anywhere_in_the_state(job_state: Any, state: State, compute: Compute) -> None:
     entry = {**load("running")["squeue"], "job_state": job_state}
     dialect = V22 if isinstance(job_state, str) else dialect_of("24.11.5")
     (job,) = parse_squeue(json.dumps({"jobs": [entry]}), dialect)
-    assert classify(Facts(job=job, job_ref=job.job_id, now=entry["submit_time"])).state is state
+    reading = seen(Handle("slurm", Identity("f"), job.job_id), job, at=float(entry["submit_time"]))
+    assert (reading.state, reading.compute) == (state, compute)
 
 
 def test_the_exit_code_is_the_failing_tasks_not_the_signal_of_the_tasks_srun_stopped() -> None:
@@ -179,10 +184,28 @@ def test_the_exit_code_is_the_failing_tasks_not_the_signal_of_the_tasks_srun_sto
     )
 
 
-def test_a_job_gone_from_squeue_and_sacct_is_lost() -> None:
-    outcome = classify(Facts(job=None, job_ref="42"))
-    assert (outcome.state, outcome.cause) == (State.LOST, Cause.UNKNOWN)
-    assert outcome.evidence[0].name == "42"
+def test_a_job_gone_from_squeue_and_accounting_is_absent_never_lost() -> None:
+    """The adapter read a job neither squeue nor sacct knew as `lost` itself ("SlurmJob/1 Gone: the job
+    vanished without an end state"): it is an absent reading, and only the host concludes, from two."""
+    handle = Handle("slurm", Identity("gone"), "42")
+    reading = absent(handle, at=5.0, kept_by="the completion log (sacct -c)", min_job_age=300)
+    assert isinstance(reading, Absent) and reading.handle == handle
+    (ev,) = reading.evidence
+    assert ev.name == "42" and "sacct -c" in ev.message and "MinJobAge=300" in ev.message
+
+
+def test_who_cancelled_is_the_records_to_say() -> None:
+    """A CANCELLED job reads cancelled; the host's fold makes it `cancelled` when the record asked for the
+    cancel (dispatch cancel, from any process) and `failed`/`cancelled` when someone else did."""
+    (job,) = parse_squeue(json.dumps({"jobs": [load("cancelled_by_someone")["squeue"]]}), V22)
+    handle = Handle("slurm", Identity("c"), job.job_id)
+    reading = seen(handle, job, at=float(job.end_time or 0) + 1)
+    assert (reading.state, reading.cause, reading.compute) == (State.CANCELLED, Cause.CANCELLED, Compute.GONE)
+    rec = JobRecord(
+        job_id="c", spec=JobSpec(command=("true",)), created_at=0.0, updated_at=0.0, handle=handle
+    )
+    assert progress(rec, reading).state is State.FAILED
+    assert progress(rec.replace(cancel_requested=True), reading).state is State.CANCELLED
 
 
 def test_docs_table_is_generated_from_the_rules() -> None:
