@@ -349,6 +349,11 @@ class SlurmBackend:
         that left the queue)."""
         return self._polls.count
 
+    @property
+    def early_polls(self) -> int:
+        """How many of those polls an end marker brought forward (:mod:`~dispatch_slurm.polls`)."""
+        return self._polls.early
+
     async def _fill(self, feed: Feed) -> None:
         await self._polls.fill(feed)
 
