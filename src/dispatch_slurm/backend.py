@@ -211,9 +211,12 @@ class SlurmBackend:
         return await self.observing.read(handle, await self.observing.find(handle), asked)
 
     async def list(self) -> list[Observation]:
-        """A reading of every incarnation of this store's that squeue lists (one ``squeue``)."""
-        asked = time.time()
-        return await self.observing.listed(await self.queries.jobs(), asked)
+        """A reading of every incarnation of this store's that squeue lists (one ``squeue``), offered to
+        the feed too: the watch's next poll is due an interval after it."""
+        asked, began = time.time(), time.monotonic()
+        found = await self.observing.listed(await self.queries.jobs(), asked)
+        self._polls.listed(found, began)
+        return found
 
     # --- writing --------------------------------------------------------------------------------
 

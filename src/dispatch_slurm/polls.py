@@ -29,6 +29,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Sequence
 
 from dispatch.errors import UnavailableError
 from dispatch.feed import Feed
@@ -103,10 +104,23 @@ class Polls:
                 self.feed.troubled(Unreachable(at, str(exc)))
                 return
             self.feed.troubled(None)
-            for reading in found:
-                self.feed.offer(reading)
+            self._offer(found)
         finally:
             self._running = None
+
+    def listed(self, found: Sequence[Observation], asked: float) -> None:
+        """The readings of a listing made outside the polls (``list()``: the same ``squeue``, asked at
+        monotonic time ``asked``): offered like a poll's, and the next poll is due an interval after it."""
+        self._asked = max(self._asked, asked)
+        self._offer(found)
+
+    def _offer(self, found: Sequence[Observation | Absent]) -> None:
+        # A reading older than the one the feed holds for its incarnation (an answer that took longer than
+        # a later one) says nothing new: the newer one stands.
+        for reading in found:
+            last = self.feed.last(reading.handle.ref)
+            if last is None or last.at <= reading.at:
+                self.feed.offer(reading)
 
     async def _due(self) -> bool:
         """Wait until a poll is due: ``True`` when an end marker brought it forward."""

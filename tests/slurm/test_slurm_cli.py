@@ -43,7 +43,7 @@ def tutorial_slurm_lines() -> list[tuple[str, int]]:
     """The ``$`` lines of docs/tutorial.md's Slurm section and the exit code each expects, but those
     starting and stopping its local cluster (the site is the cluster here)."""
     page = (ROOT / "docs" / "tutorial.md").read_text()
-    section = page.split("## 7. The same jobs on Slurm", 1)[1].split("\n## ", 1)[0]
+    section = re.split(r"\n## \d+\. The same jobs on Slurm\n", page, maxsplit=1)[1].split("\n## ", 1)[0]
     out = []
     for block in re.findall(r"```console\n(.*?)```", section, re.S):
         for line in block.splitlines():
@@ -92,7 +92,7 @@ def test_dry_run_shows_the_sbatch_script(tmp_path: Path, site: Site) -> None:
     assert done.returncode == 0, done.stderr
     # The script itself, as sbatch reads it: bash parses it.
     assert done.stdout.startswith("#!/bin/bash\n#SBATCH --job-name="), done.stdout
-    for line in ("#SBATCH --nodes=2", "#SBATCH --time=2", "#SBATCH --no-requeue", "exec srun"):
+    for line in ("#SBATCH --nodes=2", "#SBATCH --time=2", "#SBATCH --no-requeue", "srun "):
         assert f"\n{line}" in done.stdout, done.stdout
     assert "dispatch-task python3 train.py\n" in done.stdout
     parsed = subprocess.run(["bash", "-n"], input=done.stdout, capture_output=True, text=True, timeout=30)
