@@ -5,8 +5,10 @@ Run: .venv/bin/python benchmarks/cli_bench.py [--runs 7]
 
 In a fresh state directory it starts ``dispatch dev-cluster`` with kubesim's request log, runs one
 ``dispatch submit`` (the first: it probes, ≥ 10 s), then times in new processes, ``--runs`` times each:
-a second ``submit``, ``status``, ``list``, ``history``, ``logs``, and ``kubectl get trainjobs`` on the same
-cluster for comparison (the read commands run once before they are timed, so the cluster's facts are in the
+a second ``submit``, ``status``, ``list``, ``history``, ``logs`` (every node of a two-node job, and one
+node), the libraries every read command imports run alone (``python -c 'import asyncio, ssl, sqlite3,
+click, msgspec'``: the floor under any of them), and ``kubectl get trainjobs`` on the same cluster for
+comparison (the read commands run once before they are timed, so the cluster's facts are in the
 store's cache, as after any first command). For each it prints the CPU seconds (user + system, as the kernel accounted the
 finished child: ``getrusage(RUSAGE_CHILDREN)``) and the wall seconds, median and minimum, and, from the
 request log, the API requests and writes per run — and checks the issue's promises: the second submit
@@ -47,6 +49,9 @@ READ_REQUESTS = 2
 """Issue 38: a read command sends at most this many requests against a warm cache."""
 READ_VS_KUBECTL = 1.5
 """Issue 38: a read command spends at most this multiple of kubectl's CPU in the same run."""
+FLOOR = "import asyncio, ssl, sqlite3, click, msgspec"
+"""What every read command imports before any of dispatch's own code runs (a yardstick, not a command)."""
+READS = ("status (finished job)", "status (running job)", "list", "history", "logs", "logs --node 1")
 
 
 class Cluster:
@@ -232,6 +237,10 @@ def main() -> None:
             measure(cluster, "list", [*dispatch, "list"], args.runs),
             measure(cluster, "history", [*dispatch, "history", "bench-0"], args.runs),
             measure(cluster, "logs", [*dispatch, "logs", "bench-0"], args.runs),
+            measure(cluster, "logs --node 1", [*dispatch, "logs", "bench-0", "--node", "1"], args.runs),
+            # The floor under any read command: the interpreter and the libraries every one imports
+            # (the event loop, the CLI, the model's codec, the store), with nothing of dispatch's.
+            measure(cluster, "the libraries alone", [sys.executable, "-c", FLOOR], args.runs),
         ]
         kubectl = shutil.which("kubectl", path=str(BIN)) or shutil.which("kubectl")
         if kubectl:
@@ -260,7 +269,7 @@ def main() -> None:
             )
         submit = rows[0][2]
         ok_submit = all(trainjob_creates(r) == 1 and probes(r) == 0 for r in submit)
-        reads = rows[1:6]
+        reads = [row for row in rows if row[0] in READS]
         ok_reads = all(not any(x["verb"] in WRITES for x in r) for row in reads for r in row[2])
         ok_cpu = all(statistics.median(row[4]) <= READ_CPU for row in reads)
         over = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, NewType, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NewType, Protocol, runtime_checkable
 
 import msgspec.structs
 from msgspec import Struct
@@ -18,10 +18,14 @@ from dispatch.errors import DispatchError, InvalidError
 from dispatch.feed import Feed
 from dispatch.model import Absent, Capabilities, Change, Compute, Handle, Identity, JobSpec, Observation
 
+if TYPE_CHECKING:
+    from dispatch.feed import Feed
+
 __all__ = [
     "Backend",
     "CessationSignal",
     "DecisionRecorder",
+    "Fed",
     "HoldToken",
     "Holder",
     "IdentityWeakener",
@@ -171,6 +175,17 @@ class Watcher(Protocol):
         relisting, without losing a transition. An adapter implements it with the host's
         :class:`dispatch.feed.Feed` (``return self.feed.watch(cursor)``), which it only fills."""
         ...
+
+
+@runtime_checkable
+class Fed(Protocol):
+    """A :class:`Watcher` that fills the host's :class:`dispatch.feed.Feed` (optional): the host reads
+    the feed's ``trouble`` — the source could not read the cluster at its last attempt — as part of a
+    supervisor's account of whether its cluster answers. An adapter that reads from a cache its watch
+    keeps (Kubeflow's informer) answers reads while that watch fails; only the feed knows."""
+
+    @property
+    def feed(self) -> Feed: ...
 
 
 @runtime_checkable

@@ -3,10 +3,12 @@
 The daemon marks what it just did successfully — ``loop`` (its main loop turned), ``store`` (a store
 call answered), ``cluster`` (the cluster API answered) — and says how long each may go unmarked
 (:meth:`Health.expect`). ``/healthz`` (liveness) is ok while the loop turns; ``/readyz`` (readiness)
-while every expectation holds. A check never marked since it was expected counts from the expectation,
-so a daemon starting up is given the same grace. Time is the monotonic clock: probes are about this
-process, not about the simulated clocks of tests. A daemon that knows it is not ready (reconnecting to
-its cluster) says why with :meth:`Health.block` until :meth:`Health.unblock`.
+while every expectation holds. For liveness a check never marked since it was expected counts from the
+expectation, so a daemon starting up is given the same grace; for readiness it fails until it passed
+once (a daemon is not ready before its first turn of the loop read the store and the cluster). Time is
+the monotonic clock: probes are about this process, not about the simulated clocks of tests. A daemon
+that knows it is not ready (reconnecting to its cluster, or its cluster does not answer) says why with
+:meth:`Health.block` until :meth:`Health.unblock`.
 
 :func:`reconnect_delay` is the capped, jittered backoff of a daemon's reconnects.
 
@@ -52,6 +54,7 @@ class Health:
         self._clock = clock
         self._lock = threading.Lock()  # marked from the event loop, read from the server's threads
         self._within: dict[str, float] = {}
+        self._since: dict[str, float] = {}  # when each check was first expected
         self._last: dict[str, float] = {}
         self._blocked = ""  # why the daemon knows it is not ready ("": nothing)
 
@@ -68,27 +71,33 @@ class Health:
         """``check`` must pass at least every ``within`` seconds for the daemon to be ready."""
         with self._lock:
             self._within[check] = float(within)
-            self._last.setdefault(check, self._clock())
+            self._since.setdefault(check, self._clock())
 
     def mark(self, check: str) -> None:
         """``check`` passed just now."""
         with self._lock:
             self._last[check] = self._clock()
 
-    def failing(self, checks: tuple[str, ...] | None = None) -> list[str]:
-        """The expected checks (of ``checks``, default all) that are stale, each with how stale."""
+    def failing(self, checks: tuple[str, ...] | None = None, *, grace: bool = False) -> list[str]:
+        """The expected checks (of ``checks``, default all) that are stale, each with how stale; one never
+        marked fails, unless ``grace`` counts it from its expectation."""
         now = self._clock()
+        out = []
         with self._lock:
             names = sorted(self._within) if checks is None else [c for c in checks if c in self._within]
-            return [
-                f"{c}: last ok {now - self._last[c]:.0f} s ago (allowed {self._within[c]:g} s)"
-                for c in names
-                if now - self._last[c] > self._within[c]
-            ]
+            for c in names:
+                last = self._last.get(c)
+                if last is None and not grace:
+                    out.append(f"{c}: not ok yet (expected {now - self._since[c]:.0f} s ago)")
+                    continue
+                last = self._since[c] if last is None else last
+                if now - last > self._within[c]:
+                    out.append(f"{c}: last ok {now - last:.0f} s ago (allowed {self._within[c]:g} s)")
+        return out
 
     def live(self) -> list[str]:
         """Why the daemon is not alive (empty: it is)."""
-        return self.failing((LIVENESS,))
+        return self.failing((LIVENESS,), grace=True)
 
     def ready(self) -> list[str]:
         """Why the daemon is not ready (empty: it is). Not before its loop declared what it needs."""

@@ -475,6 +475,15 @@ class FaultyBackend:
 # ---------------------------------------------------------------------------------------- harnesses
 
 
+class Members(Protocol):
+    """A harness of a fleet of clusters (SPEC §15), beside what every harness does."""
+
+    clusters: tuple[str, ...]
+
+    async def open_member(self, name: str, faults: Faults, crasher: Crasher | None, who: str) -> Backend:
+        """A writable backend on the fleet's cluster ``name``."""
+
+
 class Harness(Facts, Protocol):
     """The cluster side of one seeded run (see docs/supervisor.md, "Harnesses").
 
@@ -484,18 +493,12 @@ class Harness(Facts, Protocol):
 
     name: str
     nodes: int
-    clusters: tuple[str, ...]
-    """A fleet of clusters (SPEC §15): their names (``open`` then opens the first, ``open_member`` each);
-    empty for one cluster."""
 
     async def start(self) -> None:
         """Bring the cluster up (before any backend is opened)."""
 
     async def open(self, faults: Faults, crasher: Crasher | None, who: str) -> Backend:
         """A writable backend on the cluster for ``who`` (a supervisor life, or the user)."""
-
-    async def open_member(self, name: str, faults: Faults, crasher: Crasher | None, who: str) -> Backend:
-        """In a fleet, a writable backend on its cluster ``name``."""
 
     def spec(self, script: str, nodes: int, time_limit: int | None) -> JobSpec:
         """A job of ``nodes`` nodes whose every node runs the behaviour ``script``."""
@@ -840,6 +843,8 @@ class _Run:
         self.clock = ManualClock(T0)
         self.trace: list[str] = []
         self.cluster = harness(rng, self.clock, self.trace)
+        # A fleet's cluster names (a harness of one cluster, such as the Kubeflow one, may not say).
+        self.fleet: tuple[str, ...] = tuple(getattr(self.cluster, "clusters", ()))
         self.store_kind = store if store is not None else extra.choice(["memory"] * 19 + ["sqlite"])
         self.store: Store = MemoryStore(self.clock)
         self._dir: Path | None = None
@@ -927,7 +932,7 @@ class _Run:
             "resync": self.resync,
             "capacity": capacity,
         }
-        if self.cluster.clusters:
+        if self.fleet:
             fleet = await self._fleet(crasher, holder, store, clock)
             self.supervisors[i] = fleet.supervisor(rng=random.Random(self.names.random()), **options)
             return
@@ -943,8 +948,8 @@ class _Run:
     async def _fleet(self, crasher: Crasher | None, who: str, store: Store, clock: Clock) -> Fleet:
         """The fleet of clusters ``who`` opens (every cluster of the harness), over ``store``."""
         members = []
-        for name in self.cluster.clusters:
-            backend = await self.cluster.open_member(name, self.faults, crasher, who)
+        for name in self.fleet:
+            backend = await cast(Members, self.cluster).open_member(name, self.faults, crasher, who)
             cluster = Cluster(
                 backend, store, policy=self.policy, clock=clock, rng=random.Random(self.names.random())
             )
@@ -959,7 +964,7 @@ class _Run:
                 self.store = SqliteStore(self._dir / "records.db", clock=self.clock)
             self.note(f"store: {self.store_kind}")
             user: Cluster | Fleet
-            if self.cluster.clusters:
+            if self.fleet:
                 user = await self._fleet(None, "user", self.store, self.clock)
             else:
                 user = Cluster(

@@ -67,6 +67,7 @@ from dispatch_kubeflow.names import (
     NAME,
 )
 from dispatch_kubeflow.objects import labels_of
+from dispatch_kubeflow.output import Pods
 from dispatch_kubeflow.plain import plain
 from dispatch_kubeflow.preflight import (
     ClusterFacts,
@@ -102,6 +103,10 @@ from dispatch_kubeflow.watching import (
 __all__ = ["Backend", "factory", "open_backend"]
 
 _log = logging.getLogger(__name__)
+
+PODS_REUSED = 2.0
+"""Seconds a read-only process reuses the pods it listed, to read the output of another node (see
+:meth:`Backend._listed_pods`)."""
 
 
 async def factory(cfg: AdapterConfig) -> Backend:
@@ -245,17 +250,21 @@ class Backend:
         self._clock = clock
         self._closed = False
         self._listed_once = False
+        self._pods_read: tuple[str, float, Pods] | None = None
+        """The incarnation whose pods a read-only process last listed to read output, when, and them."""
         # The one reading path (SPEC §9.6): every reader of this process shares this cache; the host's
         # feed (every watch) is filled from it.
+        self.feed = Feed(self._fill)
+        """The host's feed, which this backend fills from the informer (its readings, and whether the
+        cluster answers it: :meth:`Feed.troubled`)."""
         self.informer = Informer(
             client,
             settings.namespace,
             [*self._incarnation_kinds(), *runtime_kinds(settings.namespace)],
             on_change=self._changed,
             clock=clock,
+            on_trouble=self.feed.troubled,
         )
-        self.feed = Feed(self._fill)
-        """The host's feed, which this backend fills from the informer."""
 
     def _incarnation_kinds(self) -> list[Kind]:
         return kinds(
@@ -365,7 +374,7 @@ class Backend:
     async def _checked_runtime(self, spec: JobSpec) -> dict[str, Any]:
         if not isinstance(spec, JobSpec):
             raise InvalidError(f"expected a JobSpec, got {type(spec).__name__}", path="spec")
-        _, ref, _ = job_extensions(spec)
+        _, ref, _ = job_extensions(spec, self.settings)
         reasons = unsupported_extensions(spec, self.settings)
         ns = self.settings.runtime_namespace(ref.kind)
         where = f'{ref.kind} "{ref.runtime}"'
@@ -974,8 +983,32 @@ class Backend:
             num_nodes=num_nodes,
             since=since,
             timestamps=timestamps,
+            pods=await self._listed_pods(name, handle.identity),
         ):
             yield line
+
+    async def _listed_pods(self, name: str, identity: Identity) -> Pods | None:
+        """The pods of incarnation ``name`` for a read-only process that asks once (a command): what it
+        listed a moment ago — the snapshot of its first read (``status`` refreshing the record before
+        ``logs`` reads), or the listing of its last output read of that incarnation — else one listing of
+        every node's pods, kept for the next node. ``None`` (each read lists its node's pods) for a
+        process that follows the cluster or may write. A listing at most :data:`PODS_REUSED` seconds old
+        is what a listing that took that long would have given; an older one is listed again."""
+        if self.mode is not Mode.READ_ONLY or self.informer.running:
+            return None
+        now = time.monotonic()
+        snapped = self.informer.listed_at.get("pods")
+        if snapped is not None and now - snapped <= PODS_REUSED and self.informer.follows("pods"):
+            return self.informer.parts(name).pods, self.informer.rvs.get("pods", "")
+        if (
+            self._pods_read is not None
+            and self._pods_read[0] == name
+            and now - self._pods_read[1] <= PODS_REUSED
+        ):
+            return self._pods_read[2]
+        pods = await output.incarnation_pods(self._client, self.settings.namespace, identity)
+        self._pods_read = (name, time.monotonic(), pods)
+        return pods
 
     # --- IdentityWeakener ----------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
@@ -28,8 +29,14 @@ from typing import Any
 from msgspec import Struct, field
 
 from dispatch.clock import Clock
-from dispatch.errors import NotFoundError, PermissionDeniedError
-from dispatch.model import Identity
+from dispatch.errors import (
+    DispatchError,
+    NotFoundError,
+    OutcomeUnknownError,
+    PermissionDeniedError,
+    UnavailableError,
+)
+from dispatch.model import Identity, Unreachable
 from dispatch_kubeflow.incarnation import DeletionClock
 from dispatch_kubeflow.kube import KubeClient
 from dispatch_kubeflow.objects import meta_of
@@ -54,6 +61,9 @@ GONE = 10_000
 
 OnChange = Callable[[str, Identity], Awaitable[None]]
 """Called with each incarnation (its TrainJob's name and identity) a batch of events touched."""
+OnTrouble = Callable[[Unreachable | None], None]
+"""Called when the cluster stops answering the informer (since when, and why), and again (``None``) once
+everything that failed has answered."""
 
 
 class Extras(Struct):
@@ -78,6 +88,7 @@ class Informer:
         *,
         on_change: OnChange,
         clock: Clock,
+        on_trouble: OnTrouble | None = None,
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -85,8 +96,14 @@ class Informer:
         self.kinds = list(kinds)
         self.view = View(kinds)
         self.on_change = on_change
+        self.on_trouble = on_trouble
         self.clock = clock
+        self._failing: dict[str, str] = {}
+        """What could not read the cluster at its last attempt (a kind's watch, the listing) -> why."""
+        self._troubled_since: float | None = None
         self.rvs: dict[str, str] = {}
+        self.listed_at: dict[str, float] = {}
+        """When (``time.monotonic``) each kind was last listed whole: how old a snapshot's objects are."""
         self._gone: OrderedDict[str, None] = OrderedDict()
         """Incarnations whose TrainJob was deleted while followed (their identities are kept, bounded)."""
         self._extras: dict[str, Extras] = {}
@@ -128,7 +145,12 @@ class Informer:
             if self.running:
                 return
             self.kinds = list(self._all_kinds)
-            await self._list_all()
+            try:
+                await self._list_all()
+            except (UnavailableError, OutcomeUnknownError) as exc:
+                self._trouble("list", exc)
+                raise
+            self._answered_all()  # a fresh listing: what failed before (the old streams) is behind it
             streams = Streams()
             for kind in self.kinds:
                 streams.start(self.client, kind, self.rvs[kind.key], clock=self.clock)
@@ -195,6 +217,7 @@ class Informer:
                 self._drop(kind.key)
                 continue
             self._replace(kind.key, items, rv)
+            self.listed_at[kind.key] = time.monotonic()
 
     async def close(self) -> None:
         task, self._task = self._task, None
@@ -212,6 +235,37 @@ class Informer:
         self.kinds = [k for k in self.kinds if k.key != kind]
         self.view.replace(kind, ())
         self.rvs.pop(kind, None)
+        self._trouble(kind, None)  # not followed: whether its watch answers says nothing any more
+
+    # --- whether the cluster answers -------------------------------------------------------------------
+
+    def _trouble(self, what: str, error: DispatchError | None) -> None:
+        """``what`` (a kind's watch, the listing) could not read the cluster (``error``), or answered
+        (``None``); ``on_trouble`` is told since when the cluster has not answered and why, at every
+        failure, and once when everything that failed answered again. The cache still answers reads
+        meanwhile (controller-runtime's does too): it is the daemon's readiness that must know."""
+        if error is None:
+            if self._failing.pop(what, None) is None:
+                return
+        else:
+            self._failing[what] = str(error) or type(error).__name__
+        if not self._failing:
+            self._troubled_since = None
+            if self.on_trouble is not None:
+                self.on_trouble(None)
+            return
+        if self._troubled_since is None:
+            self._troubled_since = self.clock.now()
+        if self.on_trouble is not None:
+            first = self._failing[min(self._failing)]
+            more = len(self._failing) - 1
+            self.on_trouble(
+                Unreachable(self._troubled_since, first + (f" (and {more} more)" if more else ""))
+            )
+
+    def _answered_all(self) -> None:
+        for what in list(self._failing):
+            self._trouble(what, None)
 
     # --- the cache -----------------------------------------------------------------------------------
 
@@ -311,6 +365,9 @@ class Informer:
             _log.warning("watch: %s; following the other kinds without it", event.error)
             self._drop(event.kind)
             return set(self.view.identities)
+        if event.type in ("TROUBLE", "ANSWERED"):
+            self._trouble(event.kind, event.error if event.type == "TROUBLE" else None)
+            return set()
         if event.type == "TICK":
             # Readings that depend on time alone (a deletion that does not complete, a grace period).
             return {k for k in self.view.identities if not self.view.parts(k).empty}

@@ -28,7 +28,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from msgspec import Struct
@@ -421,10 +421,13 @@ class KubeClient:
         what: str,
         params: Mapping[str, str],
         read_timeout: float | None = None,
+        opened: Callable[[], None] | None = None,
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """GET a watch and yield its events, ``(type, object)``, as they arrive: JSON lines, or protobuf
         frames for the built-in kinds that have them (:mod:`dispatch_kubeflow.protobuf`). Errors as
-        :meth:`stream`; an item that is not a watch event raises :class:`BadWatchEvent`."""
+        :meth:`stream`; an item that is not a watch event raises :class:`BadWatchEvent`. ``opened`` is
+        called once the server accepted the watch (a quiet watch may send no event for minutes: its
+        acceptance is the answer that says the cluster is there)."""
         self._check_open(what)
         accept = protobuf.ACCEPT if self.protobuf and protobuf.wanted(path) else "application/json"
         headers = await self._authorized({"Accept": accept}, what)
@@ -437,6 +440,8 @@ class KubeClient:
                 _count("WATCH", path, resp.status, None)
                 if resp.status >= 400:
                     raise map_status(resp.status, _status_body(await resp.read()), what=what)
+                if opened is not None:
+                    opened()
                 if protobuf.is_protobuf(resp.header("content-type")):
                     frames = protobuf.frames()
                     async for chunk in resp.chunks():

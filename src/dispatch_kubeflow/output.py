@@ -24,7 +24,15 @@ from dispatch_kubeflow.naming import identity_labels
 from dispatch_kubeflow.objects import as_map
 from dispatch_kubeflow.resources import PODS
 
-__all__ = ["LABEL_INDEX", "LABEL_REPLICATED_JOB", "node_pod", "read_tail", "stream_output"]
+__all__ = [
+    "LABEL_INDEX",
+    "LABEL_REPLICATED_JOB",
+    "Pods",
+    "incarnation_pods",
+    "node_pod",
+    "read_tail",
+    "stream_output",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -114,8 +122,18 @@ async def read_tail(
     return tuple(text.splitlines()) if isinstance(text, str) else ()
 
 
-async def _pods(client: KubeClient, namespace: str, selector: str) -> tuple[list[dict[str, Any]], str]:
-    what = "list the pods of a node"
+Pods = tuple[list[dict[str, Any]], str]
+"""Pods of an incarnation as one listing gave them, and that listing's resourceVersion."""
+
+
+async def incarnation_pods(client: KubeClient, namespace: str, identity: Identity) -> Pods:
+    """Every pod of the incarnation (all its nodes), in one listing."""
+    return await _pods(client, namespace, _selector(identity), what="list the pods of an incarnation")
+
+
+async def _pods(
+    client: KubeClient, namespace: str, selector: str, what: str = "list the pods of a node"
+) -> Pods:
     out = await client.request("GET", PODS.path(namespace), what=what, params={"labelSelector": selector})
     out = out if isinstance(out, dict) else {}
     items = out.get("items")
@@ -188,8 +206,10 @@ async def stream_output(
     num_nodes: int | None,
     since: float | None = None,
     timestamps: bool = False,
+    pods: Pods | None = None,
 ) -> AsyncIterator[str]:
-    """The lines of node ``node`` (see the module docstring). ``num_nodes`` (when known) bounds ``node``."""
+    """The lines of node ``node`` (see the module docstring). ``num_nodes`` (when known) bounds ``node``;
+    ``pods``: the incarnation's pods as a listing just made gave them (else its node's are listed)."""
     if isinstance(node, bool) or not isinstance(node, int) or node < 0:
         raise InvalidError(f"expected a node index >= 0, got {node!r}", path="node")
     if num_nodes is not None and node >= num_nodes:
@@ -199,8 +219,8 @@ async def stream_output(
     if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or tail < 0):
         raise InvalidError(f"expected a line count >= 0, got {tail!r}", path="tail")
     selector = _selector(identity, node)
-    pods, rv = await _pods(client, namespace, selector)
-    pod = node_pod(pods, node)
+    listed, rv = pods if pods is not None else await _pods(client, namespace, selector)
+    pod = node_pod(listed, node)
     if follow and not previous and (pod is None or not _started(pod)):
         pod = await _wait_started(client, namespace, selector, node, rv)
     if pod is None:

@@ -478,6 +478,23 @@ class Settings(Model, frozen=True):
         ]
         | None
     ) = None
+    default_image: (
+        Annotated[
+            NonEmpty,
+            Meta(
+                description="The image of a job that names none (dispatch/Image): a job file written for every "
+                "cluster of a fleet, Slurm's too, carries no image."
+            ),
+        ]
+        | None
+    ) = None
+    default_runtime: (
+        Annotated[
+            RuntimeRef,
+            Meta(description="The Trainer runtime of a job that names none (kubeflow/RuntimeRef)."),
+        ]
+        | None
+    ) = None
     output_tail_lines: Annotated[
         int,
         Meta(

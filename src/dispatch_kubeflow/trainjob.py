@@ -56,17 +56,24 @@ def _ext_path(name: str, field: str | None = None) -> str:
     return f"{base}.{field}" if field else base
 
 
-def job_extensions(spec: JobSpec) -> tuple[Image, RuntimeRef, SharedCheckpoint | None]:
-    """The extensions a job must (Image, RuntimeRef) or may (SharedCheckpoint) carry.
-    A missing required one is an :class:`InvalidError`."""
+def job_extensions(spec: JobSpec, settings: Settings) -> tuple[Image, RuntimeRef, SharedCheckpoint | None]:
+    """The extensions a job must (Image, RuntimeRef) or may (SharedCheckpoint) carry; the settings'
+    ``defaultImage`` and ``defaultRuntime`` stand in for a job that names none. A missing required one is an
+    :class:`InvalidError`."""
     image = spec.extensions.get(Image)
+    if image is None and settings.default_image is not None:
+        image = Image(settings.default_image)
     ref = spec.extensions.get(RuntimeRef)
+    if ref is None:
+        ref = settings.default_runtime
     missing = [
         n for n, v in ((Image.NAME, image), (RuntimeRef.NAME, ref)) if not isinstance(v, Image | RuntimeRef)
     ]
     if missing:
+        defaults = {Image.NAME: "defaultImage", RuntimeRef.NAME: "defaultRuntime"}
         raise InvalidError(
-            f"the kubeflow adapter needs {' and '.join(missing)} (the image to run and the Trainer runtime to run it on)",
+            f"the kubeflow adapter needs {' and '.join(missing)} (the image to run and the Trainer runtime to "
+            f"run it on), or the cluster's settings {' and '.join(defaults[n] for n in missing)}",
             path=_ext_path(missing[0]),
         )
     assert isinstance(image, Image) and isinstance(ref, RuntimeRef)
@@ -232,7 +239,7 @@ def build_trainjob(
     ``held`` puts the hold annotation (with the incarnation's created-held token) on the TrainJob and,
     without Kueue, suspends it; under Kueue (which owns ``suspend``) the admission check holds it.
     """
-    image, ref, checkpoint = job_extensions(spec)
+    image, ref, checkpoint = job_extensions(spec, settings)
     own = identity.env()
     if checkpoint is not None:
         own[SharedCheckpoint.ENV] = _checkpoint_dir(checkpoint, settings)

@@ -338,10 +338,12 @@ def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
 
 
 class Event(Struct, frozen=True):
-    """What a kind's stream hands the fold: an object event, a bookmark, a relist, or a failure."""
+    """What a kind's stream hands the fold: an object event, a bookmark, a relist, or a failure — the
+    last one it gave up on (``FAILED``), or one it will retry (``TROUBLE``: the cluster did not answer,
+    until an ``ANSWERED``: a watch it accepted, a listing it gave)."""
 
     kind: str
-    type: str  # ADDED | MODIFIED | DELETED | BOOKMARK | RELIST | FAILED | TICK
+    type: str  # ADDED | MODIFIED | DELETED | BOOKMARK | RELIST | FAILED | TICK | TROUBLE | ANSWERED
     obj: dict[str, Any] = field(default_factory=dict)
     rv: str = ""
     items: tuple[dict[str, Any], ...] = ()
@@ -396,10 +398,20 @@ async def continuous_watch(
     resourceVersion seen (events or bookmarks); ``410 Expired`` (or a corrupt stream) relists the kind and
     hands over the fresh listing; 429/5xx and lost connections back off, doubling; after ``max_failures``
     failures in a row — or at once for an answer no retry can fix (403, 404) — a ``FAILED`` event carries
-    the error and the watch of this kind ends."""
+    the error and the watch of this kind ends. Each failure it retries is handed over at once
+    (``TROUBLE``), and the next answer after one (``ANSWERED``): whoever reads the cache knows whether the
+    cluster behind it answers, without waiting for the retries to run out."""
     failures = 0
     retry = client.retry
     what = f"watch {kind.key}"
+    troubled = False
+
+    def answered() -> None:
+        nonlocal troubled
+        if troubled:
+            troubled = False
+            put(Event(kind.key, "ANSWERED"))
+
     while True:
         params = {
             "watch": "1",
@@ -412,7 +424,7 @@ async def continuous_watch(
         try:
             try:
                 async for etype, obj in client.watch(
-                    kind.path, what=what, params=params, read_timeout=WATCH_SECONDS + 30.0
+                    kind.path, what=what, params=params, read_timeout=WATCH_SECONDS + 30.0, opened=answered
                 ):
                     etype, obj = _parse_event(etype, obj, what)
                     failures = 0
@@ -430,6 +442,7 @@ async def continuous_watch(
                 _log.info("%s: %s; listing again", what, exc)
                 metrics.current().inc("dispatch_watch_relists_total", {"kind": kind.key})
                 items, rv = await list_kind(client, kind)
+                answered()
                 put(Event(kind.key, "RELIST", rv=rv, items=tuple(items)))
                 failures = 0
                 continue
@@ -439,6 +452,8 @@ async def continuous_watch(
             put(Event(kind.key, "FAILED", error=exc))
             return
         failures += 1
+        troubled = True
+        put(Event(kind.key, "TROUBLE", error=error))
         metrics.current().inc("dispatch_watch_restarts_total", {"kind": kind.key, "reason": "error"})
         if failures >= max_failures:
             put(

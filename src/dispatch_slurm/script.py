@@ -20,6 +20,7 @@ from typing import Any
 from dispatch.errors import InvalidError
 from dispatch.execlimits import check_exec
 from dispatch.model import Identity, Image, JobSpec, SharedCheckpoint
+from dispatch.model.declare import key_path
 from dispatch_slurm.behaviour import SCRIPT_ENV, to_shell
 from dispatch_slurm.naming import comment_for, native_name
 from dispatch_slurm.settings import HOLD_BASE, Settings, unfit_path
@@ -76,19 +77,29 @@ def refusals(spec: JobSpec, settings: Settings, *, container_plugin: bool, share
     for name in spec.extensions:
         if scripted(spec, settings) and (name == Image.NAME or name.startswith(STAND_IN_NAMESPACE)):
             continue  # a stand-in of a scripted job (behaviourScripts): not used
+        path = key_path("extensions", name)
         if name == Image.NAME:
             if settings.container == "none":
                 reasons.append(
-                    f"{Image.NAME}: this cluster runs jobs without containers (settings container: none); "
+                    f"{path}: this cluster runs jobs without containers (settings container: none); "
                     "remove the image or use a cluster with pyxis (container: pyxis)"
                 )
             elif not container_plugin:
-                reasons.append(f"{Image.NAME}: container: pyxis is set but the cluster has no pyxis plugin")
+                reasons.append(f"{path}: container: pyxis is set but the cluster has no pyxis plugin")
         elif name == SharedCheckpoint.NAME:
             if not shared_workdir:
-                reasons.append(f"{SharedCheckpoint.NAME}: the workdir is not shared by every node")
+                reasons.append(f"{path}: the workdir is not shared by every node")
         else:
-            reasons.append(f"extension {name!r} is not supported by the slurm adapter")
+            # Refused, never ignored (SPEC §13): a job that asked for something it would not get.
+            what = (
+                "a Kubernetes-only extension (Kubeflow Trainer's), which a Slurm job file leaves out; "
+                if name.startswith(STAND_IN_NAMESPACE)
+                else ""
+            )
+            reasons.append(
+                f"{path}: {what}the slurm adapter accepts {SharedCheckpoint.NAME} and, on a cluster with "
+                f"pyxis (container: pyxis), {Image.NAME}"
+            )
     return reasons
 
 

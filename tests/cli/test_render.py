@@ -141,3 +141,11 @@ def test_the_probe_says_what_it_waits_for_on_stderr_when_not_a_terminal(
     err = capsys.readouterr().err
     assert err == "probe: watching TrainJob dispatch-probe-1 for 10s\n"
     assert logging.getLogger().level == logging.WARNING  # the root logger is left as it was
+
+
+def test_a_multi_line_text_with_a_character_outside_ascii_stays_a_literal_block() -> None:
+    """A Slurm script's comment holds an em dash: PyYAML, not allowed unicode, had turned the whole script
+    into one double-quoted string of escapes (``submit --dry-run -o yaml``)."""
+    out = io.StringIO()
+    Renderer(out=out, output="yaml").mapping({"script": "#!/bin/bash\n# the master — node 0\nexec srun\n"})
+    assert out.getvalue() == "script: |\n  #!/bin/bash\n  # the master — node 0\n  exec srun\n"

@@ -86,6 +86,14 @@ class Lines:
                 return dict(event)
         raise AssertionError(f"no {what} in 200 lines: {self.seen}")
 
+    def drain(self) -> list[str]:
+        """Every line printed so far (read without waiting)."""
+        while True:
+            try:
+                self.seen.append(self.queue.get_nowait())
+            except Empty:
+                return self.seen
+
 
 def _get(port: int, path: str) -> int:
     try:
@@ -131,6 +139,69 @@ def test_supervise_reconnects_to_a_dev_cluster_started_again_on_a_new_port(sessi
                 break
             time.sleep(0.2)
         assert _get(port, "/readyz") == 200, lines.seen
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+    assert rc == 0
+
+
+def _probe(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as resp:
+            return int(resp.status), resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read().decode()
+
+
+@pytest.mark.timeout(900)  # real processes and a probe on a loaded machine: generous, never a measure
+def test_readyz_is_503_while_a_killed_dev_cluster_does_not_answer_and_200_once_it_is_back(
+    session: Session,
+) -> None:
+    """Issue 38: a daemon whose cluster does not answer is not ready. The dev cluster killed (SIGKILL, by
+    its pid: no goodbye to the watches), the supervisor's own account of its cluster says so at once —
+    ``/readyz`` answers 503 naming the cluster that does not answer, while the daemon still holds its
+    connection (the Kubeflow watch retrying, the cache answering reads) rather than only once it gave up
+    and reconnects; started again, the daemon reconnects and is ready again."""
+    started = session.run("dev-cluster", "start")
+    assert started.returncode == 0, started.stderr
+    # No job: a step that acts on one could fail on the dead cluster before the account says so.
+    pid = int(json.loads((session.home / "state" / "dev-cluster" / "state.json").read_text())["pid"])
+
+    proc = subprocess.Popen(
+        [str(BIN / "dispatch"), "--json", "supervise", "--poll", "0.5", "--lease", "5",
+         "--metrics-address", "127.0.0.1:0"],
+        cwd=session.home, env=session.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        lines = Lines(proc)
+        port = int(lines.until(lambda e: e.get("event") == "started", "start")["metricsPort"])
+        for _ in range(600):  # ready once a step went through without an error
+            if _probe(port, "/readyz")[0] == 200:
+                break
+            time.sleep(0.2)
+        assert _probe(port, "/readyz") == (200, "ok\n"), lines.seen
+
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(3000):
+            code, why = _probe(port, "/readyz")
+            if code == 503:
+                break
+            time.sleep(0.1)
+        assert code == 503, lines.seen
+        # The supervisor's account of its cluster, not a step that failed after the watch gave up.
+        assert "the cluster does not answer" in why, (why, lines.drain())
+        assert not any('"reconnecting"' in line or "cannot-open" in line for line in lines.drain()), (
+            lines.seen
+        )
+        assert _probe(port, "/healthz")[0] == 200
+
+        again = session.run("dev-cluster", "start")
+        assert again.returncode == 0, again.stderr
+        for _ in range(3000):
+            if _probe(port, "/readyz")[0] == 200:
+                break
+            time.sleep(0.2)
+        assert _probe(port, "/readyz") == (200, "ok\n"), lines.seen
     finally:
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=60)

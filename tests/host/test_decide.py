@@ -317,3 +317,65 @@ def test_waiting_on_a_plan_without_a_reason_still_says_why() -> None:
     plan = decide.next(record, POLICY, NOW)
     assert plan.action is PlanAction.WAIT and plan.not_before == NOW + 5
     assert plan.reason
+
+
+# ---------------------------------------------------------------------------------------- a fleet
+
+FLEET = Policy(
+    {
+        Cause.PREEMPTED: Rule(Action.REQUEUE, max=2, backoff=10.0, elsewhere=True),
+        Cause.NO_CAPACITY: Rule(Action.REQUEUE, max=1, backoff=0.0, elsewhere=True, after=300.0),
+    }
+)
+
+
+def test_a_requeue_elsewhere_avoids_the_cluster_it_leaves_until_the_next_start() -> None:
+    ended = rec(State.FAILED, Cause.PREEMPTED, cluster="memory:a")
+    plan = decide.next(ended, FLEET, NOW)
+    assert (plan.action, plan.avoid) == (PlanAction.REQUEUE, "memory:a")
+    assert "on another cluster" in plan.reason
+    requeued, _ = decide.requeued(ended, plan, now=NOW)
+    assert requeued.plan is not None and requeued.plan.avoid == "memory:a"  # the start that follows
+
+
+def test_waiting_for_capacity_longer_than_the_rule_allows_gives_the_incarnation_up() -> None:
+    waiting = rec(State.QUEUED, Cause.NO_CAPACITY, cluster="memory:a", since=NOW - 299.0)
+    assert decide.next(waiting, FLEET, NOW).action is PlanAction.WAIT
+    late = waiting.replace(since=NOW - 301.0)
+    plan = decide.next(late, FLEET, NOW)
+    assert (plan.action, plan.avoid) == (PlanAction.REQUEUE, "memory:a")
+    new, transitions = decide.requeued(late, plan, now=NOW)
+    assert new.epoch == Epoch(2, 1) and decide.previous_handle(new) == late.handle  # ceased before placed
+    assert "given up queued/no_capacity" in transitions[0].why
+    # Its budget spent, it waits where it is: giving up on a live incarnation is no failure.
+    spent = late.replace(requeues={"no_capacity": 1})
+    assert decide.next(spent, FLEET, NOW).action is PlanAction.WAIT
+    # Without `after`, no_capacity waits for ever (the rule applies only to an incarnation that ended).
+    assert decide.next(late, POLICY, NOW).action is PlanAction.WAIT
+
+
+def test_placing_hands_the_record_to_its_cluster_once() -> None:
+    pending = rec(State.PENDING, epoch=Epoch(2, 1), h=None, cluster="memory:a")
+    new, transitions = decide.placed(pending, "memory:b", "placed on b: the first that takes it", now=NOW)
+    assert new.cluster == "memory:b" and new.plan is not None and new.plan.placed == "memory:b"
+    assert [(t.what, t.why) for t in transitions] == [("placed", "placed on b: the first that takes it")]
+    assert decide.placed(new, "memory:b", "again", now=NOW) is None  # placed: nothing to write
+    assert decide.next(new, FLEET, NOW).action is PlanAction.START
+    on_cluster = rec(State.RUNNING, cluster="memory:a")
+    assert decide.placed(on_cluster, "memory:b", "no", now=NOW) is None  # never a live incarnation
+
+
+@pytest.mark.parametrize(
+    ("fields", "path"),
+    [
+        ({"action": Action.FAIL, "elsewhere": True}, "elsewhere"),
+        ({"action": Action.FAIL, "after": 30.0}, "after"),
+        ({"action": Action.REQUEUE, "after": 0}, "after"),
+        ({"action": Action.REQUEUE, "after": "soon"}, "after"),
+        ({"action": Action.REQUEUE, "elsewhere": "yes"}, "elsewhere"),
+    ],
+)
+def test_a_rule_refuses_what_only_a_requeue_takes_or_a_bad_wait(fields: dict[str, object], path: str) -> None:
+    with pytest.raises(InvalidError) as err:
+        Rule(**fields)  # type: ignore[arg-type]
+    assert err.value.path == path

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import random
 import re
 
 import pytest
 
 from dispatch import InvalidError, UnsupportedError
-from dispatch.simulate import MemoryHarness, load_harness, main, run_seed
+from dispatch.clock import ManualClock
+from dispatch.memory import MemoryBackend
+from dispatch.model import Epoch, Identity
+from dispatch.simulate import T0, MemoryHarness, load_harness, main, run_seed
+from dispatch.simulate_fleet import FleetHarness
 
 CI_SEEDS = 300
 
@@ -133,3 +138,50 @@ def test_a_wrong_harness_is_a_clear_error(name: str, error: type[Exception], say
 def test_the_command_refuses_a_wrong_harness(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--seeds", "1", "--harness", "no_such_harness_module:H"]) == 2
     assert "not importable" in capsys.readouterr().err
+
+
+FLEET_SEEDS = 150
+
+FLEET_KINDS = {  # what a fleet's runs must exercise, as the traces show it
+    "requeued onto the other cluster": r"placed on [ab]: the first other cluster that takes it",
+    "given up after waiting for capacity": r"queued without capacity for \d+ s",
+    "one cluster down, the other working": r"cluster [ab]: OUTAGE",
+    "a cluster passed over as unreachable": r"passed over [ab]: unreachable",
+}
+
+
+async def test_a_fleet_of_two_clusters_keeps_every_invariant_across_both() -> None:
+    """Two memory clusters as one fleet, requeues sent elsewhere (SPEC §15): at most one live incarnation
+    of a job across both clusters, no compute of two incarnations at once on the two, every invariant."""
+    found = []
+    unhit = dict(FLEET_KINDS)
+    for seed in range(FLEET_SEEDS):
+        result = await run_seed(seed, "fleet")
+        found += [f"seed {seed}: {v}" for v in result.violations]
+        trace = "\n".join(result.trace) + "\n"
+        for kind, shows in list(unhit.items()):
+            if re.search(shows, trace):
+                del unhit[kind]
+    assert found == []
+    assert not unhit, f"no seed of {FLEET_SEEDS} hit {sorted(unhit)}"
+
+
+async def test_a_fleet_seed_replays_identically() -> None:
+    a, b = await run_seed(25, "fleet"), await run_seed(25, "fleet")
+    assert a.trace == b.trace and a.steps == b.steps and any("placed on" in line for line in a.trace)
+
+
+async def test_the_fleet_facts_see_two_incarnations_of_a_job_on_two_clusters() -> None:
+    """The invariant a fleet adds can fail: incarnations 1 and 2 of one job running at once, one on each
+    cluster, are two live incarnations and an overlap of compute."""
+    clock = ManualClock(T0)
+    harness = FleetHarness(random.Random(1), clock, [])
+    spec = harness.spec("sleep 100; exit 0", 1, None)
+    for name, n in (("a", 1), ("b", 2)):
+        backend = MemoryBackend(cluster=harness.members[name].cluster)
+        await backend.start(
+            await backend.prepare(spec, Identity("job-x", Epoch(n, n - 1), "0123456789abcdef"))
+        )
+    await harness.advance(5.0)
+    assert sorted(i.epoch.n for i in harness.live()) == [1, 2]
+    assert [job for job, _ in harness.overlaps()] == ["job-x"]

@@ -12,7 +12,7 @@ from kubeflow_fixtures import config, ident, kubeconfig, spec
 
 from dispatch import Observation
 from dispatch.backend import place
-from dispatch_kubeflow.backend import open_backend
+from dispatch_kubeflow.backend import Backend, open_backend
 from kubesim.sim import Simulator
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -93,6 +93,49 @@ async def test_a_first_read_of_a_job_that_is_not_plain_reads_every_kind(
         assert first[:2] == [("list", "trainjobs"), ("list", "pods")], first
         assert {res for _, res in first[2:]} >= {"jobsets", "jobs"}, first
         assert obs.outcome.cause.value == "exit_code", obs.outcome
+    finally:
+        await reader.close()
+
+
+async def test_a_read_only_process_reads_every_nodes_output_with_one_listing_of_its_pods(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    """Issue 38, `dispatch logs`: the pods of the incarnation are listed once for all its nodes (not once
+    per node), and not at all after a first read whose snapshot listed them a moment ago (``status``
+    refreshing the record before ``logs`` reads): then each node costs its log read alone."""
+    writer = await open_backend(
+        config({"kubeconfig": kubeconfig(tmp_path / "w", sim.url, sim.token("admin"))}), probe_window=0.3
+    )
+    try:
+        script = "print hello from {rank}; hang"
+        handle = await place(writer, spec(nodes=3, env={"KUBESIM_SCRIPT": script}), ident("read-logs"))
+        for _ in range(100):
+            await sim.settle()
+            sim.advance(1)
+            if (await writer.observe(handle)).outcome.state.value == "running":
+                break
+    finally:
+        await writer.close()
+    kc = kubeconfig(tmp_path / "r", sim.url, sim.token("readonly"))
+
+    async def read_every_node(reader: Backend) -> list[list[str]]:
+        return [[line async for line in reader.output(handle, node=n)] for n in range(3)]
+
+    reader = await open_backend(config({"kubeconfig": kc}, read_only=True))
+    try:
+        before = len(list(sim.requests))
+        assert await read_every_node(reader) == [[f"hello from {n}"] for n in range(3)]
+        sent = _since(sim, before, "readonly")
+        assert sent == [("list", "pods"), *[("get", "pods/log")] * 3], sent
+    finally:
+        await reader.close()
+    reader = await open_backend(config({"kubeconfig": kc}, read_only=True))
+    try:
+        before = len(list(sim.requests))
+        await reader.observe(handle)
+        assert await read_every_node(reader) == [[f"hello from {n}"] for n in range(3)]
+        sent = _since(sim, before, "readonly")
+        assert sent == [("list", "trainjobs"), ("list", "pods"), *[("get", "pods/log")] * 3], sent
     finally:
         await reader.close()
 

@@ -426,7 +426,37 @@ def test_extension_rules() -> None:
     assert "'acme/Gpu' is not supported" in reasons[0]
     assert "needs a checkpoint volume" in reasons[1]
     with pytest.raises(InvalidError):
-        job_extensions(spec(extensions=[OpaqueExtension("acme/Gpu", {})]))
+        job_extensions(spec(extensions=[OpaqueExtension("acme/Gpu", {})]), SETTINGS)
+
+
+def test_a_job_naming_no_image_or_runtime_takes_the_clusters_defaults() -> None:
+    """A job file written for every cluster of a fleet (Slurm refuses an image and a runtime) runs on a
+    Kubernetes cluster whose settings name them; without them it is refused, naming both ways."""
+    portable = spec(extensions=[SharedCheckpoint("/c/train")])
+    with pytest.raises(InvalidError) as refused:
+        job_extensions(portable, SETTINGS)
+    assert "dispatch/Image and kubeflow/RuntimeRef" in str(refused.value)
+    assert "defaultImage and defaultRuntime" in str(refused.value)
+    assert refused.value.path == 'extensions["dispatch/Image"]'
+    site = parse_settings(
+        b'{"defaultImage": "site/python:3", "defaultRuntime": {"name": "torch-distributed"}}'
+    )
+    image, ref, checkpoint = job_extensions(portable, site)
+    assert (image, ref, checkpoint) == (
+        Image("site/python:3"),
+        RuntimeRef("torch-distributed", "ClusterTrainingRuntime"),
+        SharedCheckpoint("/c/train"),
+    )
+    # A job's own extensions win over the defaults.
+    own = spec(extensions=[Image("mine:1"), RuntimeRef("other", "TrainingRuntime")])
+    assert job_extensions(own, site)[:2] == (Image("mine:1"), RuntimeRef("other", "TrainingRuntime"))
+    for bad, path in (
+        (b'{"defaultImage": ""}', "defaultImage"),
+        (b'{"defaultRuntime": {"name": "A"}}', "defaultRuntime"),
+    ):
+        with pytest.raises(InvalidError) as wrong:
+            parse_settings(bad)
+        assert str(wrong.value.path).startswith(path), wrong.value
 
 
 def test_runtime_ref_json() -> None:

@@ -45,6 +45,8 @@ FULL: dict[str, Any] = {
         "claims": [{"name": "gpus"}],
     },
     "checkpointVolume": {"claimName": "ckpt", "mountPath": "/ckpt/"},
+    "defaultImage": "site/python:3.11",
+    "defaultRuntime": {"name": "torch-distributed"},
     "outputTailLines": 200,
 }
 

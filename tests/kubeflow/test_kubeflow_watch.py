@@ -148,6 +148,40 @@ async def test_expired_history_relists_and_emits_what_changed_meanwhile(lv: Live
     assert len(lv.sim.requests.filter(verb="list")) >= 2 * len(KINDS) - 1, "it never relisted"
 
 
+async def test_a_watch_that_cannot_reach_the_cluster_says_so_at_once_while_the_cache_answers(
+    lv: Live,
+) -> None:
+    """Issue 38: while the streams fail (503, retried with backoff) the cache still answers reads, so a
+    listing says nothing of whether the cluster answers. The feed's trouble does, from the first failure
+    (not once the retries ran out), and so does the supervisor's account of its cluster; both clear once
+    every stream was accepted again."""
+    from dispatch import MemoryStore
+    from dispatch.cluster import Cluster
+
+    backend = await lv.open()
+    h = await place(backend, job(), ident("trouble"))
+    sup = Cluster(backend, MemoryStore()).supervisor(poll=1.0, lease=30.0)
+    sup.keep_watching()
+    try:
+        await lv.until(lambda: backend.informer.running and backend.feed.last(h.ref) is not None, "following")
+        await sup.step()
+        assert backend.feed.trouble is None and sup.unreachable is None
+        lv.sim.faults.fail_next(3 * len(KINDS | RUNTIMES), 503, verb="watch", retry_after=0)
+        lv.sim.faults.drop_watches()
+        await lv.until(lambda: backend.feed.trouble is not None, "the trouble")
+        trouble = backend.feed.trouble
+        assert trouble is not None and "watch" in trouble.reason and "503" in trouble.reason, trouble
+        assert [o.handle for o in await backend.list()] == [h], "the cache answers meanwhile"
+        await sup.step()  # its listing, from the cache, does not make the cluster answer
+        assert sup.unreachable is not None and sup.unreachable.at <= trouble.at
+        await lv.until(lambda: backend.feed.trouble is None, "every stream accepted again")
+        await sup.step()
+        assert sup.unreachable is None
+    finally:
+        await sup.close()
+    assert [r for r in lv.sim.requests.filter(verb="watch") if r.status == 503], "no fault was met"
+
+
 @pytest_asyncio.fixture
 async def lv_bookmarks(tmp_path: Path) -> AsyncIterator[Live]:
     async for x in live(tmp_path, bookmark_interval=0.05):

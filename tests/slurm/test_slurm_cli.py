@@ -43,7 +43,8 @@ def tutorial_slurm_lines() -> list[tuple[str, int]]:
     """The ``$`` lines of docs/tutorial.md's Slurm section and the exit code each expects, but those
     starting and stopping its local cluster (the site is the cluster here)."""
     page = (ROOT / "docs" / "tutorial.md").read_text()
-    section = re.split(r"\n## \d+\. The same jobs on Slurm\n", page, maxsplit=1)[1].split("\n## ", 1)[0]
+    section = re.split(r"^## \d+\. The same jobs on Slurm\n", page, maxsplit=1, flags=re.M)[1]
+    section = section.split("\n## ", 1)[0]
     out = []
     for block in re.findall(r"```console\n(.*?)```", section, re.S):
         for line in block.splitlines():
@@ -140,3 +141,22 @@ def test_logs_of_a_finished_two_node_job_print_each_node(tmp_path: Path, site: S
     logs = dispatch(tmp_path, "logs", "two-nodes", "--config", cfg)
     assert logs.returncode == 0, logs.stdout + logs.stderr
     assert logs.stdout.splitlines() == ["[node 0] hello from 0", "[node 1] hello from 1"], logs.stdout
+
+
+def test_one_job_id_in_two_stores_is_two_jobs_each_with_its_own_output(tmp_path: Path, site: Site) -> None:
+    """The record's nonce is in the Slurm job's comment and name: without it in the comment, every reading
+    of a job dispatch had just started missed it (``run`` ended ``lost`` at once); without it in the name,
+    a second store's job of the same id found the first's directory and was refused as its incarnation."""
+    job = tmp_path / "twin.yaml"
+    job.write_text("command: [sh, -c, 'echo I am $SLURM_JOB_ID']\n")
+    cfg = str(config(tmp_path, site, scripts=False))
+    said = []
+    for store in ("one", "two"):
+        home = tmp_path / store
+        done = dispatch(home, "run", str(job), "--job-id", "twin", "--config", cfg)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "outcome: succeeded / none  (twin@1.0)" in done.stdout, done.stdout
+        logs = dispatch(home, "logs", "twin", "--config", cfg)
+        assert logs.returncode == 0, logs.stdout + logs.stderr
+        said.append(logs.stdout)
+    assert said[0] != said[1] and all(s.startswith("I am ") for s in said), said

@@ -152,6 +152,12 @@ def test_the_training_job_is_preempted_after_a_checkpoint_and_resumes_to_the_sam
     assert second.final_loss == uninterrupted.final_loss  # to the float
     history = session.run("history", "preempted")
     assert "requeue 1 of 3 under rule preempted" in history.stdout
+    # Incarnation 1's lines were those followed above: its pods, and their logs, are gone, as `logs` says.
+    earlier = session.run("logs", "preempted", "--epoch", "1")
+    assert earlier.returncode == 1, earlier.stdout + earlier.stderr
+    assert "on Kubernetes an incarnation's pods, with their logs, are removed" in earlier.stderr, (
+        earlier.stderr
+    )
 
 
 def _follow_when_submitted(session: Session, job: str, *common: str) -> subprocess.Popen[str]:

@@ -248,15 +248,18 @@ async def _supervise_opened(
         said: dict[str, str] = {}  # job -> the last action line shown for it
 
         failed: list[str] = []  # what went wrong in a --once step: the exit code says so
-        failing = 0  # steps in a row with errors
+        failing = 0  # steps in a row with errors, or after which the cluster did not answer
         lost = False
 
         async def report(r: StepReport) -> None:
             nonlocal failing
             failed.extend(r.errors)
-            failing = failing + 1 if r.errors else 0
+            down = sup.unreachable  # its reads and its watch (a cache may answer while the watch fails)
+            failing = failing + 1 if r.errors or down is not None else 0
             if r.errors:
                 health.current().block(f"the last step failed: {r.errors[0]}")
+            elif down is not None:
+                health.current().block(f"the cluster does not answer since {when(down.at)}: {down.reason}")
             else:
                 health.current().unblock()
             for a in r.actions:
@@ -281,7 +284,10 @@ async def _supervise_opened(
             if once:
                 return True
             if failing >= UNREACHABLE_STEPS:
-                try:  # failing steps: is the cluster still there? (a restarted one may have moved)
+                # Failing steps: is the cluster still there? (a restarted one may have moved.) A listing
+                # the adapter answers from its cache says yes while its watch still retries: a blip
+                # rides on it, and the daemon reconnects once the watch gave up.
+                try:
                     await cluster.backend.capabilities()
                     await cluster.backend.list()
                 except DispatchError as exc:

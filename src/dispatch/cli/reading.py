@@ -342,10 +342,13 @@ def earlier_output(opts: Options, rec: JobRecord, n: int) -> str:
     """Why the output of incarnation ``n`` (not the current one) cannot be read."""
     if n > rec.epoch.n:
         return f"{rec.job_id} has no incarnation {n}: the current one is {rec.epoch}"
+    # The history keeps how an earlier incarnation ended, not its nodes' lines (nor its handle to read
+    # them by): only the current incarnation's output is read, whatever the adapter still keeps.
     return (
-        f"the output of {rec.job_id}'s incarnation {n} is gone from the cluster: an incarnation's objects are "
-        f"removed before the next one starts (the current one is {rec.epoch}); how it ended, with the last "
-        f"lines of a failed node, is in `{opts.again('describe', rec.job_id)}` and "
+        f"the output of {rec.job_id}'s incarnation {n} cannot be read: dispatch reads the current "
+        f"incarnation's ({rec.epoch}) only, and on Kubernetes an incarnation's pods, with their logs, are "
+        "removed before the next one starts (Slurm keeps the output files in the incarnation's directory "
+        f"under its workdir); how incarnation {n} ended is in `{opts.again('describe', rec.job_id)}` and "
         f"`{opts.again('history', rec.job_id)}`"
     )
 

@@ -455,7 +455,11 @@ def _yaml(value: Any, *, sort_keys: bool) -> str:
         return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
 
     Dumper.add_representer(str, text)
-    dumped: str = yaml.dump(_plain(value), Dumper=Dumper, sort_keys=sort_keys, default_flow_style=False)
+    # allow_unicode: else one character outside ASCII (a script's comment, a job's message) turns the
+    # whole text into one escaped, double-quoted string (PyYAML's block needs every character printable).
+    dumped: str = yaml.dump(
+        _plain(value), Dumper=Dumper, sort_keys=sort_keys, default_flow_style=False, allow_unicode=True
+    )
     return dumped
 
 

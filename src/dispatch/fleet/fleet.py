@@ -42,7 +42,7 @@ from dispatch.placement import Candidate, place
 from dispatch.records import Changes, KeyValues, Listing, Store
 
 from .placer import PATIENCE, Placer, Seat
-from .supervisor import FleetSupervisor
+from .supervisor import REOPEN, FleetSupervisor
 
 __all__ = ["Fleet", "Member"]
 
@@ -59,6 +59,8 @@ class Member:
     seat: Seat
     cluster: Cluster | None = None
     reopen: Callable[[], Awaitable[Cluster]] | None = None
+    tried: float | None = None
+    """When opening it last failed (it is tried again :data:`~dispatch.fleet.supervisor.REOPEN` s later)."""
 
     @property
     def name(self) -> str:
@@ -103,13 +105,17 @@ class Fleet:
         member.seat.unreachable = lambda: cluster.unreachable
 
     async def open_members(self) -> None:
-        """Open each cluster that is not open yet (a failure leaves it closed, ``seat.down`` saying why),
-        and learn, from the store, the identities of those that cannot be opened now."""
+        """Open each cluster that is not open yet and was not tried within :data:`REOPEN` seconds (a
+        failure leaves it closed, ``seat.down`` saying why), and learn, from the store, the identities of
+        those that cannot be opened now."""
+        now = self.clock.now()
         for m in self.members:
-            if m.cluster is None and m.reopen is not None:
+            due = m.tried is None or now - m.tried >= REOPEN
+            if m.cluster is None and m.reopen is not None and due:
                 try:
                     self._seated(m, await m.reopen())
                 except Exception as exc:  # any adapter's failure to open: that cluster is down, not us
+                    m.tried = now
                     m.seat.down = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             key = IDENTITY_KEY.format(name=m.name)
             if m.cluster is not None:

@@ -160,8 +160,8 @@ class Supervisor:
     @property
     def unreachable(self) -> Unreachable | None:
         """Since when, and why, this supervisor has not been able to read its cluster (``None``: its last
-        read succeeded)."""
-        return self._view.reader.unreachable
+        read succeeded, and its watch's source answers: :attr:`ClusterView.unreachable`)."""
+        return self._view.unreachable
 
     def __repr__(self) -> str:
         leased = len(self._leases.until)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import builtins
 
 from dispatch import health
-from dispatch.backend import Backend, Watcher, compute_gone
+from dispatch.backend import Backend, Fed, Watcher, compute_gone
 from dispatch.clock import Clock
-from dispatch.model import Capabilities, Handle, JobRecord, Observation
+from dispatch.model import Capabilities, Handle, JobRecord, Observation, Unreachable
 from dispatch.reader import UNREACHABLE_ERRORS, Reader
 
 __all__ = ["ClusterView"]
@@ -24,6 +24,18 @@ class ClusterView:
         self.reader = Reader(backend, clock)
         self._capabilities: Capabilities | None = None
         self._listing: builtins.list[Observation] | None = None
+
+    @property
+    def unreachable(self) -> Unreachable | None:
+        """The supervisor's one account of whether its cluster answers: since when, and why, it has not
+        (``None``: it does) — its own last listing or read failed (:attr:`Reader.unreachable`), or the
+        feed's source could not read the cluster at its last attempt (:class:`~dispatch.backend.Fed`:
+        a listing the adapter answers from its cache does not say the cluster answers), the earlier."""
+        own = self.reader.unreachable
+        trouble = self.backend.feed.trouble if isinstance(self.backend, Fed) else None
+        if trouble is None or (own is not None and own.at <= trouble.at):
+            return own
+        return trouble
 
     async def caps(self) -> Capabilities:
         if self._capabilities is None:
