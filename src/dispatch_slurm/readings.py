@@ -22,20 +22,27 @@ __all__ = ["absent", "compute_of", "needs_output", "seen"]
 _ALLOCATED = frozenset({"COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "RESIZING"})
 """Flags under which the job still holds its nodes (a process of it may remain there)."""
 
+_WAITING = frozenset({"REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT", "RESV_DEL_HOLD", "REVOKED"})
+"""Flags a version shows instead of ``PENDING`` (22.05, 23.02 write one word): a job requeued or held
+before it runs again. Slurm shows ``COMPLETING`` before any of them, so shown they mean its last run's
+processes are gone."""
+
 
 def compute_of(job: SlurmJob) -> Compute:
-    """Whether compute of ``job`` remains: present while it runs, is suspended (its processes stopped on
-    its nodes), is being set up or is still completing (``COMPLETING`` anywhere in its state: a step or
-    the epilog still runs); gone once Slurm shows it ended and no longer completing, or pending (a
-    requeued job's last run completed before it pends again). Accounting alone (squeue no longer lists
-    it) cannot say for a job it shows unended: unknown."""
+    """Whether compute of ``job`` remains, as Slurm's answer tells it. Listed by squeue: present while
+    it holds its nodes (``COMPLETING`` or another such flag anywhere in its state: a step or the epilog
+    still runs) and whenever it is neither ended nor waiting (running, suspended, stopped, or a state this
+    reader does not know: a job Slurm lists unended may have processes); gone once it is ended and no
+    longer completing, or pending (a requeued job's last run completed before it pends again).
+    Accounting alone (squeue no longer lists it) tells only an ended job's: gone; an unended one's it
+    cannot tell (the controller forgot a job accounting still shows running): unknown."""
     if job.source != "squeue":
         return Compute.GONE if job.final else Compute.UNKNOWN
-    if job.flags & _ALLOCATED or job.state in ("RUNNING", "SUSPENDED"):
+    if job.flags & _ALLOCATED:
         return Compute.PRESENT
-    if job.final or job.state == "PENDING":
+    if job.final or job.state == "PENDING" or (not job.state and job.flags & _WAITING):
         return Compute.GONE
-    return Compute.UNKNOWN  # a state this reader does not know
+    return Compute.PRESENT
 
 
 def needs_output(job: SlurmJob) -> bool:

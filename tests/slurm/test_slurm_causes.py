@@ -24,7 +24,7 @@ from dispatch_slurm.causes import (
     rules_table,
 )
 from dispatch_slurm.reader import SlurmJob, dialect_of, parse_squeue
-from dispatch_slurm.readings import absent, seen
+from dispatch_slurm.readings import absent, compute_of, seen
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSCRIPTS = Path(__file__).parent / "transcripts"
@@ -155,6 +155,41 @@ def test_flags_anywhere_in_the_state(job_state: Any, state: State, compute: Comp
     (job,) = parse_squeue(json.dumps({"jobs": [entry]}), dialect)
     reading = seen(Handle("slurm", Identity("f"), job.job_id), job, at=float(entry["submit_time"]))
     assert (reading.state, reading.compute) == (state, compute)
+
+
+@pytest.mark.parametrize(
+    ("job_state", "compute"),
+    [
+        # 22.05 writes one word, a flag instead of the base state: shown, it says what the base would
+        ("REQUEUED", Compute.GONE),  # COMPLETING is shown first: the last run's processes are gone
+        ("REQUEUE_HOLD", Compute.GONE),
+        ("SPECIAL_EXIT", Compute.GONE),
+        ("RESV_DEL_HOLD", Compute.GONE),
+        ("STOPPED", Compute.PRESENT),  # its processes stopped on its nodes, not gone
+        ("SIGNALING", Compute.PRESENT),
+        ("A_STATE_OF_A_LATER_SLURM", Compute.PRESENT),  # listed, not ended: its processes may remain
+        (["RUNNING", "A_FLAG_OF_A_LATER_SLURM"], Compute.PRESENT),
+        ("PENDING", Compute.GONE),
+        ("COMPLETED", Compute.GONE),
+    ],
+)
+def test_a_listed_job_says_whether_its_compute_remains(job_state: Any, compute: Compute) -> None:
+    """Conformance's ``readings_say_whether_compute_remains``, for every word Slurm may write: a job squeue
+    lists is never of unknown compute — present unless it ended (and is no longer completing) or waits to
+    run again."""
+    entry = {**load("running")["squeue"], "job_state": job_state}
+    (job,) = parse_squeue(
+        json.dumps({"jobs": [entry]}), V22 if isinstance(job_state, str) else dialect_of("24.11.5")
+    )
+    assert compute_of(job) is compute
+
+
+def test_accounting_alone_tells_only_an_ended_jobs_compute() -> None:
+    """A job squeue no longer lists, read from accounting: ended, its compute is gone; shown running (the
+    controller forgot a job accounting still has), nothing says whether its processes remain."""
+    (job,) = parse_squeue(json.dumps({"jobs": [load("running")["squeue"]]}), V22)
+    assert compute_of(replace(job, source="sacct")) is Compute.UNKNOWN
+    assert compute_of(replace(job, source="sacct", state="COMPLETED")) is Compute.GONE
 
 
 def test_the_exit_code_is_the_failing_tasks_not_the_signal_of_the_tasks_srun_stopped() -> None:
