@@ -114,6 +114,31 @@ async def test_the_end_marker_brings_the_last_poll_forward(site: Site) -> None:
         await backend.close()
 
 
+async def test_a_watch_that_starts_after_a_listing_starts_from_it(site: Site) -> None:
+    """``Cluster.watch()`` lists, then watches: the listing is the same ``squeue`` a poll makes, so its
+    readings go to the feed and the watch starts from them, with no poll of its own (each watch began with
+    one: two listings to start a watch, one of them wasted)."""
+    backend = await open_backend(parse_settings(json.dumps(site.settings(pollInterval="120s"))))
+    h = await place(backend, sh("sleep 120"), Identity(f"listed-{next(_n)}"))
+    try:
+        async with asyncio.timeout(120):
+            while True:
+                if any(o.handle.ref == h.ref and o.state is State.RUNNING for o in await backend.list()):
+                    break
+                await asyncio.sleep(0.3)
+        changes = backend.watch()
+        async with asyncio.timeout(30):  # the interval is 120 s: only the listing can have this reading
+            async for change in changes:
+                if change.reading.handle.ref == h.ref:
+                    break
+        await changes.aclose()  # type: ignore[attr-defined]
+        assert isinstance(change.reading, Observation) and change.reading.state is State.RUNNING, change
+        assert backend.polls == 0, backend.polls
+    finally:
+        await backend.stop(h)
+        await backend.close()
+
+
 async def test_a_job_id_used_again_after_purge_or_by_another_store_is_a_new_job(
     cluster: Cluster, site: Site
 ) -> None:
