@@ -52,6 +52,8 @@ Timed from the job's end, so a process that first reads the job later does not w
 
 OOM_MARKERS = ("exceeded memory limit", "oom-kill", "out of memory")
 _SIGKILL = 9
+_SIGNALLED = frozenset({128 + _SIGKILL, 128 + 15})
+"""Exit codes a shell reports for a child killed by SIGKILL or SIGTERM."""
 _STEP_CANCELLED = re.compile(
     r"\*\*\* STEP (?P<step>\d+\.\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)(?: DUE [Tt][Oo] (?P<due>[^*]*?))? \*\*\*"
 )
@@ -122,6 +124,18 @@ def _task_exit(output: tuple[str, ...]) -> int | None:
     return None
 
 
+def _own_exit(output: tuple[str, ...]) -> int | None:
+    """The exit code of a task that failed by itself: not 128 + SIGKILL or SIGTERM, which is a task whose
+    shell (``sh -c CMD`` waits for CMD) saw its child killed and reported it before it was killed too —
+    under load, when a cancelled step's processes are killed one by one (proctrack/linuxproc)."""
+    for line in output:
+        if (m := _TASK_EXITED.search(line)) is not None and int(m.group(1)) not in _SIGNALLED:
+            code = int(m.group(1))
+            if code != 0:
+                return code
+    return None
+
+
 def _oom_in_output(output: tuple[str, ...]) -> bool:
     text = "\n".join(output).lower()
     return any(m in text for m in OOM_MARKERS)
@@ -138,7 +152,7 @@ def cancelled_step(output: tuple[str, ...]) -> str | None:
     PREEMPTION``...), not a memory kill (its message comes first), and not srun's ``--kill-on-bad-exit``
     after a task exited non-zero (24.11 prints the same line for the tasks it stops then, 26.05 ``DUE
     TO TASK FAILURE``)."""
-    if _oom_in_output(output) or _task_exit(output) is not None:
+    if _oom_in_output(output) or _own_exit(output) is not None:
         return None
     for line in output:
         m = _STEP_CANCELLED.search(line)

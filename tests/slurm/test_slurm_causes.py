@@ -112,6 +112,23 @@ def test_a_step_cancelled_by_someone_is_cancelled_naming_the_step() -> None:
     assert outcome.evidence[0].exit_code == 137
 
 
+def test_a_cancelled_steps_shell_that_reported_its_killed_child_is_still_cancelled() -> None:
+    """Seen on 22.05 under load: ``scancel JOB.0`` of ``sh -c 'sleep 600'`` — dash forks ``sleep`` —
+    and slurmstepd killed ``sleep`` before ``sh``, which reported it (137) first: srun said "Exited with
+    exit code 137" instead of "Killed", and the job read failed/exit_code. A shell's report of a killed
+    child is not a task that failed by itself."""
+    output = tuple(
+        "srun: error: n1: task 0: Exited with exit code 137" if line.endswith("task 0: Killed") else line
+        for line in STEP_CANCELLED
+    )
+    job = SlurmJob(
+        "2", "d-x-1-abc", "", "FAILED", reason="NonZeroExitCode", exit_code=137, nodes="n1", end_time=100
+    )
+    outcome = classify(Facts(job=job, job_ref="2", now=101.0, output=output))
+    assert (outcome.state, outcome.cause) == (State.FAILED, Cause.CANCELLED), outcome
+    assert "step 2.0 on n1 at 2026-12-06T12:18:17" in outcome.evidence[0].message
+
+
 @pytest.mark.parametrize("name", ["over_memory", "timeout", "preempted", "exit3_two_nodes"])
 def test_slurms_own_step_cancels_are_not_someone_elses(name: str) -> None:
     """A memory kill (its message first), a time limit or a preemption (DUE TO ...), srun stopping the
