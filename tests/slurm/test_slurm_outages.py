@@ -130,6 +130,23 @@ async def answers_again(s: Supervised, job_id: str) -> None:
             await asyncio.sleep(0.5)
 
 
+async def stepping(s: Supervised, site: Site, ids: list[str]) -> None:
+    """Until every job that has not ended runs its step (srun's ``.0``), before the next outage begins. A
+    job runs its batch script first, and srun asks slurmctld for the step a moment later (after
+    ``--export=NONE``'s login, seconds under load): asked while slurmctld was down, the step failed
+    ("Expired or invalid job") and the job exited 1 — Slurm's truth, which the record took, but not the
+    exit code the test tells the job to end with (seen on 22.05 under load)."""
+    async with asyncio.timeout(180):
+        while True:
+            recs = [await s.cluster.record(j) for j in ids]
+            steps = set(site.slurm("squeue", "-h", "-s", "-o", "%i").split())
+            if all(
+                r.outcome.terminal or (r.handle is not None and f"{r.handle.ref}.0" in steps) for r in recs
+            ):
+                return
+            await asyncio.sleep(0.5)
+
+
 async def all_ended(cluster: Cluster, ids: list[str]) -> None:
     async with asyncio.timeout(180):
         while True:
@@ -166,6 +183,7 @@ async def through(s: Supervised, site: Site, outage: Outage) -> None:
     running = asyncio.ensure_future(supervisor.run(stop=stop, on_step=kept))
     try:
         await all_running(s.cluster, ids[:3])
+        await stepping(s, site, ids[:3])
         for round in range(ROUNDS):
             outage.begin()
             try:
@@ -186,6 +204,7 @@ async def through(s: Supervised, site: Site, outage: Outage) -> None:
                 outage.end()
             await answers_again(s, ids[0])
             await all_running(s.cluster, ids)
+            await stepping(s, site, ids)
         for job_id, job in zip(ids, JOBS, strict=True):
             if job != "meanwhile":
                 tell(s.control, job_id, JOBS[job])
