@@ -83,6 +83,8 @@ async def bench_dispatch(
                     if len(ended) == jobs:
                         break
         wall, seen = time.monotonic() - t0, time.time()
+        backend = cluster.backend
+        polls = (getattr(backend, "polls", 0), getattr(backend, "early_polls", 0))
     done = counted(log)
     first, last = slurm_times(slurm, began, "d-")
     return {
@@ -97,6 +99,7 @@ async def bench_dispatch(
         "slurm_s": round(last - first, 1),
         "late_s": round(seen - last, 1),
         "states": dict(collections.Counter(ended.values())),
+        "polls": polls,
     }
 
 
@@ -178,6 +181,7 @@ def main() -> int:
             f"first start to last end in {mine['slurm_s']} s; the last end seen {mine['late_s']} s after it); "
             f"{mine['states']}"
         )
+        print(f"    polls: {mine['polls'][0]}, of which {mine['polls'][1]} brought forward by the end marker")
         for phase, commands in mine["phases"].items():
             print(f"    {phase}: {dict(sorted(commands.items()))}")
         if theirs is None:

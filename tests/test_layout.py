@@ -227,6 +227,7 @@ PURE = (
     "dispatch_slurm/clusterconf.py",
     "dispatch_slurm/naming.py",
     "dispatch_slurm/reader.py",
+    "dispatch_slurm/readings.py",
     "dispatch_slurm/script.py",
     "dispatch_slurm/settings.py",
     "kubesim/controllers/trainjob_build.py",
@@ -501,3 +502,31 @@ def test_the_class_length_check_sees_a_long_class(tmp_path: Path) -> None:
         f"a.py:{CLASS_LINES + 3} Over: {CLASS_LINES + 1} lines",
         f"b.py:2 Nested: {CLASS_LINES + 2} lines",
     ]
+
+
+def _calls_of(path: Path, name: str) -> int:
+    """How many calls of ``name`` (a bare name, or an attribute ``x.name``) ``path`` makes."""
+    tree = ast.parse(path.read_text())
+    return sum(
+        1
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and (
+            (isinstance(node.func, ast.Name) and node.func.id == name)
+            or (isinstance(node.func, ast.Attribute) and node.func.attr == name)
+        )
+    )
+
+
+def test_only_the_feed_makes_a_watch_change() -> None:
+    """SPEC §5: the host owns the feed. An adapter offers readings (``Feed.offer``); only ``dispatch.feed``
+    makes a ``Change`` — an adapter that made its own kept its own memory of what it emitted (the Slurm
+    adapter's poller did, and decided from it which jobs were lost)."""
+    makers = sorted(
+        str(path.relative_to(SRC))
+        for package in ("dispatch", "dispatch_kubeflow", "dispatch_slurm")
+        for path in _modules(package)
+        if _calls_of(path, "Change")
+    )
+    assert makers == ["dispatch/feed.py"]
+    assert _calls_of(SRC / "dispatch" / "feed.py", "Change") >= 1  # the check sees a call where there is one

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, NewType, Protocol, runtime_checkable
+from typing import Any, NewType, Protocol, runtime_checkable
 
 import msgspec.structs
 from msgspec import Struct
 
 from dispatch.errors import DispatchError, InvalidError
+from dispatch.feed import Feed
 from dispatch.model import (
     Absent,
     Capabilities,
@@ -26,9 +27,6 @@ from dispatch.model import (
     Observation,
     Share,
 )
-
-if TYPE_CHECKING:
-    from dispatch.feed import Feed
 
 __all__ = [
     "Backend",
@@ -44,6 +42,7 @@ __all__ = [
     "Watcher",
     "compute_gone",
     "place",
+    "recent",
     "record_decision",
 ]
 
@@ -287,6 +286,18 @@ async def record_decision(
         await backend.record_decision(handle, reason, message, warning=warning)
     except DispatchError as exc:
         _log.info("decision %s on %s not shown on the cluster: %s", reason, handle, exc)
+
+
+def recent(backend: Backend, handle: Handle) -> Observation | None:
+    """A reading of incarnation ``handle`` its backend already holds, at no cost: the last one its
+    watch feed (``backend.feed``, a :class:`~dispatch.feed.Feed`, when it has one) emitted for that very
+    incarnation — its poll's, its informer's, or the answer its ``start`` got (Slurm's ``sbatch``: the
+    job is queued). ``None`` when it holds none: then only a read of the cluster says."""
+    feed = getattr(backend, "feed", None)
+    last = feed.last(handle.ref) if isinstance(feed, Feed) else None
+    if isinstance(last, Observation) and last.handle.identity.same_incarnation(handle.identity):
+        return last
+    return None
 
 
 async def place(backend: Backend, spec: JobSpec, identity: Identity, *, held: bool = False) -> Handle:

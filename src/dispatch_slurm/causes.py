@@ -2,8 +2,9 @@
 
 The rules are data (:data:`RULES`, first match wins); ``docs/slurm-causes.md`` is generated from them
 (:func:`rules_table`) and a test keeps the two equal. Each rule reads a :class:`Facts`: the job as Slurm
-reports it plus what only dispatch knows (whether it cancelled the job itself, whether the start time
-is its hold, the last lines of output).
+reports it plus what the adapter reads beside it (whether the start time is its hold, the last lines of
+output). Who asked for a cancel is the record's to know, not this table's: the host's fold makes a
+``CANCELLED`` the record did not ask for ``failed``/``cancelled`` (SPEC §5).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ Timed from the job's end, so a process that first reads the job later does not w
 
 OOM_MARKERS = ("exceeded memory limit", "oom-kill", "out of memory")
 _SIGKILL = 9
+_SIGNALLED = frozenset({128 + _SIGKILL, 128 + 15})
+"""Exit codes a shell reports for a child killed by SIGKILL or SIGTERM."""
 _STEP_CANCELLED = re.compile(
     r"\*\*\* STEP (?P<step>\d+\.\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)(?: DUE [Tt][Oo] (?P<due>[^*]*?))? \*\*\*"
 )
@@ -63,41 +66,42 @@ _TASK_EXITED = re.compile(r": tasks? [0-9,\-]+: Exited with exit code (\d+)")
 
 @dataclass(frozen=True, slots=True)
 class Facts:
-    """What a rule reads: the job as Slurm reports it (``None`` when neither squeue nor sacct knows it
-    any more), when it was read (``now``, epoch seconds), and what only dispatch knows."""
+    """What a rule reads: the job as Slurm reports it (squeue, or accounting once it left the queue),
+    when it was read (``now``, epoch seconds), and what only dispatch knows. A job Slurm no longer knows
+    has no facts: its reading is *absent* (:mod:`~dispatch_slurm.readings`), and only the host may
+    conclude from it."""
 
-    job: SlurmJob | None
+    job: SlurmJob
     job_ref: str
     now: float = 0.0
-    cancelled_by_us: bool = False
     requeue_by_slurm: bool = False
     output: tuple[str, ...] = ()
     """The last lines of the job's output, read for a job that ended FAILED or OUT_OF_MEMORY."""
 
     @property
     def state(self) -> str:
-        return self.job.state if self.job else ""
+        return self.job.state
 
     @property
     def flags(self) -> frozenset[str]:
-        return self.job.flags if self.job else frozenset()
+        return self.job.flags
 
     @property
     def reason(self) -> str:
-        return self.job.reason if self.job else ""
+        return self.job.reason
 
     @property
     def held_by_us(self) -> bool:
         """Pending with a start time dispatch's hold pushed ten years ahead."""
         j = self.job
-        return j is not None and j.state == "PENDING" and j.eligible_time - self.now > HOLD_BASE / 2
+        return j.state == "PENDING" and j.eligible_time - self.now > HOLD_BASE / 2
 
     @property
     def settling(self) -> bool:
         """The job ended FAILED with a SIGKILLed step and no memory message yet, less than
         :data:`MEMORY_WORD_WAIT` seconds ago by Slurm's end time: slurmstepd may still be writing why."""
         j = self.job
-        if j is None or j.end_time is None or not awaits_memory_word(j, self.output):
+        if j.end_time is None or not awaits_memory_word(j, self.output):
             return False
         return self.now - j.end_time < MEMORY_WORD_WAIT
 
@@ -107,8 +111,8 @@ def _exit_code(f: Facts) -> int | None:
     128 + N), so when a failing task made srun (``--kill-on-bad-exit``) terminate the others, the job
     shows their 143, not the failure's code: that is in srun's own line for the task that exited."""
     j = f.job
-    if j is None or j.exit_code is None or j.exit_code <= 128:
-        return j.exit_code if j is not None else None
+    if j.exit_code is None or j.exit_code <= 128:
+        return j.exit_code
     code = _task_exit(f.output)
     return code if code is not None else j.exit_code
 
@@ -117,6 +121,18 @@ def _task_exit(output: tuple[str, ...]) -> int | None:
     for line in output:
         if (m := _TASK_EXITED.search(line)) is not None and int(m.group(1)) != 0:
             return int(m.group(1))
+    return None
+
+
+def _own_exit(output: tuple[str, ...]) -> int | None:
+    """The exit code of a task that failed by itself: not 128 + SIGKILL or SIGTERM, which is a task whose
+    shell (``sh -c CMD`` waits for CMD) saw its child killed and reported it before it was killed too —
+    under load, when a cancelled step's processes are killed one by one (proctrack/linuxproc)."""
+    for line in output:
+        if (m := _TASK_EXITED.search(line)) is not None and int(m.group(1)) not in _SIGNALLED:
+            code = int(m.group(1))
+            if code != 0:
+                return code
     return None
 
 
@@ -136,7 +152,7 @@ def cancelled_step(output: tuple[str, ...]) -> str | None:
     PREEMPTION``...), not a memory kill (its message comes first), and not srun's ``--kill-on-bad-exit``
     after a task exited non-zero (24.11 prints the same line for the tasks it stops then, 26.05 ``DUE
     TO TASK FAILURE``)."""
-    if _oom_in_output(output) or _task_exit(output) is not None:
+    if _oom_in_output(output) or _own_exit(output) is not None:
         return None
     for line in output:
         m = _STEP_CANCELLED.search(line)
@@ -166,26 +182,13 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule(
-        "gone from squeue and sacct",
-        State.LOST,
-        Cause.UNKNOWN,
-        "the job vanished without an end state: its outcome cannot be known",
-        lambda f: f.job is None,
-    ),
     Rule("COMPLETED", State.SUCCEEDED, Cause.NONE, "every step exited 0", lambda f: f.state == "COMPLETED"),
     Rule(
-        "CANCELLED, by dispatch",
+        "CANCELLED",
         State.CANCELLED,
         Cause.CANCELLED,
-        "dispatch cancelled it (stop)",
-        lambda f: f.state == "CANCELLED" and f.cancelled_by_us,
-    ),
-    Rule(
-        "CANCELLED, by someone else",
-        State.FAILED,
-        Cause.CANCELLED,
-        "someone cancelled it outside dispatch (scancel); the evidence names who when Slurm says",
+        "scancel ended it: the record says whether dispatch asked (dispatch cancel: cancelled) or someone "
+        "else did (failed/cancelled); the evidence names who when Slurm says",
         lambda f: f.state == "CANCELLED",
     ),
     Rule(
@@ -210,7 +213,6 @@ RULES: tuple[Rule, ...] = (
         "Slurm's memory accounting killed a step over --mem",
         lambda f: (
             f.state == "FAILED"
-            and f.job is not None
             and (_killed(f.job) or f.reason == "JobLaunchFailure")
             and _oom_in_output(f.output)
         ),
@@ -256,7 +258,7 @@ RULES: tuple[Rule, ...] = (
         State.FAILED,
         Cause.UNKNOWN,
         "Slurm ended it for a reason dispatch has no cause for",
-        lambda f: f.job is not None and f.job.final,
+        lambda f: f.job.final,
     ),
     Rule(
         "PENDING, start time pushed by dispatch's hold",
@@ -280,7 +282,7 @@ RULES: tuple[Rule, ...] = (
         State.QUEUED,
         Cause.PREEMPTED,
         "Slurm requeued it itself (a restart in place)",
-        lambda f: f.state == "PENDING" and f.requeue_by_slurm and f.job is not None and f.job.restarts > 0,
+        lambda f: f.state == "PENDING" and f.requeue_by_slurm and f.job.restarts > 0,
     ),
     Rule(
         "PENDING, a reason that never clears (PartitionNodeLimit, PartitionTimeLimit, ReqNodeNotAvail, "
@@ -326,8 +328,6 @@ RULES: tuple[Rule, ...] = (
 
 def _evidence(f: Facts, rule: Rule) -> Evidence:
     j = f.job
-    if j is None:
-        return Evidence("SlurmJob", f.job_ref, reason="Gone", message=rule.means)
     reason = j.shown if not j.reason or j.reason == "None" else f"{j.shown}/{j.reason}"
     message = rule.means
     if rule.cause is Cause.CANCELLED and (step := cancelled_step(f.output)) is not None:

@@ -1,9 +1,10 @@
 """How an incarnation is named on Slurm: the job name (lossy, with a hash) and the comment that carries
-the full identity (job id, epoch, the record's nonce) and the store's id. Pure.
+the full identity — the record's nonce included — and the store's id. Pure.
 
-The nonce (SPEC §2.4) is in both: in the comment, so a reading of the job names the record's
-incarnation (a job id used again after a purge never binds the old record's job); in the name's hash,
-so the new record's incarnation gets a job name and a directory of its own."""
+The nonce (SPEC §2.4) is in both: the name's hash covers it, so the job's directory (named after it)
+and every lookup by name are the record's own, and the comment carries it, so a listed job is matched
+to a record by job id, ``N`` *and* nonce. A job of a purged record, or of another store's record of the
+same job id, is never taken for a new record's."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from dispatch.errors import ConflictError, InvalidError
 from dispatch.model import Epoch, Identity
 
 __all__ = [
-    "CANCEL_MARK",
     "COMMENT_PREFIX",
     "Marks",
     "comment_for",
@@ -28,17 +28,14 @@ __all__ = [
 COMMENT_PREFIX = "dispatch/v1"
 """The first word of the ``--comment`` of every job dispatch submits."""
 
-CANCEL_MARK = "cancel=dispatch"
-"""Appended to the comment just before dispatch cancels a job, so any process reads "cancelled by us"."""
-
 _MAX_ID_IN_NAME = 60
 _KEY_VALUE = re.compile(r"([a-z]+)=(\S*)")
 
 
 def native_name(identity: Identity) -> str:
     """``d-<job id, shortened>-<N>-<hash>``: deterministic, equal for one incarnation, distinct across
-    incarnations and records (the hash covers the full job id, N and the nonce; without a nonce, as
-    before nonces existed)."""
+    incarnations and across records (the hash covers the full job id, N and the record's nonce; without
+    a nonce, as before nonces existed)."""
     key = f"{identity.job_id}\0{identity.epoch.n}" + (f"\0{identity.nonce}" if identity.nonce else "")
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     return f"d-{identity.job_id[:_MAX_ID_IN_NAME]}-{identity.epoch.n}-{digest}"
@@ -55,14 +52,13 @@ def comment_for(identity: Identity, store_id: str) -> str:
 
 
 class Marks:
-    """What a comment says: the identity, the store, whether dispatch cancelled the job."""
+    """What a comment says: the identity (nonce included) and the store."""
 
-    __slots__ = ("cancelled", "identity", "store")
+    __slots__ = ("identity", "store")
 
-    def __init__(self, identity: Identity, store: str, cancelled: bool) -> None:
+    def __init__(self, identity: Identity, store: str) -> None:
         self.identity = identity
         self.store = store
-        self.cancelled = cancelled
 
 
 def parse_comment(comment: str) -> Marks | None:
@@ -73,12 +69,11 @@ def parse_comment(comment: str) -> Marks | None:
         return None
     fields: dict[str, str] = {m.group(1): m.group(2) for w in words[1:] if (m := _KEY_VALUE.fullmatch(w))}
     try:
-        identity = Identity(
-            fields.get("job", ""), Epoch.parse(fields.get("epoch", "")), nonce=fields.get("nonce", "")
-        )
+        epoch = Epoch.parse(fields.get("epoch", ""))
+        identity = Identity(fields.get("job", ""), epoch, fields.get("nonce", ""))
     except InvalidError:
         return None
-    return Marks(identity, fields.get("store", ""), CANCEL_MARK in words)
+    return Marks(identity, fields.get("store", ""))
 
 
 def _name_and_comment(obj: Mapping[str, Any]) -> tuple[str, str]:

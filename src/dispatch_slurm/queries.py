@@ -27,6 +27,7 @@ _TIME_FORMAT = {"SLURM_TIME_FORMAT": "%s"}  # sacct's End as epoch seconds, what
 _IF_EXISTS = 'if [ -e "$1" ]; then exec cat -- "$1"; fi'
 _TAIL_FROM = 'if [ -e "$2" ]; then exec tail -c "+$1" -- "$2"; fi'
 _TAILS = 'for f in "$1"/node-*.out "$1"/batch.out; do if [ -f "$f" ]; then tail -n "$2" -- "$f"; fi; done'
+_EXISTING = 'while IFS= read -r f; do if [ -e "$f" ]; then printf "%s\\n" "$f"; fi; done'
 
 
 class Queries:
@@ -72,6 +73,14 @@ class Queries:
         if found.returncode not in (0, 1):
             raise UnavailableError(f"cannot tell whether {path} exists: {found.error()}")
         return found.ok
+
+    async def existing(self, paths: Sequence[str]) -> set[str]:
+        """Which of ``paths`` exist on the login node (one command for all: the paths go on its stdin, one
+        a line — none holds a line break — so their number is not bounded by a command line's length)."""
+        got = await self.transport.run(
+            ["sh", "-c", _EXISTING, "dispatch-exists"], stdin="\n".join(paths) + "\n"
+        )
+        return set(answer(got, "look for the jobs' end markers").splitlines())
 
     async def text(self, path: str, *, offset: int = 0) -> str:
         """The text of ``path`` from byte ``offset`` on (``""`` for a file not written yet)."""

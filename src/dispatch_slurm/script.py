@@ -27,9 +27,10 @@ from dispatch_slurm.settings import HOLD_BASE, Settings, unfit_path
 
 __all__ = [
     "ACCEPTED_EXTENSIONS",
-    "CANCEL_FILE",
+    "END_FILE",
     "Request",
     "build_request",
+    "end_marker",
     "job_dir",
     "node_output",
     "refusals",
@@ -38,8 +39,8 @@ __all__ = [
 
 ACCEPTED_EXTENSIONS = frozenset({Image.NAME, SharedCheckpoint.NAME})
 MASTER_PORT_BASE = 29500
-CANCEL_FILE = "cancelled-by-dispatch"
-"""Written into the incarnation's directory when dispatch cancels it (the completion log has no comment)."""
+END_FILE = "ended"
+"""The end marker: removed by the batch script as it starts, written as it exits (see :func:`end_marker`)."""
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 Request = dict[str, Any]
@@ -48,6 +49,13 @@ Request = dict[str, Any]
 def job_dir(workdir: str, identity: Identity) -> str:
     """The directory of one incarnation's script and output (under the shared workdir)."""
     return f"{workdir.rstrip('/')}/{native_name(identity)}"
+
+
+def end_marker(workdir: str, identity: Identity) -> str:
+    """The file the batch script writes as it exits (whatever ends it but a SIGKILL of the script), and
+    removes as it starts (a requeued job's earlier run left one): it tells the watch to ask Slurm now
+    rather than at the end of the poll interval. It is never a reading — the state is Slurm's word."""
+    return f"{job_dir(workdir, identity)}/{END_FILE}"
 
 
 def node_output(workdir: str, identity: Identity, node: int) -> str:
@@ -195,7 +203,12 @@ def build_request(
         f"WORLD_SIZE={spec.nodes * procs}",
         f"LOCAL_WORLD_SIZE={procs}",
         "export MASTER_ADDR MASTER_PORT WORLD_SIZE LOCAL_WORLD_SIZE",
-        f"exec srun --export=ALL --kill-on-bad-exit=1 --output={node_out}{srun_extra} \\",
+        "# The end marker: written as this script exits (its status is srun's), so the watch asks Slurm",
+        "# early; Slurm's answer stays the job's state.",
+        f"dispatch_end={shlex.quote(end_marker(workdir, identity))}",
+        'rm -f -- "$dispatch_end"',
+        """trap ': 2>/dev/null >"$dispatch_end"' EXIT""",
+        f"srun --export=ALL --kill-on-bad-exit=1 --output={node_out}{srun_extra} \\",
         f"  bash -c {shlex.quote(_TASK)} dispatch-task {shlex.join(command)}",
     ]
     return {

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from dispatch.model import Cause, State
+from dispatch import JobSpec
+from dispatch.fold import progress
+from dispatch.model import Absent, Cause, Compute, Handle, Identity, JobRecord, State
 from dispatch_slurm.causes import (
     MEMORY_WORD_WAIT,
     Facts,
@@ -21,8 +23,8 @@ from dispatch_slurm.causes import (
     classify,
     rules_table,
 )
-from dispatch_slurm.naming import parse_comment
 from dispatch_slurm.reader import SlurmJob, dialect_of, parse_squeue
+from dispatch_slurm.readings import absent, compute_of, seen
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSCRIPTS = Path(__file__).parent / "transcripts"
@@ -39,14 +41,12 @@ V22 = dialect_of("22.05.8")
 def facts_of(record: dict[str, Any], *, now: float | None = None) -> Facts:
     """The facts of a recording, read ``now`` (default: long after the job's end, or at its submission)."""
     (job,) = parse_squeue(json.dumps({"jobs": [record["squeue"]]}), V22)
-    marks = parse_comment(job.comment)
     if now is None:
         now = float(job.end_time + 3600 if job.end_time else record["squeue"]["submit_time"])
     return Facts(
         job=job,
         job_ref=job.job_id,
         now=now,
-        cancelled_by_us=marks is not None and marks.cancelled,
         output=tuple(record["output"]) if job.state == "FAILED" else (),
     )
 
@@ -112,6 +112,23 @@ def test_a_step_cancelled_by_someone_is_cancelled_naming_the_step() -> None:
     assert outcome.evidence[0].exit_code == 137
 
 
+def test_a_cancelled_steps_shell_that_reported_its_killed_child_is_still_cancelled() -> None:
+    """Seen on 22.05 under load: ``scancel JOB.0`` of ``sh -c 'sleep 600'`` — dash forks ``sleep`` —
+    and slurmstepd killed ``sleep`` before ``sh``, which reported it (137) first: srun said "Exited with
+    exit code 137" instead of "Killed", and the job read failed/exit_code. A shell's report of a killed
+    child is not a task that failed by itself."""
+    output = tuple(
+        "srun: error: n1: task 0: Exited with exit code 137" if line.endswith("task 0: Killed") else line
+        for line in STEP_CANCELLED
+    )
+    job = SlurmJob(
+        "2", "d-x-1-abc", "", "FAILED", reason="NonZeroExitCode", exit_code=137, nodes="n1", end_time=100
+    )
+    outcome = classify(Facts(job=job, job_ref="2", now=101.0, output=output))
+    assert (outcome.state, outcome.cause) == (State.FAILED, Cause.CANCELLED), outcome
+    assert "step 2.0 on n1 at 2026-12-06T12:18:17" in outcome.evidence[0].message
+
+
 @pytest.mark.parametrize("name", ["over_memory", "timeout", "preempted", "exit3_two_nodes"])
 def test_slurms_own_step_cancels_are_not_someone_elses(name: str) -> None:
     """A memory kill (its message first), a time limit or a preemption (DUE TO ...), srun stopping the
@@ -135,21 +152,61 @@ def test_a_suspended_job_is_running_with_the_suspension_in_the_evidence() -> Non
 
 
 @pytest.mark.parametrize(
-    ("job_state", "state"),
+    ("job_state", "state", "compute"),
     [
-        (["CANCELLED", "COMPLETING"], State.FAILED),  # 24.11: the end state is known, its compute still ends
-        (["COMPLETING", "CANCELLED"], State.FAILED),
-        ("COMPLETING", State.RUNNING),  # 22.05 shows the flag instead of the end state
-        (["PENDING", "COMPLETING", "REQUEUED"], State.QUEUED),
-        (["RUNNING", "CONFIGURING"], State.STARTING),  # allocated, its nodes not ready yet
-        ("CONFIGURING", State.STARTING),
+        # 24.11: the end state is known, its compute still ends (the host folds it `stopping`)
+        (["CANCELLED", "COMPLETING"], State.CANCELLED, Compute.PRESENT),
+        (["COMPLETING", "CANCELLED"], State.CANCELLED, Compute.PRESENT),
+        (["CANCELLED"], State.CANCELLED, Compute.GONE),
+        ("COMPLETING", State.RUNNING, Compute.PRESENT),  # 22.05 shows the flag instead of the end state
+        (["PENDING", "COMPLETING", "REQUEUED"], State.QUEUED, Compute.PRESENT),  # the last run still ends
+        (["PENDING", "REQUEUED"], State.QUEUED, Compute.GONE),
+        (["RUNNING", "CONFIGURING"], State.STARTING, Compute.PRESENT),  # allocated, its nodes not ready yet
+        ("CONFIGURING", State.STARTING, Compute.PRESENT),
+        ("SUSPENDED", State.RUNNING, Compute.PRESENT),  # it keeps its nodes, its processes stopped
     ],
 )
-def test_flags_anywhere_in_the_state(job_state: Any, state: State) -> None:
+def test_flags_anywhere_in_the_state(job_state: Any, state: State, compute: Compute) -> None:
     entry = {**load("running")["squeue"], "job_state": job_state}
     dialect = V22 if isinstance(job_state, str) else dialect_of("24.11.5")
     (job,) = parse_squeue(json.dumps({"jobs": [entry]}), dialect)
-    assert classify(Facts(job=job, job_ref=job.job_id, now=entry["submit_time"])).state is state
+    reading = seen(Handle("slurm", Identity("f"), job.job_id), job, at=float(entry["submit_time"]))
+    assert (reading.state, reading.compute) == (state, compute)
+
+
+@pytest.mark.parametrize(
+    ("job_state", "compute"),
+    [
+        # 22.05 writes one word, a flag instead of the base state: shown, it says what the base would
+        ("REQUEUED", Compute.GONE),  # COMPLETING is shown first: the last run's processes are gone
+        ("REQUEUE_HOLD", Compute.GONE),
+        ("SPECIAL_EXIT", Compute.GONE),
+        ("RESV_DEL_HOLD", Compute.GONE),
+        ("STOPPED", Compute.PRESENT),  # its processes stopped on its nodes, not gone
+        ("SIGNALING", Compute.PRESENT),
+        ("A_STATE_OF_A_LATER_SLURM", Compute.PRESENT),  # listed, not ended: its processes may remain
+        (["RUNNING", "A_FLAG_OF_A_LATER_SLURM"], Compute.PRESENT),
+        ("PENDING", Compute.GONE),
+        ("COMPLETED", Compute.GONE),
+    ],
+)
+def test_a_listed_job_says_whether_its_compute_remains(job_state: Any, compute: Compute) -> None:
+    """Conformance's ``readings_say_whether_compute_remains``, for every word Slurm may write: a job squeue
+    lists is never of unknown compute — present unless it ended (and is no longer completing) or waits to
+    run again."""
+    entry = {**load("running")["squeue"], "job_state": job_state}
+    (job,) = parse_squeue(
+        json.dumps({"jobs": [entry]}), V22 if isinstance(job_state, str) else dialect_of("24.11.5")
+    )
+    assert compute_of(job) is compute
+
+
+def test_accounting_alone_tells_only_an_ended_jobs_compute() -> None:
+    """A job squeue no longer lists, read from accounting: ended, its compute is gone; shown running (the
+    controller forgot a job accounting still has), nothing says whether its processes remain."""
+    (job,) = parse_squeue(json.dumps({"jobs": [load("running")["squeue"]]}), V22)
+    assert compute_of(replace(job, source="sacct")) is Compute.UNKNOWN
+    assert compute_of(replace(job, source="sacct", state="COMPLETED")) is Compute.GONE
 
 
 def test_the_exit_code_is_the_failing_tasks_not_the_signal_of_the_tasks_srun_stopped() -> None:
@@ -179,10 +236,28 @@ def test_the_exit_code_is_the_failing_tasks_not_the_signal_of_the_tasks_srun_sto
     )
 
 
-def test_a_job_gone_from_squeue_and_sacct_is_lost() -> None:
-    outcome = classify(Facts(job=None, job_ref="42"))
-    assert (outcome.state, outcome.cause) == (State.LOST, Cause.UNKNOWN)
-    assert outcome.evidence[0].name == "42"
+def test_a_job_gone_from_squeue_and_accounting_is_absent_never_lost() -> None:
+    """The adapter read a job neither squeue nor sacct knew as `lost` itself ("SlurmJob/1 Gone: the job
+    vanished without an end state"): it is an absent reading, and only the host concludes, from two."""
+    handle = Handle("slurm", Identity("gone"), "42")
+    reading = absent(handle, at=5.0, kept_by="the completion log (sacct -c)", min_job_age=300)
+    assert isinstance(reading, Absent) and reading.handle == handle
+    (ev,) = reading.evidence
+    assert ev.name == "42" and "sacct -c" in ev.message and "MinJobAge=300" in ev.message
+
+
+def test_who_cancelled_is_the_records_to_say() -> None:
+    """A CANCELLED job reads cancelled; the host's fold makes it `cancelled` when the record asked for the
+    cancel (dispatch cancel, from any process) and `failed`/`cancelled` when someone else did."""
+    (job,) = parse_squeue(json.dumps({"jobs": [load("cancelled_by_someone")["squeue"]]}), V22)
+    handle = Handle("slurm", Identity("c"), job.job_id)
+    reading = seen(handle, job, at=float(job.end_time or 0) + 1)
+    assert (reading.state, reading.cause, reading.compute) == (State.CANCELLED, Cause.CANCELLED, Compute.GONE)
+    rec = JobRecord(
+        job_id="c", spec=JobSpec(command=("true",)), created_at=0.0, updated_at=0.0, handle=handle
+    )
+    assert progress(rec, reading).state is State.FAILED
+    assert progress(rec.replace(cancel_requested=True), reading).state is State.CANCELLED
 
 
 def test_docs_table_is_generated_from_the_rules() -> None:

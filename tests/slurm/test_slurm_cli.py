@@ -93,7 +93,7 @@ def test_dry_run_shows_the_sbatch_script(tmp_path: Path, site: Site) -> None:
     assert done.returncode == 0, done.stderr
     # The script itself, as sbatch reads it: bash parses it.
     assert done.stdout.startswith("#!/bin/bash\n#SBATCH --job-name="), done.stdout
-    for line in ("#SBATCH --nodes=2", "#SBATCH --time=2", "#SBATCH --no-requeue", "exec srun"):
+    for line in ("#SBATCH --nodes=2", "#SBATCH --time=2", "#SBATCH --no-requeue", "srun "):
         assert f"\n{line}" in done.stdout, done.stdout
     assert "dispatch-task python3 train.py\n" in done.stdout
     parsed = subprocess.run(["bash", "-n"], input=done.stdout, capture_output=True, text=True, timeout=30)

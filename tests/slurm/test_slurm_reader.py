@@ -17,7 +17,6 @@ from dispatch import UnavailableError
 from dispatch.model import Cause, State
 from dispatch_slurm.answers import Failure, Result, answer, failure_of
 from dispatch_slurm.causes import Facts, classify
-from dispatch_slurm.naming import parse_comment
 from dispatch_slurm.preflight import accounting_of, parse_config
 from dispatch_slurm.reader import (
     BASE_STATES,
@@ -61,7 +60,7 @@ EXPECTED: dict[str, tuple[State, Cause, int | None, str]] = {
     "node_fail": (State.FAILED, Cause.NODE_LOST, None, "NODE_FAIL/NodeDown"),
     "preempted": (State.FAILED, Cause.PREEMPTED, 143, "PREEMPTED"),
     "cancelled_by_dispatch": (State.CANCELLED, Cause.CANCELLED, None, "CANCELLED"),
-    "cancelled_by_someone": (State.FAILED, Cause.CANCELLED, ANY, "CANCELLED"),
+    "cancelled_by_someone": (State.CANCELLED, Cause.CANCELLED, ANY, "CANCELLED"),
     "step_cancelled_by_someone": (State.FAILED, Cause.CANCELLED, 137, "FAILED/NonZeroExitCode"),
     "suspended": (State.RUNNING, Cause.NONE, None, "SUSPENDED"),
     "held_by_dispatch": (State.HELD, Cause.NONE, None, "PENDING/BeginTime"),
@@ -85,7 +84,6 @@ def facts_of(version: str, record: dict[str, Any], job: Any, *, now: float | Non
         job=job,
         job_ref=job.job_id,
         now=now,
-        cancelled_by_us=(m := parse_comment(job.comment)) is not None and m.cancelled,
         output=tuple(record["output"]) if job.state in ("FAILED", "OUT_OF_MEMORY") else (),
     )
 
@@ -128,17 +126,14 @@ ENDED = [
 def test_each_version_reads_the_completion_log_after_the_queue_forgot_the_job(
     version: str, name: str
 ) -> None:
-    """Text sacct keeps exit:signal (3:0, 0:1) that 22.05's sacct --json loses; the completion log keeps
-    no comment (who cancelled comes from dispatch's cancel file: without it, someone else did). Jobs
-    recorded while they ran or were held have the line of how the recording ended them: not replayed."""
+    """Text sacct keeps exit:signal (3:0, 0:1) that 22.05's sacct --json loses. Jobs recorded while they
+    ran or were held have the line of how the recording ended them: not replayed."""
     record = recorded(version, name)
     end = record["squeue"].get("end_time")
     (job,) = parse_sacct(_with_end(record["sacct"], number(end)))
     assert job.job_id == str(number(record["squeue"]["job_id"])) and job.source == "sacct"
     outcome = classify(facts_of(version, record, job, now=float((job.end_time or 0) + 3600)))
     state, cause, _, _ = EXPECTED[name]
-    if name == "cancelled_by_dispatch":
-        state = State.FAILED
     assert (outcome.state, outcome.cause) == (state, cause), outcome
     if name == "exit3_two_nodes":
         assert outcome.evidence[0].exit_code == 3

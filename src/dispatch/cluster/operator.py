@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from dispatch import chance, decide
-from dispatch.backend import CessationSignal, Holder, HoldToken, Prepared, compute_gone, record_decision
+from dispatch.backend import (
+    CessationSignal,
+    Holder,
+    HoldToken,
+    Prepared,
+    compute_gone,
+    recent,
+    record_decision,
+)
 from dispatch.errors import BusyError, ConflictError, InvalidError, UnsupportedError
 from dispatch.model import (
     Actor,
@@ -114,6 +122,11 @@ class Operator(ClusterBase):
             await self._update(job_id, lambda r: (r.replace(hold_token=token), []))
             why = f"job {job_id} epoch {handle.identity.epoch}: created held by the user"
             await record_decision(self.backend, handle, "Held", why)
+        # What the backend already knows of the new incarnation costs nothing (Slurm: sbatch's answer,
+        # queued); only without it is the cluster read again. Either way a reading, folded as any.
+        known = recent(self.backend, handle)
+        if known is not None:
+            return await self._fold(job_id, known)
         return await self.get(job_id)
 
     async def cancel(self, job_id: str) -> JobRecord:

@@ -1,0 +1,166 @@
+"""The host's feed on every Slurm version (``site``), and the record's nonce: what the Slurm adapter's own
+poller and names got wrong.
+
+- a supervisor's step reads the watch for what it holds and closes it at once: the poll that watch started
+  must still land, so the next step folds a job's end (the old poller was cancelled with the watch, and
+  supervised Slurm jobs were folded only at the next resync);
+- the batch script's end marker brings the poll forward when every watched job has ended, whatever the
+  poll interval: Slurm's answer, read then, is what the record takes;
+- a job id used again — after ``purge``, or by another store — never binds the old Slurm job: the new
+  command runs, with its own output and exit code (issue 35: ``submitted inj-2@1.0: succeeded``, the
+  handle of a job of 20 minutes before).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from slurm_fixtures import Site
+
+import dispatch
+from dispatch import Cluster, Config, JobRecord, JobSpec, MemoryStore
+from dispatch.backend import place
+from dispatch.model import Cause, Identity, Observation, State
+from dispatch_slurm import open_backend, parse_settings
+
+pytestmark = pytest.mark.timeout(300)
+
+_n = iter(range(1, 10_000))
+
+
+def sh(script: str) -> JobSpec:
+    return JobSpec(command=("sh", "-c", script))
+
+
+def waiting(control: str) -> JobSpec:
+    """A job that runs until the file ``control`` exists, then exits with the code it holds."""
+    return sh(f'while [ ! -e {control} ]; do sleep 0.2; done; exit "$(cat {control})"')
+
+
+@pytest_asyncio.fixture
+async def cluster(site: Site) -> AsyncIterator[Cluster]:
+    opened = await dispatch.open("slurm", Config(adapter=site.settings(), store=MemoryStore()))
+    async with opened:
+        yield opened
+
+
+async def ended(cluster: Cluster, job_id: str) -> JobRecord:
+    async with asyncio.timeout(150):
+        while True:
+            rec = await cluster.get(job_id)
+            if rec.outcome.terminal:
+                return rec
+            await asyncio.sleep(0.5)
+
+
+async def test_a_supervisors_step_folds_a_jobs_end_without_waiting_for_a_resync(cluster: Cluster) -> None:
+    """Each step drains the watch and closes it; the poll it started lands in the feed meanwhile, and a
+    later step's drain folds it. The resync (a full listing) is an hour away: only the watch can say."""
+    supervisor = cluster.supervisor(poll=0.2, resync=3600.0)
+    await supervisor.step()  # the first step's resync: the record does not exist yet
+    rec = await cluster.submit(sh("sleep 1"), job_id=f"stepped-{next(_n)}")
+    try:
+        async with asyncio.timeout(120):
+            while not (await cluster.record(rec.job_id)).outcome.terminal:
+                await supervisor.step()
+                await asyncio.sleep(0.3)
+    finally:
+        await supervisor.close()
+    done = await cluster.record(rec.job_id)
+    assert (done.state, done.outcome.cause) == (State.SUCCEEDED, Cause.NONE), done.outcome
+    assert any(
+        t.actor.value == "cluster" and t.state is State.SUCCEEDED for t in await cluster.history(rec.job_id)
+    )
+
+
+async def test_the_end_marker_brings_the_last_poll_forward(site: Site) -> None:
+    """With a poll every two minutes, a watched job's end is read as soon as its batch script wrote its
+    marker — by a poll of Slurm (squeue says COMPLETED/FAILED), not by the marker — and no regular poll
+    was needed for it."""
+    backend = await open_backend(parse_settings(json.dumps(site.settings(pollInterval="120s"))))
+    control = site.cluster.workdir / f"marker-{next(_n)}"
+    try:
+        h = await place(backend, waiting(str(control)), Identity(f"marker-{next(_n)}"))
+        async with asyncio.timeout(120):
+            while True:
+                if (await backend.observe(h)).state is State.RUNNING:  # type: ignore[union-attr]
+                    break
+                await asyncio.sleep(0.3)
+        changes = backend.watch_job(h.identity.job_id)
+        seen: list[Observation] = []
+        async with asyncio.timeout(60):  # half the poll interval: only the marker can bring the end
+            async for change in changes:
+                assert isinstance(change.reading, Observation), change.reading
+                seen.append(change.reading)
+                if change.reading.state is State.RUNNING and not control.exists():
+                    control.write_text("3")
+                if change.reading.outcome.terminal and change.reading.compute.value == "gone":
+                    break
+        await changes.aclose()  # type: ignore[attr-defined]
+        last = seen[-1]
+        assert (last.state, last.cause) == (State.FAILED, Cause.EXIT_CODE), last.outcome
+        assert last.outcome.evidence[0].exit_code == 3
+        assert backend.early_polls >= 1
+        assert backend.polls - backend.early_polls == 1, (
+            backend.polls,
+            backend.early_polls,
+        )  # the watch's first
+    finally:
+        await backend.close()
+
+
+async def test_a_watch_that_starts_after_a_listing_starts_from_it(site: Site) -> None:
+    """``Cluster.watch()`` lists, then watches: the listing is the same ``squeue`` a poll makes, so its
+    readings go to the feed and the watch starts from them, with no poll of its own (each watch began with
+    one: two listings to start a watch, one of them wasted)."""
+    backend = await open_backend(parse_settings(json.dumps(site.settings(pollInterval="120s"))))
+    h = await place(backend, sh("sleep 120"), Identity(f"listed-{next(_n)}"))
+    try:
+        async with asyncio.timeout(120):
+            while True:
+                if any(o.handle.ref == h.ref and o.state is State.RUNNING for o in await backend.list()):
+                    break
+                await asyncio.sleep(0.3)
+        changes = backend.watch()
+        async with asyncio.timeout(30):  # the interval is 120 s: only the listing can have this reading
+            async for change in changes:
+                if change.reading.handle.ref == h.ref:
+                    break
+        await changes.aclose()  # type: ignore[attr-defined]
+        assert isinstance(change.reading, Observation) and change.reading.state is State.RUNNING, change
+        assert backend.polls == 0, backend.polls
+    finally:
+        await backend.stop(h)
+        await backend.close()
+
+
+async def test_a_job_id_used_again_after_purge_or_by_another_store_is_a_new_job(
+    cluster: Cluster, site: Site
+) -> None:
+    """The old Slurm job of a purged record (same store, same job id, same incarnation number) and that of
+    another store's record are never the new record's: each new command runs, with its own output and
+    exit code."""
+    job_id = f"again-{next(_n)}"
+    first = await cluster.submit(sh("echo first"), job_id=job_id)
+    assert (await ended(cluster, job_id)).state is State.SUCCEEDED
+    assert await cluster.purge(time.time() + 1) == 1
+    second = await cluster.submit(sh("echo second; exit 7"), job_id=job_id)
+    assert first.handle is not None and second.handle is not None
+    assert second.handle.ref != first.handle.ref and second.nonce != first.nonce
+    rec = await ended(cluster, job_id)
+    assert (rec.state, rec.outcome.cause) == (State.FAILED, Cause.EXIT_CODE), rec.outcome
+    assert rec.outcome.evidence[0].exit_code == 7
+    assert [line async for line in cluster.output(job_id)] == ["second"]
+    other = await dispatch.open("slurm", Config(adapter=site.settings(), store=MemoryStore()))
+    async with other:
+        third = await other.submit(sh("echo third; exit 5"), job_id=job_id)
+        assert third.handle is not None and third.handle.ref not in (first.handle.ref, second.handle.ref)
+        theirs = await ended(other, job_id)
+        assert (theirs.state, theirs.outcome.evidence[0].exit_code) == (State.FAILED, 5), theirs.outcome
+        assert [line async for line in other.output(job_id)] == ["third"]
+    assert (await cluster.get(job_id)).outcome.evidence[0].exit_code == 7  # ours untouched by theirs
