@@ -17,7 +17,6 @@ settings name them (``defaultImage``, ``defaultRuntime``)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -30,7 +29,7 @@ import pytest
 import yaml
 
 from dispatch_slurm.localslurm import LocalSlurm
-from train.trainlog import Run, ranks
+from train.trainlog import Run, Session, ranks
 
 pytestmark = pytest.mark.timeout(900)
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,44 +40,22 @@ WAIT = 180.0
 """A hang guard for waits on a state or a line, never a measure."""
 
 
-class Fleet:
+class Fleet(Session):
     """The CLI over the fleet's config, with its own state directory (whose dev cluster it starts)."""
 
     def __init__(self, home: Path) -> None:
-        self.home = home
-        self.env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("DISPATCH_", "KUBECONFIG", "TRAIN_"))
-        }
-        self.env["DISPATCH_STATE_DIR"] = str(home / "state")
-        self.env["PATH"] = f"{BIN}{os.pathsep}{self.env.get('PATH', '')}"  # python3 with numpy
+        super().__init__(home)
         self.config = home / "fleet.yaml"
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(BIN / "dispatch"), *args],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        """A command without the fleet's config (the dev cluster's own)."""
+        return super().run(*args, timeout=timeout)
 
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return self.cli("--config", str(self.config), *args)
+    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return super().run("--config", str(self.config), *args, timeout=timeout)
 
     def start(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [str(BIN / "dispatch"), "--config", str(self.config), *args],
-            cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-
-    def kubectl(self, *args: str) -> str:
-        kubeconfig = self.home / "state" / "dev-cluster" / "kubeconfig"
-        done = subprocess.run(
-            [str(BIN / "kubectl"), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=60
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+        return super().start("--config", str(self.config), *args)
 
     def status(self, job: str) -> dict[str, Any]:
         done = self.run("--json", "status", job)
@@ -137,7 +114,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, slurm: LocalSlurm) -> Iterat
                 "k8s": {
                     "adapter": "kubeflow",
                     "settings": {
-                        "kubeconfig": str(f.home / "state" / "dev-cluster" / "kubeconfig"),
+                        "kubeconfig": str(f.kubeconfig),
                         "checkpointVolume": {"claimName": "dispatch-checkpoints", "mountPath": shared},
                         "defaultImage": "dispatch-train:1",
                         "defaultRuntime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-torch"},

@@ -149,3 +149,51 @@ def ranks(
         "DISPATCH_EPOCH": epoch,
     }
     return [Rank(args, {**common, "RANK": str(r), **(extra or {})}, cwd) for r in range(world)]
+
+
+BIN = Path(sys.executable).parent
+
+
+class Session:
+    """The CLI with its own state directory (its own dev cluster), run from the repository, whose
+    examples/train/train.py the processes run."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("DISPATCH_", "KUBECONFIG"))}
+        self.env["DISPATCH_STATE_DIR"] = str(home / "state")
+        self.env["PATH"] = f"{BIN}{os.pathsep}{self.env.get('PATH', '')}"  # python3 with numpy
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.home / "state" / "dev-cluster" / "kubeconfig"
+
+    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(BIN / "dispatch"), *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [str(BIN / "dispatch"), *args],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def kubectl(self, *args: str) -> str:
+        done = subprocess.run(
+            [str(BIN / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
