@@ -64,12 +64,16 @@ def evidence(obs: Observation, handle: object) -> dict[str, object]:
     return {"reason": ev.reason, "exit": ev.exit_code, "node": ev.node, "output": ev.output}
 
 
-async def test_success_on_two_nodes(backend: SlurmBackend) -> None:
+async def test_success_on_two_nodes(backend: SlurmBackend, site: Site) -> None:
     h = await place(backend, sh("echo hello from $NODE_RANK of $WORLD_SIZE", nodes=2), ident("ok"))
     obs = await final(backend, h)
     assert (obs.state, obs.cause) == (State.SUCCEEDED, Cause.NONE)
     ev = evidence(obs, h)
-    assert ev["reason"] == "COMPLETED" and ev["exit"] == 0 and ev["node"] == "n[1-2]"
+    assert ev["reason"] == "COMPLETED" and ev["exit"] == 0
+    # The evidence names the two nodes Slurm chose (any two: the cluster is shared with other tests, and a
+    # node busy with another job or still drained after an outage test is passed over).
+    nodes = site.slurm("scontrol", "show", "hostnames", str(ev["node"])).split()
+    assert len(nodes) == 2 and set(nodes) <= set(site.cluster.node_names), (ev["node"], nodes)
     assert [line async for line in backend.output(h, node=1)] == ["hello from 1 of 2"]
 
 
