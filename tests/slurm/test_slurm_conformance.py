@@ -47,6 +47,7 @@ class SlurmHarness(BaseHarness):
         self.slurm = site.cluster
         self.raw: dict[str, Any] = site.settings()
         self.control = self.slurm.workdir / "control"
+        self.preemptors: list[str] = []
         self.control.mkdir(parents=True, exist_ok=True)
         self.opened: list[Backend] = []
         self.killed: set[str] = set()
@@ -84,7 +85,7 @@ class SlurmHarness(BaseHarness):
         return node
 
     async def preempt(self, backend: Backend, handle: Handle) -> None:
-        self.slurm.preempt(await self._node(backend, handle))
+        self.preemptors.append(self.slurm.preempt(await self._node(backend, handle)))
 
     async def lose_node(self, backend: Backend, handle: Handle) -> None:
         node = await self._node(backend, handle)
@@ -120,6 +121,10 @@ class SlurmHarness(BaseHarness):
         ]
         if left:
             self._slurm(["scancel", *left])
+        # A preempting job that has not run yet (a loaded machine) would preempt the next check's job when
+        # it starts: a 26.05 out-of-memory check read "cancelled" so (its job could not be requeued).
+        if self.preemptors:
+            self.slurm.run("scancel", *self.preemptors)  # an ended one is refused: nothing to do
 
 
 @pytest_asyncio.fixture

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from .test_browser import _chrome, _need_browser
+from .test_browser import _chrome, _need_browser, _wait
 
 BIN = Path(sys.executable).parent
 
@@ -152,7 +152,8 @@ def test_the_jobs_page_names_each_jobs_cluster_and_filters_by_it(
     assert [o.text for o in choose.options] == ["any cluster", "east", "west"]
     choose.select_by_visible_text("east")
     browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
-    assert browser.current_url.endswith("?state=&cause=&cluster=east")
+    # The form's GET is a navigation the browser makes after the click returns: wait for it.
+    _wait(browser, lambda d: d.current_url.endswith("?state=&cause=&cluster=east"))
     assert browser.find_elements(By.CSS_SELECTOR, "tr.job-row") == []  # its current incarnation is on west
     browser.save_screenshot(str(artifacts / "fleet-filter-east.png"))
     browser.get(url + "?cluster=west")
