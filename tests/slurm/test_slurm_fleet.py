@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from dispatch_slurm.localslurm import LocalSlurm
-from train.trainlog import Run, Session, ranks
+from train.trainlog import Run, Session, ranks, until_checkpoint
 
 pytestmark = pytest.mark.timeout(900)
 ROOT = Path(__file__).resolve().parents[2]
@@ -171,14 +171,8 @@ def test_preempted_on_slurm_the_training_resumes_on_kubeflow_from_its_checkpoint
             "across", "running on Slurm", lambda s: s.get("outcome", {}).get("state") == "running", run
         )
         follow = fleet.start("logs", "across", "--follow", "--node", "0")
+        lines = until_checkpoint(follow, K)
         assert follow.stdout is not None
-        lines = []
-        for line in follow.stdout:
-            lines.append(line.rstrip("\n"))
-            if line.startswith(f"checkpoint step {K} epoch 1: "):
-                break
-        else:
-            raise AssertionError("\n".join(lines))
         ref = fleet.status("across")["handle"]["ref"]
         nodes = slurm.run("squeue", "-h", "-j", str(ref), "-o", "%N").stdout.strip()
         slurm.preempt(slurm.run("scontrol", "show", "hostnames", nodes).stdout.split()[0])

@@ -29,7 +29,11 @@ import pytest
 import yaml
 from slurm_fixtures import Site
 
-from train.trainlog import Run, free_port  # tests/train: how the other training tests read the program
+from train.trainlog import (  # tests/train: how the other training tests read the program
+    Run,
+    free_port,
+    until_checkpoint,
+)
 
 pytestmark = pytest.mark.timeout(600)
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,14 +161,8 @@ def test_the_training_job_is_preempted_on_slurm_and_resumes_to_the_same_loss(
             assert time.monotonic() < deadline
             time.sleep(0.2)
         follow = cli.start("logs", "train-resumes", "--follow", "--node", "0")
+        lines = until_checkpoint(follow, k)
         assert follow.stdout is not None
-        lines = []
-        for line in follow.stdout:
-            lines.append(line.rstrip("\n"))
-            if line.startswith(f"checkpoint step {k} epoch 1: "):
-                break
-        else:
-            raise AssertionError("\n".join(lines))
         ref = json.loads(cli.run("--json", "status", "train-resumes").stdout)["handle"]["ref"]
         nodes = site.slurm("squeue", "-h", "-j", str(ref), "-o", "%N").strip()
         site.cluster.preempt(site.slurm("scontrol", "show", "hostnames", nodes).split()[0])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .trainlog import BIN, ROOT, WAIT, Run, Session, ranks
+from .trainlog import BIN, ROOT, WAIT, Run, Session, ranks, until_checkpoint
 
 JOB = "examples/train/job.yaml"
 K = 10  # the job file's --checkpoint-every
@@ -68,14 +68,8 @@ def test_the_training_job_is_preempted_after_a_checkpoint_and_resumes_to_the_sam
     try:
         # Incarnation 1's rank 0, followed live (the run has submitted once `logs` finds the job).
         follow = _follow_when_submitted(session, "preempted")
+        lines = until_checkpoint(follow, K)
         assert follow.stdout is not None
-        lines = []
-        for line in follow.stdout:
-            lines.append(line.rstrip("\n"))
-            if line.startswith(f"checkpoint step {K} epoch 1: "):
-                break
-        else:
-            raise AssertionError("\n".join(lines))
         # The scheduler preempts rank 0 (kubesim's disruption, asked from outside as kubectl asks).
         pod = session.kubectl(
             "get", "pods", "-o", "name", "-l",
@@ -134,14 +128,8 @@ def test_preempted_by_kueue_it_resumes_in_place_from_its_checkpoint(session: Ses
     run = session.start("--config", str(config), "run", JOB, "--job-id", "queued")
     try:
         follow = _follow_when_submitted(session, "queued", "--config", str(config))
+        lines = until_checkpoint(follow, K)
         assert follow.stdout is not None
-        lines = []
-        for line in follow.stdout:
-            lines.append(line.rstrip("\n"))
-            if line.startswith(f"checkpoint step {K} epoch 1: "):
-                break
-        else:
-            raise AssertionError("\n".join(lines))
         session.kubectl("apply", "-f", str(ROOT / "examples" / "train" / "urgent.yaml"))
         lines += [line.rstrip("\n") for line in follow.stdout]  # to the end of the first pods
         follow.wait(timeout=WAIT)

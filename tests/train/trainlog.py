@@ -197,3 +197,15 @@ class Session:
         )
         assert done.returncode == 0, done.stderr
         return done.stdout
+
+
+def until_checkpoint(follow: subprocess.Popen[str], step: int) -> list[str]:
+    """The lines ``dispatch logs --follow`` prints up to incarnation 1's checkpoint of ``step`` (the
+    moment a test preempts it); fails if the output ends first."""
+    assert follow.stdout is not None
+    lines = []
+    for line in follow.stdout:
+        lines.append(line.rstrip("\n"))
+        if line.startswith(f"checkpoint step {step} epoch 1: "):
+            return lines
+    raise AssertionError("\n".join(lines))
