@@ -8,9 +8,12 @@ share this host).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import random
 import signal
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -30,24 +33,62 @@ __all__ = [
 
 def free_ports(count: int, *, consecutive: int = 0) -> list[int]:
     """``count`` distinct free ports on 127.0.0.1, then ``consecutive`` more that follow each other
-    (Slurm's ``Port=[a-b]`` for its nodes). Free when asked: the daemons bind them just after."""
-    socks = []
+    (Slurm's ``Port=[a-b]`` for its nodes). Free when asked: the daemons bind them just after.
+
+    They come from below the kernel's ephemeral range, so no connection's source port takes one in
+    the gap before a daemon binds it (CI saw a slurmd fail to bind the port after the one ``bind(0)``
+    chose). Each is claimed by an ``flock`` this process holds until it exits, so test clusters that
+    start at once in other processes never choose the same ones."""
+    size = count + consecutive
+    low, high = _PORT_FLOOR, _ephemeral_low()
+    rng = random.Random()
+    for _ in range(1000):
+        first = rng.randrange(low, high - size)
+        block = range(first, first + size)
+        claimed = []
+        for p in block:
+            if not _claim(p):
+                break
+            claimed.append(p)
+        if len(claimed) == size and not any(port_busy(p) for p in block):
+            return list(block)
+        for p in claimed:
+            _release(p)
+    raise RuntimeError(f"no {size} consecutive free ports in {low}-{high - 1}")
+
+
+# Below the ephemeral range and above most services' well-known ports.
+_PORT_FLOOR = 20000
+_CLAIMS: dict[int, int] = {}
+
+
+def _ephemeral_low() -> int:
     try:
-        for _ in range(count + 1):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        ports = [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-    singles, start = ports[:count], ports[count]
-    if consecutive == 0:
-        return singles
-    run = range(start, start + consecutive)
-    if start + consecutive > 65535 or any(p in singles or port_busy(p) for p in run):
-        return free_ports(count, consecutive=consecutive)
-    return [*singles, *run]
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return max(low, _PORT_FLOOR + 1000)
+
+
+def _claim(port: int) -> bool:
+    if port in _CLAIMS:
+        return False
+    claims = Path(tempfile.gettempdir()) / "dispatch-port-claims"
+    claims.mkdir(exist_ok=True)
+    fd = os.open(claims / str(port), os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _CLAIMS[port] = fd
+    return True
+
+
+def _release(port: int) -> None:
+    fd = _CLAIMS.pop(port, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def port_busy(port: int) -> bool:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +19,7 @@ from slurm_fixtures import Site, start_root_slurm
 
 from dispatch import UnavailableError
 from dispatch_slurm import parse_settings
-from dispatch_slurm.daemons import alive
+from dispatch_slurm.daemons import alive, free_ports
 from dispatch_slurm.debroot import RELEASES, find_root
 from dispatch_slurm.rootslurm import RootSlurm
 from dispatch_slurm.transport import SshTransport
@@ -151,3 +153,18 @@ def test_two_clusters_run_from_one_root_and_leave_it_as_made(tmp_path: Path, ver
 
 def _squeue(cluster: RootSlurm, job: str) -> str:
     return cluster.run("squeue", "-h", "-t", "all", "-j", job, "-o", "%T").stdout.strip()
+
+
+def test_daemon_ports_stay_out_of_the_ephemeral_range_and_apart_across_processes(tmp_path: Path) -> None:
+    """CI saw a 24.11 slurmd fail to bind: its port followed one ``bind(0)`` chose, inside the range
+    the kernel hands out as connections' source ports, and something took it first. Test clusters'
+    ports now come from below that range, each claimed for the life of the process that chose it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    mine = [p for _ in range(50) for p in free_ports(4, consecutive=3)]
+    assert len(set(mine)) == len(mine)
+    assert max(mine) < low
+    for i in range(0, len(mine), 7):
+        assert mine[i : i + 7] == list(range(mine[i], mine[i] + 7))
+    chooser = "from dispatch_slurm.daemons import free_ports\nprint(*[p for _ in range(50) for p in free_ports(4, consecutive=3)])"
+    theirs = subprocess.run([sys.executable, "-c", chooser], capture_output=True, text=True, check=True)
+    assert not set(mine) & {int(p) for p in theirs.stdout.split()}
