@@ -1,5 +1,5 @@
-"""Fault injection for the API server: latency, 429/500 answers, dropped watches, compacted history,
-unavailable admission webhooks.
+"""Fault injection for the API server: latency, 429/500 answers, dropped watches, lagging watches,
+compacted history, unavailable admission webhooks.
 
 Reachable as ``sim.faults``. Faults apply to HTTP requests only (controllers talk to the store directly).
 """
@@ -47,6 +47,7 @@ class Faults:
         self._compact: Callable[[], None] | None = None
         self.injected = 0  # how many requests were failed on purpose
         self._webhooks_down: dict[str, str] = {}  # component -> the error of calling its webhooks
+        self._lagging: list[re.Pattern[str]] = []
 
     def __repr__(self) -> str:
         return f"Faults(latency={self.latency}, pending_failures={sum(f.remaining for f in self._failures)})"
@@ -163,6 +164,21 @@ class Faults:
         for fn in list(self._drop_listeners):
             fn(abort)
 
+    def lag_watches(self, path: str) -> None:
+        """Hold back the changes every watch whose URL path matches ``path`` would deliver, until
+        :meth:`catch_up`: they arrive late but in order, as from an API server whose watch cache for one
+        resource lags behind etcd. Each resource is its own stream, so a real client has no order across
+        kinds (client-go's informers make none): a Job's failure can arrive before its pod's."""
+        self._lagging.append(re.compile(path))
+
+    def catch_up(self) -> None:
+        """Deliver what lagging watches held back, and stop holding."""
+        self._lagging.clear()
+
+    def lagging(self, path: str) -> bool:
+        """Whether a watch of ``path`` holds its changes back now."""
+        return any(p.search(path) for p in self._lagging)
+
     def compact(self) -> None:
         """Drop the watch history now: resuming from an older resourceVersion is answered 410 Expired."""
         if self._compact is not None:
@@ -191,8 +207,9 @@ class Faults:
         return self._webhooks_down.get(component)
 
     def clear(self) -> None:
-        """Remove latency, pending failures and unavailable webhooks."""
+        """Remove latency, pending failures, lagging watches and unavailable webhooks."""
         self._webhooks_down.clear()
+        self._lagging.clear()
         self.latency = 0.0
         self._failures.clear()
         self._losses.clear()

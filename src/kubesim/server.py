@@ -217,7 +217,7 @@ class ApiServer:
     ) -> None:
         self.sim = sim
         self.watch_timeout = watch_timeout
-        self.watches = WatchHub(sim.store, bookmark_interval=bookmark_interval)
+        self.watches = WatchHub(sim.store, bookmark_interval=bookmark_interval, lagging=sim.faults.lagging)
         self._runner: web.AppRunner | None = None
         self.host = "127.0.0.1"
         self.port = 0

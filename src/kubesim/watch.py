@@ -38,6 +38,7 @@ __all__ = [
 _QUEUE_LIMIT = 50_000  # events a consumer may fall behind before it is disconnected
 _PRE_TIMEOUT = 2.0  # seconds before a watch's deadline the watch cache sends a last bookmark
 _SER_CACHE = 4096  # serialized objects kept, so N watchers of one change serialize it once
+_LAG_CHECK = 0.01  # seconds between looks at a lagging watch's fault
 
 Render = Callable[[dict[str, Any]], Any]  # what a watch sends for an object (itself, or a Table)
 
@@ -255,9 +256,16 @@ async def open_stream(
 class WatchHub:
     """The open watch streams of one server."""
 
-    def __init__(self, store: ObjectStore, *, bookmark_interval: float) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        bookmark_interval: float,
+        lagging: Callable[[str], bool] = lambda _: False,
+    ) -> None:
         self.store = store
         self.bookmark_interval = bookmark_interval
+        self._lagging = lagging  # whether a watch of this URL path holds its changes back now (a fault)
         self._watchers: set[_Watcher] = set()
         self._ser_cache: OrderedDict[tuple[int, bool], bytes] = OrderedDict()
 
@@ -393,6 +401,8 @@ class WatchHub:
                     break
                 if item.resource_version <= last_rv:
                     continue
+                while self._lagging(request.path):  # noqa: ASYNC110 - set from another thread: polled
+                    await asyncio.sleep(_LAG_CHECK)
                 last_rv = item.resource_version
                 line = self._event(wr, item)
                 if line is not None:

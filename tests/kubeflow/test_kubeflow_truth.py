@@ -22,9 +22,10 @@ from dispatch.decide import STOP_GRACE
 from dispatch.records import MemoryStore, SqliteStore
 from dispatch.supervise import Supervisor
 from dispatch_kubeflow.backend import Backend
+from dispatch_kubeflow.naming import identity_labels
 from kubesim.clock import unstamp
 from kubesim.controllers.job import SYNC_JOB_BATCH_PERIOD
-from kubesim.resources import TRAINJOBS
+from kubesim.resources import JOBS, TRAINJOBS
 
 
 @pytest.fixture
@@ -339,3 +340,47 @@ async def test_the_record_never_goes_back_to_starting_through_the_blip(lv: Live)
     )
     history = [t.state for t in await reader.history("blip") if t.state is not None]
     assert all(b.rank >= a.rank for a, b in itertools.pairwise(history)), history
+
+
+async def test_a_jobs_failure_read_before_its_pods_oom_keeps_the_oom(lv: Live) -> None:
+    """Each kind is its own watch stream, with no order across them: in the fault runs the Job's
+    ``BackoffLimitExceeded`` arrived before the pod's ``OOMKilled`` 3 times in 568. Here the pods' watch
+    lags until the Job's failure has been read: the record is not terminal on it (its pod is still
+    running, as far as anyone has read), and once the pod's end arrives the job failed of running out
+    of memory, with the Job's condition beside the pod's reason."""
+    clock = ManualClock()
+    store = MemoryStore(clock)
+    cluster = Cluster(await lv.open(), store, clock=clock)
+    rec = await cluster.submit(job("print loading; sleep 5; oom"), job_id="oom-late")
+    assert rec.handle is not None
+    handle = rec.handle
+    await lv.until(lambda: [p["status"].get("phase") for p in lv.pods(handle)] == ["Running"], "running")
+    await caught_up(cluster.backend, lv.sim)
+    assert (await cluster.get("oom-late")).state is State.RUNNING
+    lv.sim.faults.lag_watches(r"/pods$")
+    try:
+        await lv.until(lambda: _job_failed(lv, handle), "the Job failed", step=0.5)
+        await caught_up(cluster.backend, lv.sim, but=("pods",))
+        early = await cluster.get("oom-late")
+        # The Job's failure is read; its pod still runs as far as anyone has read: stopping.
+        assert early.state is State.STOPPING, early.outcome
+        assert early.outcome.cause is not Cause.OUT_OF_MEMORY, "the pod's end was read: the watch did not lag"
+    finally:
+        lv.sim.faults.catch_up()
+    await caught_up(cluster.backend, lv.sim)
+    done = await cluster.get("oom-late")
+    assert (done.state, done.outcome.cause) == (State.FAILED, Cause.OUT_OF_MEMORY), done.outcome
+    reasons = {(e.kind, e.reason) for e in done.outcome.evidence}
+    assert {("Pod", "OOMKilled"), ("Job", "BackoffLimitExceeded")} <= reasons, reasons
+    states = [t.state for t in await cluster.history("oom-late") if t.state is not None]
+    assert all(b.rank >= a.rank for a, b in itertools.pairwise(states)), states
+
+
+def _job_failed(lv: Live, handle: Handle) -> bool:
+    selector = ",".join(f"{k}={v}" for k, v in identity_labels(handle.identity).items())
+    jobs = lv.sim.store.list(JOBS, "default", label_selector=selector)[0]
+    return any(
+        c.get("type") == "Failed" and c.get("status") == "True"
+        for j in jobs
+        for c in j.get("status", {}).get("conditions", [])
+    )
