@@ -14,6 +14,8 @@ from dispatch import Absent, Handle, JobSpec, Observation, State
 from dispatch.conformance.checks import WatchCollector
 from dispatch_kubeflow.backend import Backend, open_backend
 from dispatch_kubeflow.naming import identity_labels
+from dispatch_kubeflow.watching import TICK_SECONDS
+from kubesim.clock import ManualClock
 from kubesim.resources import PODS
 from kubesim.sim import Simulator
 
@@ -32,6 +34,29 @@ def job(script: str = "print started; hang", **kw: Any) -> JobSpec:
     return spec(RUNTIME, env={"KUBESIM_SCRIPT": script}, **kw)
 
 
+class SimClock:
+    """dispatch's Clock on the simulator's time, so the backend's "now" (the image pull grace period, how
+    long containers have waited) is the cluster's."""
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+
+    def now(self) -> float:
+        return self.sim.clock.now()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(0)
+        if seconds >= TICK_SECONDS:
+            # A background timer (the informer's tick runs for as long as the backend is open): it waits
+            # for the test to move the cluster's time, else it would move it on its own.
+            done = asyncio.get_running_loop().create_future()
+            assert isinstance(self.sim.clock, ManualClock)
+            self.sim.clock.call_at(self.now() + seconds, lambda: done.done() or done.set_result(None))
+            await done
+            return
+        self.sim.advance(seconds)  # the probe's window, a retry's backoff: the test waits on them
+
+
 class Live:
     """One simulator and the backends opened on it."""
 
@@ -40,10 +65,15 @@ class Live:
         self.kc = kc
         self.opened: list[Backend] = []
 
-    async def open(self, *, read_only: bool = False, store_id: str = "", **settings: Any) -> Backend:
+    async def open(
+        self, *, read_only: bool = False, store_id: str = "", sim_time: bool = False, **settings: Any
+    ) -> Backend:
+        """A backend on this simulator; ``sim_time``: its "now" is the cluster's (a reading's ages, such as
+        how long containers have waited, are then the cluster's and do not move between two readings)."""
         backend = await open_backend(
             config({"kubeconfig": self.kc, **settings}, read_only=read_only, store_id=store_id),
             probe_window=0.1,
+            clock=SimClock(self.sim) if sim_time else None,
         )
         self.opened.append(backend)
         return backend

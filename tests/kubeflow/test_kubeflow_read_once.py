@@ -5,12 +5,13 @@ kubesim's request log."""
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 from kubeflow_fixtures import config, ident, kubeconfig, spec
 
-from dispatch import Observation
+from dispatch import Cause, Observation, State
 from dispatch.backend import place
 from dispatch_kubeflow.backend import Backend, open_backend
 from kubesim.sim import Simulator
@@ -169,7 +170,8 @@ async def test_a_plain_incarnation_reads_the_same_from_its_trainjob_and_pods_alo
     from kubesim.resources import JOBS, JOBSETS, PODS, TRAINJOBS, WORKLOADS
 
     async for lv in live(tmp_path):
-        backend = await lv.open()
+        # The cluster's time: a reading's ages (how long containers have waited) are the same for both.
+        backend = await lv.open(sim_time=True)
         handles = []
         for i, script in enumerate(SCRIPTS):
             job: JobSpec = spec(runtime, nodes=2, env={"KUBESIM_SCRIPT": script})
@@ -177,6 +179,7 @@ async def test_a_plain_incarnation_reads_the_same_from_its_trainjob_and_pods_alo
         deadline = spec(runtime, nodes=2, env={"KUBESIM_SCRIPT": "hang"}, time_limit=20)
         handles.append(await place(backend, deadline, ident("plain-deadline")))
         checked = skipped = 0
+        read: dict[str, set[tuple[State, Cause]]] = defaultdict(set)  # job id -> what was read of it
         for step in range(90):
             await lv.settle()
             if step == 10:
@@ -203,9 +206,14 @@ async def test_a_plain_incarnation_reads_the_same_from_its_trainjob_and_pods_alo
                 read_alone = backend._reading(name, identity, alone)
                 read_whole = backend._reading(name, identity, parts)
                 assert isinstance(read_alone, Observation) and isinstance(read_whole, Observation)
+                read[identity.job_id].add((read_whole.state, read_whole.cause))
                 assert (read_alone.outcome, read_alone.compute) == (read_whole.outcome, read_whole.compute), (
                     name,
                     step,
                 )
-            lv.sim.advance(1)
+            # A second at a time while jobs start and end; then past the config error's grace, so the pod
+            # that cannot start is read failed too.
+            lv.sim.advance(1 if step < 60 else 10)
         assert checked and skipped, (checked, skipped)
+        stuck = f"plain-{SCRIPTS.index('config-error missing-secret')}"
+        assert (State.FAILED, Cause.CONFIG_ERROR) in read[stuck], read[stuck]

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from kubeflow_fixtures import caught_up, config, ident, install, spec, torch_runtime, variant
+from kubeflow_live import SimClock
 
 from dispatch import Cause, Handle, Identity, Image, JobSpec, Observation, State
 from dispatch.cluster import Cluster
@@ -27,8 +28,6 @@ from dispatch_kubeflow import Backend, RuntimeRef
 from dispatch_kubeflow.backend import open_backend
 from dispatch_kubeflow.causes import CONFIG_ERROR_GRACE, IMAGE_PULL_GRACE
 from dispatch_kubeflow.naming import identity_labels
-from dispatch_kubeflow.watching import TICK_SECONDS
-from kubesim.clock import ManualClock
 from kubesim.fixtures import install_default_kueue
 from kubesim.resources import CLUSTERQUEUES, PODS, TRAINJOBS, WORKLOADPRIORITYCLASSES
 from kubesim.sim import Simulator
@@ -48,29 +47,6 @@ def _runtime(name: str, restart: str, backoff: int) -> dict[str, Any]:
     job["spec"]["backoffLimit"] = backoff
     job["spec"]["template"]["spec"]["restartPolicy"] = restart
     return rt
-
-
-class SimClock:
-    """dispatch's Clock on the simulator's time, so the backend's "now" (the image pull grace period)
-    is the cluster's."""
-
-    def __init__(self, sim: Simulator) -> None:
-        self.sim = sim
-
-    def now(self) -> float:
-        return self.sim.clock.now()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(0)
-        if seconds >= TICK_SECONDS:
-            # A background timer (the informer's tick runs for as long as the backend is open): it waits
-            # for the test to move the cluster's time, else it would move it on its own.
-            done = asyncio.get_running_loop().create_future()
-            assert isinstance(self.sim.clock, ManualClock)
-            self.sim.clock.call_at(self.now() + seconds, lambda: done.done() or done.set_result(None))
-            await done
-            return
-        self.sim.advance(seconds)  # the probe's window, a retry's backoff: the test waits on them
 
 
 class Scenario:
