@@ -53,12 +53,14 @@ from dispatch.model import (
     Share,
     State,
 )
+from dispatch.probecache import ProbeCache
 from dispatch_slurm import naming, output
 from dispatch_slurm.answers import Failure, failure_of
+from dispatch_slurm.clusterfacts import TTL, read_cached
 from dispatch_slurm.holds import Holds
 from dispatch_slurm.observing import NAME, Observing
 from dispatch_slurm.polls import Polls
-from dispatch_slurm.preflight import ClusterInfo, read_cluster
+from dispatch_slurm.preflight import ClusterInfo
 from dispatch_slurm.queries import Queries
 from dispatch_slurm.script import ACCEPTED_EXTENSIONS, build_request, refusals, request_of
 from dispatch_slurm.settings import Settings, parse_settings
@@ -98,7 +100,7 @@ class SlurmBackend:
         self.read_only = read_only
         self.store_id = store_id
         self.queries = Queries(transport, info)
-        self.feed = Feed(self._fill, idle_stop=True)
+        self.feed = Feed(self._fill, idle_stop=True, current=lambda: self._polls.current())
         """The host's feed, which this backend fills from its polls (only while something watches)."""
         self.observing = Observing(self.queries, info, settings, store_id, self.feed)
         self._polls = Polls(self.observing, float(settings.poll_interval))
@@ -146,6 +148,12 @@ class SlurmBackend:
         if self.settings.container == "pyxis" and self.info.container_plugin:
             extensions.add("dispatch/Image")
         notes = [f"Slurm {self.info.version}, cluster {self.info.cluster_name}"]
+        if self.info.kept_since is not None:
+            kept = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.info.kept_since))
+            notes.append(
+                f"the cluster's configuration as read at {kept} (kept {TTL / 60:g} min; "
+                "`dispatch check --refresh` reads it again)"
+            )
         if not (self.info.accounting or self.info.jobcomp):
             notes.append("no accounting nor completion log: a job is known only while squeue lists it")
         return Capabilities(
@@ -271,7 +279,7 @@ class SlurmBackend:
         identity = prepared.identity
         _, directory, script = request_of(prepared.request)
         unknown = f"sbatch did not answer: incarnation {identity} may or may not exist"
-        asked = time.time()
+        asked, began = time.time(), time.monotonic()
         result = await self._submit(["sh", "-c", _SUBMIT, "dispatch-submit", directory], script, unknown)
         if result.returncode == _EXISTED:
             # An earlier start of this identity made the directory: it may have submitted the job.
@@ -294,10 +302,10 @@ class SlurmBackend:
             raise OutcomeUnknownError(f"sbatch answered {result.stdout.strip()[:80]!r}, not a job id")
         _log.info("submitted Slurm job %s for %s", job_id, identity)
         handle = self.observing.handle(identity, job_id)
-        self._submitted(handle, prepared.held, asked)
+        self._submitted(handle, prepared.held, asked, began)
         return handle
 
-    def _submitted(self, handle: Handle, held: bool, asked: float) -> None:
+    def _submitted(self, handle: Handle, held: bool, asked: float, began: float) -> None:
         """Slurm's answer to ``sbatch`` is a reading of its own: the job is in the queue (held, when it
         was submitted held). Offered to the feed — unless a poll already read the job — so the host
         knows the new incarnation's state without asking Slurm again (:func:`dispatch.backend.recent`)."""
@@ -314,6 +322,7 @@ class SlurmBackend:
         )
         outcome = Outcome(State.HELD if held else State.QUEUED, Cause.NONE, (ev,))
         self.feed.offer(Observation(handle, outcome, asked, Compute.GONE))
+        self._polls.submitted(handle, began)
 
     async def _submit(self, argv: Sequence[str], script: str, unknown: str) -> Result:
         try:
@@ -432,11 +441,14 @@ class SlurmBackend:
         await self.transport.close()
 
 
-async def open_backend(settings: Settings, *, read_only: bool = False, store_id: str = "") -> SlurmBackend:
-    """Open the cluster ``settings`` name: read it (read-only commands) and check the settings."""
+async def open_backend(
+    settings: Settings, *, read_only: bool = False, store_id: str = "", cache: ProbeCache | None = None
+) -> SlurmBackend:
+    """Open the cluster ``settings`` name: read it (read-only commands; from ``cache`` when it keeps what
+    an earlier open read: :mod:`~dispatch_slurm.clusterfacts`) and check the settings."""
     transport = open_transport(settings)
     try:
-        info = await read_cluster(settings, transport)
+        info = await read_cached(settings, transport, cache, now=time.time())
     except BaseException:
         await transport.close()
         raise
@@ -446,6 +458,6 @@ async def open_backend(settings: Settings, *, read_only: bool = False, store_id:
 
 async def factory(cfg: AdapterConfig) -> SlurmBackend:
     """Open a slurm backend from an :class:`AdapterConfig` (the token, if any, is not used: Slurm's
-    commands authenticate with munge, ssh with its keys)."""
+    commands authenticate with munge, ssh with its keys; the probe cache keeps the cluster's facts)."""
     settings = parse_settings(cfg.settings)
-    return await open_backend(settings, read_only=cfg.read_only, store_id=cfg.store_id)
+    return await open_backend(settings, read_only=cfg.read_only, store_id=cfg.store_id, cache=cfg.probe_cache)

@@ -34,7 +34,7 @@ SlurmName = Annotated[
 AbsolutePath = Annotated[
     str, Meta(pattern=_ABSOLUTE, max_length=4096, extra={"expected": "an absolute path"})
 ]
-DEFAULT_POLL = Duration("5s")
+DEFAULT_POLL = Duration("30s")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CONTROL_NAMES = {"\x00": "NUL", "\n": "a newline", "\r": "a carriage return", "\t": "a tab"}
 
@@ -127,7 +127,7 @@ class Settings(Model, frozen=True):
     poll_interval: Annotated[
         Duration,
         Meta(
-            description='How often one squeue serves every watcher of the process (e.g. "5s"); 100ms to 1h.',
+            description='How often one squeue serves every watcher of the process (e.g. "30s"); 100ms to 1h.',
             extra_json_schema={"default": DEFAULT_POLL.text},
         ),
     ] = msgspec.field(default_factory=lambda: DEFAULT_POLL)
