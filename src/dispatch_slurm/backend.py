@@ -71,13 +71,22 @@ __all__ = ["NAME", "SlurmBackend", "factory", "open_backend"]
 _log = logging.getLogger(__name__)
 
 _SUBMIT = (
-    'if mkdir -- "$1" 2>/dev/null; then exec sbatch --parsable; fi; '
+    "submit() { "
+    'if [ "$2" != clean ]; then exec sbatch --parsable; fi; '
+    'bin="$(command -v sbatch)" || exit 127; '
+    'if [ -n "${SLURM_CONF:-}" ]; then exec env -i SLURM_CONF="$SLURM_CONF" "$bin" --parsable; fi; '
+    'exec env -i "$bin" --parsable; }; '
+    'if [ "${3:-}" = again ]; then submit "$@"; fi; '
+    'if mkdir -- "$1" 2>/dev/null; then submit "$@"; fi; '
     '[ -d "$1" ] && exit 75; '
     'mkdir -p -- "${1%/*}" && mkdir -- "$1" || exit 74; '
-    "exec sbatch --parsable"
+    'submit "$@"'
 )
-"""One round trip for a start: make the job's directory, then submit the script (stdin) — or say the
-directory was there already (75: an earlier start of this identity) or could not be made (74)."""
+"""One round trip for a start (``sh -c _SUBMIT dispatch-submit DIR ENVIRONMENT [again]``): make the job's
+directory, then submit the script (stdin) — or say the directory was there already (75: an earlier start of
+this identity) or could not be made (74); ``again`` submits without making it. With ``environment: clean``
+sbatch runs with nothing of this shell's environment but ``SLURM_CONF`` (``--export=ALL`` then passes the
+job nothing else: the script sets the rest)."""
 _EXISTED, _NO_DIRECTORY = 75, 74
 _CHECK_IDENTITY = Identity("dispatch-capabilities-check")
 
@@ -280,14 +289,15 @@ class SlurmBackend:
         _, directory, script = request_of(prepared.request)
         unknown = f"sbatch did not answer: incarnation {identity} may or may not exist"
         asked, began = time.time(), time.monotonic()
-        result = await self._submit(["sh", "-c", _SUBMIT, "dispatch-submit", directory], script, unknown)
+        argv = ["sh", "-c", _SUBMIT, "dispatch-submit", directory, self.settings.environment]
+        result = await self._submit(argv, script, unknown)
         if result.returncode == _EXISTED:
             # An earlier start of this identity made the directory: it may have submitted the job.
             existing = await self._existing(identity)
             if existing is not None:
                 _log.info("adopted Slurm job %s for %s", existing, identity)
                 return self.observing.handle(identity, existing)
-            result = await self._submit(["sbatch", "--parsable"], script, unknown)
+            result = await self._submit([*argv, "again"], script, unknown)
         if result.returncode == _NO_DIRECTORY:
             raise UnavailableError(f"cannot create the job's directory {directory}: {result.error()}")
         if not result.ok:

@@ -142,6 +142,14 @@ class Settings(Model, frozen=True):
         Literal["none", "pyxis"],
         Meta(description="none: dispatch/Image is refused; pyxis: it becomes --container-image."),
     ] = "none"
+    environment: Annotated[
+        Literal["login", "clean"],
+        Meta(
+            description="The environment a job starts in. login: the user's login environment, which Slurm "
+            "loads on the node at each start (--export=NONE); clean: only the user's identity (HOME, USER, "
+            "LOGNAME, SHELL), the system's PATH and what dispatch sets, no profile run (faster starts)."
+        ),
+    ] = "login"
     behaviour_scripts: Annotated[
         bool,
         Meta(

@@ -26,7 +26,7 @@ import dispatch
 from dispatch import Cluster, Config, JobRecord, JobSpec, MemoryStore
 from dispatch.backend import place
 from dispatch.model import Cause, Identity, Observation, State
-from dispatch_slurm import open_backend, parse_settings
+from dispatch_slurm import SlurmBackend, open_backend, parse_settings
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -122,7 +122,8 @@ async def test_a_watch_right_after_the_submits_lists_nothing_and_polls_once_all_
     cluster = await dispatch.open("slurm", Config(adapter=raw, store=MemoryStore()))
     async with cluster:
         backend = cluster.backend
-        counts = backend.transport.counts  # type: ignore[attr-defined]
+        assert isinstance(backend, SlurmBackend)
+        counts = backend.transport.counts
         before = dict(counts)
         # More jobs than the cluster's 12 slots (3 nodes x 4 CPUs): some wait while others end.
         ids = [(await cluster.submit(sh("sleep 1"))).job_id for _ in range(14)]
