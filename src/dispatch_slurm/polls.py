@@ -166,8 +166,9 @@ class Polls:
             await asyncio.sleep(min(self.tick, self.interval - since))
 
     async def _all_ended(self) -> bool:
-        """Whether every incarnation the feed holds unended has written its end marker (a job still
-        pending has none: it is removed as the script starts, and its directory was made empty)."""
+        """Whether every incarnation the feed holds unended has written its end marker (one still waiting
+        has none — its directory was made empty, and the script removes it as it starts — unless an
+        earlier run of it wrote one, which a poll then finds stale: :meth:`_mark_stale`)."""
         live = [r for r in self.feed.readings() if _live(r)]
         if not live:
             return False

@@ -194,3 +194,30 @@ async def test_a_job_id_used_again_after_purge_or_by_another_store_is_a_new_job(
         assert (theirs.state, theirs.outcome.evidence[0].exit_code) == (State.FAILED, 5), theirs.outcome
         assert [line async for line in other.output(job_id)] == ["third"]
     assert (await cluster.get(job_id)).outcome.evidence[0].exit_code == 7  # ours untouched by theirs
+
+
+async def test_a_marker_beside_a_job_waiting_again_brings_no_more_polls(site: Site) -> None:
+    """A job requeued after it ended (``scontrol requeuehold``: pending again, held) keeps the marker its
+    first run wrote until it starts again. Once a listing shows it waiting, one early poll finds it still
+    waiting beside that marker; after that the old marker counts for nothing — no early poll every few
+    seconds while it waits (the interval is two minutes)."""
+    raw = site.settings(pollInterval="120s", requeue="slurm")
+    backend = await open_backend(parse_settings(json.dumps(raw)))
+    try:
+        h = await place(backend, sh("true"), Identity(f"requeued-{next(_n)}"))
+        changes = backend.watch_job(h.identity.job_id)
+        async with asyncio.timeout(60):  # the marker brings the poll that reads the end
+            async for change in changes:
+                if change.reading.outcome.terminal and change.reading.compute.value == "gone":
+                    break
+            site.slurm("scontrol", "requeuehold", h.ref)
+            while not any(o.handle.ref == h.ref and not o.outcome.terminal for o in await backend.list()):  # noqa: ASYNC110
+                await asyncio.sleep(0.3)
+        early = backend.early_polls
+        await asyncio.sleep(16)  # without the rule: early polls 1, 2, 4 and 8 s later
+        assert backend.early_polls - early <= 1, (early, backend.early_polls)
+        assert backend.polls == backend.early_polls  # no regular poll: all of them were early ones
+        await changes.aclose()  # type: ignore[attr-defined]
+    finally:
+        site.slurm("scancel", h.ref)
+        await backend.close()
