@@ -5,7 +5,8 @@ slurmctld serves), the same answers every time until an administrator changes th
 Kubeflow adapter keeps its cluster facts (:mod:`dispatch_kubeflow.clusterfacts`), dispatch keeps them in the
 host's :class:`~dispatch.probecache.ProbeCache` — the CLI's is the store's key-value table, a script's
 whatever ``Config(probe_cache=...)`` it passes (none: read every time) —, so an open that finds them there
-runs no Slurm command at all.
+runs one Slurm command instead of two: ``scontrol ping``, whether slurmctld answers (the cheapest request
+it serves: no job, node or partition data), so an outage still fails the open.
 
 An entry is used only when all of this holds, else the cluster is read anew and the entry replaced:
 
@@ -133,7 +134,7 @@ async def read_cached(
     print_ = await fingerprint(transport)
     if print_ is not None:
         info = _reusable(await _get(cache, key), print_, now)
-        if info is not None:
+        if info is not None and await _answers(transport):
             try:
                 check_settings(settings, info.partitions)
             except DispatchError:
@@ -149,6 +150,18 @@ async def read_cached(
         except DispatchError as exc:  # a cache is never the reason a cluster cannot be opened
             _log.info("could not keep the cluster's facts: %s", exc)
     return info
+
+
+async def _answers(transport: LocalTransport | SshTransport) -> bool:
+    """Whether slurmctld answers (``scontrol ping``: exit 0 and "is UP"). An open that keeps the facts
+    still asks, so a controller or munge that is down fails the open as reading the facts would (the
+    read that follows says why): a command that reads nothing else (the status of a job not yet
+    submitted) must not show the cluster as reachable."""
+    try:
+        pinged = await transport.run(["scontrol", "ping"])
+    except DispatchError:
+        return False
+    return pinged.ok and " is UP" in pinged.stdout
 
 
 async def _get(cache: ProbeCache, key: str) -> Mapping[str, Any] | None:

@@ -23,7 +23,7 @@ from slurm_fixtures import Site
 
 import dispatch
 from dispatch import Config, MemoryProbeCache, MemoryStore, StoreProbeCache
-from dispatch.errors import InvalidError
+from dispatch.errors import InvalidError, UnavailableError
 from dispatch_slurm import clusterfacts, open_backend, parse_settings
 from dispatch_slurm.localslurm import LocalSlurm
 from dispatch_slurm.transport import LocalTransport
@@ -71,7 +71,7 @@ async def test_a_second_open_runs_no_slurm_command(slurm: LocalSlurm, counted: C
     assert first == {"scontrol": 2}, first
     assert not any("refresh" in n for n in notes), notes
     second, again, notes = await opened_commands(settings(slurm), cache, counted)
-    assert second == {}, second  # nothing at all of Slurm's: the facts come from the cache
+    assert second == {"scontrol": 1}, second  # scontrol ping: the facts come from the cache
     assert again == identity
     assert any("dispatch check --refresh" in n for n in notes), notes
     # Without a cache (a script that passes none), every open reads the cluster.
@@ -128,7 +128,7 @@ async def test_an_entry_that_is_spoiled_old_or_of_another_conf_is_read_again(
     rewritten = await store.get_value(key)
     assert rewritten is not None and json.loads(rewritten)["format"] == clusterfacts.FORMAT
     again, _, _ = await opened_commands(settings(slurm), cache, counted)
-    assert again == {}, again  # the entry read again was kept
+    assert again == {"scontrol": 1}, again  # the entry read again was kept (and slurmctld pinged)
 
 
 async def test_each_cluster_and_settings_has_its_own_entry(
@@ -168,3 +168,19 @@ async def test_every_version_reopens_from_the_cache(site: Site) -> None:
         assert second.info == dataclasses.replace(first.info, kept_since=second.info.kept_since)
     finally:
         await second.close()
+
+
+async def test_a_warm_open_with_the_controller_down_fails_as_a_cold_one(slurm: LocalSlurm) -> None:
+    """The kept facts do not hide an outage: a warm open asks slurmctld whether it answers (``scontrol
+    ping``), and with it down reads the cluster as a cold open would — and fails saying why."""
+    cache = MemoryProbeCache()
+    parsed = parse_settings(json.dumps(settings(slurm)))
+    await (await open_backend(parsed, cache=cache)).close()
+    slurm.kill_controller()
+    try:
+        with pytest.raises(UnavailableError) as down:
+            await open_backend(parsed, cache=cache)
+        assert "configuration" in str(down.value), down.value
+    finally:
+        slurm.start_controller()
+    await (await open_backend(parsed, cache=cache)).close()  # up again: warm
