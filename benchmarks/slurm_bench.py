@@ -1,6 +1,6 @@
 """Slurm commands per job, and the time to see every job end: dispatch beside submitit, same cluster.
 
-Run: .venv/bin/python benchmarks/slurm_bench.py [--jobs 50 200] [--seconds 2] [--poll 5s]
+Run: .venv/bin/python benchmarks/slurm_bench.py [--jobs 50 200] [--seconds 2] [--poll 30s] [--environment clean]
 (submitit comes with the ``bench`` extra; without it only dispatch is measured.)
 
 One local Slurm with accounting (MariaDB + slurmdbd, so submitit's watcher can read states with
@@ -12,7 +12,10 @@ job sleeps ``--seconds`` and exits 0.
 
 - dispatch, through its public API as a user script would use it: ``dispatch.open("slurm", ...)``
   (opening included in the count), ``Cluster.submit`` for each job, then one ``Cluster.watch()`` for all
-  of them until every record is terminal.
+  of them until every record is terminal. Opening is counted both ways: *cold* (nothing kept: it reads the
+  cluster) and *warm* (within ten minutes of an earlier open that kept the cluster's facts in the host's
+  probe cache — the CLI's store, or ``Config(probe_cache=...)`` — as a script run again or any CLI command
+  after the first finds them). The run itself opens warm, after one cold open that is counted apart.
 - submitit: ``AutoExecutor(cluster="slurm")``, N ``submit`` calls (one ``sbatch`` each), then
   ``job.result()`` for each (its watcher polls ``sacct`` for all its jobs at once, and reads each job's
   result file).
@@ -38,8 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 import dispatch  # noqa: E402
-from dispatch import Config, JobSpec, MemoryStore  # noqa: E402
+from dispatch import Config, JobSpec, MemoryProbeCache, MemoryStore  # noqa: E402
 from dispatch_slurm.localslurm import LocalSlurm  # noqa: E402
+from dispatch_slurm.settings import DEFAULT_POLL  # noqa: E402
 
 SLURM = ("sbatch", "squeue", "sacct", "scontrol", "scancel")
 OTHERS = ("sh", "mkdir", "cat", "tail", "touch", "test")
@@ -63,12 +67,20 @@ def counted(log: Path) -> collections.Counter[str]:
 
 
 async def bench_dispatch(
-    slurm: LocalSlurm, jobs: int, seconds: float, poll: str, log: Path
+    slurm: LocalSlurm, jobs: int, seconds: float, poll: str | None, environment: str | None, log: Path
 ) -> dict[str, Any]:
-    raw = {"slurmConf": str(slurm.conf), "workdir": str(slurm.workdir / "dispatch"), "pollInterval": poll}
+    raw: dict[str, Any] = {"slurmConf": str(slurm.conf), "workdir": str(slurm.workdir / "dispatch")}
+    if poll is not None:
+        raw["pollInterval"] = poll
+    if environment is not None:
+        raw["environment"] = environment
     spec = JobSpec(command=("sleep", f"{seconds:g}"))
+    cache = MemoryProbeCache()
+    before = counted(log)
+    async with await dispatch.open("slurm", Config(adapter=raw, store=MemoryStore(), probe_cache=cache)):
+        cold = dict(counted(log) - before)
     start = counted(log)
-    cluster = await dispatch.open("slurm", Config(adapter=raw, store=MemoryStore()))
+    cluster = await dispatch.open("slurm", Config(adapter=raw, store=MemoryStore(), probe_cache=cache))
     opened = counted(log)
     async with cluster:
         t0, began = time.monotonic(), time.time()
@@ -88,14 +100,16 @@ async def bench_dispatch(
     done = counted(log)
     first, last = slurm_times(slurm, began, "d-")
     return {
+        "cold_opening": cold,
         "phases": {
-            "opening": dict(opened - start),
+            "opening (warm)": dict(opened - start),
             "submits": dict(submitted - opened),
             "watch": dict(done - submitted),
         },
         "commands": dict(done - start),
         "wall_s": round(wall, 1),
         "submit_s": round(submitting, 1),
+        "first_s": round(first - began, 1),
         "slurm_s": round(last - first, 1),
         "late_s": round(seen - last, 1),
         "states": dict(collections.Counter(ended.values())),
@@ -113,6 +127,7 @@ def bench_submitit(slurm: LocalSlurm, jobs: int, seconds: float, log: Path) -> d
     executor = submitit.AutoExecutor(folder=str(slurm.workdir / "submitit" / "%j"), cluster="slurm")
     executor.update_parameters(timeout_min=10, slurm_partition="batch", mem_gb=0.2)
     futures = [executor.submit(time.sleep, seconds) for _ in range(jobs)]
+    submitting = time.monotonic() - t0
     for job in futures:
         job.result()
     wall, seen = time.monotonic() - t0, time.time()
@@ -122,6 +137,8 @@ def bench_submitit(slurm: LocalSlurm, jobs: int, seconds: float, log: Path) -> d
     return {
         "commands": commands,
         "wall_s": round(wall, 1),
+        "submit_s": round(submitting, 1),
+        "first_s": round(first - began, 1),
         "slurm_s": round(last - first, 1),
         "late_s": round(seen - last, 1),
         "states": dict(states),
@@ -155,7 +172,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=[50])
     parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--poll", default="5s", help="dispatch's pollInterval (default: the adapter's)")
+    parser.add_argument("--poll", default=None, help="dispatch's pollInterval (default: the adapter's)")
+    parser.add_argument(
+        "--environment",
+        choices=("login", "clean"),
+        default=None,
+        help="dispatch's environment (default: the adapter's)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="slurm-bench-") as tmp:
         root = Path(tmp)
@@ -168,20 +191,31 @@ def main() -> int:
         results = []
         try:
             for jobs in args.jobs:
-                mine = asyncio.run(bench_dispatch(slurm, jobs, args.seconds, args.poll, log))
+                mine = asyncio.run(
+                    bench_dispatch(slurm, jobs, args.seconds, args.poll, args.environment, log)
+                )
                 theirs = bench_submitit(slurm, jobs, args.seconds, log)
                 results.append((jobs, mine, theirs))
         finally:
             slurm.stop()
     for jobs, mine, theirs in results:
         print(f"{jobs} jobs of {args.seconds:g} s on a local Slurm (3 nodes x 4 CPUs, accounting on):")
-        print(f"  dispatch (public API, pollInterval {args.poll}): {per_job(mine['commands'], jobs)}")
+        poll = args.poll or f"{DEFAULT_POLL.text}, the adapter's default"
+        poll += f"; environment {args.environment or 'login, the default'}"
+        cold = collections.Counter(mine["commands"]) - collections.Counter(mine["phases"]["opening (warm)"])
+        cold.update(mine["cold_opening"])
         print(
-            f"    {mine['wall_s']} s to see every job end ({mine['submit_s']} s submitting; Slurm ran them from "
+            f"  dispatch (public API, pollInterval {poll}), opening warm: {per_job(mine['commands'], jobs)}"
+        )
+        print(f"    opening cold instead: {per_job(dict(cold), jobs)}")
+        print(
+            f"    {mine['wall_s']} s to see every job end ({mine['submit_s']} s submitting, the first start "
+            f"{mine['first_s']} s after the first submit; Slurm ran them from "
             f"first start to last end in {mine['slurm_s']} s; the last end seen {mine['late_s']} s after it); "
             f"{mine['states']}"
         )
         print(f"    polls: {mine['polls'][0]}, of which {mine['polls'][1]} brought forward by the end marker")
+        print(f"    opening cold: {dict(sorted(mine['cold_opening'].items()))}")
         for phase, commands in mine["phases"].items():
             print(f"    {phase}: {dict(sorted(commands.items()))}")
         if theirs is None:
@@ -189,7 +223,9 @@ def main() -> int:
         else:
             print(f"  submitit: {per_job(theirs['commands'], jobs)}")
             print(
-                f"    {theirs['wall_s']} s to see every job end (Slurm ran them in {theirs['slurm_s']} s; the "
+                f"    {theirs['wall_s']} s to see every job end ({theirs['submit_s']} s submitting, the first start "
+                f"{theirs['first_s']} s after the first submit; Slurm ran them "
+                f"from first start to last end in {theirs['slurm_s']} s; the "
                 f"last end seen {theirs['late_s']} s after it); {theirs['states']}"
             )
     return 0

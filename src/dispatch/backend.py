@@ -8,7 +8,7 @@ Every method that touches a cluster is ``async`` and must honour cancellation an
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, NewType, Protocol, runtime_checkable
 
 import msgspec.structs
@@ -41,6 +41,7 @@ __all__ = [
     "Prepared",
     "Watcher",
     "compute_gone",
+    "known",
     "place",
     "recent",
     "record_decision",
@@ -298,6 +299,16 @@ def recent(backend: Backend, handle: Handle) -> Observation | None:
     if isinstance(last, Observation) and last.handle.identity.same_incarnation(handle.identity):
         return last
     return None
+
+
+def known(backend: Backend, handles: Iterable[Handle]) -> bool:
+    """Whether the backend's watch feed holds a current reading of every incarnation of ``handles`` (its
+    :meth:`~dispatch.feed.Feed.current` says so, and it holds a reading of each: :func:`recent`): then a
+    listing of the cluster would tell the host nothing the feed does not."""
+    feed = getattr(backend, "feed", None)
+    if not isinstance(feed, Feed) or not feed.current():
+        return False
+    return all(recent(backend, h) is not None for h in handles)
 
 
 async def place(backend: Backend, spec: JobSpec, identity: Identity, *, held: bool = False) -> Handle:

@@ -69,7 +69,8 @@ class Feed:
 
     ``fill`` is started by the first watcher and, with ``idle_stop``, cancelled when the last one leaves
     (a poller that costs commands polls only while someone watches). ``history`` changes are kept for
-    resuming; ``ended`` ended incarnations are remembered (bounded memory over a long-lived process)."""
+    resuming; ``ended`` ended incarnations are remembered (bounded memory over a long-lived process).
+    ``current`` says whether the readings held are current (:meth:`current`)."""
 
     def __init__(
         self,
@@ -79,10 +80,12 @@ class Feed:
         idle_stop: bool = False,
         history: int = HISTORY,
         ended: int = ENDED,
+        current: Callable[[], bool] | None = None,
     ) -> None:
         self.id = f"{os.getpid():x}.{next(_ids)}"
         self._fill = fill
         self._catch_up = catch_up
+        self._current = current
         self._idle_stop = idle_stop
         self._last: dict[str, Item] = {}
         self._ended: OrderedDict[str, None] = OrderedDict()
@@ -136,6 +139,12 @@ class Feed:
     def readings(self) -> builtins.list[Item]:
         """The last reading of every incarnation this feed remembers."""
         return list(self._last.values())
+
+    def current(self) -> bool:
+        """Whether the readings this feed holds are as good as a new read of the cluster, as its source
+        knows (``current``, given by the adapter: Slurm's polls when the last poll, or the submits since,
+        are younger than the poll interval). Without it, never: a host that needs the present reads it."""
+        return self._current is not None and self._current()
 
     # --- what the host calls --------------------------------------------------------------------------
 

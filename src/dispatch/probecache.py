@@ -1,7 +1,8 @@
 """Probe caches: where a host keeps what an adapter's preflight probe learned (SPEC §9.3).
 
-An adapter whose factory runs a slow probe (Kubeflow: ≥ 10 s with a TrainJob created and deleted) may
-reuse earlier findings when the host hands it a :class:`ProbeCache` in
+An adapter whose factory runs a slow probe (Kubeflow: ≥ 10 s with a TrainJob created and deleted), or reads
+facts that do not change from one open to the next (Kubeflow's API discovery; Slurm's configuration, two
+``scontrol`` RPCs to slurmctld), may reuse earlier findings when the host hands it a :class:`ProbeCache` in
 :attr:`~dispatch.config.AdapterConfig.probe_cache`. The adapter decides what the findings are, what
 they depend on (a fingerprint it stores with them) and how long they stay good; the host only keeps
 them. Without a cache the adapter probes every time, as the SPEC says.

@@ -53,12 +53,14 @@ from dispatch.model import (
     Share,
     State,
 )
+from dispatch.probecache import ProbeCache
 from dispatch_slurm import naming, output
 from dispatch_slurm.answers import Failure, failure_of
+from dispatch_slurm.clusterfacts import TTL, read_cached
 from dispatch_slurm.holds import Holds
 from dispatch_slurm.observing import NAME, Observing
 from dispatch_slurm.polls import Polls
-from dispatch_slurm.preflight import ClusterInfo, read_cluster
+from dispatch_slurm.preflight import ClusterInfo
 from dispatch_slurm.queries import Queries
 from dispatch_slurm.script import ACCEPTED_EXTENSIONS, build_request, refusals, request_of
 from dispatch_slurm.settings import Settings, parse_settings
@@ -69,13 +71,22 @@ __all__ = ["NAME", "SlurmBackend", "factory", "open_backend"]
 _log = logging.getLogger(__name__)
 
 _SUBMIT = (
-    'if mkdir -- "$1" 2>/dev/null; then exec sbatch --parsable; fi; '
+    "submit() { "
+    'if [ "$2" != clean ]; then exec sbatch --parsable; fi; '
+    'bin="$(command -v sbatch)" || exit 127; '
+    'if [ -n "${SLURM_CONF:-}" ]; then exec env -i SLURM_CONF="$SLURM_CONF" "$bin" --parsable; fi; '
+    'exec env -i "$bin" --parsable; }; '
+    'if [ "${3:-}" = again ]; then submit "$@"; fi; '
+    'if mkdir -- "$1" 2>/dev/null; then submit "$@"; fi; '
     '[ -d "$1" ] && exit 75; '
     'mkdir -p -- "${1%/*}" && mkdir -- "$1" || exit 74; '
-    "exec sbatch --parsable"
+    'submit "$@"'
 )
-"""One round trip for a start: make the job's directory, then submit the script (stdin) — or say the
-directory was there already (75: an earlier start of this identity) or could not be made (74)."""
+"""One round trip for a start (``sh -c _SUBMIT dispatch-submit DIR ENVIRONMENT [again]``): make the job's
+directory, then submit the script (stdin) — or say the directory was there already (75: an earlier start of
+this identity) or could not be made (74); ``again`` submits without making it. With ``environment: clean``
+sbatch runs with nothing of this shell's environment but ``SLURM_CONF`` (``--export=ALL`` then passes the
+job nothing else: the script sets the rest)."""
 _EXISTED, _NO_DIRECTORY = 75, 74
 _CHECK_IDENTITY = Identity("dispatch-capabilities-check")
 
@@ -98,7 +109,7 @@ class SlurmBackend:
         self.read_only = read_only
         self.store_id = store_id
         self.queries = Queries(transport, info)
-        self.feed = Feed(self._fill, idle_stop=True)
+        self.feed = Feed(self._fill, idle_stop=True, current=lambda: self._polls.current())
         """The host's feed, which this backend fills from its polls (only while something watches)."""
         self.observing = Observing(self.queries, info, settings, store_id, self.feed)
         self._polls = Polls(self.observing, float(settings.poll_interval))
@@ -146,6 +157,12 @@ class SlurmBackend:
         if self.settings.container == "pyxis" and self.info.container_plugin:
             extensions.add("dispatch/Image")
         notes = [f"Slurm {self.info.version}, cluster {self.info.cluster_name}"]
+        if self.info.kept_since is not None:
+            kept = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.info.kept_since))
+            notes.append(
+                f"the cluster's configuration as read at {kept} (kept {TTL / 60:g} min; "
+                "`dispatch check --refresh` reads it again)"
+            )
         if not (self.info.accounting or self.info.jobcomp):
             notes.append("no accounting nor completion log: a job is known only while squeue lists it")
         return Capabilities(
@@ -271,15 +288,16 @@ class SlurmBackend:
         identity = prepared.identity
         _, directory, script = request_of(prepared.request)
         unknown = f"sbatch did not answer: incarnation {identity} may or may not exist"
-        asked = time.time()
-        result = await self._submit(["sh", "-c", _SUBMIT, "dispatch-submit", directory], script, unknown)
+        asked, began = time.time(), time.monotonic()
+        argv = ["sh", "-c", _SUBMIT, "dispatch-submit", directory, self.settings.environment]
+        result = await self._submit(argv, script, unknown)
         if result.returncode == _EXISTED:
             # An earlier start of this identity made the directory: it may have submitted the job.
             existing = await self._existing(identity)
             if existing is not None:
                 _log.info("adopted Slurm job %s for %s", existing, identity)
                 return self.observing.handle(identity, existing)
-            result = await self._submit(["sbatch", "--parsable"], script, unknown)
+            result = await self._submit([*argv, "again"], script, unknown)
         if result.returncode == _NO_DIRECTORY:
             raise UnavailableError(f"cannot create the job's directory {directory}: {result.error()}")
         if not result.ok:
@@ -294,10 +312,10 @@ class SlurmBackend:
             raise OutcomeUnknownError(f"sbatch answered {result.stdout.strip()[:80]!r}, not a job id")
         _log.info("submitted Slurm job %s for %s", job_id, identity)
         handle = self.observing.handle(identity, job_id)
-        self._submitted(handle, prepared.held, asked)
+        self._submitted(handle, prepared.held, asked, began)
         return handle
 
-    def _submitted(self, handle: Handle, held: bool, asked: float) -> None:
+    def _submitted(self, handle: Handle, held: bool, asked: float, began: float) -> None:
         """Slurm's answer to ``sbatch`` is a reading of its own: the job is in the queue (held, when it
         was submitted held). Offered to the feed — unless a poll already read the job — so the host
         knows the new incarnation's state without asking Slurm again (:func:`dispatch.backend.recent`)."""
@@ -314,6 +332,7 @@ class SlurmBackend:
         )
         outcome = Outcome(State.HELD if held else State.QUEUED, Cause.NONE, (ev,))
         self.feed.offer(Observation(handle, outcome, asked, Compute.GONE))
+        self._polls.submitted(handle, began)
 
     async def _submit(self, argv: Sequence[str], script: str, unknown: str) -> Result:
         try:
@@ -432,11 +451,14 @@ class SlurmBackend:
         await self.transport.close()
 
 
-async def open_backend(settings: Settings, *, read_only: bool = False, store_id: str = "") -> SlurmBackend:
-    """Open the cluster ``settings`` name: read it (read-only commands) and check the settings."""
+async def open_backend(
+    settings: Settings, *, read_only: bool = False, store_id: str = "", cache: ProbeCache | None = None
+) -> SlurmBackend:
+    """Open the cluster ``settings`` name: read it (read-only commands; from ``cache`` when it keeps what
+    an earlier open read: :mod:`~dispatch_slurm.clusterfacts`) and check the settings."""
     transport = open_transport(settings)
     try:
-        info = await read_cluster(settings, transport)
+        info = await read_cached(settings, transport, cache, now=time.time())
     except BaseException:
         await transport.close()
         raise
@@ -446,6 +468,6 @@ async def open_backend(settings: Settings, *, read_only: bool = False, store_id:
 
 async def factory(cfg: AdapterConfig) -> SlurmBackend:
     """Open a slurm backend from an :class:`AdapterConfig` (the token, if any, is not used: Slurm's
-    commands authenticate with munge, ssh with its keys)."""
+    commands authenticate with munge, ssh with its keys; the probe cache keeps the cluster's facts)."""
     settings = parse_settings(cfg.settings)
-    return await open_backend(settings, read_only=cfg.read_only, store_id=cfg.store_id)
+    return await open_backend(settings, read_only=cfg.read_only, store_id=cfg.store_id, cache=cfg.probe_cache)

@@ -10,17 +10,22 @@ that cannot read the cluster offers nothing and tells the feed why (an outage ch
 watch that started it closes first: a supervisor's step reads the watch for what it holds *now* and
 closes it at once, and the poll it started must still land for the next step to read.
 
-**A watch starts from a fresh poll.** :meth:`fresh` (awaited before a watch reads the feed) waits for a
-poll when the last one is older than the interval, so a watch opened after an idle spell does not start
-from readings the feed kept from long ago.
+**A watch starts from a fresh reading.** :meth:`fresh` (awaited before a watch reads the feed) waits for
+a poll when the feed's readings are older than the interval, so a watch opened after an idle spell does not
+start from readings the feed kept from long ago. ``sbatch``'s answer is a reading too (the job is queued,
+:meth:`submitted`): a watch that starts right after the submits of every job it holds costs no poll.
 
-**The end marker asks early; Slurm answers.** The batch script writes ``ended`` into the incarnation's
-directory as it exits (:mod:`~dispatch_slurm.script`). While every incarnation the feed holds unended is
-running — nothing can change but an end —, the marker files are looked at each second (one ``sh`` on
-the login node, not a Slurm command), and once every one of them has written its marker, a poll runs at
-once instead of at the end of the interval; if Slurm does not show them all ended yet (``COMPLETING``),
-the next early poll waits twice as long, up to the interval. The marker is never a reading: the job's
-state is what squeue says.
+**The end marker asks early; Slurm answers.** The batch script removes ``ended`` from the incarnation's
+directory as it starts and writes it as it exits (:mod:`~dispatch_slurm.script`). While anything watches,
+the markers of every incarnation the feed holds unended — running or still waiting for a slot: a short job
+may start and end between two polls — are looked at each second (one ``sh`` on the login node, not a Slurm
+command). A poll is brought forward only when it can conclude: once every one of them has written its
+marker, it runs at once instead of at the end of the interval; if Slurm does not show them all ended yet
+(``COMPLETING``), the next early poll waits twice as long, up to the interval. Any other change (a start,
+one end among jobs that go on) waits for the interval's poll. The marker is never a reading: the job's
+state is what squeue says. A marker a poll finds beside a job Slurm shows waiting again (a requeue in
+place: Slurm's own, or a hold of a running job) is an earlier run's, and counts for nothing until the
+script removes it as it starts again.
 """
 
 from __future__ import annotations
@@ -45,6 +50,13 @@ TICK = 1.0
 """Seconds between two looks at the end markers (at most), and the first gap of an early poll."""
 
 
+def _pending(reading: Observation | Absent) -> bool:
+    """Waiting for a slot (queued or held): not ended, and no compute of it is there."""
+    return (
+        isinstance(reading, Observation) and not reading.outcome.terminal and reading.compute is Compute.GONE
+    )
+
+
 def _live(reading: Observation | Absent) -> bool:
     return isinstance(reading, Observation) and not (
         reading.outcome.terminal and reading.compute is not Compute.PRESENT
@@ -64,6 +76,8 @@ class Polls:
         """How many of them an end marker brought forward."""
         self._asked = -math.inf  # monotonic time the last poll was asked
         self._early_gap = self.tick
+        self._written: set[str] = set()  # the end markers the last look found
+        self._stale: set[str] = set()  # of those, the ones a poll found beside a job waiting again
         self._running: asyncio.Task[None] | None = None
 
     @property
@@ -77,12 +91,22 @@ class Polls:
             self._early_gap = min(self._early_gap * 2, self.interval) if early else self.tick
             await self.poll()
 
+    def current(self) -> bool:
+        """Whether the feed's readings are younger than the interval (the last poll's, or the submits'
+        since: :meth:`submitted`) and no poll is in flight: the feed's ``current``."""
+        return self._running is None and time.monotonic() - self._asked < self.interval
+
     async def fresh(self) -> None:
-        """Return once the feed holds a poll younger than the interval (waiting for one in flight, or
-        for a new one)."""
-        if self._running is None and time.monotonic() - self._asked < self.interval:
-            return
-        await self.poll()
+        """Return once the feed's readings are current (waiting for a poll in flight, or a new one)."""
+        if not self.current():
+            await self.poll()
+
+    def submitted(self, handle: Handle, asked: float) -> None:
+        """``sbatch`` queued incarnation ``handle`` (asked at monotonic time ``asked``; its reading offered
+        to the feed). The feed's readings count from the last poll; when it held nothing else unended, they
+        count from this submit: the next poll is due an interval after it, not at once."""
+        if not any(_live(r) and r.handle.ref != handle.ref for r in self.feed.readings()):
+            self._asked = max(self._asked, asked)
 
     async def poll(self) -> None:
         """Run a poll (or join the one in flight); cancelling the caller does not cancel the poll."""
@@ -105,6 +129,7 @@ class Polls:
                 return
             self.feed.troubled(None)
             self._offer(found)
+            self._mark_stale()
         finally:
             self._running = None
 
@@ -122,6 +147,13 @@ class Polls:
             if last is None or last.at <= reading.at:
                 self.feed.offer(reading)
 
+    def _mark_stale(self) -> None:
+        """After a poll: a marker the last look found beside a job Slurm now shows waiting is an earlier
+        run's (the script removes it as it starts): it says nothing until it is gone and written again."""
+        for r in self.feed.readings():
+            if _pending(r) and (path := self._marker(r.handle)) in self._written:
+                self._stale.add(path)
+
     async def _due(self) -> bool:
         """Wait until a poll is due: ``True`` when an end marker brought it forward."""
         while True:
@@ -134,17 +166,21 @@ class Polls:
             await asyncio.sleep(min(self.tick, self.interval - since))
 
     async def _all_ended(self) -> bool:
-        """Whether every incarnation the feed holds unended runs and has written its end marker."""
+        """Whether every incarnation the feed holds unended has written its end marker (one still waiting
+        has none — its directory was made empty, and the script removes it as it starts — unless an
+        earlier run of it wrote one, which a poll then finds stale: :meth:`_mark_stale`)."""
         live = [r for r in self.feed.readings() if _live(r)]
-        if not live or any(isinstance(r, Observation) and r.compute is not Compute.PRESENT for r in live):
-            return False  # something pends or cannot be told: only a poll can say when it changes
-        paths = [self._marker(r.handle) for r in live]
+        if not live:
+            return False
+        paths = {self._marker(r.handle) for r in live}
         try:
-            written = await self.observing.queries.existing(paths)
+            written = await self.observing.queries.existing(sorted(paths))
         except UnavailableError as exc:
             _log.debug("cannot look at the end markers: %s", exc)
             return False
-        return len(written) == len(set(paths))
+        self._written = written
+        self._stale &= written  # a marker removed (its job started again) is no longer stale
+        return paths <= written - self._stale
 
     def _marker(self, handle: Handle) -> str:
         return end_marker(self.observing.info.workdir, handle.identity)

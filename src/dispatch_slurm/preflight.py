@@ -22,6 +22,7 @@ __all__ = [
     "ClusterInfo",
     "Partition",
     "accounting_of",
+    "check_settings",
     "parse_config",
     "parse_partitions",
     "read_cluster",
@@ -57,6 +58,9 @@ class ClusterInfo:
     min_job_age: int = 300
     """Seconds an ended job stays in ``squeue`` (``MinJobAge``); after that only accounting or the
     completion log knows it."""
+    kept_since: float | None = None
+    """When these facts were read, if they come from the host's cache (:mod:`~dispatch_slurm.clusterfacts`;
+    ``None``: read by this open)."""
 
     @property
     def dialect(self) -> Dialect:
@@ -129,6 +133,16 @@ def _version(text: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+def check_settings(settings: Settings, partitions: tuple[Partition, ...]) -> None:
+    """Refuse settings a cluster of ``partitions`` cannot serve (``InvalidError`` naming the path)."""
+    names = [p.name for p in partitions]
+    if settings.partition is not None and settings.partition not in names:
+        raise InvalidError(
+            f"no partition {settings.partition!r} on this cluster; it has: {', '.join(names) or 'none'}",
+            path="partition",
+        )
+
+
 async def read_cluster(settings: Settings, transport: LocalTransport | SshTransport) -> ClusterInfo:
     """Read the cluster and check ``settings`` against it (``UnsupportedError``/``InvalidError``)."""
     shown = await transport.run(["scontrol", "show", "config"])
@@ -138,12 +152,7 @@ async def read_cluster(settings: Settings, transport: LocalTransport | SshTransp
         raise UnsupportedError(f"Slurm {version} is older than 22.05, the oldest the slurm adapter supports")
     listed = await transport.run(["scontrol", "show", "partition", "-o"])
     partitions = parse_partitions(answer(listed, "list the Slurm partitions"))
-    names = [p.name for p in partitions]
-    if settings.partition is not None and settings.partition not in names:
-        raise InvalidError(
-            f"no partition {settings.partition!r} on this cluster; it has: {', '.join(names) or 'none'}",
-            path="partition",
-        )
+    check_settings(settings, partitions)
     container = False
     if settings.container == "pyxis":
         helped = await transport.run(["srun", "--help"])

@@ -154,7 +154,7 @@ def build_request(
         f"#SBATCH --ntasks-per-node={procs}",
         f"#SBATCH --output={sbatch_word(_pattern(directory + '/batch.out'))}",
         f"#SBATCH --chdir={sbatch_word(directory)}",
-        "#SBATCH --export=NONE",
+        "#SBATCH --export=NONE" if settings.environment == "login" else "#SBATCH --export=ALL",
         "#SBATCH --no-requeue" if settings.requeue == "dispatch" else "#SBATCH --requeue",
     ]
     if spec.time_limit is not None:
@@ -188,16 +188,36 @@ def build_request(
         env["DISPATCH_CHECKPOINT_DIR"] = checkpoint.dir
     # Each task is `bash -c WRAP dispatch-task COMMAND...` with this environment: what Linux can exec.
     check_exec(["bash", "-c", _TASK, "dispatch-task", *command], env, where="a Slurm node")
-    lines += ["", "# --export=NONE: the job sees its own environment, not the submitter's."]
-    lines.append(f'export PATH="${{PATH:-{_DEFAULT_PATH}}}"')
+    if settings.environment == "login":
+        lines += ["", "# --export=NONE: the job sees its own login environment, not the submitter's."]
+        lines.append(f'export PATH="${{PATH:-{_DEFAULT_PATH}}}"')
+    else:
+        # sbatch ran with no environment but SLURM_CONF (--export=ALL passes nothing else): the user's
+        # identity from the password database, nothing of a profile's.
+        lines += ["", "# environment: clean — the user's identity and the system's PATH, no login profile."]
+        lines += [
+            f"export PATH={_DEFAULT_PATH}",  # bash's own when none is set ends in "." (the job's directory)
+            'dispatch_user="$(id -un)"',
+            'IFS=: read -r _ _ _ _ _ HOME SHELL <<EOF\n$(getent passwd "$dispatch_user")\nEOF',
+            'export USER="$dispatch_user" LOGNAME="$dispatch_user" HOME="${HOME:-/}" SHELL="${SHELL:-/bin/sh}"',
+            "unset dispatch_user",
+        ]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
     node_out = shlex.quote(_pattern(directory) + "/node-%n.out")
+    if spec.nodes == 1:
+        # One node: every rank runs on it, and reaches it at the loopback address (no question to
+        # slurmctld at each start).
+        rendezvous = ["# Rendezvous: the master is this node, the only one.", "MASTER_ADDR=127.0.0.1"]
+    else:
+        rendezvous = [
+            "# Rendezvous: the master is node 0 (the batch host, the allocation's first node), at its",
+            "# NodeAddr — the address the other nodes reach it at; a NodeName (n1) need not resolve anywhere.",
+            'first="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+            "MASTER_ADDR=\"$(scontrol -o show node \"$first\" 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')\"",
+            'MASTER_ADDR="${MASTER_ADDR:-$first}"',
+        ]
     lines += [
-        "# Rendezvous: the master is node 0 (the batch host, the allocation's first node), at its NodeAddr —",
-        "# the address the other nodes reach it at; a NodeName (n1) need not resolve anywhere.",
-        'first="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-        "MASTER_ADDR=\"$(scontrol -o show node \"$first\" 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')\"",
-        'MASTER_ADDR="${MASTER_ADDR:-$first}"',
+        *rendezvous,
         "# The job's own MASTER_PORT (its env) if it has one, else one per job id.",
         f'MASTER_PORT="${{MASTER_PORT:-$(( {MASTER_PORT_BASE} + SLURM_JOB_ID % 20000 ))}}"',
         f"WORLD_SIZE={spec.nodes * procs}",

@@ -34,7 +34,7 @@ SlurmName = Annotated[
 AbsolutePath = Annotated[
     str, Meta(pattern=_ABSOLUTE, max_length=4096, extra={"expected": "an absolute path"})
 ]
-DEFAULT_POLL = Duration("5s")
+DEFAULT_POLL = Duration("30s")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CONTROL_NAMES = {"\x00": "NUL", "\n": "a newline", "\r": "a carriage return", "\t": "a tab"}
 
@@ -127,7 +127,7 @@ class Settings(Model, frozen=True):
     poll_interval: Annotated[
         Duration,
         Meta(
-            description='How often one squeue serves every watcher of the process (e.g. "5s"); 100ms to 1h.',
+            description='How often one squeue serves every watcher of the process (e.g. "30s"); 100ms to 1h.',
             extra_json_schema={"default": DEFAULT_POLL.text},
         ),
     ] = msgspec.field(default_factory=lambda: DEFAULT_POLL)
@@ -142,6 +142,14 @@ class Settings(Model, frozen=True):
         Literal["none", "pyxis"],
         Meta(description="none: dispatch/Image is refused; pyxis: it becomes --container-image."),
     ] = "none"
+    environment: Annotated[
+        Literal["login", "clean"],
+        Meta(
+            description="The environment a job starts in. login: the user's login environment, which Slurm "
+            "loads on the node at each start (--export=NONE); clean: only the user's identity (HOME, USER, "
+            "LOGNAME, SHELL), the system's PATH and what dispatch sets, no profile run (faster starts)."
+        ),
+    ] = "login"
     behaviour_scripts: Annotated[
         bool,
         Meta(

@@ -26,7 +26,7 @@ import dispatch
 from dispatch import Cluster, Config, JobRecord, JobSpec, MemoryStore
 from dispatch.backend import place
 from dispatch.model import Cause, Identity, Observation, State
-from dispatch_slurm import open_backend, parse_settings
+from dispatch_slurm import SlurmBackend, open_backend, parse_settings
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -81,7 +81,8 @@ async def test_a_supervisors_step_folds_a_jobs_end_without_waiting_for_a_resync(
 async def test_the_end_marker_brings_the_last_poll_forward(site: Site) -> None:
     """With a poll every two minutes, a watched job's end is read as soon as its batch script wrote its
     marker — by a poll of Slurm (squeue says COMPLETED/FAILED), not by the marker — and no regular poll
-    was needed for it."""
+    was needed for it: not to start the watch (sbatch's answer is the feed's current reading), nor to
+    look at the marker of a job the feed still holds queued (it never saw it run)."""
     backend = await open_backend(parse_settings(json.dumps(site.settings(pollInterval="120s"))))
     control = site.cluster.workdir / f"marker-{next(_n)}"
     try:
@@ -97,21 +98,50 @@ async def test_the_end_marker_brings_the_last_poll_forward(site: Site) -> None:
             async for change in changes:
                 assert isinstance(change.reading, Observation), change.reading
                 seen.append(change.reading)
-                if change.reading.state is State.RUNNING and not control.exists():
+                if not control.exists():
                     control.write_text("3")
                 if change.reading.outcome.terminal and change.reading.compute.value == "gone":
                     break
         await changes.aclose()  # type: ignore[attr-defined]
+        assert seen[0].state is State.QUEUED, seen[0]  # the feed's reading from sbatch: no poll ran
         last = seen[-1]
         assert (last.state, last.cause) == (State.FAILED, Cause.EXIT_CODE), last.outcome
         assert last.outcome.evidence[0].exit_code == 3
         assert backend.early_polls >= 1
-        assert backend.polls - backend.early_polls == 1, (
-            backend.polls,
-            backend.early_polls,
-        )  # the watch's first
+        assert backend.polls == backend.early_polls, (backend.polls, backend.early_polls)
     finally:
         await backend.close()
+
+
+async def test_a_watch_right_after_the_submits_lists_nothing_and_polls_once_all_ended(site: Site) -> None:
+    """``Cluster.watch()`` right after ``Cluster.submit`` of every job: the store knows each job from
+    sbatch's answer, so the watch starts without a listing; the jobs wait for slots and run, and the one
+    ``squeue`` that reads them ended is brought forward by their end markers (the interval is two minutes):
+    one Slurm command per job and one for all of them."""
+    raw = site.settings(pollInterval="120s")
+    cluster = await dispatch.open("slurm", Config(adapter=raw, store=MemoryStore()))
+    async with cluster:
+        backend = cluster.backend
+        assert isinstance(backend, SlurmBackend)
+        counts = backend.transport.counts
+        before = dict(counts)
+        # More jobs than the cluster's 12 slots (3 nodes x 4 CPUs): some wait while others end.
+        ids = [(await cluster.submit(sh("sleep 1"))).job_id for _ in range(14)]
+        done: dict[str, JobRecord] = {}
+        async with asyncio.timeout(100):  # less than the interval: the markers bring the poll
+            async for rec in cluster.watch():
+                if rec.job_id in ids and rec.outcome.terminal:
+                    done[rec.job_id] = rec
+                    if len(done) == len(ids):
+                        break
+        assert {r.state for r in done.values()} == {State.SUCCEEDED}, done
+        ran = {k: counts.get(k, 0) - before.get(k, 0) for k in ("squeue", "scontrol", "sacct")}
+        assert ran["scontrol"] == ran["sacct"] == 0, ran
+        assert 1 <= ran["squeue"] <= 4 and ran["squeue"] == backend.polls == backend.early_polls, (
+            ran,
+            backend.polls,
+            backend.early_polls,
+        )
 
 
 async def test_a_watch_that_starts_after_a_listing_starts_from_it(site: Site) -> None:
@@ -164,3 +194,30 @@ async def test_a_job_id_used_again_after_purge_or_by_another_store_is_a_new_job(
         assert (theirs.state, theirs.outcome.evidence[0].exit_code) == (State.FAILED, 5), theirs.outcome
         assert [line async for line in other.output(job_id)] == ["third"]
     assert (await cluster.get(job_id)).outcome.evidence[0].exit_code == 7  # ours untouched by theirs
+
+
+async def test_a_marker_beside_a_job_waiting_again_brings_no_more_polls(site: Site) -> None:
+    """A job requeued after it ended (``scontrol requeuehold``: pending again, held) keeps the marker its
+    first run wrote until it starts again. Once a listing shows it waiting, one early poll finds it still
+    waiting beside that marker; after that the old marker counts for nothing — no early poll every few
+    seconds while it waits (the interval is two minutes)."""
+    raw = site.settings(pollInterval="120s", requeue="slurm")
+    backend = await open_backend(parse_settings(json.dumps(raw)))
+    try:
+        h = await place(backend, sh("true"), Identity(f"requeued-{next(_n)}"))
+        changes = backend.watch_job(h.identity.job_id)
+        async with asyncio.timeout(60):  # the marker brings the poll that reads the end
+            async for change in changes:
+                if change.reading.outcome.terminal and change.reading.compute.value == "gone":
+                    break
+            site.slurm("scontrol", "requeuehold", h.ref)
+            while not any(o.handle.ref == h.ref and not o.outcome.terminal for o in await backend.list()):  # noqa: ASYNC110
+                await asyncio.sleep(0.3)
+        early = backend.early_polls
+        await asyncio.sleep(16)  # without the rule: early polls 1, 2, 4 and 8 s later
+        assert backend.early_polls - early <= 1, (early, backend.early_polls)
+        assert backend.polls == backend.early_polls  # no regular poll: all of them were early ones
+        await changes.aclose()  # type: ignore[attr-defined]
+    finally:
+        site.slurm("scancel", h.ref)
+        await backend.close()

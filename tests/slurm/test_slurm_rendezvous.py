@@ -16,7 +16,7 @@ from slurm_fixtures import Site
 
 from dispatch import JobSpec
 from dispatch.backend import place
-from dispatch.model import Identity, State
+from dispatch.model import Identity, Observation, State
 from dispatch_slurm import SlurmBackend, open_backend, parse_settings
 
 pytestmark = pytest.mark.timeout(300)
@@ -91,4 +91,33 @@ async def test_processes_on_two_nodes_meet_at_master_addr_and_port(backend: Slur
         f"rank=1 local=1 node=0 world=4 welcome from {addr}:{port}",
         f"rank=2 local=0 node=1 world=4 welcome from {addr}:{port}",
         f"rank=3 local=1 node=1 world=4 welcome from {addr}:{port}",
+    ]
+
+
+async def test_processes_on_one_node_meet_at_the_loopback_without_asking_slurmctld(
+    backend: SlurmBackend, site: Site
+) -> None:
+    """One node: every rank runs on it, so the master is the loopback address, and the script asks
+    slurmctld nothing to find it (no ``scontrol show node`` RPC at each start: ``srun`` is the job's only
+    question to the controller)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec = JobSpec(
+        command=("python3", "-c", PROGRAM), nodes=1, procs_per_node=2, env={"MASTER_PORT": str(port)}
+    )
+    prepared = await backend.prepare(spec, Identity(f"rendezvous-one-{site.version}"))
+    assert "scontrol" not in prepared.request["script"]
+    h = await backend.start(prepared)
+    async with asyncio.timeout(180):
+        while True:
+            obs = await backend.observe(h)
+            if isinstance(obs, Observation) and obs.outcome.terminal:
+                break
+            await asyncio.sleep(0.5)
+    node0 = [line async for line in backend.output(h, node=0)]
+    assert isinstance(obs, Observation) and obs.state is State.SUCCEEDED, (obs, node0)
+    assert sorted(node0) == [
+        f"rank=0 local=0 node=0 world=2 master at 127.0.0.1:{port} met [1]",
+        f"rank=1 local=1 node=0 world=2 welcome from 127.0.0.1:{port}",
     ]

@@ -13,7 +13,7 @@ import builtins
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from dispatch.backend import JobWatcher, OutputReader, Watcher
+from dispatch.backend import JobWatcher, OutputReader, Watcher, known
 from dispatch.errors import (
     BusyError,
     DispatchError,
@@ -161,7 +161,15 @@ class Observer(ClusterBase):
     async def _snapshot(self, job_id: str | None) -> builtins.list[JobRecord]:
         if job_id is not None:
             return [await self.get(job_id)]
-        # One listing of the cluster refreshes every record (a get each cost one reading per record).
+        # The backend's feed may hold a current reading of every live record already (Slurm: the answers
+        # of the sbatch that just queued them): the records folded from them are the present, and a
+        # listing would cost a command to say the same. Else one listing of the cluster refreshes every
+        # record (a get each cost one reading per record).
+        stored = await self.store.list()
+        live = [r for r in stored if not r.outcome.terminal and await self.belongs(r)]
+        handles = [r.handle for r in live if r.handle is not None]
+        if len(handles) == len(live) and known(self.backend, handles):
+            return builtins.list(stored)
         return builtins.list(await self.list())
 
     async def output(
