@@ -1,6 +1,7 @@
 """Slurm commands per job, and the time to see every job end: dispatch beside submitit, same cluster.
 
 Run: .venv/bin/python benchmarks/slurm_bench.py [--jobs 50 200] [--seconds 2] [--poll 30s] [--environment clean]
+(``--poll`` is dispatch's ``pollInterval``: 30s unless given; the adapter's default is 5s.)
 (submitit comes with the ``bench`` extra; without it only dispatch is measured.)
 
 One local Slurm with accounting (MariaDB + slurmdbd, so submitit's watcher can read states with
@@ -172,7 +173,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=[50])
     parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--poll", default=None, help="dispatch's pollInterval (default: the adapter's)")
+    parser.add_argument(
+        "--poll",
+        default="30s",
+        help="dispatch's pollInterval (default 30s, as a site that asks scripts to poll seldom)",
+    )
     parser.add_argument(
         "--environment",
         choices=("login", "clean"),

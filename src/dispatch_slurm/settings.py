@@ -34,7 +34,7 @@ SlurmName = Annotated[
 AbsolutePath = Annotated[
     str, Meta(pattern=_ABSOLUTE, max_length=4096, extra={"expected": "an absolute path"})
 ]
-DEFAULT_POLL = Duration("30s")
+DEFAULT_POLL = Duration("5s")  # SPEC §13
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CONTROL_NAMES = {"\x00": "NUL", "\n": "a newline", "\r": "a carriage return", "\t": "a tab"}
 

@@ -48,7 +48,7 @@ def test_bad_settings_are_refused_naming_the_path(raw: dict[str, object], path: 
 def test_defaults_and_the_schema_agree() -> None:
     settings = parse_settings(b"{}")
     assert (settings.transport, settings.requeue, settings.container) == ("local", "dispatch", "none")
-    assert float(settings.poll_interval) == 30.0
+    assert float(settings.poll_interval) == 5.0  # SPEC §13
     jsonschema.Draft202012Validator.check_schema(schema())
     # The example's relative paths resolve from its directory, as the command line reads it.
     example = load_config(str(ROOT / "examples" / "slurm-cluster.yaml"))
