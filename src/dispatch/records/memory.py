@@ -28,7 +28,7 @@ from dispatch.records._common import (
     lease_after_acquire,
     lease_after_release,
 )
-from dispatch.records.store import Listing, check_key_value, check_leasing
+from dispatch.records.store import Listing, check_key_value, check_leasing, check_page
 
 __all__ = ["MemoryStore"]
 
@@ -215,13 +215,21 @@ class MemoryStore:
             self._check_open()
             self._members.pop((group, holder), None)
 
-    async def held(self, holder: str) -> dict[str, int]:
-        """The revision of every record ``holder`` leases (see :class:`~dispatch.records.store.Leasing`)."""
-        check_holder(holder)
+    async def held(self, holder: str, *, after: str = "", limit: int | None = None) -> dict[str, int]:
+        """The revision of every record ``holder`` leases after ``after``, at most ``limit`` (see
+        :class:`~dispatch.records.store.Leasing`)."""
+        check_page(holder, after, limit)
         with self._lock:
             self._check_open()
-            held = [r for r in self._records.values() if r.lease is not None and r.lease.holder == holder]
-            return {r.job_id: r.revision for r in sorted(held, key=lambda r: r.job_id)}
+            held = sorted(
+                (
+                    r
+                    for r in self._records.values()
+                    if r.lease is not None and r.lease.holder == holder and r.job_id > after
+                ),
+                key=lambda r: r.job_id,
+            )
+            return {r.job_id: r.revision for r in held[:limit]}
 
     async def leasable(
         self,
