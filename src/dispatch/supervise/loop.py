@@ -241,7 +241,6 @@ class Supervisor:
         for change in latest.values():
             jid = change.handle.identity.job_id
             try:
-                await self._leases.keepalive()
                 folded = await self._reconciler.change(jid, change.reading, report=report)
                 if folded is not None:
                     touched[jid] = folded
@@ -251,6 +250,10 @@ class Supervisor:
                     )
             except DispatchError as exc:  # this change is seen again at the next resync
                 report.errors.append(f"{jid}: {type(exc).__name__}: {exc}")
+            # After the fold, not before: a renewal of thousands of leases falling due here would
+            # otherwise hold up the change in hand (the leases are renewed at half: a fold's time is
+            # nothing beside the half left).
+            await self._leases.keepalive()
         return touched
 
     async def _between(self, report: StepReport) -> None:
