@@ -599,6 +599,17 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
 
     db = f"single_{jobs}"
     pg.admin(f"CREATE DATABASE {db} OWNER dispatch")
+    pglog = bool(os.environ.get("FLEET_BENCH_PGLOG"))
+    if pglog:  # what PostgreSQL itself says about the slow moments: printed after the measurement
+        for setting in (
+            "log_min_duration_statement = 100",
+            "log_lock_waits = on",
+            "deadlock_timeout = '50ms'",
+            "log_autovacuum_min_duration = 0",
+            "log_checkpoints = on",
+        ):
+            pg.admin(f"ALTER SYSTEM SET {setting}")
+        pg.admin("SELECT pg_reload_conf()")
     backend = MemoryBackend(
         MemorySettings(nodes=jobs, start_delay=0.0, cessation_delay=0.0, watch_history=4 * jobs)
     )
@@ -631,6 +642,8 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
     ticking = stalls.start() if stalls is not None else None
     busy0, total0 = _machine_cpu()
     cpu0 = time.process_time()
+    log_from = (pg.root / "log").stat().st_size if pglog else 0
+    measuring = time.time()
     for k in range(events):
         jid = f"job-{k * step}"
         rec = await store.get(jid)
@@ -660,9 +673,20 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
         samples.append(done - at)
     if stalls is not None:
         slow = sorted(((s, j) for j, s in zip(injected, samples, strict=True)), reverse=True)[:8]
-        print("  the slowest events, and what the supervisor awaited when each came:")
+        print(
+            "  the slowest events (seconds into the measurement), and what the supervisor awaited when each came:"
+        )
         for lag, jid in slow:
-            print(f"    {lag * 1e3:8.1f} ms  {doing.get(jid, '?')}")
+            print(f"    {lag * 1e3:8.1f} ms  at {injected[jid] - measuring:5.1f} s  {doing.get(jid, '?')}")
+    if pglog:
+        with (pg.root / "log").open(errors="replace") as f:
+            f.seek(log_from)
+            said = [line.rstrip()[:300] for line in f if not line.startswith(("\t", " "))]
+        print(
+            f"  PostgreSQL's log while measuring (from {time.strftime('%H:%M:%S', time.localtime(measuring))}):"
+        )
+        for line in said[-40:]:
+            print(f"    {line}")
     samples.sort()
     took = spacing * events
     p50 = statistics.median(samples) * 1e3
