@@ -109,10 +109,11 @@ async def memory(jobs: int) -> None:
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
     grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
+    leased = len(sup.leased)
     await sup.close()
-    await cluster.close()
+    await cluster.close()  # its feed's task ends with it, not pending when the loop closes
     print(
-        f"  {jobs:>6} jobs: supervisor memory {grown / jobs / 1024:6.2f} KB per job ({grown / 2**20:.1f} MiB, leased {len(sup.leased)})"
+        f"  {jobs:>6} jobs: supervisor memory {grown / jobs / 1024:6.2f} KB per job ({grown / 2**20:.1f} MiB, leased {leased})"
     )
 
 

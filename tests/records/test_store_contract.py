@@ -744,6 +744,10 @@ async def test_held_comes_in_pages_by_job_id(store: Store, clock: ManualClock) -
         await store.acquire_lease(jid, "sup-b" if jid == "d" else "sup-a", 10)
     clock.advance(11)  # lapsed, still naming sup-a: listed, as without a page
     assert await store.held("sup-a", limit=2) == {"a": 2, "b": 2}
+    await store.create(simple_record("bb"), note("created"))  # between two pages
+    await store.acquire_lease("bb", "sup-a", 10)
+    assert await store.held("sup-a", after="b", limit=2) == {"bb": 2, "c": 2}
+    await store.release_lease("bb", "sup-a")
     assert await store.held("sup-a", after="b", limit=2) == {"c": 2, "e": 2}
     assert await store.held("sup-a", after="e", limit=2) == {"f": 2}
     assert await store.held("sup-a", after="f", limit=2) == {}

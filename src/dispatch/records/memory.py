@@ -8,6 +8,7 @@ caller can change what the store holds.
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import threading
 from collections.abc import Collection, Iterable, Sequence
@@ -47,6 +48,9 @@ class MemoryStore:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._lock = threading.Lock()
         self._records: dict[str, JobRecord] = {}  # insertion order is creation order: oldest first
+        self._by_id: builtins.list[str] | None = (
+            None  # the job ids sorted, made again after a create or purge
+        )
         self._history: dict[str, builtins.list[Transition]] = {}
         self._values: dict[str, str] = {}
         self._members: dict[tuple[str, str], float] = {}  # (group, holder) -> membership expiry
@@ -93,6 +97,7 @@ class MemoryStore:
             now = self._clock.now()
             stored = self._put(checked.replace(revision=1, updated_at=now))
             self._history[checked.job_id] = [first]
+            self._by_id = None
             return stored
 
     async def get(self, job_id: str) -> JobRecord:
@@ -193,6 +198,8 @@ class MemoryStore:
                 del self._records[job_id]
                 del self._history[job_id]
                 self._notify(job_id)
+            if doomed:
+                self._by_id = None
             return len(doomed)
 
     async def heartbeat(self, group: str, holder: str, ttl: float) -> builtins.list[str]:
@@ -221,15 +228,19 @@ class MemoryStore:
         check_page(holder, after, limit)
         with self._lock:
             self._check_open()
-            held = sorted(
-                (
-                    r
-                    for r in self._records.values()
-                    if r.lease is not None and r.lease.holder == holder and r.job_id > after
-                ),
-                key=lambda r: r.job_id,
-            )
-            return {r.job_id: r.revision for r in held[:limit]}
+            if self._by_id is None:
+                self._by_id = sorted(self._records)
+            by_id = self._by_id
+            out: dict[str, int] = {}
+            # From ``after`` on, in job id order, until the page is full: a page costs its own size (and
+            # the records of other holders among them), not a pass over every record.
+            for i in range(bisect.bisect_right(by_id, after), len(by_id)):
+                if limit is not None and len(out) >= limit:
+                    break
+                r = self._records[by_id[i]]
+                if r.lease is not None and r.lease.holder == holder:
+                    out[r.job_id] = r.revision
+            return out
 
     async def leasable(
         self,
