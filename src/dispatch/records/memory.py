@@ -228,9 +228,7 @@ class MemoryStore:
         check_page(holder, after, limit)
         with self._lock:
             self._check_open()
-            if self._by_id is None:
-                self._by_id = sorted(self._records)
-            by_id = self._by_id
+            by_id = self._sorted_ids()
             out: dict[str, int] = {}
             # From ``after`` on, in job id order, until the page is full: a page costs its own size (and
             # the records of other holders among them), not a pass over every record.
@@ -241,6 +239,12 @@ class MemoryStore:
                 if r.lease is not None and r.lease.holder == holder:
                     out[r.job_id] = r.revision
             return out
+
+    def _sorted_ids(self) -> builtins.list[str]:
+        """Every job id, sorted (under the lock)."""
+        if self._by_id is None:
+            self._by_id = sorted(self._records)
+        return self._by_id
 
     async def leasable(
         self,
@@ -258,26 +262,25 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             now = self._clock.now()
-            ids = None if held is None else frozenset(held)
-            mine = sorted(
-                (
-                    r
-                    for r in self._records.values()
-                    if r.lease is not None and r.lease.holder == holder and (ids is None or r.job_id in ids)
-                ),
-                key=lambda r: r.job_id,
-            )
-            free = sorted(
-                (
-                    r
-                    for r in self._records.values()
-                    if r.job_id > after
-                    and r.outcome.state in wanted
-                    and (r.lease is None or (r.lease.holder != holder and not r.lease.live(now)))
-                ),
-                key=lambda r: r.job_id,
-            )
-            return Listing([*mine, *free[:limit]])
+            by_id = self._sorted_ids()
+            # Those asked for looked up, not a pass over every record; the page walked from ``after``
+            # until it is full (a sort of every record at every scan was 100–200 ms at 100,000).
+            candidates = by_id if held is None else sorted(set(held) & self._records.keys())
+            mine = [
+                r
+                for r in (self._records[j] for j in candidates)
+                if r.lease is not None and r.lease.holder == holder
+            ]
+            free: builtins.list[JobRecord] = []
+            for i in range(bisect.bisect_right(by_id, after), len(by_id)):
+                if len(free) >= limit:
+                    break
+                r = self._records[by_id[i]]
+                if r.outcome.state in wanted and (
+                    r.lease is None or (r.lease.holder != holder and not r.lease.live(now))
+                ):
+                    free.append(r)
+            return Listing([*mine, *free])
 
     async def records(self, job_ids: Collection[str], *, states: Iterable[State] | None = None) -> Listing:
         """The records of ``job_ids`` (in ``states``), by job id (see :class:`~dispatch.records.store.Leasing`)."""
