@@ -544,11 +544,24 @@ class _Stalls:
         self._stop = threading.Event()
         self._loop_thread = threading.get_ident()
         self._thread = threading.Thread(target=self._watch, daemon=True)
+        self.follow: asyncio.Task[Any] | None = None
+        self.trail: collections.deque[tuple[float, str]] = collections.deque(maxlen=20_000)
 
     async def _tick(self) -> None:
         while not self._stop.is_set():
             self.turned = time.perf_counter()
+            if self.follow is not None:  # what the supervisor awaits, every turn: (time, chain)
+                self.trail.append((time.time(), self.awaiting(self.follow)))
             await asyncio.sleep(0.01)
+
+    def during(self, start: float, end: float) -> list[tuple[float, str]]:
+        """What the supervisor awaited between ``start`` and ``end`` (wall times): each chain seen,
+        with the seconds from ``start`` it was first seen, in order (consecutive repeats once)."""
+        out: list[tuple[float, str]] = []
+        for at, chain in self.trail:
+            if start <= at <= end and (not out or out[-1][1] != chain):
+                out.append((at - start, chain))
+        return out
 
     def _watch(self) -> None:
         import traceback
@@ -640,6 +653,8 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
     doing: dict[str, str] = {}  # what the supervisor awaited when each event came (FLEET_BENCH_STALLS)
     stalls = _Stalls() if os.environ.get("FLEET_BENCH_STALLS") else None
     ticking = stalls.start() if stalls is not None else None
+    if stalls is not None:
+        stalls.follow = loop
     busy0, total0 = _machine_cpu()
     cpu0 = time.process_time()
     log_from = (pg.root / "log").stat().st_size if pglog else 0
@@ -678,6 +693,10 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
         )
         for lag, jid in slow:
             print(f"    {lag * 1e3:8.1f} ms  at {injected[jid] - measuring:5.1f} s  {doing.get(jid, '?')}")
+        lag, jid = slow[0]
+        print("  what the supervisor awaited while the slowest event waited (s after it came):")
+        for at, chain in stalls.during(injected[jid], injected[jid] + lag)[:40]:
+            print(f"    {at:6.3f}  {chain}")
     if pglog:
         with (pg.root / "log").open(errors="replace") as f:
             f.seek(log_from)
