@@ -529,6 +529,45 @@ async def fleet(
     }
 
 
+def _count_calls(store: Any, task: asyncio.Task[Any], calls: dict[str, list[float]]) -> None:
+    """Time every store call ``task`` makes from now on, by method and where it was called from."""
+    import traceback
+
+    for name in (
+        "get",
+        "update",
+        "acquire_lease",
+        "release_lease",
+        "renew_leases",
+        "held",
+        "leasable",
+        "heartbeat",
+        "records",
+        "counts",
+    ):
+        real = getattr(store, name)
+
+        def timed(real: Any = real, name: str = name) -> Any:
+            async def call(*args: Any, **kwargs: Any) -> Any:
+                if asyncio.current_task() is not task:
+                    return await real(*args, **kwargs)
+                ours = [f for f in traceback.extract_stack(limit=14)[:-1] if "/dispatch/" in f.filename]
+                where = (
+                    name
+                    + " < "
+                    + " < ".join(f"{Path(f.filename).stem}:{f.name}" for f in reversed(ours[-4:]))
+                )
+                t0 = time.perf_counter()
+                try:
+                    return await real(*args, **kwargs)
+                finally:
+                    calls.setdefault(where, []).append(time.perf_counter() - t0)
+
+            return call
+
+        setattr(store, name, timed())
+
+
 class _Stalls:
     """Where the event loop stops turning (``FLEET_BENCH_STALLS=1``): a thread notes the loop thread's
     stack whenever the loop has not turned for ``after`` seconds — a sampling profiler of the stalls
@@ -545,13 +584,19 @@ class _Stalls:
         self._loop_thread = threading.get_ident()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self.follow: asyncio.Task[Any] | None = None
+        self.pool: Any = None
         self.trail: collections.deque[tuple[float, str]] = collections.deque(maxlen=20_000)
 
     async def _tick(self) -> None:
         while not self._stop.is_set():
             self.turned = time.perf_counter()
             if self.follow is not None:  # what the supervisor awaits, every turn: (time, chain)
-                self.trail.append((time.time(), self.awaiting(self.follow)))
+                chain = self.awaiting(self.follow)
+                if self.pool is not None:  # and the pool, when a call waits for a connection
+                    stats = self.pool.get_stats()
+                    if stats.get("requests_waiting") or not stats.get("pool_available"):
+                        chain += f"  [pool {stats.get('pool_size')} open, {stats.get('pool_available')} free, {stats.get('requests_waiting', 0)} waiting]"
+                self.trail.append((time.time(), chain))
             await asyncio.sleep(0.01)
 
     def during(self, start: float, end: float) -> list[tuple[float, str]]:
@@ -653,8 +698,11 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
     doing: dict[str, str] = {}  # what the supervisor awaited when each event came (FLEET_BENCH_STALLS)
     stalls = _Stalls() if os.environ.get("FLEET_BENCH_STALLS") else None
     ticking = stalls.start() if stalls is not None else None
+    calls: dict[str, list[float]] = {}  # the supervisor's store calls while measuring: where from -> seconds
     if stalls is not None:
         stalls.follow = loop
+        stalls.pool = store._db._pool
+        _count_calls(store, loop, calls)
     busy0, total0 = _machine_cpu()
     cpu0 = time.process_time()
     log_from = (pg.root / "log").stat().st_size if pglog else 0
@@ -697,6 +745,11 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
         print("  what the supervisor awaited while the slowest event waited (s after it came):")
         for at, chain in stalls.during(injected[jid], injected[jid] + lag)[:40]:
             print(f"    {at:6.3f}  {chain}")
+    if calls:
+        print("  the supervisor's slowest kinds of store calls while measuring (count, total, slowest):")
+        ranked = sorted(calls.items(), key=lambda kv: -sum(kv[1]))[:10]
+        for where, took in ranked:
+            print(f"    {len(took):6d} {sum(took):7.2f} s {max(took) * 1e3:8.1f} ms  {where}")
     if pglog:
         with (pg.root / "log").open(errors="replace") as f:
             f.seek(log_from)
