@@ -788,6 +788,48 @@ async def test_leases_renewed_in_batches_all_stay_live(
         await sup.close()
 
 
+async def test_a_change_is_folded_before_a_renewal_that_falls_due(clock: ManualClock) -> None:
+    """The watch changes in hand are written before the leases that fell due meanwhile are renewed, not
+    after them: renewing 100,000 leases takes seconds, and the changes would wait for all of it."""
+
+    class Ordered(MemoryStore):
+        calls: ClassVar[builtins.list[str]] = []
+
+        async def update(self, record: Any, **kwargs: Any) -> Any:
+            self.calls.append(f"update {record.job_id}")
+            return await super().update(record, **kwargs)
+
+        async def renew_leases(self, holder: str, ttl: float, job_ids: Any) -> builtins.list[Any]:
+            self.calls.append("renew")
+            return await super().renew_leases(holder, ttl, job_ids)
+
+    backend = MemoryBackend(SETTINGS.replace(nodes=8), clock=clock)
+    store = Ordered(clock)
+    async with Cluster(backend, store, clock=clock, policy=POLICY) as c:
+        for i in range(8):
+            await c.submit(spec("hang"), job_id=f"job-{i}")
+        sup = c.supervisor(holder="a", lease=20.0, poll=1.0)
+        sup.keep_watching()
+        while len(sup.leased) < 8:
+            await sup.step()
+            clock.advance(1.0)
+        await sup.step()
+        clock.advance(11.0)  # every lease half gone: the keepalive is due
+        handle = (await store.get("job-3")).handle
+        assert handle is not None
+        await backend.inject(handle, "exit 0")
+        for _ in range(20):  # the kept watch reads it
+            await asyncio.sleep(0)
+        store.calls.clear()
+        await sup.step()
+        assert "update job-3" in store.calls and "renew" in store.calls
+        renewed = store.calls.index("renew")
+        assert "update job-3" in store.calls[:renewed], store.calls
+        assert all(c.startswith("update") for c in store.calls[:renewed]), store.calls
+        assert (await store.get("job-3")).state is State.SUCCEEDED
+        await sup.close()
+
+
 class CountedStoreLists(MemoryStore):
     """A store that counts the listings of every record asked of it."""
 

@@ -238,8 +238,14 @@ class Supervisor:
         for change in changes:
             latest.pop(change.handle.ref, None)
             latest[change.handle.ref] = change
-        for change in latest.values():
+        for i, change in enumerate(latest.values()):
             jid = change.handle.identity.job_id
+            if i % STRIDE == STRIDE - 1:
+                # Between changes of a long batch (a relist: 100,000) the leases due are renewed; not
+                # before the batch's first changes: renewing 100,000 leases takes seconds, and the
+                # changes in hand would wait for all of it (leases are renewed at half: a batch's
+                # folds are nothing beside the half left).
+                await self._leases.keepalive()
             try:
                 folded = await self._reconciler.change(jid, change.reading, report=report)
                 if folded is not None:
@@ -250,10 +256,6 @@ class Supervisor:
                     )
             except DispatchError as exc:  # this change is seen again at the next resync
                 report.errors.append(f"{jid}: {type(exc).__name__}: {exc}")
-            # After the fold, not before: a renewal of thousands of leases falling due here would
-            # otherwise hold up the change in hand (the leases are renewed at half: a fold's time is
-            # nothing beside the half left).
-            await self._leases.keepalive()
         return touched
 
     async def _between(self, report: StepReport) -> None:
