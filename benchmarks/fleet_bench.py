@@ -529,6 +529,45 @@ async def fleet(
     }
 
 
+def _count_calls(store: Any, task: asyncio.Task[Any], calls: dict[str, list[float]]) -> None:
+    """Time every store call ``task`` makes from now on, by method and where it was called from."""
+    import traceback
+
+    for name in (
+        "get",
+        "update",
+        "acquire_lease",
+        "release_lease",
+        "renew_leases",
+        "held",
+        "leasable",
+        "heartbeat",
+        "records",
+        "counts",
+    ):
+        real = getattr(store, name)
+
+        def timed(real: Any = real, name: str = name) -> Any:
+            async def call(*args: Any, **kwargs: Any) -> Any:
+                if asyncio.current_task() is not task:
+                    return await real(*args, **kwargs)
+                ours = [f for f in traceback.extract_stack(limit=14)[:-1] if "/dispatch/" in f.filename]
+                where = (
+                    name
+                    + " < "
+                    + " < ".join(f"{Path(f.filename).stem}:{f.name}" for f in reversed(ours[-4:]))
+                )
+                t0 = time.perf_counter()
+                try:
+                    return await real(*args, **kwargs)
+                finally:
+                    calls.setdefault(where, []).append(time.perf_counter() - t0)
+
+            return call
+
+        setattr(store, name, timed())
+
+
 class _Stalls:
     """Where the event loop stops turning (``FLEET_BENCH_STALLS=1``): a thread notes the loop thread's
     stack whenever the loop has not turned for ``after`` seconds — a sampling profiler of the stalls
@@ -544,11 +583,30 @@ class _Stalls:
         self._stop = threading.Event()
         self._loop_thread = threading.get_ident()
         self._thread = threading.Thread(target=self._watch, daemon=True)
+        self.follow: asyncio.Task[Any] | None = None
+        self.pool: Any = None
+        self.trail: collections.deque[tuple[float, str]] = collections.deque(maxlen=20_000)
 
     async def _tick(self) -> None:
         while not self._stop.is_set():
             self.turned = time.perf_counter()
+            if self.follow is not None:  # what the supervisor awaits, every turn: (time, chain)
+                chain = self.awaiting(self.follow)
+                if self.pool is not None:  # and the pool, when a call waits for a connection
+                    stats = self.pool.get_stats()
+                    if stats.get("requests_waiting") or not stats.get("pool_available"):
+                        chain += f"  [pool {stats.get('pool_size')} open, {stats.get('pool_available')} free, {stats.get('requests_waiting', 0)} waiting]"
+                self.trail.append((time.time(), chain))
             await asyncio.sleep(0.01)
+
+    def during(self, start: float, end: float) -> list[tuple[float, str]]:
+        """What the supervisor awaited between ``start`` and ``end`` (wall times): each chain seen,
+        with the seconds from ``start`` it was first seen, in order (consecutive repeats once)."""
+        out: list[tuple[float, str]] = []
+        for at, chain in self.trail:
+            if start <= at <= end and (not out or out[-1][1] != chain):
+                out.append((at - start, chain))
+        return out
 
     def _watch(self) -> None:
         import traceback
@@ -599,6 +657,17 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
 
     db = f"single_{jobs}"
     pg.admin(f"CREATE DATABASE {db} OWNER dispatch")
+    pglog = bool(os.environ.get("FLEET_BENCH_PGLOG"))
+    if pglog:  # what PostgreSQL itself says about the slow moments: printed after the measurement
+        for setting in (
+            "log_min_duration_statement = 100",
+            "log_lock_waits = on",
+            "deadlock_timeout = '50ms'",
+            "log_autovacuum_min_duration = 0",
+            "log_checkpoints = on",
+        ):
+            pg.admin(f"ALTER SYSTEM SET {setting}")
+        pg.admin("SELECT pg_reload_conf()")
     backend = MemoryBackend(
         MemorySettings(nodes=jobs, start_delay=0.0, cessation_delay=0.0, watch_history=4 * jobs)
     )
@@ -629,8 +698,15 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
     doing: dict[str, str] = {}  # what the supervisor awaited when each event came (FLEET_BENCH_STALLS)
     stalls = _Stalls() if os.environ.get("FLEET_BENCH_STALLS") else None
     ticking = stalls.start() if stalls is not None else None
+    calls: dict[str, list[float]] = {}  # the supervisor's store calls while measuring: where from -> seconds
+    if stalls is not None:
+        stalls.follow = loop
+        stalls.pool = store._db._pool
+        _count_calls(store, loop, calls)
     busy0, total0 = _machine_cpu()
     cpu0 = time.process_time()
+    log_from = (pg.root / "log").stat().st_size if pglog else 0
+    measuring = time.time()
     for k in range(events):
         jid = f"job-{k * step}"
         rec = await store.get(jid)
@@ -660,9 +736,29 @@ async def single_postgres(pg: Any, jobs: int, events: int, spacing: float) -> No
         samples.append(done - at)
     if stalls is not None:
         slow = sorted(((s, j) for j, s in zip(injected, samples, strict=True)), reverse=True)[:8]
-        print("  the slowest events, and what the supervisor awaited when each came:")
+        print(
+            "  the slowest events (seconds into the measurement), and what the supervisor awaited when each came:"
+        )
         for lag, jid in slow:
-            print(f"    {lag * 1e3:8.1f} ms  {doing.get(jid, '?')}")
+            print(f"    {lag * 1e3:8.1f} ms  at {injected[jid] - measuring:5.1f} s  {doing.get(jid, '?')}")
+        lag, jid = slow[0]
+        print("  what the supervisor awaited while the slowest event waited (s after it came):")
+        for at, chain in stalls.during(injected[jid], injected[jid] + lag)[:40]:
+            print(f"    {at:6.3f}  {chain}")
+    if calls:
+        print("  the supervisor's slowest kinds of store calls while measuring (count, total, slowest):")
+        ranked = sorted(calls.items(), key=lambda kv: -sum(kv[1]))[:10]
+        for where, took in ranked:
+            print(f"    {len(took):6d} {sum(took):7.2f} s {max(took) * 1e3:8.1f} ms  {where}")
+    if pglog:
+        with (pg.root / "log").open(errors="replace") as f:
+            f.seek(log_from)
+            said = [line.rstrip()[:300] for line in f if not line.startswith(("\t", " "))]
+        print(
+            f"  PostgreSQL's log while measuring (from {time.strftime('%H:%M:%S', time.localtime(measuring))}):"
+        )
+        for line in said[-40:]:
+            print(f"    {line}")
     samples.sort()
     took = spacing * events
     p50 = statistics.median(samples) * 1e3

@@ -72,6 +72,7 @@ async def latency(jobs: int, events: int, spacing: float) -> None:
     stop.set()
     await loop
     scan = await _scan_time(cluster)
+    await cluster.close()  # its feed's task ends with it, not pending when the loop closes
     samples.sort()
     p50 = statistics.median(samples) * 1e3
     p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))] * 1e3
@@ -108,8 +109,11 @@ async def memory(jobs: int) -> None:
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
     grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
+    leased = len(sup.leased)
+    await sup.close()
+    await cluster.close()  # its feed's task ends with it, not pending when the loop closes
     print(
-        f"  {jobs:>6} jobs: supervisor memory {grown / jobs / 1024:6.2f} KB per job ({grown / 2**20:.1f} MiB, leased {len(sup.leased)})"
+        f"  {jobs:>6} jobs: supervisor memory {grown / jobs / 1024:6.2f} KB per job ({grown / 2**20:.1f} MiB, leased {leased})"
     )
 
 

@@ -287,10 +287,12 @@ class FaultyStore:
         inner = self.inner
         await self._call("leave", lambda: inner.leave(group, holder), write=True)
 
-    async def held(self, holder: str) -> dict[str, int]:
+    async def held(self, holder: str, *, after: str = "", limit: int | None = None) -> dict[str, int]:
         assert isinstance(self.inner, Leasing)
         inner = self.inner
-        out: dict[str, int] = await self._call("held", lambda: inner.held(holder), write=False)
+        out: dict[str, int] = await self._call(
+            "held", lambda: inner.held(holder, after=after, limit=limit), write=False
+        )
         return out
 
     async def leasable(

@@ -6,7 +6,7 @@ import asyncio
 import builtins
 import itertools
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -632,13 +632,17 @@ class EventDuringScans(MemoryStore):
     def __init__(self, clock: ManualClock) -> None:
         super().__init__(clock)
         self.at_scan: Any = None
+        self.at_page = 1  # which call of ``held`` (a page of it) runs ``at_scan`` first
+        self.pages = 0
         self.at_renewal: Any = None
 
-    async def held(self, holder: str) -> dict[str, int]:
-        hook, self.at_scan = self.at_scan, None
-        if hook is not None:
-            await hook()
-        return await super().held(holder)
+    async def held(self, holder: str, *, after: str = "", limit: int | None = None) -> dict[str, int]:
+        self.pages += 1
+        if self.pages == self.at_page:
+            hook, self.at_scan = self.at_scan, None
+            if hook is not None:
+                await hook()
+        return await super().held(holder, after=after, limit=limit)
 
     async def renew_leases(self, holder: str, ttl: float, job_ids: Any) -> builtins.list[Any]:
         hook, self.at_renewal = self.at_renewal, None
@@ -678,11 +682,151 @@ async def test_a_watch_change_is_folded_between_pages_of_a_long_scan(
             await backend.inject(handle, "exit 0")
 
         if during == "scan":
-            store.at_scan = end_one
+            store.at_scan, store.at_page = end_one, store.pages + 1
         else:
             store.at_renewal = end_one
         report = await sup.step()
         assert report.folded >= 1 and (await store.get("job-17")).state is State.SUCCEEDED
+        await sup.close()
+
+
+async def test_a_scan_reads_the_leases_held_in_pages_and_keeps_every_one(
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet member's scan reads the revisions of the leases it holds a page at a time (100,000 in
+    one query held the watch's changes up for 300 ms), folding changes between pages: together the
+    pages are every lease it holds — none is forgotten, a record another process wrote while the pages
+    were read is read again and acted on, a change that came between two pages is folded in the same
+    step, and a lease another supervisor took meanwhile is let go."""
+    from dispatch.supervise import leases as leases_module
+    from dispatch.supervise import loop as loop_module
+
+    monkeypatch.setattr(loop_module, "PAUSE", 0.0)
+    monkeypatch.setattr(leases_module, "HELD_BATCH", 4)
+    backend = MemoryBackend(SETTINGS.replace(nodes=40), clock=clock)
+    store = EventDuringScans(clock)
+    async with Cluster(backend, store, clock=clock, policy=POLICY) as c:
+        for i in range(40):
+            await c.submit(spec("hang"), job_id=f"job-{i:02}")
+        sup = c.supervisor(holder="a", lease=20.0, poll=1.0)
+        sup.keep_watching()
+        while len(sup.leased) < 40:
+            await sup.step()
+            clock.advance(1.0)
+        await sup.step()
+        clock.advance(1.0)
+        handle = (await store.get("job-17")).handle
+        assert handle is not None
+
+        async def meanwhile() -> None:
+            await backend.inject(handle, "exit 0")  # a watch change, between pages
+            rec = await store.get("job-30")  # another process asks for a cancel: no watch change
+            await store.update(rec.replace(cancel_requested=True), expected_revision=rec.revision)
+            await store.release_lease("job-35", "a")  # ... and takes job-35 (as if it had lapsed)
+            await store.acquire_lease("job-35", "b", 20.0)
+
+        pages = store.pages
+        store.at_scan, store.at_page = meanwhile, pages + 3  # the third page of the next scan
+        report = await sup.step()
+        assert store.pages - pages == 10  # 39 leases left (job-35 taken), 4 a page
+        assert report.folded >= 1 and (await store.get("job-17")).state is State.SUCCEEDED
+        assert sup.leased == {f"job-{i:02}" for i in range(40)} - {"job-17", "job-35"}
+        await drive(clock, sup, seconds=3)
+        assert (await store.get("job-30")).state is State.CANCELLED
+        lease = (await store.get("job-35")).lease
+        assert lease is not None and lease.holder == "b" and "job-35" not in sup.leased
+        await sup.close()
+
+
+async def test_leases_renewed_in_batches_all_stay_live(
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet member renews the leases that are half gone a batch at a time (250 on PostgreSQL: a
+    call of 1,000 held the watch's changes up for 300 ms), the soonest to end first: over several lease
+    periods every lease stays its own and live, leases taken at different times included."""
+    from dispatch.supervise import leases as leases_module
+
+    class Counted(MemoryStore):
+        taken = 0
+        batches: ClassVar[builtins.list[int]] = []
+
+        async def acquire_lease(self, job_id: str, holder: str, ttl: float) -> Any:
+            self.taken += 1
+            return await super().acquire_lease(job_id, holder, ttl)
+
+        async def renew_leases(self, holder: str, ttl: float, job_ids: Any) -> builtins.list[Any]:
+            ids = builtins.list(job_ids)
+            self.batches.append(len(ids))
+            return await super().renew_leases(holder, ttl, ids)
+
+    monkeypatch.setattr(leases_module, "RENEW_BATCH", 2)  # 40 leases of 20 s, a scan a second: 2 a call
+    backend = MemoryBackend(SETTINGS.replace(nodes=40), clock=clock)
+    store = Counted(clock)
+    async with Cluster(backend, store, clock=clock, policy=POLICY) as c:
+        for i in range(20):
+            await c.submit(spec("hang"), job_id=f"job-{i:02}")
+        sup = c.supervisor(holder="a", lease=20.0, poll=1.0)
+        await drive(clock, sup, seconds=7)
+        for i in range(20, 40):  # leased later: their leases end later
+            await c.submit(spec("hang"), job_id=f"job-{i:02}")
+        while len(sup.leased) < 40:
+            await sup.step()
+            clock.advance(1.0)
+        taken = store.taken
+        for _ in range(100):  # five lease periods
+            await sup.step()
+            clock.advance(1.0)
+            records = await store.list()
+            assert all(
+                r.lease is not None and r.lease.holder == "a" and r.lease.expires_at > clock.now()
+                for r in records
+            )
+        assert sup.leased == {r.job_id for r in records} and len(records) == 40
+        # Every one renewed by the batches (none taken again one by one), each batch within the bound.
+        assert store.taken == taken and sum(store.batches) >= 4 * 40 and max(store.batches) <= 2
+        assert {r.state for r in records} == {State.RUNNING}
+        await sup.close()
+
+
+async def test_a_change_is_folded_before_a_renewal_that_falls_due(clock: ManualClock) -> None:
+    """The watch changes in hand are written before the leases that fell due meanwhile are renewed, not
+    after them: renewing 100,000 leases takes seconds, and the changes would wait for all of it."""
+
+    class Ordered(MemoryStore):
+        calls: ClassVar[builtins.list[str]] = []
+
+        async def update(self, record: Any, **kwargs: Any) -> Any:
+            self.calls.append(f"update {record.job_id}")
+            return await super().update(record, **kwargs)
+
+        async def renew_leases(self, holder: str, ttl: float, job_ids: Any) -> builtins.list[Any]:
+            self.calls.append("renew")
+            return await super().renew_leases(holder, ttl, job_ids)
+
+    backend = MemoryBackend(SETTINGS.replace(nodes=8), clock=clock)
+    store = Ordered(clock)
+    async with Cluster(backend, store, clock=clock, policy=POLICY) as c:
+        for i in range(8):
+            await c.submit(spec("hang"), job_id=f"job-{i}")
+        sup = c.supervisor(holder="a", lease=20.0, poll=1.0)
+        sup.keep_watching()
+        while len(sup.leased) < 8:
+            await sup.step()
+            clock.advance(1.0)
+        await sup.step()
+        clock.advance(11.0)  # every lease half gone: the keepalive is due
+        handle = (await store.get("job-3")).handle
+        assert handle is not None
+        await backend.inject(handle, "exit 0")
+        for _ in range(20):  # the kept watch reads it
+            await asyncio.sleep(0)
+        store.calls.clear()
+        await sup.step()
+        assert "update job-3" in store.calls and "renew" in store.calls
+        renewed = store.calls.index("renew")
+        assert "update job-3" in store.calls[:renewed], store.calls
+        assert all(c.startswith("update") for c in store.calls[:renewed]), store.calls
+        assert (await store.get("job-3")).state is State.SUCCEEDED
         await sup.close()
 
 

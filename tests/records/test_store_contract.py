@@ -735,6 +735,30 @@ async def test_held_is_in_job_id_order(store: Store) -> None:
     assert list(await store.held("sup-a")) == ["a", "m", "z"]
 
 
+async def test_held_comes_in_pages_by_job_id(store: Store, clock: ManualClock) -> None:
+    """A supervisor holding 100,000 leases reads their revisions a page at a time: each page starts
+    after the last job id of the one before, and together they are every lease the holder holds."""
+    assert isinstance(store, Leasing)
+    for jid in ("e", "a", "d", "b", "c", "f"):
+        await store.create(simple_record(jid), note("created"))
+        await store.acquire_lease(jid, "sup-b" if jid == "d" else "sup-a", 10)
+    clock.advance(11)  # lapsed, still naming sup-a: listed, as without a page
+    assert await store.held("sup-a", limit=2) == {"a": 2, "b": 2}
+    await store.create(simple_record("bb"), note("created"))  # between two pages
+    await store.acquire_lease("bb", "sup-a", 10)
+    assert await store.held("sup-a", after="b", limit=2) == {"bb": 2, "c": 2}
+    await store.release_lease("bb", "sup-a")
+    assert await store.held("sup-a", after="b", limit=2) == {"c": 2, "e": 2}
+    assert await store.held("sup-a", after="e", limit=2) == {"f": 2}
+    assert await store.held("sup-a", after="f", limit=2) == {}
+    assert await store.held("sup-a", after="bb") == {"c": 2, "e": 2, "f": 2}
+    assert await store.held("sup-a") == {"a": 2, "b": 2, "c": 2, "e": 2, "f": 2}
+    with pytest.raises(InvalidError, match="limit"):
+        await store.held("sup-a", limit=0)
+    with pytest.raises(InvalidError, match="after"):
+        await store.held("sup-a", after=None)  # type: ignore[arg-type]
+
+
 async def test_records_are_those_of_the_job_ids_asked_for(store: Store) -> None:
     assert isinstance(store, Leasing)
     for jid in ("a", "b", "c"):

@@ -21,6 +21,7 @@ done to the cluster and what it answers (operations, reads, outages), here.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from dataclasses import dataclass, field
@@ -410,7 +411,12 @@ class MemoryCluster:
                 for j in sorted(self.timeline.jobs.values(), key=lambda j: j.seq)
             ]
             return current + list(self._vanished.values()), self.timeline.log_seq
-        return list(self.timeline.log)[position - oldest :], self.timeline.log_seq
+        # The newest entries, walked from the end: copying the whole log (up to ``watchHistory``, 400,000
+        # in the 100,000-job benchmark) to slice its tail cost milliseconds per change.
+        log = self.timeline.log
+        newer = list(itertools.islice(reversed(log), self.timeline.log_seq - position))
+        newer.reverse()
+        return newer, self.timeline.log_seq
 
     @property
     def position(self) -> int:

@@ -19,9 +19,27 @@ from dispatch.model import JobRecord, State, check_job_id
 from dispatch.records._common import check_holder, check_states, check_ttl, state_counts
 from dispatch.records.postgres_db import NOW, PostgresDatabase
 from dispatch.records.postgres_rows import ROW, Rows
-from dispatch.records.store import Listing, check_leasing
+from dispatch.records.store import Listing, check_leasing, check_page
 
 __all__ = ["PostgresLeasing"]
+
+
+_CLAIMABLE = f"""SELECT * FROM (
+        (SELECT job_id, {ROW} FROM dispatch_records
+         WHERE lease_holder IS NULL AND state = ANY(%(states)s) AND job_id > %(after)s
+         ORDER BY job_id LIMIT %(limit)s)
+        UNION ALL
+        (SELECT job_id, {ROW} FROM dispatch_records
+         WHERE lease_expires_at <= (SELECT {NOW}) AND lease_holder <> %(holder)s
+           AND state = ANY(%(states)s) AND job_id > %(after)s
+         ORDER BY lease_expires_at LIMIT %(limit)s)
+    ) AS claimable ORDER BY job_id LIMIT %(limit)s"""
+"""A page of claimable records (:meth:`PostgresLeasing.leasable`): the free ones, by job id, and those
+whose lease lapsed, found by the lease expiry index. One condition (``lease_holder IS NULL OR
+lease_expires_at <= now``) could use neither index — the time is read from a volatile clock — so it
+read every row, 60–110 ms at 100,000 records all leased, at every scan. When more than a page of leases
+lapsed at once (a member died), the page holds those that lapsed first; the others come in the next
+pages, or when the pages start over."""
 
 
 class PostgresLeasing:
@@ -68,15 +86,18 @@ class PostgresLeasing:
         # One statement, the same effect when run again: retried like a read.
         await self._db.read(body)
 
-    async def held(self, holder: str) -> dict[str, int]:
-        """The revision of every record ``holder`` leases, by the lease holder index (see
-        :class:`~dispatch.records.store.Leasing`): no document read."""
-        check_holder(holder)
+    async def held(self, holder: str, *, after: str = "", limit: int | None = None) -> dict[str, int]:
+        """The revision of every record ``holder`` leases after ``after``, at most ``limit`` (see
+        :class:`~dispatch.records.store.Leasing`): no document read. A page is a walk of the job id index
+        from ``after`` (2,000 leases of 100,000: 2–4 ms); all of them at once took 200–400 ms, most of it
+        sorting 100,000 rows on disk."""
+        check_page(holder, after, limit)
 
         async def body(conn: AsyncConnection[tuple[Any, ...]]) -> dict[str, int]:
             cur = await conn.execute(
-                "SELECT job_id, revision FROM dispatch_records WHERE lease_holder = %s ORDER BY job_id",
-                (holder,),
+                """SELECT job_id, revision FROM dispatch_records WHERE lease_holder = %s AND job_id > %s
+                   ORDER BY job_id LIMIT %s""",
+                (holder, after, limit),
             )
             return {str(jid): int(rev) for jid, rev in await cur.fetchall()}
 
@@ -115,11 +136,7 @@ class PostgresLeasing:
                 )
                 rows = await cur.fetchall()
             free = await conn.execute(
-                f"""SELECT job_id, {ROW} FROM dispatch_records
-                    WHERE state = ANY(%(states)s) AND job_id > %(after)s
-                      AND lease_holder IS DISTINCT FROM %(holder)s
-                      AND (lease_holder IS NULL OR lease_expires_at <= {NOW})
-                    ORDER BY job_id LIMIT %(limit)s""",
+                _CLAIMABLE,
                 {"states": wanted, "after": str(after), "holder": holder, "limit": limit, "now": self._now()},
             )
             return self._rows.rows([*rows, *await free.fetchall()])

@@ -16,7 +16,7 @@ from dispatch.clock import Clock
 from dispatch.model import JobRecord, State, check_job_id
 from dispatch.records._common import check_holder, check_states, check_ttl, lease_after_acquire, state_counts
 from dispatch.records.sqlite_file import SqliteFile
-from dispatch.records.store import Listing, check_leasing, read_rows
+from dispatch.records.store import Listing, check_leasing, check_page, read_rows
 
 __all__ = ["SqliteLeasing"]
 
@@ -61,13 +61,16 @@ class SqliteLeasing:
 
         await self._file.write(body)
 
-    async def held(self, holder: str) -> dict[str, int]:
-        """The revision of every record ``holder`` leases (see :class:`~dispatch.records.store.Leasing`)."""
-        check_holder(holder)
+    async def held(self, holder: str, *, after: str = "", limit: int | None = None) -> dict[str, int]:
+        """The revision of every record ``holder`` leases after ``after``, at most ``limit`` (see
+        :class:`~dispatch.records.store.Leasing`)."""
+        check_page(holder, after, limit)
 
         def body(conn: sqlite3.Connection) -> dict[str, int]:
             rows = conn.execute(
-                "SELECT job_id, revision FROM records WHERE lease_holder = ? ORDER BY job_id", (holder,)
+                """SELECT job_id, revision FROM records WHERE lease_holder = ? AND job_id > ?
+                   ORDER BY job_id LIMIT ?""",
+                (holder, after, -1 if limit is None else limit),
             )
             return {str(jid): int(rev) for jid, rev in rows.fetchall()}
 

@@ -225,7 +225,8 @@ class Leasing(Protocol):
     - :meth:`heartbeat`: the live members of a fleet, each one renewing its own membership; :meth:`leave`
       ends one at once (a supervisor that stops, so that the others take its share without waiting);
     - :meth:`held`: the revision of each record a supervisor leases (no record read), so that it reads
-      again only those another process wrote, not all it holds;
+      again only those another process wrote, not all it holds; in pages, so that no single call of a
+      supervisor holding 100,000 leases keeps it from the watch's changes for long;
     - :meth:`leasable`: the records a supervisor leases (or some of them) plus a bounded page of
       claimable ones (an indexed query by lease holder and expiry, not a listing of every record);
     - :meth:`renew_leases`: renew many leases in one call (one transaction), so a supervisor holding
@@ -245,9 +246,10 @@ class Leasing(Protocol):
         """End ``holder``'s membership of ``group`` now (nothing to end: nothing happens)."""
         ...
 
-    async def held(self, holder: str) -> dict[str, int]:
-        """The revision of every record whose lease names ``holder`` (live or lapsed), by job id, in job
-        id order."""
+    async def held(self, holder: str, *, after: str = "", limit: int | None = None) -> dict[str, int]:
+        """The revision of every record whose lease names ``holder`` (live or lapsed) and whose job id
+        sorts after ``after``, by job id, in job id order; at most ``limit`` of them (a page: the caller
+        passes the last job id of one page as ``after`` for the next; ``None``: all)."""
         ...
 
     async def leasable(
@@ -291,6 +293,14 @@ def check_leasing(group: object, holder: object, limit: object = 1) -> None:
             )
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidError(f"expected a positive integer, got {limit!r}", path="limit")
+
+
+def check_page(holder: object, after: object, limit: object) -> None:
+    """``InvalidError`` for a page of :meth:`Leasing.held` that is not a holder, a job id to start
+    after (a string: ``""`` for the first page) and a positive size or ``None``."""
+    check_leasing("-", holder, 1 if limit is None else limit)
+    if not isinstance(after, str) or "\x00" in after:
+        raise InvalidError(f'expected a job id (or "" for the first page), got {after!r}', path="after")
 
 
 STORE_ID_KEY = "dispatch/store-id"

@@ -26,7 +26,7 @@ from dispatch.tally import oldest, tally
 from .acting import Acting
 from .folding import Folding
 from .ground import Ground, Placing
-from .leases import CLAIM_BATCH, Leases
+from .leases import CLAIM_BATCH, STRIDE, Leases
 from .reconcile import Reconciler, UnmatchedPolicy
 from .report import StepReport
 from .view import ClusterView
@@ -238,10 +238,15 @@ class Supervisor:
         for change in changes:
             latest.pop(change.handle.ref, None)
             latest[change.handle.ref] = change
-        for change in latest.values():
+        for i, change in enumerate(latest.values()):
             jid = change.handle.identity.job_id
-            try:
+            if i % STRIDE == STRIDE - 1:
+                # Between changes of a long batch (a relist: 100,000) the leases due are renewed; not
+                # before the batch's first changes: renewing 100,000 leases takes seconds, and the
+                # changes in hand would wait for all of it (leases are renewed at half: a batch's
+                # folds are nothing beside the half left).
                 await self._leases.keepalive()
+            try:
                 folded = await self._reconciler.change(jid, change.reading, report=report)
                 if folded is not None:
                     touched[jid] = folded
@@ -378,8 +383,16 @@ class Supervisor:
             metrics.current().inc("dispatch_store_errors_total")
             raise
         health.current().mark("store")
-        listed = {(o.handle.identity.job_id, o.handle.identity.epoch.n) for o in listing}
-        for rec in known.values():
+        # Passes over 100,000 readings and records: the watch's changes are folded every STRIDE of
+        # them (each pass took 50–150 ms, a stall every resync).
+        listed: set[tuple[str, int]] = set()
+        for i, o in enumerate(listing):
+            if i % STRIDE == STRIDE - 1:
+                await self._between(report)
+            listed.add((o.handle.identity.job_id, o.handle.identity.epoch.n))
+        for i, rec in enumerate(list(known.values())):
+            if i % STRIDE == STRIDE - 1:
+                await self._between(report)
             # An incarnation of ours missing from the listing may be gone: observe it before trusting
             # the record (the watch event that said so may have gone to another supervisor).
             handle = decide.current_handle(rec)
