@@ -12,7 +12,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from dispatch import chance, decide, health, metrics
@@ -21,10 +21,10 @@ from dispatch.clock import Clock, SystemClock
 from dispatch.errors import DispatchError, InvalidError, UnsupportedError
 from dispatch.model import DEFAULT_POLICY, Change, JobRecord, Policy, State, Unreachable
 from dispatch.records import Store
-from dispatch.tally import oldest, tally
 
 from .acting import Acting
 from .folding import Folding
+from .gauges import Gauges
 from .ground import Ground, Placing
 from .leases import CLAIM_BATCH, STRIDE, Leases
 from .reconcile import Reconciler, UnmatchedPolicy
@@ -130,7 +130,7 @@ class Supervisor:
         self._next_scan = -math.inf
         self._next_resync = -math.inf
         self._closed = False
-        self._starting: dict[tuple[str, int], float] = {}  # incarnation -> first seen starting
+        self._gauges = Gauges()
         self._report = StepReport()  # the step under way's, which what is done between pages adds to
         self._pause_due = -math.inf  # when a long scan next folds the watch's changes (monotonic)
         # The parts of a step, each of which knows only those before it.
@@ -373,12 +373,12 @@ class Supervisor:
                 known = await self._leases.resync_records(listing)
                 if metrics.current().enabled:
                     starting = await self.store.list(states=[State.STARTING])
-                    self._gauges(starting, self.clock.now(), counts=await fleet.counts())
+                    self._gauges.count(starting, self.clock.now(), counts=await fleet.counts())
             else:
                 listed_records = await self.store.list()
                 known = {r.job_id: r for r in listed_records}
                 if fleet is not None:
-                    self._gauges(listed_records, self.clock.now())
+                    self._gauges.count(listed_records, self.clock.now())
         except DispatchError:
             metrics.current().inc("dispatch_store_errors_total")
             raise
@@ -409,12 +409,11 @@ class Supervisor:
 
     async def _scan(self, report: StepReport, *, poll: bool) -> None:
         """Lease every record that needs supervising and work on it (observing first when polling)."""
-        recorder = metrics.current()
         leases = self._leases
         try:
             records = await (leases.fleet_records() if leases.fleet is not None else self.store.list())
         except DispatchError as exc:
-            recorder.inc("dispatch_store_errors_total")
+            metrics.current().inc("dispatch_store_errors_total")
             report.errors.append(f"store: {exc}")
             return
         health.current().mark("store")
@@ -422,9 +421,9 @@ class Supervisor:
             self._reconciler.unreadable(bad, report)
         now = self.clock.now()
         if leases.fleet is None:
-            self._gauges(records, now)
-        elif recorder.enabled:  # the counts come from each resync (the store counts); the age moves with time
-            recorder.set("dispatch_jobs_starting_oldest_seconds", oldest(self._starting, now))
+            self._gauges.count(records, now)
+        else:  # the counts come from each resync (the store counts); the age moves with time
+            self._gauges.age(now)
         for rec in records:
             await self._between(report)
             if not poll and leases.idle(leases.newest(rec)):
@@ -443,13 +442,3 @@ class Supervisor:
                 continue
             await leases.keepalive()
             await self._acting.work(rec.job_id, report, rec=rec, poll=poll)
-
-    def _gauges(
-        self, records: builtins.list[JobRecord], now: float, *, counts: Mapping[State, int] | None = None
-    ) -> None:
-        recorder = metrics.current()
-        if recorder.enabled:
-            gauges = tally(records, self._starting, now, counts=counts)
-            self._starting = gauges.starting_since
-            recorder.set_all("dispatch_jobs", "state", gauges.counts, every=(s.value for s in State))
-            recorder.set("dispatch_jobs_starting_oldest_seconds", gauges.oldest_starting)
