@@ -651,6 +651,20 @@ class EventDuringScans(MemoryStore):
         return await super().renew_leases(holder, ttl, job_ids)
 
 
+async def _forty_leased(c: Cluster, clock: ManualClock) -> Supervisor:
+    """Forty hanging jobs, each leased by one supervisor that keeps its watch open and has read it to its
+    end (nothing pending)."""
+    for i in range(40):
+        await c.submit(spec("hang"), job_id=f"job-{i:02}")
+    sup = c.supervisor(holder="a", lease=20.0, poll=1.0)
+    sup.keep_watching()
+    while len(sup.leased) < 40:
+        await sup.step()
+        clock.advance(1.0)
+    await sup.step()
+    return sup
+
+
 @pytest.mark.parametrize("during", ["scan", "renewals"])
 async def test_a_watch_change_is_folded_between_pages_of_a_long_scan(
     clock: ManualClock, monkeypatch: pytest.MonkeyPatch, during: str
@@ -666,14 +680,7 @@ async def test_a_watch_change_is_folded_between_pages_of_a_long_scan(
     backend = MemoryBackend(SETTINGS.replace(nodes=40), clock=clock)
     store = EventDuringScans(clock)
     async with Cluster(backend, store, clock=clock, policy=POLICY) as c:
-        for i in range(40):
-            await c.submit(spec("hang"), job_id=f"job-{i:02}")
-        sup = c.supervisor(holder="a", lease=20.0, poll=1.0)
-        sup.keep_watching()
-        while len(sup.leased) < 40:
-            await sup.step()
-            clock.advance(1.0)
-        await sup.step()  # the watch read to its end: nothing pending
+        sup = await _forty_leased(c, clock)
         clock.advance(10.0)  # every lease half gone: the next scan renews all, 4 at a time
         handle = (await store.get("job-17")).handle
         assert handle is not None
@@ -706,14 +713,7 @@ async def test_a_scan_reads_the_leases_held_in_pages_and_keeps_every_one(
     backend = MemoryBackend(SETTINGS.replace(nodes=40), clock=clock)
     store = EventDuringScans(clock)
     async with Cluster(backend, store, clock=clock, policy=POLICY) as c:
-        for i in range(40):
-            await c.submit(spec("hang"), job_id=f"job-{i:02}")
-        sup = c.supervisor(holder="a", lease=20.0, poll=1.0)
-        sup.keep_watching()
-        while len(sup.leased) < 40:
-            await sup.step()
-            clock.advance(1.0)
-        await sup.step()
+        sup = await _forty_leased(c, clock)
         clock.advance(1.0)
         handle = (await store.get("job-17")).handle
         assert handle is not None
