@@ -230,7 +230,23 @@ def next(record: JobRecord, policy: Policy, now: float) -> Plan:
             reason = (plan.reason if plan is not None else "") or "backoff before the next incarnation"
             return Plan(PlanAction.WAIT, reason, not_before=not_before)
         return Plan(PlanAction.START, f"place {record.job_id}@{record.epoch} on the cluster")
-    return Plan(PlanAction.WAIT, f"{outcome.state.value}: waiting for the cluster")
+    # Queued for capacity under a rule with ``after``: the wait ends by itself then, so it has a time (a
+    # supervisor passes a wait without one by until the record moves).
+    return Plan(
+        PlanAction.WAIT,
+        f"{outcome.state.value}: waiting for the cluster",
+        not_before=_gives_up_at(record, policy, now),
+    )
+
+
+def _gives_up_at(record: JobRecord, policy: Policy, now: float) -> float | None:
+    """When an incarnation queued for want of capacity is given up under its rule's ``after`` (step 5
+    of :func:`next`), if that is still to come."""
+    if record.outcome.state is not State.QUEUED or record.outcome.cause is not Cause.NO_CAPACITY:
+        return None
+    after = policy.rule_for(Cause.NO_CAPACITY).after
+    since = record.since if record.since is not None else record.updated_at
+    return since + after if after is not None and now < since + after else None
 
 
 def _requeue(record: JobRecord, policy: Policy, cause: Cause, text: str, now: float) -> Plan | None:

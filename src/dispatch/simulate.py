@@ -274,11 +274,13 @@ class FaultyStore:
 
     # Leasing (the fleet's queries): the supervisors of a simulation form a fleet, faults and all.
 
-    async def heartbeat(self, group: str, holder: str, ttl: float) -> builtins.list[str]:
+    async def heartbeat(
+        self, group: str, holder: str, ttl: float, *, join: bool = False
+    ) -> builtins.list[str]:
         assert isinstance(self.inner, Leasing)
         inner = self.inner
         out: builtins.list[str] = await self._call(
-            "heartbeat", lambda: inner.heartbeat(group, holder, ttl), write=True
+            "heartbeat", lambda: inner.heartbeat(group, holder, ttl, join=join), write=True
         )
         return out
 

@@ -655,9 +655,9 @@ async def test_every_spec_that_decodes_is_stored_whatever_its_depth(store: Store
 
 async def test_fleet_members_heartbeat_and_expire(store: Store, clock: ManualClock) -> None:
     assert isinstance(store, Leasing)
-    assert await store.heartbeat("memory/c1", "sup-b", 10) == ["sup-b"]
-    assert await store.heartbeat("memory/c1", "sup-a", 10) == ["sup-a", "sup-b"]
-    assert await store.heartbeat("memory/c2", "sup-c", 10) == ["sup-c"]  # another cluster's fleet
+    assert await store.heartbeat("memory/c1", "sup-b", 10, join=True) == ["sup-b"]
+    assert await store.heartbeat("memory/c1", "sup-a", 10, join=True) == ["sup-a", "sup-b"]
+    assert await store.heartbeat("memory/c2", "sup-c", 10, join=True) == ["sup-c"]  # another cluster's fleet
     clock.advance(6)
     assert await store.heartbeat("memory/c1", "sup-a", 10) == ["sup-a", "sup-b"]
     clock.advance(4)  # sup-b's membership ended exactly now; sup-a renewed its own
@@ -668,17 +668,100 @@ async def test_fleet_members_heartbeat_and_expire(store: Store, clock: ManualClo
         await store.heartbeat("memory/c1", "sup-a", -1)
 
 
+async def test_a_heartbeat_never_revives_an_ended_membership(store: Store, clock: ManualClock) -> None:
+    assert isinstance(store, Leasing)
+    assert await store.heartbeat("memory/c1", "sup-a", 10) == []  # never joined: not made a member
+    await store.heartbeat("memory/c1", "sup-a", 10, join=True)
+    clock.advance(11)
+    # Lapsed, but nobody ended it yet: renewed (nothing of it was taken meanwhile).
+    assert await store.heartbeat("memory/c1", "sup-a", 10) == ["sup-a"]
+    clock.advance(11)
+    assert await store.heartbeat("memory/c1", "sup-b", 10, join=True) == ["sup-b"]  # ends sup-a's
+    assert await store.heartbeat("memory/c1", "sup-a", 10) == ["sup-b"]  # left out: it must join again
+    assert await store.heartbeat("memory/c1", "sup-a", 10, join=True) == ["sup-a", "sup-b"]
+
+
+async def test_a_members_leases_last_as_long_as_its_membership(store: Store, clock: ManualClock) -> None:
+    assert isinstance(store, Leasing)
+    for jid in ("a", "b", "c"):
+        await store.create(simple_record(jid), note("created"))
+    await store.heartbeat("memory/c1", "sup-a", 10, join=True)
+    await store.acquire_lease("a", "sup-a", 1000)
+    await store.acquire_lease("b", "sup-a", 1000)
+    await store.acquire_lease("c", "sup-z", 5)  # not a member: its lease lasts its own time
+    await store.heartbeat("memory/c1", "sup-b", 10, join=True)
+    for _ in range(5):  # sup-a keeps its membership: its leases hold, and are not rewritten
+        clock.advance(8)
+        await store.heartbeat("memory/c1", "sup-a", 10)
+        await store.heartbeat("memory/c1", "sup-b", 10)
+        with pytest.raises(ConflictError, match="sup-a"):
+            await store.acquire_lease("a", "sup-b", 1000)
+    before = await store.get("a")
+    assert before.lease is not None and before.lease.expires_at == T0 + 1000
+    clock.advance(10)  # sup-a's membership lapsed; the next heartbeat of any member ends it
+    assert await store.heartbeat("memory/c1", "sup-b", 10) == ["sup-b"]
+    now = T0 + 50
+    for jid in ("a", "b"):
+        ended = await store.get(jid)
+        assert ended.lease is not None and ended.lease.holder == "sup-a" and ended.lease.expires_at == now
+        assert ended.revision == before.revision + 1
+    took = await store.acquire_lease("a", "sup-b", 1000)  # claimable at once
+    assert took.lease is not None and took.lease.holder == "sup-b"
+    page = await store.leasable("sup-b", states={State.PENDING}, limit=10)
+    assert [r.job_id for r in page] == ["a", "b", "c"]
+
+
+async def test_joining_again_ends_what_a_holder_leased_since_its_membership_ended(
+    store: Store, clock: ManualClock
+) -> None:
+    assert isinstance(store, Leasing)
+    await store.create(simple_record("a"), note("created"))
+    await store.heartbeat("memory/c1", "sup-a", 10, join=True)
+    clock.advance(11)
+    await store.heartbeat("memory/c1", "sup-b", 10, join=True)  # sup-a's membership ends
+    # A lease taken by a request sent while sup-a was still a member, which arrived after its end.
+    await store.acquire_lease("a", "sup-a", 1000)
+    assert await store.heartbeat("memory/c1", "sup-a", 10) == ["sup-b"]
+    assert (await store.get("a")).lease.live(T0 + 11)  # type: ignore[union-attr]
+    await store.heartbeat("memory/c1", "sup-a", 10, join=True)
+    ended = (await store.get("a")).lease
+    assert ended is not None and ended.expires_at == T0 + 11 and not ended.live(T0 + 11)
+
+
 async def test_a_member_that_leaves_is_no_longer_listed(store: Store, clock: ManualClock) -> None:
     assert isinstance(store, Leasing)
-    await store.heartbeat("memory/c1", "sup-a", 10)
-    await store.heartbeat("memory/c2", "sup-a", 10)
-    assert await store.heartbeat("memory/c1", "sup-b", 10) == ["sup-a", "sup-b"]
+    await store.heartbeat("memory/c1", "sup-a", 10, join=True)
+    await store.heartbeat("memory/c2", "sup-a", 10, join=True)
+    assert await store.heartbeat("memory/c1", "sup-b", 10, join=True) == ["sup-a", "sup-b"]
     await store.leave("memory/c1", "sup-a")  # at once, not when its membership would have ended
     await store.leave("memory/c1", "sup-z")  # never a member: nothing happens
     assert await store.heartbeat("memory/c1", "sup-b", 10) == ["sup-b"]
-    assert await store.heartbeat("memory/c2", "sup-c", 10) == ["sup-a", "sup-c"]  # its other fleet's
+    assert await store.heartbeat("memory/c2", "sup-c", 10, join=True) == [
+        "sup-a",
+        "sup-c",
+    ]  # its other fleet's
     with pytest.raises(InvalidError, match="holder"):
         await store.leave("memory/c1", "")
+
+
+async def test_leaving_gives_back_every_lease_in_one_call(store: Store, clock: ManualClock) -> None:
+    assert isinstance(store, Leasing)
+    for jid in ("a", "b", "c"):
+        await store.create(simple_record(jid), note("created"))
+    await store.heartbeat("memory/c1", "sup-a", 10, join=True)
+    await store.heartbeat("memory/c2", "sup-a", 10, join=True)
+    for jid in ("a", "b"):
+        await store.acquire_lease(jid, "sup-a", 1000)
+    await store.acquire_lease("c", "sup-b", 1000)
+    revisions = {jid: (await store.get(jid)).revision for jid in ("a", "b", "c")}
+    await store.leave("memory/c1", "sup-a")  # still a member of c2: its leases stay
+    assert [(await store.get(j)).lease is not None for j in ("a", "b")] == [True, True]
+    await store.leave("memory/c2", "sup-a")
+    for jid in ("a", "b"):
+        rec = await store.get(jid)
+        assert rec.lease is None and rec.revision == revisions[jid] + 1
+    kept = await store.get("c")
+    assert kept.lease is not None and kept.revision == revisions["c"]  # another holder's: untouched
 
 
 async def test_leasable_is_what_a_holder_leases_then_a_page_of_claimable_records(

@@ -202,25 +202,52 @@ class MemoryStore:
                 self._by_id = None
             return len(doomed)
 
-    async def heartbeat(self, group: str, holder: str, ttl: float) -> builtins.list[str]:
-        """Mark ``holder`` a live member of ``group`` for ``ttl`` seconds; the live members, sorted
-        (see :class:`~dispatch.records.store.Leasing`)."""
+    async def heartbeat(
+        self, group: str, holder: str, ttl: float, *, join: bool = False
+    ) -> builtins.list[str]:
+        """Renew ``holder``'s membership of ``group`` (or start one, when ``join``), end those that
+        lapsed and their holders' leases; the live members, sorted (see
+        :class:`~dispatch.records.store.Leasing`)."""
         check_leasing(group, holder)
         seconds = check_ttl(ttl)
         with self._lock:
             self._check_open()
             now = self._clock.now()
-            self._members[(group, holder)] = now + seconds
-            for key in [k for k, until in self._members.items() if until <= now]:
-                del self._members[key]
+            key = (group, holder)
+            if key in self._members or join:
+                if key not in self._members and not self._member(holder):
+                    self._end_leases({holder}, now)  # an earlier membership's: they ended with it
+                self._members[key] = now + seconds
+            ended = [k for k, until in self._members.items() if until <= now]
+            for k in ended:
+                del self._members[k]
+            self._end_leases({h for _, h in ended if not self._member(h)}, now)
             return sorted(h for g, h in self._members if g == group)
 
     async def leave(self, group: str, holder: str) -> None:
-        """End ``holder``'s membership of ``group`` now (see :class:`~dispatch.records.store.Leasing`)."""
+        """End ``holder``'s membership of ``group`` now, and its leases once it is a member of no group
+        (see :class:`~dispatch.records.store.Leasing`)."""
         check_leasing(group, holder)
         with self._lock:
             self._check_open()
-            self._members.pop((group, holder), None)
+            if self._members.pop((group, holder), None) is not None and not self._member(holder):
+                now = self._clock.now()
+                for rec in builtins.list(self._records.values()):
+                    if rec.lease is not None and rec.lease.holder == holder:
+                        self._put(rec.replace(lease=None, revision=rec.revision + 1, updated_at=now))
+
+    def _member(self, holder: str) -> bool:
+        return any(h == holder for _, h in self._members)
+
+    def _end_leases(self, holders: Collection[str], now: float) -> None:
+        """The live leases of ``holders`` end ``now`` (their memberships did)."""
+        if not holders:
+            return
+        for rec in builtins.list(self._records.values()):
+            lease = rec.lease
+            if lease is not None and lease.holder in holders and lease.live(now):
+                ended = lease.replace(expires_at=now)
+                self._put(rec.replace(lease=ended, revision=rec.revision + 1, updated_at=now))
 
     async def held(self, holder: str, *, after: str = "", limit: int | None = None) -> dict[str, int]:
         """The revision of every record ``holder`` leases after ``after``, at most ``limit`` (see

@@ -34,32 +34,66 @@ class SqliteLeasing:
     def _replace_row(self, conn: sqlite3.Connection, record: JobRecord) -> None:
         raise NotImplementedError  # the store's: a record's row written
 
-    async def heartbeat(self, group: str, holder: str, ttl: float) -> builtins.list[str]:
-        """Mark ``holder`` a live member of ``group`` for ``ttl`` seconds; the live members, sorted
-        (see :class:`~dispatch.records.store.Leasing`)."""
+    async def heartbeat(
+        self, group: str, holder: str, ttl: float, *, join: bool = False
+    ) -> builtins.list[str]:
+        """Renew ``holder``'s membership of ``group`` (or start one, when ``join``), end those that
+        lapsed and their holders' leases; the live members, sorted (see
+        :class:`~dispatch.records.store.Leasing`)."""
         check_leasing(group, holder)
         seconds = check_ttl(ttl)
 
         def body(conn: sqlite3.Connection) -> builtins.list[str]:
             now = self._clock.now()
-            conn.execute(
-                "INSERT OR REPLACE INTO members (grp, holder, expires_at) VALUES (?, ?, ?)",
-                (group, holder, now + seconds),
-            )
+            renewed = conn.execute(
+                "UPDATE members SET expires_at = ? WHERE grp = ? AND holder = ?",
+                (now + seconds, group, holder),
+            ).rowcount
+            if not renewed and join:
+                if not _member(conn, holder):
+                    self._end_leases(conn, holder, now, release=False)  # an earlier membership's
+                conn.execute(
+                    "INSERT INTO members (grp, holder, expires_at) VALUES (?, ?, ?)",
+                    (group, holder, now + seconds),
+                )
+            ended = conn.execute(
+                "SELECT DISTINCT holder FROM members WHERE expires_at <= ?", (now,)
+            ).fetchall()
             conn.execute("DELETE FROM members WHERE expires_at <= ?", (now,))
+            for (gone,) in ended:
+                if not _member(conn, str(gone)):
+                    self._end_leases(conn, str(gone), now, release=False)
             rows = conn.execute("SELECT holder FROM members WHERE grp = ? ORDER BY holder", (group,))
             return [str(r[0]) for r in rows.fetchall()]
 
         return await self._file.write(body)
 
     async def leave(self, group: str, holder: str) -> None:
-        """End ``holder``'s membership of ``group`` now (see :class:`~dispatch.records.store.Leasing`)."""
+        """End ``holder``'s membership of ``group`` now, and its leases once it is a member of no group
+        (see :class:`~dispatch.records.store.Leasing`)."""
         check_leasing(group, holder)
 
         def body(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM members WHERE grp = ? AND holder = ?", (group, holder))
+            left = conn.execute("DELETE FROM members WHERE grp = ? AND holder = ?", (group, holder)).rowcount
+            if left and not _member(conn, holder):
+                self._end_leases(conn, holder, self._clock.now(), release=True)
 
         await self._file.write(body)
+
+    def _end_leases(self, conn: sqlite3.Connection, holder: str, now: float, *, release: bool) -> None:
+        """``holder``'s live leases end ``now`` (its membership did), or are given back (``release``)."""
+        rows = conn.execute(
+            """SELECT job_id, body FROM records WHERE lease_holder = ?
+               AND (? OR lease_expires_at > ?)""",
+            (holder, release, now),
+        ).fetchall()
+        for job_id, text in rows:
+            current = self._decode(str(job_id), text)
+            assert current.lease is not None  # the query's
+            lease = None if release else current.lease.replace(expires_at=now)
+            self._replace_row(
+                conn, current.replace(lease=lease, revision=current.revision + 1, updated_at=now)
+            )
 
     async def held(self, holder: str, *, after: str = "", limit: int | None = None) -> dict[str, int]:
         """The revision of every record ``holder`` leases after ``after``, at most ``limit`` (see
@@ -171,3 +205,8 @@ class SqliteLeasing:
             return out
 
         return await self._file.write(body)
+
+
+def _member(conn: sqlite3.Connection, holder: str) -> bool:
+    """Whether ``holder`` is a member of some group (live or lapsed, not yet ended)."""
+    return conn.execute("SELECT 1 FROM members WHERE holder = ? LIMIT 1", (holder,)).fetchone() is not None

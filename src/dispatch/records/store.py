@@ -223,7 +223,11 @@ class Leasing(Protocol):
     (all three dispatch stores have them; a supervisor over a store without them lists every record).
 
     - :meth:`heartbeat`: the live members of a fleet, each one renewing its own membership; :meth:`leave`
-      ends one at once (a supervisor that stops, so that the others take its share without waiting);
+      ends one at once (a supervisor that stops, so that the others take its share without waiting).
+      A member's leases last as long as its membership: they are taken for long, and a heartbeat that
+      finds a membership ended ends the leases of its holder (the etcd model: one keepalive for every
+      key of a lease, not one renewal per key). So a member holding 100,000 records writes one row per
+      heartbeat, not 100,000 every few seconds;
     - :meth:`held`: the revision of each record a supervisor leases (no record read), so that it reads
       again only those another process wrote, not all it holds; in pages, so that no single call of a
       supervisor holding 100,000 leases keeps it from the watch's changes for long;
@@ -237,13 +241,24 @@ class Leasing(Protocol):
     Expiry is judged by the store's clock, as for :meth:`Store.acquire_lease`.
     """
 
-    async def heartbeat(self, group: str, holder: str, ttl: float) -> builtins.list[str]:
-        """Mark ``holder`` a live member of ``group`` for ``ttl`` seconds, forget members whose
-        membership expired, and return the live members of ``group`` (``holder`` among them), sorted."""
+    async def heartbeat(
+        self, group: str, holder: str, ttl: float, *, join: bool = False
+    ) -> builtins.list[str]:
+        """Renew ``holder``'s membership of ``group`` for ``ttl`` seconds — one that lapsed but was not
+        yet ended counts — or, when it has none and ``join``, start one; end the memberships that
+        lapsed; return the live members of ``group``, sorted. ``holder`` is among them only if it is a
+        member now: a holder left out lost its membership, and with it its leases (see below).
+
+        Ending a membership ends the leases of its holder once it is a member of no group (each gets
+        the time of the end as its expiry, and a new revision): claimable at once. Starting one ends
+        whatever its holder still leases from an earlier membership first. So a holder keeps its leases
+        exactly as long as one membership, and a holder whose membership was ended must ``join`` again,
+        knowing it holds nothing — a heartbeat never revives an ended membership by itself."""
         ...
 
     async def leave(self, group: str, holder: str) -> None:
-        """End ``holder``'s membership of ``group`` now (nothing to end: nothing happens)."""
+        """End ``holder``'s membership of ``group`` now and, once it is a member of no group, give back
+        every lease it holds, in one call (nothing to end: nothing happens)."""
         ...
 
     async def held(self, holder: str, *, after: str = "", limit: int | None = None) -> dict[str, int]:

@@ -38,7 +38,7 @@ class Folding:
             ground.backend,
             ground.clock,
             holder=ground.holder,
-            lease_until=leases.until.get,
+            lease_until=leases.lease_until,
             on_write=self._written,
         )
 
