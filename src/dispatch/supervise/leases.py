@@ -13,9 +13,11 @@ while its membership is live too (:meth:`Leases.lease_until`): asked at ``t``, t
 store no sooner than ``t`` plus the lease, so no other member can have taken a record while it acts on it,
 whatever the two clocks read. A member whose membership the store ended learns it at its next heartbeat
 (it is not among the members), forgets every lease and joins again. Before, each member renewed every
-lease it held every half lease: at 100,000 records, 6,700 row writes a second and 40 % of its time. What it keeps per leased job — the lease's expiry on
-its own clock, the record as last known, whether to observe it before trusting it, the retry of a failed
-action — is dropped together when the lease goes (:meth:`Leases.forget`).
+lease it held every half lease: at 100,000 records, 6,700 row writes a second and 40 % of its time.
+
+What it keeps per leased job — the lease's expiry on its own clock, the record as last known, whether to
+observe it before trusting it, the retry of a failed action — is dropped together when the lease goes
+(:meth:`Leases.forget`).
 """
 
 from __future__ import annotations
