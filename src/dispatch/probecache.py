@@ -13,18 +13,27 @@ them. Without a cache the adapter probes every time, as the SPEC says.
 - :class:`MemoryProbeCache` keeps them in the process (tests, notebooks).
 - ``refresh=True`` on either makes every lookup miss while still storing new findings: the next open
   probes again (``dispatch check --refresh``).
+
+An adapter reads and writes its entries through :func:`lookup` and :func:`keep`, which hold what every
+entry shares: a format and the time it was kept, checked on the way in (an entry of another format, or not
+younger than the adapter's TTL, is a miss), and a cache that fails is a miss on the way in and a log line on
+the way out — a cache is never the reason a cluster cannot be opened. What else makes an entry good (a
+fingerprint, the settings) the adapter checks on what :func:`lookup` returns.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from dispatch.errors import InvalidError
+from dispatch.errors import DispatchError, InvalidError
 from dispatch.records.store import KeyValues
 
-__all__ = ["PROBE_PREFIX", "MemoryProbeCache", "ProbeCache", "StoreProbeCache"]
+__all__ = ["PROBE_PREFIX", "MemoryProbeCache", "ProbeCache", "StoreProbeCache", "keep", "lookup"]
+
+_log = logging.getLogger(__name__)
 
 PROBE_PREFIX = "probe/"
 """Keys of probe findings in a store's key-value table start with this."""
@@ -99,3 +108,32 @@ class StoreProbeCache:
 
     async def put(self, key: str, findings: Mapping[str, Any]) -> None:
         await self.store.put_value(PROBE_PREFIX + key, _encode(findings))
+
+
+async def lookup(
+    cache: ProbeCache, key: str, *, format: int, ttl: float, now: float
+) -> dict[str, Any] | None:
+    """The entry :func:`keep` wrote under ``key``, when it is a JSON object of ``format`` whose ``"at"``
+    (a number; the entry's other fields are the adapter's to check) is less than ``ttl`` seconds before
+    ``now``, and not after it; else ``None`` — also when ``cache`` raises a :class:`DispatchError` (logged)."""
+    try:
+        entry = await cache.get(key)
+    except DispatchError as exc:  # a cache is never the reason a cluster cannot be opened
+        _log.info("could not read %s from the probe cache: %s", key, exc)
+        return None
+    if not isinstance(entry, Mapping) or entry.get("format") != format:
+        return None
+    at = entry.get("at")
+    if isinstance(at, bool) or not isinstance(at, int | float) or not 0 <= now - at < ttl:
+        return None
+    return dict(entry)
+
+
+async def keep(cache: ProbeCache, key: str, fields: Mapping[str, Any], *, format: int, now: float) -> None:
+    """Store ``fields`` (JSON-serialisable) under ``key`` as an entry of ``format`` kept at ``now`` (the
+    entry's ``"format"`` and ``"at"``, which :func:`lookup` checks). A cache that raises a
+    :class:`DispatchError` is logged, never raised: the findings are read again next time."""
+    try:
+        await cache.put(key, {**fields, "format": format, "at": now})
+    except DispatchError as exc:  # a cache is never the reason a cluster cannot be opened
+        _log.info("could not keep %s in the probe cache: %s", key, exc)

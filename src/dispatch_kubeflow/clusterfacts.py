@@ -26,19 +26,15 @@ are about to rely on.
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Mapping
 from typing import Any
 
-from dispatch.errors import DispatchError
-from dispatch.probecache import ProbeCache
+from dispatch.probecache import ProbeCache, keep, lookup
 from dispatch_kubeflow.kube import KubeClient
 from dispatch_kubeflow.preflight import ClusterFacts, cluster_identity, discover
 from dispatch_kubeflow.settings import Settings
 
 __all__ = ["FORMAT", "TTL", "cache_key", "discover_cached"]
-
-_log = logging.getLogger(__name__)
 
 FORMAT = 1
 """The shape of an entry; another format is ignored and overwritten."""
@@ -62,8 +58,8 @@ async def discover_cached(
         return await cluster_identity(client)
     key = cache_key(client, settings)
     certificate = await client.server_fingerprint()
-    entry = await _get(cache, key)
-    if entry is not None and _fresh(entry, certificate, now):
+    entry = await lookup(cache, key, format=FORMAT, ttl=TTL, now=now)
+    if entry is not None and _whole(entry, certificate):
         facts.kueue = bool(entry["kueue"])
         facts.trainjob_crd = str(entry["trainjobCRD"])
         facts.notes += [str(n) for n in entry["notes"]]
@@ -75,35 +71,21 @@ async def discover_cached(
     await discover(client, settings, facts)  # raises on a gap: nothing is kept
     cluster = await cluster_identity(client)
     kept = {
-        "format": FORMAT,
-        "at": now,
         "certificate": certificate,
         "kueue": facts.kueue,
         "trainjobCRD": facts.trainjob_crd,
         "notes": facts.notes[notes_before:],
         "cluster": cluster if _is_uid(cluster, client) else "",
     }
-    try:
-        await cache.put(key, kept)
-    except DispatchError as exc:  # a cache is never the reason a cluster cannot be opened
-        _log.info("could not keep the cluster's facts: %s", exc)
+    await keep(cache, key, kept, format=FORMAT, now=now)
     return cluster
 
 
-async def _get(cache: ProbeCache, key: str) -> Mapping[str, Any] | None:
-    try:
-        return await cache.get(key)
-    except DispatchError:
-        return None
-
-
-def _fresh(entry: Mapping[str, Any], certificate: str, now: float) -> bool:
-    at = entry.get("at")
+def _whole(entry: Mapping[str, Any], certificate: str) -> bool:
+    """A fresh entry (:func:`~dispatch.probecache.lookup` checked its format and age) is used when the
+    server presents the certificate it was kept with and every fact is there, of its type."""
     return (
-        entry.get("format") == FORMAT
-        and isinstance(at, int | float)
-        and 0 <= now - at < TTL
-        and entry.get("certificate") == certificate
+        entry.get("certificate") == certificate
         and isinstance(entry.get("kueue"), bool)
         and isinstance(entry.get("trainjobCRD"), str)
         and isinstance(entry.get("notes"), list)

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dispatch.errors import DispatchError
-from dispatch.probecache import ProbeCache
+from dispatch.probecache import ProbeCache, keep, lookup
 from dispatch_slurm.preflight import ClusterInfo, Partition, check_settings, read_cluster
 from dispatch_slurm.settings import Settings
 from dispatch_slurm.transport import LocalTransport, SshTransport
@@ -133,7 +133,7 @@ async def read_cached(
     key = cache_key(settings, transport)
     print_ = await fingerprint(transport)
     if print_ is not None:
-        info = _reusable(await _get(cache, key), print_, now)
+        info = _reusable(await lookup(cache, key, format=FORMAT, ttl=TTL, now=now), print_)
         if info is not None and await _answers(transport):
             try:
                 check_settings(settings, info.partitions)
@@ -144,11 +144,7 @@ async def read_cached(
                 return info
     info = await read_cluster(settings, transport)  # a refusal raises here: nothing is kept
     if print_ is not None:
-        entry = {"format": FORMAT, "at": now, "fingerprint": print_, "facts": encode(info)}
-        try:
-            await cache.put(key, entry)
-        except DispatchError as exc:  # a cache is never the reason a cluster cannot be opened
-            _log.info("could not keep the cluster's facts: %s", exc)
+        await keep(cache, key, {"fingerprint": print_, "facts": encode(info)}, format=FORMAT, now=now)
     return info
 
 
@@ -164,24 +160,10 @@ async def _answers(transport: LocalTransport | SshTransport) -> bool:
     return pinged.ok and " is UP" in pinged.stdout
 
 
-async def _get(cache: ProbeCache, key: str) -> Mapping[str, Any] | None:
-    try:
-        return await cache.get(key)
-    except DispatchError:
+def _reusable(entry: Mapping[str, Any] | None, print_: str) -> ClusterInfo | None:
+    """The facts of a fresh entry (:func:`~dispatch.probecache.lookup` checked its format and age) when
+    it is of this ``slurm.conf`` and decodes whole."""
+    if entry is None or entry.get("fingerprint") != print_:
         return None
-
-
-def _reusable(entry: Mapping[str, Any] | None, print_: str, now: float) -> ClusterInfo | None:
-    if entry is None:
-        return None
-    at, facts = entry.get("at"), entry.get("facts")
-    if (
-        entry.get("format") != FORMAT
-        or isinstance(at, bool)
-        or not isinstance(at, int | float)
-        or not 0 <= now - at < TTL
-        or entry.get("fingerprint") != print_
-        or not isinstance(facts, Mapping)
-    ):
-        return None
-    return decode(facts, float(at))
+    facts = entry.get("facts")
+    return decode(facts, float(entry["at"])) if isinstance(facts, Mapping) else None
