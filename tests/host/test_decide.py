@@ -340,7 +340,10 @@ def test_a_requeue_elsewhere_avoids_the_cluster_it_leaves_until_the_next_start()
 
 def test_waiting_for_capacity_longer_than_the_rule_allows_gives_the_incarnation_up() -> None:
     waiting = rec(State.QUEUED, Cause.NO_CAPACITY, cluster="memory:a", since=NOW - 299.0)
-    assert decide.next(waiting, FLEET, NOW).action is PlanAction.WAIT
+    wait = decide.next(waiting, FLEET, NOW)
+    # The wait ends by itself, so it has a time: a supervisor passes a wait without one by until the
+    # record moves, and a fleet member would never have given this one up.
+    assert (wait.action, wait.not_before) == (PlanAction.WAIT, NOW + 1.0)
     late = waiting.replace(since=NOW - 301.0)
     plan = decide.next(late, FLEET, NOW)
     assert (plan.action, plan.avoid) == (PlanAction.REQUEUE, "memory:a")
@@ -351,7 +354,8 @@ def test_waiting_for_capacity_longer_than_the_rule_allows_gives_the_incarnation_
     spent = late.replace(requeues={"no_capacity": 1})
     assert decide.next(spent, FLEET, NOW).action is PlanAction.WAIT
     # Without `after`, no_capacity waits for ever (the rule applies only to an incarnation that ended).
-    assert decide.next(late, POLICY, NOW).action is PlanAction.WAIT
+    forever = decide.next(late, POLICY, NOW)
+    assert (forever.action, forever.not_before) == (PlanAction.WAIT, None)
 
 
 def test_placing_hands_the_record_to_its_cluster_once() -> None:

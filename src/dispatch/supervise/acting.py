@@ -106,11 +106,6 @@ class Acting:
             rec = await self._folding.refresh(rec, report)
             self._leases.fresh.discard(jid)  # only once observed: a failed refresh is tried again
         for _ in range(MAX_ACTIONS):
-            if not self._leases.ours(rec):
-                # Handed to another cluster of a fleet by our last write: its lease is given back now,
-                # not when it would end (a member's lasts as long as its membership).
-                await self._leases.let_go(jid)
-                return
             now = self.ground.clock.now()
             plan = decide.next(rec, self.ground.policy, now)
             if plan.action is PlanAction.DONE:

@@ -428,5 +428,4 @@ class Leases:
             and jid not in self.fresh
             and jid not in self.retry
             and self.assigned(jid)
-            and self.ours(rec)
         )
