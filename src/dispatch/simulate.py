@@ -322,12 +322,22 @@ class FaultyStore:
         out: dict[State, int] = await self._call("counts", inner.counts, write=False)
         return out
 
-    async def renew_leases(self, holder: str, ttl: float, job_ids: Any) -> builtins.list[JobRecord]:
+    async def renew_leases(
+        self, holder: str, ttl: float, job_ids: Any, *, group: str | None = None
+    ) -> builtins.list[JobRecord]:
         assert isinstance(self.inner, Leasing)
         inner = self.inner
         ids = builtins.list(job_ids)
         out: builtins.list[JobRecord] = await self._call(
-            "renew_leases", lambda: inner.renew_leases(holder, ttl, ids), write=True
+            "renew_leases", lambda: inner.renew_leases(holder, ttl, ids, group=group), write=True
+        )
+        return out
+
+    async def member_lease(self, group: str, job_id: str, holder: str, ttl: float) -> JobRecord:
+        assert isinstance(self.inner, Leasing)
+        inner = self.inner
+        out: JobRecord = await self._call(
+            "member_lease", lambda: inner.member_lease(group, job_id, holder, ttl), write=True
         )
         return out
 

@@ -645,11 +645,11 @@ class EventDuringScans(MemoryStore):
                 await hook()
         return await super().held(holder, after=after, limit=limit)
 
-    async def renew_leases(self, holder: str, ttl: float, job_ids: Any) -> builtins.list[Any]:
+    async def renew_leases(self, holder: str, ttl: float, job_ids: Any, **kw: Any) -> builtins.list[Any]:
         hook, self.at_renewal = self.at_renewal, None
         if hook is not None:
             await hook()
-        return await super().renew_leases(holder, ttl, job_ids)
+        return await super().renew_leases(holder, ttl, job_ids, **kw)
 
 
 async def _forty_leased(c: Cluster, clock: ManualClock) -> Supervisor:
@@ -752,14 +752,14 @@ async def test_leases_renewed_in_batches_all_stay_live(
         taken = 0
         batches: ClassVar[builtins.list[int]] = []
 
-        async def acquire_lease(self, job_id: str, holder: str, ttl: float) -> Any:
+        async def member_lease(self, group: str, job_id: str, holder: str, ttl: float) -> Any:
             self.taken += 1
-            return await super().acquire_lease(job_id, holder, ttl)
+            return await super().member_lease(group, job_id, holder, ttl)
 
-        async def renew_leases(self, holder: str, ttl: float, job_ids: Any) -> builtins.list[Any]:
+        async def renew_leases(self, holder: str, ttl: float, job_ids: Any, **kw: Any) -> builtins.list[Any]:
             ids = builtins.list(job_ids)
             self.batches.append(len(ids))
-            return await super().renew_leases(holder, ttl, ids)
+            return await super().renew_leases(holder, ttl, ids, **kw)
 
     monkeypatch.setattr(leases_module, "RENEW_BATCH", 2)  # 40 leases of 20 s, a scan a second: 2 a call
     backend = MemoryBackend(SETTINGS.replace(nodes=40), clock=clock)
@@ -796,14 +796,14 @@ class CountedWrites(MemoryStore):
     renewed = 0
     taken = 0
 
-    async def renew_leases(self, holder: str, ttl: float, job_ids: Any) -> builtins.list[Any]:
-        out = await super().renew_leases(holder, ttl, job_ids)
+    async def renew_leases(self, holder: str, ttl: float, job_ids: Any, **kw: Any) -> builtins.list[Any]:
+        out = await super().renew_leases(holder, ttl, job_ids, **kw)
         self.renewed += len(out)
         return out
 
-    async def acquire_lease(self, job_id: str, holder: str, ttl: float) -> Any:
+    async def member_lease(self, group: str, job_id: str, holder: str, ttl: float) -> Any:
         self.taken += 1
-        return await super().acquire_lease(job_id, holder, ttl)
+        return await super().member_lease(group, job_id, holder, ttl)
 
 
 async def test_a_members_leases_are_kept_by_its_membership_without_rewriting_its_records(
@@ -865,6 +865,34 @@ async def test_a_member_whose_membership_was_ended_forgets_its_leases_and_joins_
         await b.close()
 
 
+async def test_a_lease_a_member_holds_without_knowing_it_is_given_back_to_the_records_owner(
+    clock: ManualClock,
+) -> None:
+    """A take whose answer was lost leaves a lease the member does not know it holds; its membership
+    would keep it for an hour, keeping the record from the member whose share it is. The scan that
+    reads it gives it back, and its owner takes it (found by the fleet simulation, seed 1251)."""
+    backend = MemoryBackend(SETTINGS.replace(nodes=8), clock=clock)
+    store = MemoryStore(clock)
+    async with Cluster(backend, store, clock=clock, policy=POLICY) as c:
+        for i in range(8):
+            await c.submit(spec("hang"), job_id=f"job-{i}")
+        a = c.supervisor(holder="a", lease=20.0, poll=1.0)
+        b = c.supervisor(holder="b", lease=20.0, poll=1.0)
+        await drive(clock, a, b, seconds=3)
+        group = f"{backend.name}/{backend.cluster_id}"
+        jid = next(j for j in sorted(b.leased) if not Share.of("a", ("a", "b")).holds(j))
+        await store.release_lease(jid, "b")
+        await store.member_lease(group, jid, "a", 3600.0)  # "a" took it; the answer never came
+        assert jid not in a.leased
+        await a.step()
+        assert (await store.get(jid)).lease is None  # given back at a's next scan
+        await drive(clock, a, b, seconds=2)
+        lease = (await store.get(jid)).lease
+        assert lease is not None and lease.holder == "b" and jid in b.leased
+        await a.close()
+        await b.close()
+
+
 async def test_a_change_is_folded_before_a_renewal_that_falls_due(clock: ManualClock) -> None:
     """The watch changes in hand are written before the leases that fell due meanwhile are renewed, not
     after them: renewing 100,000 leases takes seconds, and the changes would wait for all of it."""
@@ -876,9 +904,9 @@ async def test_a_change_is_folded_before_a_renewal_that_falls_due(clock: ManualC
             self.calls.append(f"update {record.job_id}")
             return await super().update(record, **kwargs)
 
-        async def renew_leases(self, holder: str, ttl: float, job_ids: Any) -> builtins.list[Any]:
+        async def renew_leases(self, holder: str, ttl: float, job_ids: Any, **kw: Any) -> builtins.list[Any]:
             self.calls.append("renew")
-            return await super().renew_leases(holder, ttl, job_ids)
+            return await super().renew_leases(holder, ttl, job_ids, **kw)
 
     backend = MemoryBackend(SETTINGS.replace(nodes=8), clock=clock)
     store = Ordered(clock)

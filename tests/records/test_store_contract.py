@@ -728,6 +728,39 @@ async def test_joining_again_ends_what_a_holder_leased_since_its_membership_ende
     assert ended is not None and ended.expires_at == T0 + 11 and not ended.live(T0 + 11)
 
 
+async def test_a_members_lease_is_taken_and_renewed_only_while_it_is_a_member(
+    store: Store, clock: ManualClock
+) -> None:
+    """A take or renewal sent while a member and arriving after its membership ended is refused: a
+    lease taken for as long as the membership must never outlive it (nothing would end it)."""
+    assert isinstance(store, Leasing)
+    for jid in ("a", "b"):
+        await store.create(simple_record(jid), note("created"))
+    with pytest.raises(ConflictError, match="not a member"):
+        await store.member_lease("memory/c1", "a", "sup-a", 1000)  # never joined
+    await store.heartbeat("memory/c1", "sup-a", 10, join=True)
+    with pytest.raises(ConflictError, match="not a member"):
+        await store.member_lease("memory/c2", "a", "sup-a", 1000)  # another group's membership
+    taken = await store.member_lease("memory/c1", "a", "sup-a", 1000)
+    assert taken.lease == Lease("sup-a", T0 + 1000)
+    again = await store.member_lease("memory/c1", "a", "sup-a", 1000)  # its own: renewed
+    assert again.lease == Lease("sup-a", T0 + 1000) and again.revision == taken.revision + 1
+    renewed = await store.renew_leases("sup-a", 1000, ["a"], group="memory/c1")
+    assert [r.job_id for r in renewed] == ["a"]
+    await store.heartbeat("memory/c1", "sup-b", 10, join=True)
+    with pytest.raises(ConflictError, match="sup-b"):
+        await store.member_lease("memory/c1", "a", "sup-b", 1000)  # sup-a's, live
+    clock.advance(11)
+    await store.heartbeat("memory/c1", "sup-b", 10)  # ends sup-a's membership, and its lease on a
+    with pytest.raises(ConflictError, match="not a member"):
+        await store.member_lease("memory/c1", "b", "sup-a", 1000)
+    assert await store.renew_leases("sup-a", 1000, ["a"], group="memory/c1") == []
+    ended = await store.get("a")
+    assert ended.lease == Lease("sup-a", T0 + 11) and not ended.lease.live(clock.now())
+    took = await store.member_lease("memory/c1", "a", "sup-b", 1000)
+    assert took.lease == Lease("sup-b", T0 + 1011)
+
+
 async def test_a_member_that_leaves_is_no_longer_listed(store: Store, clock: ManualClock) -> None:
     assert isinstance(store, Leasing)
     await store.heartbeat("memory/c1", "sup-a", 10, join=True)

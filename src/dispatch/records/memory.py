@@ -160,10 +160,25 @@ class MemoryStore:
         seconds = check_ttl(ttl)
         with self._lock:
             self._check_open()
-            current = self._current(job_id)
-            now = self._clock.now()
-            lease = lease_after_acquire(job_id, current.lease, holder, seconds, now)
-            return self._put(current.replace(lease=lease, revision=current.revision + 1, updated_at=now))
+            return self._acquire(job_id, holder, seconds)
+
+    def _acquire(self, job_id: str, holder: str, seconds: float) -> JobRecord:
+        current = self._current(job_id)
+        now = self._clock.now()
+        lease = lease_after_acquire(job_id, current.lease, holder, seconds, now)
+        return self._put(current.replace(lease=lease, revision=current.revision + 1, updated_at=now))
+
+    async def member_lease(self, group: str, job_id: str, holder: str, ttl: float) -> JobRecord:
+        """:meth:`acquire_lease`, only while ``holder`` is a member of ``group`` (see
+        :class:`~dispatch.records.store.Leasing`)."""
+        check_job_id(job_id)
+        check_leasing(group, holder)
+        seconds = check_ttl(ttl)
+        with self._lock:
+            self._check_open()
+            if (group, holder) not in self._members:
+                raise ConflictError(f"{holder!r} is not a member of {group!r}: its membership ended")
+            return self._acquire(job_id, holder, seconds)
 
     async def release_lease(self, job_id: str, holder: str) -> JobRecord:
         """Give up a lease held by ``holder``. ``ConflictError`` if another holder has it now.
@@ -329,14 +344,19 @@ class MemoryStore:
                 out[rec.outcome.state] = out.get(rec.outcome.state, 0) + 1
             return out
 
-    async def renew_leases(self, holder: str, ttl: float, job_ids: Iterable[str]) -> builtins.list[JobRecord]:
-        """Renew ``holder``'s leases on ``job_ids`` in one call; the records renewed."""
+    async def renew_leases(
+        self, holder: str, ttl: float, job_ids: Iterable[str], *, group: str | None = None
+    ) -> builtins.list[JobRecord]:
+        """Renew ``holder``'s leases on ``job_ids`` in one call (with ``group``: while a member of it);
+        the records renewed."""
         check_holder(holder)
         seconds = check_ttl(ttl)
         ids = [check_job_id(j) for j in job_ids]
         out: builtins.list[JobRecord] = []
         with self._lock:
             self._check_open()
+            if group is not None and (group, holder) not in self._members:
+                return out
             now = self._clock.now()
             for job_id in ids:
                 current = self._records.get(job_id)

@@ -79,22 +79,13 @@ from dispatch.records._common import (
 )
 from dispatch.records.postgres_db import _MIGRATIONS as _MIGRATIONS  # the steps, for the migration tests
 from dispatch.records.postgres_db import CHANNEL, NOW, SCHEMA_VERSION, PostgresDatabase
-from dispatch.records.postgres_leasing import PostgresLeasing
+from dispatch.records.postgres_leasing import ACQUIRE, PostgresLeasing
 from dispatch.records.postgres_rows import ROW, Rows
 from dispatch.records.postgres_url import redact_dsn
 from dispatch.records.store import Changes, Listing, check_key_value
 
 __all__ = ["CHANNEL", "SCHEMA_VERSION", "PostgresStore", "redact_dsn"]
 
-
-_ACQUIRE = f"""UPDATE dispatch_records
-    SET lease_holder = %(holder)s, lease_expires_at = {NOW} + %(ttl)s, revision = revision + 1,
-        updated_at = {NOW}
-    WHERE job_id = %(job_id)s
-      AND (lease_holder IS NULL OR lease_holder = %(holder)s OR lease_expires_at <= {NOW})
-    RETURNING {ROW}"""
-"""A lease taken or renewed (:func:`~dispatch.records._common.lease_after_acquire`'s rule, in the
-statement): the lease columns, revision and ``updated_at``; the document stays as it is."""
 
 _RELEASE = f"""UPDATE dispatch_records
     SET lease_holder = NULL, lease_expires_at = NULL, revision = revision + 1, updated_at = {NOW}
@@ -328,7 +319,7 @@ class PostgresStore(PostgresLeasing):
             return None  # it lapsed in between: asked for again
 
         # Run again after a lost connection, it takes the same lease (the holder's own is renewed).
-        return await self._lease_change(_ACQUIRE, job_id, {"holder": holder, "ttl": seconds}, refused)
+        return await self._lease_change(ACQUIRE, job_id, {"holder": holder, "ttl": seconds}, refused)
 
     async def release_lease(self, job_id: str, holder: str) -> JobRecord:
         """Give up a lease held by ``holder``. ``ConflictError`` if another holder has it now.

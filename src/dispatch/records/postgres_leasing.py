@@ -15,13 +15,14 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
+from dispatch.errors import ConflictError
 from dispatch.model import JobRecord, State, check_job_id
-from dispatch.records._common import check_holder, check_states, check_ttl, state_counts
+from dispatch.records._common import check_holder, check_states, check_ttl, lease_after_acquire, state_counts
 from dispatch.records.postgres_db import NOW, PostgresDatabase
 from dispatch.records.postgres_rows import ROW, Rows
 from dispatch.records.store import Listing, check_leasing, check_page
 
-__all__ = ["PostgresLeasing"]
+__all__ = ["ACQUIRE", "PostgresLeasing"]
 
 
 _CLAIMABLE = f"""SELECT * FROM (
@@ -40,6 +41,25 @@ lease_expires_at <= now``) could use neither index — the time is read from a v
 read every row, 60–110 ms at 100,000 records all leased, at every scan. When more than a page of leases
 lapsed at once (a member died), the page holds those that lapsed first; the others come in the next
 pages, or when the pages start over."""
+
+
+ACQUIRE = f"""UPDATE dispatch_records
+    SET lease_holder = %(holder)s, lease_expires_at = {NOW} + %(ttl)s, revision = revision + 1,
+        updated_at = {NOW}
+    WHERE job_id = %(job_id)s
+      AND (lease_holder IS NULL OR lease_holder = %(holder)s OR lease_expires_at <= {NOW})
+    RETURNING {ROW}"""
+"""A lease taken or renewed (:func:`~dispatch.records._common.lease_after_acquire`'s rule, in the
+statement): the lease columns, revision and ``updated_at``; the document stays as it is."""
+
+_MEMBER = """(%(group)s::text IS NULL OR EXISTS (SELECT 1 FROM dispatch_members
+        WHERE grp = %(group)s AND holder = %(holder)s FOR SHARE))"""
+"""The holder is a member of the group (no group: no condition), its row share-locked until the
+statement's end: a heartbeat ending that membership (a ``DELETE`` of the row) waits for it, and its
+``UPDATE`` of the holder's leases then sees what the statement wrote."""
+
+_MEMBER_ACQUIRE = ACQUIRE.replace("RETURNING", f"AND {_MEMBER}\n    RETURNING")
+"""A member's lease taken or renewed (:meth:`PostgresLeasing.member_lease`)."""
 
 
 class PostgresLeasing:
@@ -88,6 +108,41 @@ class PostgresLeasing:
             return [str(r[0]) for r in await cur.fetchall()]
 
         return await self._db.write(body)
+
+    async def member_lease(self, group: str, job_id: str, holder: str, ttl: float) -> JobRecord:
+        """:meth:`acquire_lease`, only while ``holder`` is a member of ``group`` (see
+        :class:`~dispatch.records.store.Leasing`): the lease statement with the membership in its
+        condition, its row share-locked, so a heartbeat ending the membership waits for the take and
+        then ends the lease too — or the take waits for it, and finds no membership."""
+        check_job_id(job_id)
+        check_leasing(group, holder)
+        seconds = check_ttl(ttl)
+
+        def refused(current: JobRecord, now: float) -> JobRecord | None:
+            lease_after_acquire(job_id, current.lease, holder, seconds, now)  # names another holder
+            return None  # a lease that lapsed in between: asked for again (or no membership, below)
+
+        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> JobRecord:
+            args = {"holder": holder, "ttl": seconds, "group": group, "job_id": job_id, "now": self._now()}
+            while True:
+                row = await (await conn.execute(_MEMBER_ACQUIRE, args)).fetchone()
+                if row is not None:
+                    return self._rows.decode(job_id, row)
+                cur = await conn.execute(
+                    "SELECT 1 FROM dispatch_members WHERE grp = %s AND holder = %s", (group, holder)
+                )
+                if await cur.fetchone() is None:
+                    raise ConflictError(f"{holder!r} is not a member of {group!r}: its membership ended")
+                current, now = await self._current(conn, job_id)
+                result = refused(current, now)
+                if result is not None:
+                    return result
+
+        # Having the same effect when run again (the holder's own lease is renewed), retried like a read.
+        return await self._db.read(body)
+
+    async def _current(self, conn: AsyncConnection[tuple[Any, ...]], job_id: str) -> tuple[JobRecord, float]:
+        raise NotImplementedError  # the store's: the record as committed now, and the time
 
     async def leave(self, group: str, holder: str) -> None:
         """End ``holder``'s membership of ``group`` now, and give back its leases once it is a member of
@@ -198,8 +253,11 @@ class PostgresLeasing:
 
         return await self._db.read(body)
 
-    async def renew_leases(self, holder: str, ttl: float, job_ids: Iterable[str]) -> builtins.list[JobRecord]:
-        """Renew ``holder``'s leases on ``job_ids`` in one transaction, by the database's clock; the
+    async def renew_leases(
+        self, holder: str, ttl: float, job_ids: Iterable[str], *, group: str | None = None
+    ) -> builtins.list[JobRecord]:
+        """Renew ``holder``'s leases on ``job_ids`` in one transaction, by the database's clock (with
+        ``group``: while a member of it, its row locked against a heartbeat ending it meanwhile); the
         records renewed."""
         check_holder(holder)
         seconds = check_ttl(ttl)
@@ -215,9 +273,9 @@ class PostgresLeasing:
                     WHERE job_id IN (SELECT job_id FROM dispatch_records
                                      WHERE job_id = ANY(%(ids)s) AND lease_holder = %(holder)s
                                      ORDER BY job_id FOR UPDATE)
-                      AND lease_holder = %(holder)s
+                      AND lease_holder = %(holder)s AND {_MEMBER}
                     RETURNING job_id, {ROW}""",
-                {"ids": ids, "holder": holder, "ttl": seconds, "now": self._now()},
+                {"ids": ids, "holder": holder, "ttl": seconds, "now": self._now(), "group": group},
             )
             rows = sorted(await cur.fetchall(), key=lambda row: str(row[0]))
             return [self._rows.decode(str(row[0]), row[1:]) for row in rows]

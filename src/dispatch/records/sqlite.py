@@ -259,15 +259,15 @@ class SqliteStore(SqliteLeasing):
         check_holder(holder)
         seconds = check_ttl(ttl)
 
-        def body(conn: sqlite3.Connection) -> JobRecord:
-            current = self._current(conn, job_id)
-            now = self._clock.now()
-            lease = lease_after_acquire(job_id, current.lease, holder, seconds, now)
-            stored = current.replace(lease=lease, revision=current.revision + 1, updated_at=now)
-            self._replace_row(conn, stored)
-            return stored
+        return await self._file.write(lambda conn: self._acquire(conn, job_id, holder, seconds))
 
-        return await self._file.write(body)
+    def _acquire(self, conn: sqlite3.Connection, job_id: str, holder: str, seconds: float) -> JobRecord:
+        current = self._current(conn, job_id)
+        now = self._clock.now()
+        lease = lease_after_acquire(job_id, current.lease, holder, seconds, now)
+        stored = current.replace(lease=lease, revision=current.revision + 1, updated_at=now)
+        self._replace_row(conn, stored)
+        return stored
 
     async def release_lease(self, job_id: str, holder: str) -> JobRecord:
         """Give up a lease held by ``holder``. ``ConflictError`` if another holder has it now.

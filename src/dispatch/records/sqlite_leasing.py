@@ -13,6 +13,7 @@ import sqlite3
 from collections.abc import Collection, Iterable
 
 from dispatch.clock import Clock
+from dispatch.errors import ConflictError
 from dispatch.model import JobRecord, State, check_job_id
 from dispatch.records._common import check_holder, check_states, check_ttl, lease_after_acquire, state_counts
 from dispatch.records.sqlite_file import SqliteFile
@@ -79,6 +80,23 @@ class SqliteLeasing:
                 self._end_leases(conn, holder, self._clock.now(), release=True)
 
         await self._file.write(body)
+
+    async def member_lease(self, group: str, job_id: str, holder: str, ttl: float) -> JobRecord:
+        """:meth:`acquire_lease`, only while ``holder`` is a member of ``group`` (see
+        :class:`~dispatch.records.store.Leasing`): one transaction, as the heartbeat that would end it."""
+        check_job_id(job_id)
+        check_leasing(group, holder)
+        seconds = check_ttl(ttl)
+
+        def body(conn: sqlite3.Connection) -> JobRecord:
+            if not _member(conn, holder, group):
+                raise ConflictError(f"{holder!r} is not a member of {group!r}: its membership ended")
+            return self._acquire(conn, job_id, holder, seconds)
+
+        return await self._file.write(body)
+
+    def _acquire(self, conn: sqlite3.Connection, job_id: str, holder: str, seconds: float) -> JobRecord:
+        raise NotImplementedError  # the store's: a lease taken (acquire_lease's rule)
 
     def _end_leases(self, conn: sqlite3.Connection, holder: str, now: float, *, release: bool) -> None:
         """``holder``'s live leases end ``now`` (its membership did), or are given back (``release``)."""
@@ -182,8 +200,11 @@ class SqliteLeasing:
 
         return await self._file.read(body)
 
-    async def renew_leases(self, holder: str, ttl: float, job_ids: Iterable[str]) -> builtins.list[JobRecord]:
-        """Renew ``holder``'s leases on ``job_ids`` in one transaction; the records renewed."""
+    async def renew_leases(
+        self, holder: str, ttl: float, job_ids: Iterable[str], *, group: str | None = None
+    ) -> builtins.list[JobRecord]:
+        """Renew ``holder``'s leases on ``job_ids`` in one transaction (with ``group``: while a member of
+        it); the records renewed."""
         check_holder(holder)
         seconds = check_ttl(ttl)
         ids = [check_job_id(j) for j in job_ids]
@@ -191,6 +212,8 @@ class SqliteLeasing:
         def body(conn: sqlite3.Connection) -> builtins.list[JobRecord]:
             now = self._clock.now()
             out: builtins.list[JobRecord] = []
+            if group is not None and not _member(conn, holder, group):
+                return out
             for job_id in ids:
                 row = conn.execute(
                     "SELECT body FROM records WHERE job_id = ? AND lease_holder = ?", (job_id, holder)
@@ -207,6 +230,10 @@ class SqliteLeasing:
         return await self._file.write(body)
 
 
-def _member(conn: sqlite3.Connection, holder: str) -> bool:
-    """Whether ``holder`` is a member of some group (live or lapsed, not yet ended)."""
-    return conn.execute("SELECT 1 FROM members WHERE holder = ? LIMIT 1", (holder,)).fetchone() is not None
+def _member(conn: sqlite3.Connection, holder: str, group: str | None = None) -> bool:
+    """Whether ``holder`` is a member of ``group`` (``None``: of some group), live or lapsed, not yet ended."""
+    if group is None:
+        row = conn.execute("SELECT 1 FROM members WHERE holder = ? LIMIT 1", (holder,)).fetchone()
+    else:
+        row = conn.execute("SELECT 1 FROM members WHERE grp = ? AND holder = ?", (group, holder)).fetchone()
+    return row is not None

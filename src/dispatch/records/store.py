@@ -292,10 +292,20 @@ class Leasing(Protocol):
         exports as the store-wide gauges, without reading every record."""
         ...
 
-    async def renew_leases(self, holder: str, ttl: float, job_ids: Iterable[str]) -> builtins.list[JobRecord]:
+    async def renew_leases(
+        self, holder: str, ttl: float, job_ids: Iterable[str], *, group: str | None = None
+    ) -> builtins.list[JobRecord]:
         """Renew for ``ttl`` seconds the lease ``holder`` holds on each of ``job_ids``, live or lapsed
         but not taken by another holder, in one transaction; return the records renewed (a record
-        another holder took, or gone, is left out). Each renewal is a write (it bumps the revision)."""
+        another holder took, or gone, is left out). Each renewal is a write (it bumps the revision).
+        With ``group``, only while ``holder`` is a member of it (as :meth:`member_lease`): else none."""
+        ...
+
+    async def member_lease(self, group: str, job_id: str, holder: str, ttl: float) -> JobRecord:
+        """:meth:`Store.acquire_lease`, only while ``holder`` is a member of ``group`` (one that lapsed
+        but was not yet ended counts), atomically with ending memberships: a member's lease, taken for
+        long, can never outlive its membership — a take sent before the membership ended and arriving
+        after it is refused, ``ConflictError``, rather than leave a lease that nothing would end."""
         ...
 
 

@@ -196,7 +196,10 @@ class Leases:
         if jid not in self.until and not self.assigned(jid):
             return None  # another live member's share: it takes the lease
         try:
-            got = await self.ground.store.acquire_lease(jid, self.ground.holder, self.held_for)
+            if self.fleet is not None:  # a lease that lasts as long as the membership: taken only in one
+                got = await self.fleet.member_lease(self._group, jid, self.ground.holder, self.held_for)
+            else:
+                got = await self.ground.store.acquire_lease(jid, self.ground.holder, self.held_for)
         except (ConflictError, NotFoundError):
             self.forget(jid)
             return None
@@ -249,9 +252,16 @@ class Leases:
         self.retry.pop(jid, None)
         self.quiet.pop(jid, None)
 
-    async def let_go(self, jid: str) -> None:
-        """The record is final, or another member's now: give its lease back."""
-        if jid in self.until:
+    def names_us(self, rec: JobRecord) -> bool:
+        """Whether the store's copy ``rec`` names this supervisor the lease holder — known to it or not
+        (a take whose answer was lost leaves a lease it does not know it holds)."""
+        return rec.lease is not None and rec.lease.holder == self.ground.holder
+
+    async def let_go(self, jid: str, rec: JobRecord | None = None) -> None:
+        """The record is final, or another member's now: give its lease back — also one ``rec``, as read
+        from the store, says we hold without our knowing (a fleet member's would outlive the take by as
+        long as its membership, keeping the record from its owner)."""
+        if jid in self.until or (rec is not None and self.names_us(rec)):
             try:
                 await self.ground.store.release_lease(jid, self.ground.holder)
             except DispatchError:
@@ -330,7 +340,7 @@ class Leases:
                     await self.pause()  # thousands of leases: the watch's changes are not held up
                 now = self.ground.clock.now()
                 for rec in await store.renew_leases(
-                    self.ground.holder, self.held_for, due_ids[i : i + RENEW_BATCH]
+                    self.ground.holder, self.held_for, due_ids[i : i + RENEW_BATCH], group=self._group
                 ):
                     if rec.job_id in self.until:  # not let go meanwhile
                         self._leased(rec.job_id, now)

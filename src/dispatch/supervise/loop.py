@@ -429,16 +429,16 @@ class Supervisor:
             if not poll and leases.idle(leases.newest(rec)):
                 continue  # waiting for the cluster, as at the last scan: nothing to do
             if not leases.ours(rec):
-                if rec.job_id in leases:  # handed to another cluster of a fleet (its last write was ours)
-                    await leases.let_go(rec.job_id)
+                if rec.job_id in leases or leases.names_us(rec):  # handed to another cluster of a fleet
+                    await leases.let_go(rec.job_id, rec)  # (its last write was ours)
                 continue
             if decide.final(rec, self.policy, now):
-                if rec.job_id in leases or (rec.lease is not None and rec.lease.holder == self.holder):
-                    await leases.let_go(rec.job_id)
+                if rec.job_id in leases or leases.names_us(rec):
+                    await leases.let_go(rec.job_id, rec)
                 continue
             if not leases.assigned(rec.job_id):
-                if rec.job_id in leases:  # a member joined: its share is handed over between actions
-                    await leases.let_go(rec.job_id)
+                if rec.job_id in leases or leases.names_us(rec):  # a member joined: its share is handed
+                    await leases.let_go(rec.job_id, rec)  # over between actions
                 continue
             await leases.keepalive()
             await self._acting.work(rec.job_id, report, rec=rec, poll=poll)
