@@ -232,21 +232,27 @@ def next(record: JobRecord, policy: Policy, now: float) -> Plan:
         return Plan(PlanAction.START, f"place {record.job_id}@{record.epoch} on the cluster")
     # Queued for capacity under a rule with ``after``: the wait ends by itself then, so it has a time (a
     # supervisor passes a wait without one by until the record moves).
+    gives_up_at = _gives_up_at(record, policy)
     return Plan(
         PlanAction.WAIT,
         f"{outcome.state.value}: waiting for the cluster",
-        not_before=_gives_up_at(record, policy, now),
+        not_before=gives_up_at if gives_up_at is not None and now < gives_up_at else None,
     )
 
 
-def _gives_up_at(record: JobRecord, policy: Policy, now: float) -> float | None:
-    """When an incarnation queued for want of capacity is given up under its rule's ``after`` (step 5
-    of :func:`next`), if that is still to come."""
+def _queued_since(record: JobRecord) -> float | None:
+    """Since when the incarnation has been queued for want of capacity (``None``: it is not)."""
     if record.outcome.state is not State.QUEUED or record.outcome.cause is not Cause.NO_CAPACITY:
         return None
+    return record.since if record.since is not None else record.updated_at
+
+
+def _gives_up_at(record: JobRecord, policy: Policy) -> float | None:
+    """When an incarnation queued for want of capacity is given up under its rule's ``after`` (step 5
+    of :func:`next`; ``None``: it is not queued so, or the rule has no ``after``)."""
+    since = _queued_since(record)
     after = policy.rule_for(Cause.NO_CAPACITY).after
-    since = record.since if record.since is not None else record.updated_at
-    return since + after if after is not None and now < since + after else None
+    return None if since is None or after is None else since + after
 
 
 def _requeue(record: JobRecord, policy: Policy, cause: Cause, text: str, now: float) -> Plan | None:
@@ -281,14 +287,11 @@ def _without_capacity(record: JobRecord, policy: Policy, now: float) -> Plan | N
     """An incarnation queued for want of capacity longer than its rule's ``after`` is given up on its
     cluster and requeued under the rule (SPEC §15: elsewhere, when the rule says so). Nothing when the
     rule has no ``after``, or its budget is spent: the incarnation then waits where it is."""
-    outcome = record.outcome
-    if outcome.state is not State.QUEUED or outcome.cause is not Cause.NO_CAPACITY:
-        return None
     if current_handle(record) is None or record.hold_requested:
         return None
-    rule = policy.rule_for(Cause.NO_CAPACITY)
-    since = record.since if record.since is not None else record.updated_at
-    if rule.after is None or now < since + rule.after:
+    since = _queued_since(record)
+    at = _gives_up_at(record, policy)
+    if since is None or at is None or now < at:
         return None
     text = f"{_rule_text(Cause.NO_CAPACITY, policy)}: queued without capacity for {now - since:.0f} s"
     plan = _requeue(record, policy, Cause.NO_CAPACITY, text, now)

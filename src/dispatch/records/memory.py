@@ -246,22 +246,20 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             if self._members.pop((group, holder), None) is not None and not self._member(holder):
-                now = self._clock.now()
-                for rec in builtins.list(self._records.values()):
-                    if rec.lease is not None and rec.lease.holder == holder:
-                        self._put(rec.replace(lease=None, revision=rec.revision + 1, updated_at=now))
+                self._end_leases({holder}, self._clock.now(), release=True)
 
     def _member(self, holder: str) -> bool:
         return any(h == holder for _, h in self._members)
 
-    def _end_leases(self, holders: Collection[str], now: float) -> None:
-        """The live leases of ``holders`` end ``now`` (their memberships did)."""
+    def _end_leases(self, holders: Collection[str], now: float, *, release: bool = False) -> None:
+        """The live leases of ``holders`` end ``now`` (their memberships did), or every lease of theirs
+        is given back (``release``)."""
         if not holders:
             return
         for rec in builtins.list(self._records.values()):
             lease = rec.lease
-            if lease is not None and lease.holder in holders and lease.live(now):
-                ended = lease.replace(expires_at=now)
+            if lease is not None and lease.holder in holders and (release or lease.live(now)):
+                ended = None if release else lease.replace(expires_at=now)
                 self._put(rec.replace(lease=ended, revision=rec.revision + 1, updated_at=now))
 
     async def held(self, holder: str, *, after: str = "", limit: int | None = None) -> dict[str, int]:

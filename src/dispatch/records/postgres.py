@@ -50,7 +50,7 @@ from __future__ import annotations
 import builtins
 import functools
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import psycopg
@@ -79,7 +79,7 @@ from dispatch.records._common import (
 )
 from dispatch.records.postgres_db import _MIGRATIONS as _MIGRATIONS  # the steps, for the migration tests
 from dispatch.records.postgres_db import CHANNEL, NOW, SCHEMA_VERSION, PostgresDatabase
-from dispatch.records.postgres_leasing import ACQUIRE, PostgresLeasing
+from dispatch.records.postgres_leasing import ACQUIRE, MEMBER_ACQUIRE, PostgresLeasing, is_member
 from dispatch.records.postgres_rows import ROW, Rows
 from dispatch.records.postgres_url import redact_dsn
 from dispatch.records.store import Changes, Listing, check_key_value
@@ -312,14 +312,24 @@ class PostgresStore(PostgresLeasing):
         ``ConflictError`` naming the holder."""
         check_job_id(job_id)
         check_holder(holder)
-        seconds = check_ttl(ttl)
+        return await self._take(job_id, holder, check_ttl(ttl))
+
+    async def _take(self, job_id: str, holder: str, seconds: float, group: str | None = None) -> JobRecord:
+        """A lease taken or renewed for ``seconds`` (with ``group``: only while ``holder`` is a member of
+        it, :meth:`member_lease`)."""
 
         def refused(current: JobRecord, now: float) -> JobRecord | None:
             lease_after_acquire(job_id, current.lease, holder, seconds, now)  # names the holder
             return None  # it lapsed in between: asked for again
 
+        async def member(conn: AsyncConnection[tuple[Any, ...]]) -> None:
+            if group is not None and not await is_member(conn, group, holder):
+                raise ConflictError(f"{holder!r} is not a member of {group!r}: its membership ended")
+
         # Run again after a lost connection, it takes the same lease (the holder's own is renewed).
-        return await self._lease_change(ACQUIRE, job_id, {"holder": holder, "ttl": seconds}, refused)
+        params = {"holder": holder, "ttl": seconds, "group": group}
+        statement = ACQUIRE if group is None else MEMBER_ACQUIRE
+        return await self._lease_change(statement, job_id, params, refused, check=member)
 
     async def release_lease(self, job_id: str, holder: str) -> JobRecord:
         """Give up a lease held by ``holder``. ``ConflictError`` if another holder has it now.
@@ -340,12 +350,15 @@ class PostgresStore(PostgresLeasing):
         job_id: str,
         params: dict[str, Any],
         refused: Callable[[JobRecord, float], JobRecord | None],
+        *,
+        check: Callable[[AsyncConnection[tuple[Any, ...]]], Awaitable[None]] | None = None,
     ) -> JobRecord:
         """Run a lease change, one statement with the lease rule in its ``WHERE`` (atomic on its own,
         the time read once the row is locked, as renew_leases does), in autocommit. When it changes no
-        row, the record as committed now goes to ``refused``, the shared rule of ``_common``: it raises
-        why (``ConflictError`` naming the holder), returns the record (nothing to change), or ``None``
-        (the lease moved in between: the statement runs again)."""
+        row, ``check`` raises if a condition of the statement's own failed (a membership), then the
+        record as committed now goes to ``refused``, the shared rule of ``_common``: it raises why
+        (``ConflictError`` naming the holder), returns the record (nothing to change), or ``None`` (the
+        lease moved in between: the statement runs again)."""
 
         async def body(conn: AsyncConnection[tuple[Any, ...]]) -> JobRecord:
             while True:
@@ -353,6 +366,8 @@ class PostgresStore(PostgresLeasing):
                 row = await (await conn.execute(statement, args)).fetchone()
                 if row is not None:
                     return self._rows.decode(job_id, row)
+                if check is not None:
+                    await check(conn)
                 current, now = await self._current(conn, job_id)
                 result = refused(current, now)
                 if result is not None:

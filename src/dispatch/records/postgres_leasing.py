@@ -15,14 +15,13 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from dispatch.errors import ConflictError
 from dispatch.model import JobRecord, State, check_job_id
-from dispatch.records._common import check_holder, check_states, check_ttl, lease_after_acquire, state_counts
+from dispatch.records._common import check_holder, check_states, check_ttl, state_counts
 from dispatch.records.postgres_db import NOW, PostgresDatabase
 from dispatch.records.postgres_rows import ROW, Rows
 from dispatch.records.store import Listing, check_leasing, check_page
 
-__all__ = ["ACQUIRE", "PostgresLeasing"]
+__all__ = ["ACQUIRE", "MEMBER_ACQUIRE", "PostgresLeasing", "is_member"]
 
 
 _CLAIMABLE = f"""SELECT * FROM (
@@ -58,7 +57,7 @@ _MEMBER = """(%(group)s::text IS NULL OR EXISTS (SELECT 1 FROM dispatch_members
 statement's end: a heartbeat ending that membership (a ``DELETE`` of the row) waits for it, and its
 ``UPDATE`` of the holder's leases then sees what the statement wrote."""
 
-_MEMBER_ACQUIRE = ACQUIRE.replace("RETURNING", f"AND {_MEMBER}\n    RETURNING")
+MEMBER_ACQUIRE = ACQUIRE.replace("RETURNING", f"AND {_MEMBER}\n    RETURNING")
 """A member's lease taken or renewed (:meth:`PostgresLeasing.member_lease`)."""
 
 
@@ -116,33 +115,10 @@ class PostgresLeasing:
         then ends the lease too — or the take waits for it, and finds no membership."""
         check_job_id(job_id)
         check_leasing(group, holder)
-        seconds = check_ttl(ttl)
+        return await self._take(job_id, holder, check_ttl(ttl), group)
 
-        def refused(current: JobRecord, now: float) -> JobRecord | None:
-            lease_after_acquire(job_id, current.lease, holder, seconds, now)  # names another holder
-            return None  # a lease that lapsed in between: asked for again (or no membership, below)
-
-        async def body(conn: AsyncConnection[tuple[Any, ...]]) -> JobRecord:
-            args = {"holder": holder, "ttl": seconds, "group": group, "job_id": job_id, "now": self._now()}
-            while True:
-                row = await (await conn.execute(_MEMBER_ACQUIRE, args)).fetchone()
-                if row is not None:
-                    return self._rows.decode(job_id, row)
-                cur = await conn.execute(
-                    "SELECT 1 FROM dispatch_members WHERE grp = %s AND holder = %s", (group, holder)
-                )
-                if await cur.fetchone() is None:
-                    raise ConflictError(f"{holder!r} is not a member of {group!r}: its membership ended")
-                current, now = await self._current(conn, job_id)
-                result = refused(current, now)
-                if result is not None:
-                    return result
-
-        # Having the same effect when run again (the holder's own lease is renewed), retried like a read.
-        return await self._db.read(body)
-
-    async def _current(self, conn: AsyncConnection[tuple[Any, ...]], job_id: str) -> tuple[JobRecord, float]:
-        raise NotImplementedError  # the store's: the record as committed now, and the time
+    async def _take(self, job_id: str, holder: str, seconds: float, group: str | None = None) -> JobRecord:
+        raise NotImplementedError  # the store's: a lease taken, with acquire_lease's rule
 
     async def leave(self, group: str, holder: str) -> None:
         """End ``holder``'s membership of ``group`` now, and give back its leases once it is a member of
@@ -298,3 +274,9 @@ async def _end_leases(
                  AND NOT EXISTS (SELECT 1 FROM dispatch_members m WHERE m.holder = lease_holder)""",
             {"holders": holders, "now": now},
         )
+
+
+async def is_member(conn: AsyncConnection[tuple[Any, ...]], group: str, holder: str) -> bool:
+    """Whether ``holder`` is a member of ``group`` (live or lapsed, not yet ended)."""
+    cur = await conn.execute("SELECT 1 FROM dispatch_members WHERE grp = %s AND holder = %s", (group, holder))
+    return await cur.fetchone() is not None

@@ -108,17 +108,14 @@ class Leases:
         self.claim_batch = claim_batch
         # The store's fleet calls when this supervisor is a fleet member: decided once, since a runtime
         # protocol check walks the protocol's members and the store never changes.
-        self.fleet: Leasing | None = (
-            ground.store if isinstance(ground.store, Leasing) and jobs is None and capacity is None else None
-        )
+        self._leasing: Leasing | None = ground.store if isinstance(ground.store, Leasing) else None
+        self.fleet = self._leasing if jobs is None and capacity is None else None
         self._members: tuple[str, ...] = ()  # the fleet's live members at the last scan (fleet mode)
         # A fleet member: how long it takes each lease for (its membership keeps them), whether it is a
         # member (its last heartbeat said so), and until when by its own clock (asked at + the lease).
         self.held_for = lease * MEMBER_LEASE if self.fleet is not None else lease
         self._joined = False
         self._member_until = -math.inf
-        # Not a member, over a store that has fleets: it ends the memberships that lapsed (keepalive).
-        self._sweeps: Leasing | None = ground.store if isinstance(ground.store, Leasing) else None
         self.share: Share | None = None
         """This member's share of the jobs among ``_members`` (``None``: every job, as when alone)."""
         self._after = ""  # where the next page of claimable records starts
@@ -294,7 +291,7 @@ class Leases:
         supervisor over a store with :class:`Leasing` (``dispatch run``'s, one with a ``capacity``) ends
         the memberships that lapsed, so that a dead member's leases end for it too, not only when
         another member's heartbeat comes."""
-        store = self.fleet if self.fleet is not None else self._sweeps
+        store = self._leasing  # a member's, or (not a member) only to end the memberships that lapsed
         if store is None or (not due and self.ground.clock.now() < self._next_keepalive):
             return
         now = self.ground.clock.now()
