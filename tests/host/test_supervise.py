@@ -652,14 +652,14 @@ class EventDuringScans(MemoryStore):
         return await super().renew_leases(holder, ttl, job_ids, **kw)
 
 
-async def _forty_leased(c: Cluster, clock: ManualClock) -> Supervisor:
-    """Forty hanging jobs, each leased by one supervisor that keeps its watch open and has read it to its
-    end (nothing pending)."""
-    for i in range(40):
+async def _forty_leased(c: Cluster, clock: ManualClock, jobs: int = 40) -> Supervisor:
+    """Forty (or ``jobs``) hanging jobs, each leased by one supervisor that keeps its watch open and has
+    read it to its end (nothing pending)."""
+    for i in range(jobs):
         await c.submit(spec("hang"), job_id=f"job-{i:02}")
     sup = c.supervisor(holder="a", lease=20.0, poll=1.0)
     sup.keep_watching()
-    while len(sup.leased) < 40:
+    while len(sup.leased) < jobs:
         await sup.step()
         clock.advance(1.0)
     await sup.step()
@@ -911,27 +911,20 @@ async def test_a_change_is_folded_before_a_renewal_that_falls_due(clock: ManualC
     backend = MemoryBackend(SETTINGS.replace(nodes=8), clock=clock)
     store = Ordered(clock)
     async with Cluster(backend, store, clock=clock, policy=POLICY) as c:
-        for i in range(8):
-            await c.submit(spec("hang"), job_id=f"job-{i}")
-        sup = c.supervisor(holder="a", lease=20.0, poll=1.0)
-        sup.keep_watching()
-        while len(sup.leased) < 8:
-            await sup.step()
-            clock.advance(1.0)
-        await sup.step()
+        sup = await _forty_leased(c, clock, jobs=8)
         clock.advance(20.0 * MEMBER_LEASE / 2 + 1)  # every lease half gone: the keepalive is due
-        handle = (await store.get("job-3")).handle
+        handle = (await store.get("job-03")).handle
         assert handle is not None
         await backend.inject(handle, "exit 0")
         for _ in range(20):  # the kept watch reads it
             await asyncio.sleep(0)
         store.calls.clear()
         await sup.step()
-        assert "update job-3" in store.calls and "renew" in store.calls
+        assert "update job-03" in store.calls and "renew" in store.calls
         renewed = store.calls.index("renew")
-        assert "update job-3" in store.calls[:renewed], store.calls
+        assert "update job-03" in store.calls[:renewed], store.calls
         assert all(c.startswith("update") for c in store.calls[:renewed]), store.calls
-        assert (await store.get("job-3")).state is State.SUCCEEDED
+        assert (await store.get("job-03")).state is State.SUCCEEDED
         await sup.close()
 
 

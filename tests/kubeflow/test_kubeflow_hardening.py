@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from kubeflow_fixtures import STOCK, caught_up, config, ident, install, kubeconfig, spec
+from kubeflow_live import SimClock
 
 from dispatch import Cause, InvalidError, State, UnsupportedError
 from dispatch_kubeflow import Backend, parse_settings
@@ -244,12 +245,8 @@ def _crd(sim: Simulator, **kw: Any) -> dict[str, Any]:
 # --- preflight: the probe it leaves behind ---------------------------------------------------------------
 
 
-class _SimClock:
-    def __init__(self, sim: Simulator) -> None:
-        self.sim = sim
-
-    def now(self) -> float:
-        return self.sim.clock.now()
+class _SimClock(SimClock):
+    """The cluster's clock, moved by every sleep (no test here moves it)."""
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(0)
