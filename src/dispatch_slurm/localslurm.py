@@ -45,7 +45,16 @@ from dispatch_slurm.clusterconf import (
     slurm_conf,
     slurmdbd_conf,
 )
-from dispatch_slurm.daemons import alive, free_ports, kill_all, port_busy, read_pid, terminate, wait_until
+from dispatch_slurm.daemons import (
+    alive,
+    crash,
+    free_ports,
+    kill_all,
+    port_busy,
+    read_pid,
+    terminate,
+    wait_until,
+)
 from dispatch_slurm.localdb import BINARIES as DB_BINARIES
 from dispatch_slurm.localdb import LocalDb
 
@@ -320,13 +329,15 @@ class LocalSlurm:
             raise RuntimeError(f"the slurmd of {node} has no pid file")
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+        doomed = []
         for proc, cmdline, environ in self._job_processes():
             stepd = any(cmdline.startswith(f"slurmstepd: [{job}.".encode()) for job in jobs)
             task = f"SLURMD_NODENAME={node}".encode() in environ and any(
                 f"SLURM_JOB_ID={job}".encode() in environ for job in jobs
             )
             if stepd or task:
-                kill_all([proc])
+                doomed.append(proc)
+        crash(doomed)
         return pid
 
     def preempt(self, node: str, seconds: int = 3) -> str:

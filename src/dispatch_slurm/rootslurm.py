@@ -48,6 +48,7 @@ from typing import Any
 from dispatch_slurm.clusterconf import CGROUP_CONF, CLUSTER_NAME, Layout, Ports, slurm_conf, slurmdbd_conf
 from dispatch_slurm.daemons import (
     alive,
+    crash,
     descendants,
     free_ports,
     kill_all,
@@ -355,7 +356,7 @@ class RootSlurm:
             )
             if stepd or task:
                 doomed.append(proc)
-        kill_all(descendants(doomed))
+        crash(descendants(doomed))
         return pid
 
     def preempt(self, node: str, seconds: int = 3) -> str:
